@@ -1,0 +1,59 @@
+"""What ``vecmerge inspect`` reports about one adapter: config, scale rule, ranks, dtype, norms, hashes.
+
+Norms are of the effective update ``scale * B @ A`` (factored, float64):
+``||x||^2 = sum_m ||x_m||^2`` globally and per module type (q_proj, ..., down_proj).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+
+from .adapter import Adapter, module_layer, module_type
+
+
+def describe(adapter: Adapter, progress=None) -> dict:
+    """A JSON-ready summary of ``adapter``.
+
+    Args:
+        adapter (Adapter): an opened PEFT LoRA folder.
+        progress: optional callable wrapping the module iterable.
+    """
+    cfg = adapter.config
+    specs = adapter.specs
+    names = list(specs)
+    it = progress(names) if progress else names
+    norms = {m: adapter.factors(m).norm() for m in it}
+    by_type: dict[str, float] = defaultdict(float)
+    for m, n in norms.items():
+        by_type[module_type(m)] += n * n
+    layers = sorted({module_layer(m) for m in names if module_layer(m) is not None})
+    ranks = Counter(s.rank for s in specs.values())
+    scales = Counter(s.scale for s in specs.values())
+    return {
+        "path": str(adapter.path),
+        "peft_type": str(cfg.raw.get("peft_type", "LORA")),
+        "base_model": cfg.base_model,
+        "task_type": cfg.raw.get("task_type"),
+        "target_modules": cfg.target_modules,
+        "modules": len(specs),
+        "layers": len(layers),
+        "module_types": sorted(by_type),
+        "embedding_modules": [m for m, s in specs.items() if s.kind == "embedding"],
+        "r": cfg.r,
+        "lora_alpha": cfg.lora_alpha,
+        "ranks": {str(k): v for k, v in sorted(ranks.items())},
+        "scale_rule": cfg.scale_rule,
+        "scales": {repr(k): v for k, v in sorted(scales.items())},
+        "rank_pattern": cfg.rank_pattern,
+        "alpha_pattern": cfg.alpha_pattern,
+        "fan_in_fan_out": cfg.fan_in_fan_out,
+        "dtype": "/".join(sorted({s.dtype for s in specs.values()})),
+        "weights": adapter.weights_path.name,
+        "norm": math.sqrt(sum(n * n for n in norms.values())),
+        "norm_by_type": {t: math.sqrt(v) for t, v in sorted(by_type.items())},
+        "module_norms": norms,
+        "base_layer_copies": adapter.base_layer_copies,
+        "sha256": adapter.sha256,
+        "config_sha256": adapter.config_sha256,
+    }

@@ -1,0 +1,49 @@
+"""Error types. Every message names the file, the module and the fix; the CLI prints it on one line.
+
+Exit codes (see DESIGN.md section 4): ``VecmergeError.exit_code`` is 2 for bad input or usage,
+1 for a check that ran and failed (verify, consensus gate, strict survival).
+"""
+
+from __future__ import annotations
+
+
+class VecmergeError(Exception):
+    """Base class: a problem the user can fix. ``str(err)`` is one line."""
+
+    exit_code = 2
+
+
+class AdapterError(VecmergeError):
+    """A PEFT adapter folder that cannot be read as plain LoRA (config, tensors, shapes)."""
+
+
+class AlignmentError(VecmergeError):
+    """Adapters that cannot be combined: different base shapes, missing modules, layout."""
+
+
+class ExpressionError(VecmergeError):
+    """An expression that does not parse, or names something that does not resolve."""
+
+
+class WorkspaceError(VecmergeError):
+    """A `vecmerge.yaml` workspace file that is missing, unparsable or malformed."""
+
+
+class RecipeError(VecmergeError):
+    """A recipe (YAML or flags) with one or more invalid keys; lists every problem at once."""
+
+    def __init__(self, problems: list[str], source: str = "recipe"):
+        self.problems = list(problems)
+        self.source = source
+        joined = "; ".join(self.problems)
+        super().__init__(f"{source}: {len(self.problems)} problem(s): {joined}")
+
+
+class OutputError(VecmergeError):
+    """An output folder that exists (without --force) or cannot be written."""
+
+
+class CheckFailed(VecmergeError):
+    """A check that ran and did not pass (verify, consensus gate, --strict survival)."""
+
+    exit_code = 1

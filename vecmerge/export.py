@@ -1,0 +1,220 @@
+"""Writing a PEFT LoRA folder atomically, with its manifest (``vecmerge.json``) and model card.
+
+Every module is written with its scale folded so that PEFT's own ``lora_alpha / r`` reproduces the
+update: ranks that differ from the default go through ``rank_pattern`` and ``alpha_pattern``, whose
+keys are checked to resolve (by PEFT's rule) to exactly the intended rank and alpha.
+The folder is written to a temporary sibling and renamed into place; inputs are never opened for
+writing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from . import __version__
+from .adapter import CONFIG_NAME, PREFIX, SAFETENSORS_NAME, LoraConfig, ModuleSpec, peft_scale, sha256_file
+from .errors import OutputError
+from .lowrank import COMPUTE_DTYPE, LowRank
+
+MANIFEST_NAME = "vecmerge.json"
+CARD_NAME = "README.md"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Config keys copied from the template only when the module set is the template's own.
+_COVERAGE_KEYS = ("target_modules", "layers_to_transform", "layers_pattern", "exclude_modules")
+
+
+@dataclass(frozen=True)
+class WrittenModule:
+    """What one module became on disk.
+
+    Args:
+        lowrank (LowRank): the factors as stored (after dtype rounding), with PEFT's scale.
+        rank (int): stored r. alpha (float): stored lora_alpha.
+    """
+
+    lowrank: LowRank
+    rank: int
+    alpha: float
+
+
+def check_out(out, force: bool) -> Path:
+    """Refuse an existing ``out`` unless ``force``; call before any work so nothing is wasted."""
+    out = Path(out)
+    if out.exists() and not force:
+        raise OutputError(f"{out}: already exists; pass --force to replace it, or choose another --out")
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{out}: exists and is not a folder; choose another --out")
+    return out
+
+
+def _alpha_for(x: LowRank, r: int, keep_factors: bool = False) -> tuple[LowRank, float]:
+    """Choose lora_alpha so that PEFT's ``alpha / r`` equals ``x.scale``.
+
+    With ``keep_factors`` the factors are never touched (alpha is nudged by an ulp if needed);
+    otherwise a scale that ``alpha / r`` cannot hit exactly is folded into B and alpha = r.
+    """
+    if x.scale == 1.0:
+        return x, float(r)
+    alpha = x.scale * r
+    for cand in (alpha, math.nextafter(alpha, math.inf), math.nextafter(alpha, -math.inf)):
+        if peft_scale(cand, r, False) == x.scale:
+            return x, cand
+    if keep_factors:
+        return x, alpha
+    return LowRank(x.B * x.scale, x.A, 1.0), float(r)
+
+
+def _patterns(ranks: dict, alphas: dict) -> tuple[int, float, dict, dict]:
+    """Default r/alpha (the most common) and the pattern entries needed for the others."""
+    r0 = Counter(ranks.values()).most_common(1)[0][0]
+    a0 = Counter(a for m, a in alphas.items() if ranks[m] == r0).most_common(1)[0][0]
+    rp = {m: r for m, r in ranks.items() if r != r0}
+    ap = {m: a for m, a in alphas.items() if a != a0}
+    for escape in (False, True):
+        rpk = {(re.escape(m) if escape else m): r for m, r in rp.items()}
+        apk = {(re.escape(m) if escape else m): a for m, a in ap.items()}
+        cfg = LoraConfig(r=r0, lora_alpha=a0, rank_pattern=rpk, alpha_pattern=apk)
+        if all(cfg.resolve(m) == (ranks[m], alphas[m]) for m in ranks):
+            return r0, a0, rpk, apk
+    raise OutputError("cannot express the per-module ranks with PEFT's rank_pattern; please report this")
+
+
+def build_config(template: LoraConfig | None, specs: dict, ranks: dict, alphas: dict,
+                 same_modules: bool) -> dict:
+    """The ``adapter_config.json`` for the written modules (plain LoRA, rsLoRA off, patterns exact)."""
+    raw = dict(template.raw) if template is not None else {"peft_type": "LORA", "task_type": "CAUSAL_LM"}
+    r0, a0, rp, ap = _patterns(ranks, alphas)
+    raw.update(peft_type="LORA", r=int(r0), lora_alpha=a0, use_rslora=False, rank_pattern=rp,
+               alpha_pattern=ap, use_dora=False, fan_in_fan_out=any(
+                   s.transposed and s.kind == "linear" for s in specs.values()),
+               modules_to_save=None, inference_mode=True, init_lora_weights=True)
+    raw.pop("lora_bias", None)
+    if not same_modules or template is None:
+        for key in _COVERAGE_KEYS:
+            raw.pop(key, None)
+        raw["target_modules"] = sorted(specs)  # full names: PEFT targets exactly these modules
+    return raw
+
+
+def model_card(base_model: str | None, title: str, body: str) -> str:
+    """A Hugging Face model card with ``library_name: peft`` front matter."""
+    front = ["---", "library_name: peft"]
+    if base_model:
+        front.append(f"base_model: {base_model}")
+    front += ["tags:", "- lora", "- vecmerge", "---", ""]
+    return "\n".join(front) + f"# {title}\n\n{body.rstrip()}\n"
+
+
+def prepare_modules(modules: dict, specs: dict, dtype: str = "fp32", keep_factors: tuple = ()):
+    """The tensors to store and what each module becomes after dtype rounding (no file I/O).
+
+    Args:
+        modules (dict[str, LowRank]): module -> update. specs (dict[str, ModuleSpec]): layouts.
+        dtype (str): fp32, bf16 or fp16. keep_factors (tuple[str]): modules never refolded.
+
+    Returns:
+        (tensors, written): the safetensors dict and {module: WrittenModule}.
+    """
+    tdtype = DTYPES[dtype]
+    keep = set(keep_factors)
+    tensors, written = {}, {}
+    for name, x in modules.items():
+        spec: ModuleSpec = specs[name]
+        if x.rank == 0:  # PEFT needs r >= 1: a zero column and row
+            x = LowRank(torch.zeros(x.shape[0], 1, dtype=COMPUTE_DTYPE),
+                        torch.zeros(1, x.shape[1], dtype=COMPUTE_DTYPE), 1.0)
+        x, alpha = _alpha_for(x, x.rank, name in keep)
+        B = x.B.to(device="cpu", dtype=tdtype).contiguous()
+        A = x.A.to(device="cpu", dtype=tdtype).contiguous()
+        a_key, b_key = (("lora_embedding_A", "lora_embedding_B") if spec.kind == "embedding"
+                        else ("lora_A.weight", "lora_B.weight"))
+        tensors[f"{PREFIX}{name}.{a_key}"] = A
+        tensors[f"{PREFIX}{name}.{b_key}"] = B
+        written[name] = WrittenModule(LowRank(B, A, peft_scale(alpha, x.rank, False)), x.rank, alpha)
+    return tensors, written
+
+
+def write_adapter(out, prepared: tuple, specs: dict, *, template: LoraConfig | None, manifest: dict,
+                  card: str, dtype: str = "fp32", force: bool = False, same_modules: bool = True) -> dict:
+    """Write ``modules`` as a PEFT LoRA folder at ``out``, atomically.
+
+    Args:
+        out (str | Path): the folder to create.
+        prepared (tuple): ``prepare_modules(...)``: the tensors and {module: WrittenModule}.
+        specs (dict[str, ModuleSpec]): layout of each module (kind, transposed).
+        template (LoraConfig | None): config to start from (base model, task type, coverage).
+        manifest (dict): written as ``vecmerge.json`` with ``output`` (sha256s, dtype) added.
+        card (str): the README.md model card.
+        dtype (str): the dtype ``prepared`` was made with (recorded in the manifest).
+        force (bool): replace an existing ``out``.
+        same_modules (bool): the module set equals the template's (keep its target_modules).
+
+    Returns:
+        dict with ``written`` ({module: WrittenModule}) and ``sha256`` of the weights file.
+    """
+    from safetensors.torch import save_file
+
+    out = check_out(out, force)
+    tensors, written = prepared
+    ranks = {m: w.rank for m, w in written.items()}
+    alphas = {m: w.alpha for m, w in written.items()}
+    config = build_config(template, specs, ranks, alphas, same_modules)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        save_file(tensors, str(tmp / SAFETENSORS_NAME), metadata={"format": "pt"})
+        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        sha = sha256_file(tmp / SAFETENSORS_NAME)
+        manifest = dict(manifest)
+        manifest["vecmerge_version"] = __version__
+        manifest["output"] = {"weights": SAFETENSORS_NAME, "sha256": sha,
+                              "config_sha256": sha256_file(tmp / CONFIG_NAME), "dtype": dtype,
+                              "modules": len(written)}
+        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+        (tmp / CARD_NAME).write_text(card)
+        _replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {"written": written, "sha256": sha, "config": config}
+
+
+def _replace(tmp: Path, out: Path) -> None:
+    """Rename ``tmp`` to ``out``; an old ``out`` is moved aside first and removed only after."""
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.rmdir(old)
+        os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except OSError:
+        if old is not None:
+            os.rename(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def read_manifest(folder) -> dict:
+    """The ``vecmerge.json`` of an output folder."""
+    p = Path(folder) / MANIFEST_NAME
+    if not p.is_file():
+        raise OutputError(f"{folder}: no {MANIFEST_NAME}; was it written by vecmerge? "
+                          "use 'vecmerge verify --identities' for other adapters")
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise OutputError(f"{p}: not valid JSON ({e}); the manifest was edited or truncated") from None
+

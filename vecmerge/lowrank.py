@@ -1,0 +1,245 @@
+"""The factored term ``s * B @ A`` and its exact algebra, without ever forming the dense matrix.
+
+Shapes: ``B`` is (out, r), ``A`` is (r, in); the update is ``scale * B @ A`` of shape (out, in).
+All arithmetic runs in ``COMPUTE_DTYPE`` (float64): the factors are small, so the cost is nothing
+next to reading them, and near-cancelling differences such as ``v51 - v28`` keep their digits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .errors import AlignmentError
+
+COMPUTE_DTYPE = torch.float64
+_DEVICE = torch.device("cpu")
+# Singular values below this share of the update's norm are float64 round-off, not rank.
+EXACT_RTOL = 1e-9
+
+
+def set_device(device) -> None:
+    """Run the factored kernels on ``device`` (``cpu`` or ``cuda``); factors move there as used."""
+    global _DEVICE
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        from .errors import VecmergeError
+
+        raise VecmergeError("--device cuda: no CUDA device is visible to torch; use --device cpu")
+    _DEVICE = dev
+
+
+def f64(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in the compute dtype (float64) on the compute device."""
+    return t.to(device=_DEVICE, dtype=COMPUTE_DTYPE)
+
+
+@dataclass(frozen=True)
+class Core:
+    """An orthonormal sandwich ``Qb @ C @ Qa.T`` equal to a LowRank's update.
+
+    Args:
+        Qb (Tensor): (out, p) with orthonormal columns.
+        C (Tensor): (p, q), the small core.
+        Qa (Tensor): (in, q) with orthonormal columns.
+    """
+
+    Qb: torch.Tensor
+    C: torch.Tensor
+    Qa: torch.Tensor
+
+
+@dataclass(frozen=True)
+class SVD:
+    """Thin SVD of a LowRank: update ``= U @ diag(S) @ Vh``, S descending.
+
+    Args:
+        U (Tensor): (out, k). S (Tensor): (k,). Vh (Tensor): (k, in).
+    """
+
+    U: torch.Tensor
+    S: torch.Tensor
+    Vh: torch.Tensor
+
+    def exact_rank(self, rtol: float = EXACT_RTOL) -> int:
+        """Smallest k whose cut error ``sqrt(sum_{i>=k} S_i^2)`` is at most ``rtol * ||S||``."""
+        return rank_for_error(self.S, rtol)
+
+    def energy_rank(self, energy: float) -> int:
+        """Smallest k with ``sum_{i<k} S_i^2 >= energy * sum S_i^2``."""
+        total = float((self.S**2).sum())
+        if total == 0.0:
+            return 0
+        cum = torch.cumsum(self.S**2, 0) / total
+        return int((cum < energy - 1e-15).sum().item()) + 1
+
+    def dropped_error(self, k: int) -> float:
+        """Frobenius error of the best rank-k cut: ``sqrt(sum_{i>=k} S_i^2)`` (Eckart-Young)."""
+        return float(torch.sqrt((self.S[k:] ** 2).sum()))
+
+    def truncate(self, k: int) -> LowRank:
+        """The optimal rank-k approximation, split evenly: ``B = U_k sqrt(S_k)``, ``A = sqrt(S_k) Vh_k``."""
+        root = torch.sqrt(self.S[:k])
+        return LowRank(self.U[:, :k] * root, root[:, None] * self.Vh[:k], 1.0)
+
+
+def rank_for_error(S: torch.Tensor, rtol: float) -> int:
+    """Smallest k with ``sqrt(sum_{i>=k} S_i^2) <= rtol * sqrt(sum S_i^2)``.
+
+    Args:
+        S (Tensor): (k,) singular values, descending.
+        rtol (float): allowed relative Frobenius error.
+    """
+    total = float((S**2).sum())
+    if total == 0.0:
+        return 0
+    tail = torch.flip(torch.cumsum(torch.flip(S**2, [0]), 0), [0])  # tail[i] = sum_{j>=i} S_j^2
+    return int((tail > (rtol**2) * total).sum())  # tail is non-increasing
+
+
+@dataclass(frozen=True)
+class LowRank:
+    """One module's update ``scale * B @ A``, kept factored.
+
+    Args:
+        B (Tensor): (out, r) left factor.
+        A (Tensor): (r, in) right factor.
+        scale (float): the PEFT scale ``lora_alpha / r`` (or ``/ sqrt(r)`` for rsLoRA).
+    """
+
+    B: torch.Tensor
+    A: torch.Tensor
+    scale: float = 1.0
+
+    def __post_init__(self):
+        if self.B.ndim != 2 or self.A.ndim != 2 or self.B.shape[1] != self.A.shape[0]:
+            raise AlignmentError(
+                f"factor shapes disagree: B {tuple(self.B.shape)} and A {tuple(self.A.shape)}; "
+                "expected B (out, r) and A (r, in)"
+            )
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(out, in) of the update."""
+        return (int(self.B.shape[0]), int(self.A.shape[1]))
+
+    @property
+    def rank(self) -> int:
+        """Stored rank r (an upper bound on the numerical rank)."""
+        return int(self.A.shape[0])
+
+    @classmethod
+    def zeros(cls, shape: tuple[int, int]) -> LowRank:
+        """The zero update of shape (out, in), with rank 0."""
+        return cls(torch.zeros(shape[0], 0, dtype=COMPUTE_DTYPE, device=_DEVICE),
+                   torch.zeros(0, shape[1], dtype=COMPUTE_DTYPE, device=_DEVICE), 1.0)
+
+    def dense(self) -> torch.Tensor:
+        """``scale * B @ A`` as a dense (out, in) matrix. For tests and small checks only."""
+        return self.scale * (f64(self.B) @ f64(self.A))
+
+    # -- linear algebra ---------------------------------------------------------------------
+    def __mul__(self, c: float) -> LowRank:
+        return LowRank(self.B, self.A, self.scale * float(c))
+
+    __rmul__ = __mul__
+
+    def __neg__(self) -> LowRank:
+        return self * -1.0
+
+    def __add__(self, other: LowRank) -> LowRank:
+        return combine([(1.0, self), (1.0, other)])
+
+    def __sub__(self, other: LowRank) -> LowRank:
+        return combine([(1.0, self), (-1.0, other)])
+
+    def inner(self, other: LowRank) -> float:
+        """Frobenius inner product ``<s1 B1 A1, s2 B2 A2> = s1 s2 sum((B1^T B2) * (A1 A2^T))``.
+
+        Cost O((out + in) r1 r2); no dense matrix.
+        """
+        _check_same_shape(self, other)
+        B1, A1, B2, A2 = (f64(t) for t in (self.B, self.A, other.B, other.A))
+        return float(self.scale * other.scale * ((B1.T @ B2) * (A1 @ A2.T)).sum())
+
+    def core(self) -> Core:
+        """QR of both factors: ``s B A = Qb (s Rb Ra^T) Qa^T``. Cost O((out + in) r^2)."""
+        B, A = f64(self.B), f64(self.A)
+        Qb, Rb = torch.linalg.qr(B)
+        Qa, Ra = torch.linalg.qr(A.T)
+        return Core(Qb, self.scale * (Rb @ Ra.T), Qa)
+
+    def norm(self) -> float:
+        """Frobenius norm ``||s B A||_F = |s| ||Rb Ra^T||_F``; stable for near-cancelling sums."""
+        if self.rank == 0 or self.scale == 0.0:
+            return 0.0
+        return float(torch.linalg.matrix_norm(self.core().C))
+
+    def cosine(self, other: LowRank) -> float:
+        """``<x, y> / (||x|| ||y||)``; 0.0 where either is zero."""
+        nx, ny = self.norm(), other.norm()
+        if nx == 0.0 or ny == 0.0:
+            return 0.0
+        return self.inner(other) / (nx * ny)
+
+    def svd(self) -> SVD:
+        """Thin SVD via the small core: ``C = U S V^T``, then ``U' = Qb U``, ``Vh' = V^T Qa^T``."""
+        out, inn = self.shape
+        if self.rank == 0:
+            z = LowRank.zeros((out, inn))
+            return SVD(z.B, torch.zeros(0, dtype=COMPUTE_DTYPE, device=_DEVICE), z.A)
+        c = self.core()
+        U, S, Vh = torch.linalg.svd(c.C, full_matrices=False)
+        return SVD(c.Qb @ U, S, Vh @ c.Qa.T)
+
+    def compress(self, rtol: float = EXACT_RTOL) -> LowRank:
+        """The same update at its exact numerical rank (drops only float64 round-off)."""
+        s = self.svd()
+        return s.truncate(s.exact_rank(rtol))
+
+
+def _check_same_shape(x: LowRank, y: LowRank) -> None:
+    if x.shape != y.shape:
+        raise AlignmentError(f"update shapes differ: {x.shape} and {y.shape}; adapters of different base models?")
+
+
+def combine(terms: list[tuple[float, LowRank]]) -> LowRank:
+    """Exact linear combination by stacking: ``sum c_i s_i B_i A_i = [c_i s_i B_i] @ [A_i]``.
+
+    Args:
+        terms (list[tuple[float, LowRank]]): coefficients and terms, all of one shape (out, in).
+
+    Returns:
+        LowRank of rank ``sum r_i`` with scale 1, in float64.
+    """
+    if not terms:
+        raise ValueError("combine() needs at least one term")
+    first = terms[0][1]
+    for _, t in terms[1:]:
+        _check_same_shape(first, t)
+    live = [(c, t) for c, t in terms if c != 0.0 and t.scale != 0.0 and t.rank > 0]
+    if not live:
+        return LowRank.zeros(first.shape)
+    Bs = torch.cat([(c * t.scale) * f64(t.B) for c, t in live], dim=1)
+    As = torch.cat([f64(t.A) for _, t in live], dim=0)
+    return LowRank(Bs, As, 1.0)
+
+
+def project_coefficient(x: LowRank, onto: LowRank) -> float:
+    """``<x, onto> / ||onto||^2``: the coefficient of x's component along ``onto`` (0 if onto is zero)."""
+    n = onto.norm()
+    return 0.0 if n == 0.0 else x.inner(onto) / (n * n)
+
+
+def relative_error(x: LowRank, ref: LowRank) -> float:
+    """``||x - ref|| / ||ref||`` (absolute error when ref is zero), in factored form."""
+    err = (x - ref).norm()
+    n = ref.norm()
+    return err / n if n > 0 else err
+
+
+def isfinite(x: LowRank) -> bool:
+    """True when every factor entry and the scale are finite."""
+    return bool(torch.isfinite(x.B).all() and torch.isfinite(x.A).all() and math.isfinite(x.scale))

@@ -1,0 +1,313 @@
+"""``run(recipe)``: the one path from a Recipe to written adapters and a report.
+
+For every output (one, or one per dose multiple k) and module m::
+
+    intended_m = base_m + k * alpha_m * dir'_m          (exact, factored, float64)
+    written_m  = refactor(intended_m, rank policy), rounded to the output dtype
+
+and the report says how much of the step survived:
+``survival = sum_m <written_m - base_m, step_m> / ||step||^2`` and
+``residual = ||written - intended|| / ||step||`` (global Frobenius norms, factored).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import statistics
+from pathlib import Path
+
+import torch
+
+from . import __version__
+from .audit import agreement_rows, summarize
+from .errors import CheckFailed, RecipeError
+from .export import MANIFEST_NAME, check_out, model_card, prepare_modules, write_adapter
+from .expr import parse
+from .lowrank import LowRank, combine, f64
+from .recipe import Recipe
+from .refactor import RankPolicy, refactor
+from .surgery import choose_step, shape_direction
+from .taskvector import TaskVector, align, linear_combination
+from .workspace import Workspace
+
+SURVIVAL_WARN = 0.99
+
+
+def _open_inputs(recipe: Recipe, ws: Workspace, forms: dict) -> dict:
+    """Open every adapter the recipe names; check sha256 pins; return {name: {path, sha256}}."""
+    for name, entry in recipe.inputs.items():
+        ws.adapters[name] = Path(entry["path"]).resolve()
+    ws.modules_to_save = recipe.modules_to_save
+    inputs = {}
+    problems = []
+    for form in forms.values():
+        for name in form.names():
+            if name in inputs:
+                continue
+            a = ws.adapter(name)
+            pin = recipe.inputs.get(name, {}).get("sha256")
+            if pin and pin != a.sha256:
+                problems.append(f"inputs.{name}: {a.weights_path} has sha256 {a.sha256[:12]}..., "
+                                f"the recipe pins {pin[:12]}...; the adapter changed since the recipe was written")
+            inputs[name] = {"path": str(a.path), "sha256": a.sha256, "config_sha256": a.config_sha256}
+    if problems:
+        raise RecipeError(problems, "inputs")
+    return inputs
+
+
+def _outputs(recipe: Recipe) -> list[tuple[float, str | None]]:
+    if recipe.dose:
+        if recipe.out is None:
+            return [(k * recipe.multiple, None) for k in recipe.dose]
+        return [(k * recipe.multiple, f"{recipe.out}-x{k:g}") for k in recipe.dose]
+    return [(recipe.multiple, recipe.out)]
+
+
+def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> dict:
+    """Everything but the writing: inputs, vectors, consensus, the step. Used by run and verify."""
+    forms = {"base": parse(recipe.base)}
+    if recipe.dir:
+        forms["dir"] = parse(recipe.dir)
+    if recipe.consensus:
+        forms["ref"] = parse(recipe.consensus.ref)
+    inputs = _open_inputs(recipe, ws, forms)
+    vecs = {name: ws.vector(name) for form in forms.values() for name in form.names()}
+    names = align(list(vecs.values()), list(vecs), recipe.allow_missing)
+    missing = {n: [m for m in names if m not in v.modules] for n, v in vecs.items()}
+
+    def ev(form):
+        tv = linear_combination([(form.coeffs[n], vecs[n]) for n in form.names()], list(form.names()),
+                                recipe.allow_missing)
+        specs = {m: next(v.specs[m] for v in vecs.values() if m in v.specs) for m in names}
+        mods = {m: tv.modules.get(m) or LowRank.zeros(specs[m].shape) for m in names}
+        return TaskVector(mods, specs)
+
+    tv = {k: ev(f) for k, f in forms.items()}
+    state = {"recipe": recipe, "inputs": inputs, "names": names, "forms": forms, "tv": tv,
+             "missing": {k: v for k, v in missing.items() if v}, "vecs": vecs}
+    if not recipe.dir:
+        return state
+    dropped = []
+    if recipe.consensus:
+        rows = agreement_rows(tv["ref"], tv["dir"], names, progress=progress)
+        summary = summarize(rows)
+        c = recipe.consensus
+        share = summary["agree"] / summary["modules"] if summary["modules"] else 0.0
+        state["consensus"] = {"ref": c.ref, "on_disagree": c.on_disagree, "min_agree": c.min_agree,
+                              **summary, "rows": rows}
+        bad = summary["disagreeing"]
+        if c.min_agree is not None and share < c.min_agree:
+            raise CheckFailed(f"consensus: {summary['agree']}/{summary['modules']} modules agree "
+                              f"({share:.1%}) < min_agree {c.min_agree:g}; disagreeing: {_few(bad)}")
+        if bad and c.on_disagree == "fail":
+            raise CheckFailed(f"consensus: {len(bad)}/{summary['modules']} module(s) disagree with "
+                              f"{c.ref}: {_few(bad)}; nothing written (use --on-disagree drop|keep)")
+        if c.on_disagree == "drop":
+            dropped = bad
+    shaped = shape_direction(tv["dir"], mode=recipe.mode, base=tv["base"], ref=tv.get("ref"), dropped=dropped)
+    state["dropped"] = dropped
+    state["shaped"] = shaped
+    state["step"] = choose_step(tv["base"], shaped, trust=recipe.trust, alpha=recipe.alpha,
+                                scope=recipe.trust_scope)
+    return state
+
+
+def _few(names: list[str], n: int = 6) -> str:
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def intended(state: dict, m: str, multiple: float) -> tuple[LowRank, LowRank | None]:
+    """``(base_m + multiple * alpha_m * dir'_m, the step)`` for module m (base alone for a refactor)."""
+    base = state["tv"]["base"][m]
+    if "step" not in state:
+        return base, None
+    step_m = state["shaped"][m] * (state["step"].module_alpha[m] * multiple)
+    return combine([(1.0, base), (1.0, step_m)]), step_m
+
+
+def build_output(state: dict, multiple: float, progress=None) -> dict:
+    """Re-factor every module, round to the dtype, and measure what survived (no file I/O)."""
+    recipe: Recipe = state["recipe"]
+    names = state["names"]
+    keep_base = recipe.rank == "keep-base"
+    policy = None if keep_base else RankPolicy.parse(recipe.rank)
+    modules, rows = {}, {}
+    it = progress(names) if progress else names
+    for m in it:
+        target, step_m = intended(state, m, multiple)
+        if keep_base:
+            own = state["vecs"][state["forms"]["base"].names()[0]]
+            b0 = own.modules[m] if m in own.modules else LowRank.zeros(target.shape)
+            upd = step_m.compress()
+            sc = b0.scale if b0.scale != 0 else 1.0
+            x = LowRank(_cat1(b0.B, upd.B / sc), _cat0(b0.A, upd.A), sc)
+            modules[m] = x
+            rows[m] = {"rank": x.rank, "exact_rank": x.rank, "cut_error": 0.0}
+        else:
+            rf = refactor(target, policy)
+            modules[m] = rf.lowrank
+            rows[m] = {"rank": rf.rank, "exact_rank": rf.exact_rank, "cut_error": rf.error}
+        rows[m]["target"] = target
+        rows[m]["step"] = step_m
+    keep = tuple(names) if keep_base else ()
+    prepared = prepare_modules(modules, state["tv"]["base"].specs, recipe.dtype, keep)
+    return {"prepared": prepared, "rows": rows, "multiple": multiple,
+            "figures": _figures(state, prepared[1], rows, modules)}
+
+
+def _cat1(x, y):
+    return torch.cat([f64(x), f64(y)], 1) if y.numel() else x
+
+
+def _cat0(x, y):
+    return torch.cat([f64(x), f64(y)], 0) if y.numel() else x
+
+
+def _figures(state, written: dict, rows: dict, refactored: dict) -> dict:
+    """Survival, residual, dtype effect, per-module rank and error, in factored float64."""
+    base = state["tv"]["base"]
+    has_step = "step" in state
+    step_sq = inner_sum = resid_sq = dtype_sq = target_sq = 0.0
+    per = {}
+    for m, w in written.items():
+        r = rows[m]
+        wl, target = w.lowrank, r["target"]
+        err = (wl - target).norm()
+        tn = target.norm()
+        rounding = (wl - refactored[m]).norm()
+        resid_sq += err * err
+        dtype_sq += rounding * rounding
+        target_sq += tn * tn
+        entry = {"rank": w.rank, "exact_rank": r["exact_rank"], "rel_error": err / tn if tn > 0 else err,
+                 "cut_error": r["cut_error"]}
+        if has_step:
+            s = r["step"]
+            sn = s.norm()
+            moved = combine([(1.0, wl), (-1.0, base[m])]).inner(s)
+            step_sq += sn * sn
+            inner_sum += moved
+            entry["step_norm"] = sn
+            entry["survival"] = moved / (sn * sn) if sn > 0 else 1.0
+        per[m] = entry
+    ranks = [e["rank"] for e in per.values()]
+    fig = {"modules": per,
+           "rank": {"min": min(ranks), "median": statistics.median(ranks), "max": max(ranks)},
+           "rel_error": math.sqrt(resid_sq / target_sq) if target_sq > 0 else math.sqrt(resid_sq),
+           "dtype_effect": math.sqrt(dtype_sq / target_sq) if target_sq > 0 else 0.0}
+    if has_step:
+        fig["survival"] = inner_sum / step_sq if step_sq > 0 else 1.0
+        fig["residual"] = math.sqrt(resid_sq / step_sq) if step_sq > 0 else 0.0
+        fig["dtype_effect_on_step"] = math.sqrt(dtype_sq / step_sq) if step_sq > 0 else 0.0
+    return fig
+
+
+def manifest_for(state: dict, out: dict, path: str | None) -> dict:
+    """The ``vecmerge.json`` content for one output: the resolved recipe, inputs, figures."""
+    recipe: Recipe = state["recipe"]
+    d = recipe.to_dict()
+    d.pop("dose", None)
+    d["multiple"] = out["multiple"]
+    d["out"] = path
+    d["inputs"] = {n: {"path": i["path"], "sha256": i["sha256"]} for n, i in state["inputs"].items()}
+    resolved = {"modules": len(state["names"])}
+    if "step" in state:
+        st = state["step"]
+        resolved.update(alpha=None if st.alpha is None else st.alpha * out["multiple"],
+                        alpha_chosen=st.alpha, clipped=st.clipped, dropped=state["dropped"],
+                        realized=st.realized(out["multiple"]))
+        if st.alpha is None:
+            resolved["module_alpha"] = {m: a * out["multiple"] for m, a in st.module_alpha.items()}
+    fig = out["figures"]
+    return {"tool": "vecmerge", "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "kind": recipe.kind, "recipe": d, "resolved": resolved, "inputs": state["inputs"],
+            "missing_modules": state["missing"],
+            "figures": {k: v for k, v in fig.items() if k != "modules"},
+            "modules": {m: {k: e[k] for k in ("rank", "exact_rank", "rel_error", "survival") if k in e}
+                        for m, e in fig["modules"].items()}}
+
+
+def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, force: bool = False,
+        progress=None) -> dict:
+    """Evaluate, gate, step, re-factor and (unless ``dry_run``) write every output.
+
+    Args:
+        recipe (Recipe): what to do. ws (Workspace | None): name resolution (default: cwd).
+        dry_run (bool): compute the full report, write nothing. force (bool): replace outputs.
+        progress: optional callable wrapping iterables (tqdm) for long loops.
+
+    Returns:
+        The report dict (see ``report.py``); raises CheckFailed (exit 1) for a failed gate.
+    """
+    ws = ws or Workspace()
+    plan = _outputs(recipe)
+    if not dry_run:
+        if any(p is None for _, p in plan):
+            raise RecipeError(["out: missing (where to write the adapter), or use --dry-run"])
+        for _, p in plan:
+            check_out(p, force)
+    state = evaluate(recipe, ws, progress)
+    template = state["vecs"][state["forms"]["base"].names()[0]]
+    base_adapter = ws.adapter(state["forms"]["base"].names()[0])
+    same = set(state["names"]) == set(template.modules)
+    report = {"command": recipe.kind, "vecmerge_version": __version__, "recipe": recipe.to_dict(),
+              "inputs": state["inputs"], "modules": len(state["names"]), "missing_modules": state["missing"],
+              "dry_run": dry_run, "outputs": []}
+    if "consensus" in state:
+        report["consensus"] = state["consensus"]
+    if "step" in state:
+        st = state["step"]
+        report["step"] = {"alpha": st.alpha, "trust": st.trust, "scope": st.scope, "requested_alpha": st.alpha
+                          if st.requested_alpha is None else st.requested_alpha, "clipped": st.clipped,
+                          "base_norm": st.base_norm, "dir_norm": st.dir_norm, "mode": recipe.mode,
+                          "dropped": state["dropped"], "realized": st.realized()}
+    built = []
+    for multiple, path in plan:
+        out = build_output(state, multiple, progress)
+        fig = out["figures"]
+        warnings = []
+        if "survival" in fig and fig["survival"] < SURVIVAL_WARN:
+            warnings.append(f"only {fig['survival']:.2%} of the step survives (rank {recipe.rank}, "
+                            f"dtype {recipe.dtype}); use --rank exact or a wider dtype")
+        entry = {"multiple": multiple, "path": path, "figures": fig, "warnings": warnings,
+                 "alpha": None if "step" not in state or state["step"].alpha is None
+                 else state["step"].alpha * multiple}
+        if "step" in state:
+            entry["realized"] = state["step"].realized(multiple)
+        built.append((out, entry))
+    failing = [e for _, e in built if e["warnings"]]
+    if recipe.strict and failing:
+        raise CheckFailed(f"--strict: {failing[0]['warnings'][0]}; nothing written")
+    for out, entry in built:
+        if not dry_run:
+            manifest = manifest_for(state, out, entry["path"])
+            card = model_card(base_adapter.config.base_model, Path(entry["path"]).name, _card_body(manifest))
+            res = write_adapter(entry["path"], out["prepared"], state["tv"]["base"].specs,
+                                template=base_adapter.config, manifest=manifest, card=card,
+                                dtype=recipe.dtype, force=force, same_modules=same)
+            entry["sha256"] = res["sha256"]
+            entry["manifest"] = str(Path(entry["path"]) / MANIFEST_NAME)
+        report["outputs"].append(entry)
+    return report
+
+
+def _card_body(manifest: dict) -> str:
+    r = manifest["recipe"]
+    lines = ["Made with [vecmerge](https://pypi.org/project/vecmerge/): LoRA task-vector surgery.", ""]
+    if r.get("dir"):
+        lines.append(f"    {r['base']} + alpha * ({r['dir']})")
+        res = manifest["resolved"]
+        if res.get("alpha") is not None:
+            lines += ["", f"- alpha = {res['alpha']!r}"]
+        lines.append(f"- realized relative step = {res['realized']['global']!r}")
+        lines.append(f"- mode = {r.get('mode', 'add')}, trust = {r.get('trust')}, "
+                     f"scope = {r.get('trust_scope', 'global')}")
+    else:
+        lines.append(f"    {r['base']}")
+    fig = manifest["figures"]
+    lines.append(f"- rank policy = {r.get('rank', 'exact')}, ranks {fig['rank']['min']}..{fig['rank']['max']}, "
+                 f"relative error {fig['rel_error']:.3e}")
+    lines += ["", "Inputs (sha256 of adapter_model):", ""]
+    lines += [f"- {n}: `{i['sha256']}`" for n, i in manifest["inputs"].items()]
+    lines += ["", "`vecmerge.json` holds the full recipe; `vecmerge verify <this folder>` re-derives it."]
+    return "\n".join(lines)

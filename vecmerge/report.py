@@ -1,0 +1,117 @@
+"""Text rendering of reports: tables for people, JSON for machines. Only this layer uses tabulate.
+
+Floats that a user may paste into a recipe (alpha) are printed with ``repr``: the shortest string
+that reads back to the same float64, i.e. full precision.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from tabulate import tabulate
+
+
+def table(rows: list, headers: list, fmt: str = "simple") -> str:
+    """A tabulate table (``simple``, ``github`` for markdown, ...)."""
+    return tabulate(rows, headers=headers, tablefmt=fmt, floatfmt=".4g", disable_numparse=True)
+
+
+def to_json(obj) -> str:
+    """JSON with Paths and other objects stringified; NaN written as null."""
+    def clean(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if isinstance(x, (str, int, float, bool)) or x is None:
+            return x
+        return str(x)
+
+    return json.dumps(clean(obj), indent=2)
+
+
+def g(x, digits: int = 4) -> str:
+    """A short number: 4 significant digits."""
+    return "-" if x is None else f"{x:.{digits}g}"
+
+
+def render_inspect(infos: list[dict]) -> str:
+    """One block per adapter: config facts, then norms by module type."""
+    blocks = []
+    for d in infos:
+        facts = [
+            ("path", d["path"]), ("peft type", d["peft_type"]), ("base model", d["base_model"] or "-"),
+            ("modules", f"{d['modules']} ({d['layers']} layers x {len(d['module_types'])} types)"),
+            ("target modules", ", ".join(d["module_types"])),
+            ("ranks", ", ".join(f"r={k}: {v}" for k, v in d["ranks"].items())),
+            ("scale rule", f"{d['scale_rule']}, lora_alpha={g(d['lora_alpha'])}, scales "
+                           + ", ".join(f"{float(k):.6g} x{v}" for k, v in d["scales"].items())),
+            ("dtype", d["dtype"]), ("weights", d["weights"]),
+            ("norm ||scale*B@A||", g(d["norm"], 6)), ("sha256", d["sha256"]),
+        ]
+        if d["rank_pattern"] or d["alpha_pattern"]:
+            facts.append(("patterns", f"rank_pattern {len(d['rank_pattern'])}, alpha_pattern {len(d['alpha_pattern'])}"))
+        if d["embedding_modules"]:
+            facts.append(("embedding LoRA", ", ".join(d["embedding_modules"])))
+        if d["base_layer_copies"]:
+            facts.append(("note", f"{len(d['base_layer_copies'])} saved base-layer copies ignored (not the update)"))
+        norms = table([(t, g(n, 6)) for t, n in d["norm_by_type"].items()], ["module type", "norm"])
+        blocks.append(table(facts, ["", ""], "plain") + "\n\n" + norms)
+    return "\n\n".join(blocks)
+
+
+def render_merge(rep: dict) -> str:
+    """The report of ``project`` / ``refactor`` / ``run``: step, consensus, outputs, warnings."""
+    out = []
+    r = rep["recipe"]
+    if rep["command"] == "project":
+        st = rep["step"]
+        out.append(f"project: {r['base']} + alpha * ({r['dir']})   mode={st['mode']}")
+        facts = [("alpha", repr(st["alpha"]) if st["alpha"] is not None else "per module (trust_scope=module)"),
+                 ("trust", f"{st['trust']!r} ({st['scope']})" if st["trust"] is not None else "-"),
+                 ("clipped by trust", "yes" if st["clipped"] else "no"),
+                 ("||base||", g(st["base_norm"], 8)), ("||dir||", g(st["dir_norm"], 8)),
+                 ("realized relative step", f"{st['realized']['global']!r}"),
+                 ("per module min/median/max", " / ".join(g(st["realized"][k]) for k in
+                                                          ("module_min", "module_median", "module_max")))]
+        if st["dropped"]:
+            facts.append(("dropped (disagree)", f"{len(st['dropped'])}: " + ", ".join(st["dropped"][:6])))
+        out.append(table(facts, ["", ""], "plain"))
+        if "consensus" in rep:
+            c = rep["consensus"]
+            out.append(f"consensus vs {c['ref']}: {c['agree']}/{c['modules']} modules agree, "
+                       f"{c['agree_energy']:.2%} of the direction's energy, median cosine {c['cosine_median']:.4f}, "
+                       f"min {c['cosine_min']:.4f} (on_disagree={c['on_disagree']})")
+    else:
+        out.append(f"refactor: {r['base']}   rank={r.get('rank', 'exact')}")
+    if rep.get("missing_modules"):
+        out.append("missing modules treated as zero: " + "; ".join(
+            f"{k}: {len(v)}" for k, v in rep["missing_modules"].items()))
+    rows = []
+    for o in rep["outputs"]:
+        f = o["figures"]
+        rows.append([g(o["multiple"]), repr(o["alpha"]) if o.get("alpha") is not None else "-",
+                     g(o["realized"]["global"]) if "realized" in o else "-",
+                     f"{f['survival']:.6f}" if "survival" in f else "-",
+                     g(f.get("residual", f["rel_error"])), g(f["dtype_effect"]),
+                     f"{f['rank']['min']}..{f['rank']['max']}",
+                     o["path"] or "(dry run)", (o.get("sha256") or "-")[:16]])
+    out.append(table(rows, ["dose", "alpha", "step", "survival", "residual", "dtype effect", "ranks", "out",
+                            "sha256"]))
+    for o in rep["outputs"]:
+        for w in o["warnings"]:
+            out.append(f"warning: {o['path'] or 'dry run'}: {w}")
+    if rep["dry_run"]:
+        out.append("dry run: nothing written")
+    return "\n\n".join(out)
+
+
+def render_modules(rep: dict, limit: int | None = None) -> str:
+    """Per-module figures of the first output: rank, exact rank, relative error, survival."""
+    f = rep["outputs"][0]["figures"]["modules"]
+    rows = [[m, e["rank"], e["exact_rank"], g(e["rel_error"]), g(e.get("survival"))]
+            for m, e in list(f.items())[:limit]]
+    return table(rows, ["module", "rank", "exact rank", "rel error", "survival"])

@@ -1,0 +1,105 @@
+"""Names to folders: a ``vecmerge.yaml`` workspace, and evaluating expressions to task vectors.
+
+``vecmerge.yaml``::
+
+    base_model: base            # optional: a local transformers folder, for verify --base-model
+    adapters:
+      v54: runs/v54/checkpoint-3
+      v51: runs/v51
+
+Paths are relative to the workspace file. A name that is not listed is a folder of that name in
+the current directory.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from .adapter import Adapter
+from .errors import ExpressionError, WorkspaceError
+from .expr import NAME_RE, LinearForm, parse
+from .taskvector import TaskVector, linear_combination
+
+WORKSPACE_NAME = "vecmerge.yaml"
+
+
+class Workspace:
+    """Resolves adapter names and keeps each adapter opened once.
+
+    Args:
+        path (str | Path | None): a workspace file; None looks for ``vecmerge.yaml`` in ``root``.
+        root (str | Path | None): the folder unlisted names resolve in (default: current directory).
+    """
+
+    def __init__(self, path=None, root=None):
+        self.root = Path(root) if root is not None else Path.cwd()
+        self.adapters: dict[str, Path] = {}
+        self.base_model: Path | None = None
+        self.file: Path | None = None
+        if path is None and (self.root / WORKSPACE_NAME).is_file():
+            path = self.root / WORKSPACE_NAME
+        if path is not None:
+            self._load(Path(path))
+        self._open: dict[Path, Adapter] = {}
+        self.modules_to_save = "refuse"  # policy passed to every Adapter opened (recipe key)
+
+    def _load(self, path: Path) -> None:
+        if not path.is_file():
+            raise WorkspaceError(f"{path}: no such workspace file; create it or drop --workspace")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise WorkspaceError(f"{path}: not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
+        if not isinstance(data, dict):
+            raise WorkspaceError(f"{path}: expected a mapping with an 'adapters' key")
+        unknown = set(data) - {"adapters", "base_model"}
+        if unknown:
+            raise WorkspaceError(f"{path}: unknown key(s) {sorted(unknown)}; expected 'adapters' and 'base_model'")
+        adapters = data.get("adapters") or {}
+        if not isinstance(adapters, dict):
+            raise WorkspaceError(f"{path}: 'adapters' must map names to folders, e.g. 'v54: runs/v54'")
+        bad = [str(k) for k in adapters if not re.fullmatch(NAME_RE, str(k))]
+        if bad:
+            raise WorkspaceError(f"{path}: adapter name(s) {bad} must match {NAME_RE} (no '-' or spaces)")
+        self.file = path
+        base = path.parent
+        self.adapters = {str(k): (base / str(v)).resolve() for k, v in adapters.items()}
+        if data.get("base_model"):
+            self.base_model = (base / str(data["base_model"])).resolve()
+
+    def path_of(self, name: str) -> Path:
+        """The folder a name stands for."""
+        if name in self.adapters:
+            return self.adapters[name]
+        p = (self.root / name).resolve()
+        if not p.is_dir():
+            where = f" in {self.file}" if self.file else " (no vecmerge.yaml here)"
+            raise ExpressionError(f"{name!r} is not an adapter name{where} nor a folder in {self.root}; "
+                                  f"add it under 'adapters:' in {WORKSPACE_NAME} or pass a folder")
+        return p
+
+    def adapter(self, name: str) -> Adapter:
+        """Open (once) the adapter a name stands for."""
+        p = self.path_of(name)
+        if p not in self._open:
+            self._open[p] = Adapter(p, modules_to_save=self.modules_to_save)
+        return self._open[p]
+
+    def vector(self, name: str) -> TaskVector:
+        return TaskVector.from_adapter(self.adapter(name))
+
+    def evaluate(self, expr, allow_missing: bool = False) -> TaskVector:
+        """The task vector of an expression (string or LinearForm), exact, in float64 factors."""
+        form = parse(expr) if isinstance(expr, str) else expr
+        return evaluate_form(form, self, allow_missing)
+
+
+def evaluate_form(form: LinearForm, ws: Workspace, allow_missing: bool = False) -> TaskVector:
+    """``sum_i c_i * adapter_i`` per module by stacking; zero coefficients are dropped after alignment."""
+    names = form.names()
+    vecs = [ws.vector(n) for n in names]
+    return linear_combination([(form.coeffs[n], v) for n, v in zip(names, vecs)], labels=names,
+                              allow_missing=allow_missing)
