@@ -239,7 +239,8 @@ class Adapter:
             return sd, None
         except Exception as e:  # safetensors raises its own types for truncated/corrupt headers
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise AdapterError(f"{p}: cannot read tensors ({msg}); the file is truncated or corrupt, copy it again") from None
+            raise AdapterError(f"{p}: cannot read tensors ({msg}); the file is truncated or corrupt, "
+                               "copy it again") from None
 
     def _shape(self, key) -> tuple:
         t = self._tensors[0][key]

@@ -150,7 +150,7 @@ def _merge_options(fn):
     return fn
 
 
-def _run_recipe(obj: Ctx, data: dict, *, force, dry_run, as_json, show_modules, source="flags"):
+def _run_recipe(obj: Ctx, data: dict, *, force, dry_run, as_json, show_modules, source="options"):
     from .merge import run
     from .recipe import Recipe
     from .report import render_merge, render_modules

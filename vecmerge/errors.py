@@ -35,8 +35,11 @@ class RecipeError(VecmergeError):
     def __init__(self, problems: list[str], source: str = "recipe"):
         self.problems = list(problems)
         self.source = source
-        joined = "; ".join(self.problems)
-        super().__init__(f"{source}: {len(self.problems)} problem(s): {joined}")
+        if len(self.problems) == 1:  # a single problem keeps its detail (an expression's caret lines)
+            super().__init__(f"{source}: {self.problems[0]}")
+        else:
+            joined = "; ".join(q.splitlines()[0] for q in self.problems)
+            super().__init__(f"{source}: {len(self.problems)} problems: {joined}")
 
 
 class OutputError(VecmergeError):

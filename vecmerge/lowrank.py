@@ -16,7 +16,8 @@ from .errors import AlignmentError
 
 COMPUTE_DTYPE = torch.float64
 _DEVICE = torch.device("cpu")
-# Singular values below this share of the update's norm are float64 round-off, not rank.
+# Exact rank: singular directions whose total is below this share of |s| ||B||_F ||A||_F (an upper
+# bound on the terms' magnitude) are float64 round-off, not rank: x - x has rank 0, not noise.
 EXACT_RTOL = 1e-9
 
 
@@ -57,15 +58,17 @@ class SVD:
 
     Args:
         U (Tensor): (out, k). S (Tensor): (k,). Vh (Tensor): (k, in).
+        floor (float): ``|s| ||B||_F ||A||_F`` of the factors it came from, the round-off scale.
     """
 
     U: torch.Tensor
     S: torch.Tensor
     Vh: torch.Tensor
+    floor: float = 0.0
 
     def exact_rank(self, rtol: float = EXACT_RTOL) -> int:
-        """Smallest k whose cut error ``sqrt(sum_{i>=k} S_i^2)`` is at most ``rtol * ||S||``."""
-        return rank_for_error(self.S, rtol)
+        """Smallest k whose cut error ``sqrt(sum_{i>=k} S_i^2)`` is at most ``rtol * max(||S||, floor)``."""
+        return rank_for_error(self.S, rtol, self.floor)
 
     def energy_rank(self, energy: float) -> int:
         """Smallest k with ``sum_{i<k} S_i^2 >= energy * sum S_i^2``."""
@@ -85,14 +88,15 @@ class SVD:
         return LowRank(self.U[:, :k] * root, root[:, None] * self.Vh[:k], 1.0)
 
 
-def rank_for_error(S: torch.Tensor, rtol: float) -> int:
-    """Smallest k with ``sqrt(sum_{i>=k} S_i^2) <= rtol * sqrt(sum S_i^2)``.
+def rank_for_error(S: torch.Tensor, rtol: float, ref: float = 0.0) -> int:
+    """Smallest k with ``sqrt(sum_{i>=k} S_i^2) <= rtol * max(||S||, ref)``.
 
     Args:
         S (Tensor): (k,) singular values, descending.
         rtol (float): allowed relative Frobenius error.
+        ref (float): a larger scale to measure against (round-off of a cancelling sum).
     """
-    total = float((S**2).sum())
+    total = max(float((S**2).sum()), ref * ref)
     if total == 0.0:
         return 0
     tail = torch.flip(torch.cumsum(torch.flip(S**2, [0]), 0), [0])  # tail[i] = sum_{j>=i} S_j^2
@@ -192,7 +196,8 @@ class LowRank:
             return SVD(z.B, torch.zeros(0, dtype=COMPUTE_DTYPE, device=_DEVICE), z.A)
         c = self.core()
         U, S, Vh = torch.linalg.svd(c.C, full_matrices=False)
-        return SVD(c.Qb @ U, S, Vh @ c.Qa.T)
+        floor = abs(self.scale) * float(torch.linalg.norm(f64(self.B))) * float(torch.linalg.norm(f64(self.A)))
+        return SVD(c.Qb @ U, S, Vh @ c.Qa.T, floor)
 
     def compress(self, rtol: float = EXACT_RTOL) -> LowRank:
         """The same update at its exact numerical rank (drops only float64 round-off)."""

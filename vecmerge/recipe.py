@@ -8,7 +8,8 @@ A YAML recipe mirrors the flags of ``vecmerge project``::
     consensus: {ref: v54 - v54e2, on_disagree: fail, min_agree: 1.0}
     mode: add                 # add | onto-ref | orthogonal
     rank: exact               # exact | N | energy:E | keep-base
-    dose: [0.5, 1, 1.456]     # optional ladder: one output per multiple of alpha, at OUT-x<k>
+    dose: [0.5, 1, 1.456]     # optional ladder: one output per multiple of alpha, at OUT-x<k>;
+                              # a single number (dose: 1.456) writes that multiple at OUT itself
     out: out/v58
     inputs:                   # optional; paths relative to the recipe; sha256 pins are checked
       v54: {path: runs/v54, sha256: 9f0c...}
@@ -19,6 +20,7 @@ Without ``dir`` a recipe re-factors ``base`` (any expression) at the given rank:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -105,7 +107,7 @@ class Recipe:
                 parse(str(v))
                 kw[key] = str(v)
             except Exception as e:
-                p.append(f"{key}: {str(e).splitlines()[0]} in {v!r}")
+                p.append(f"{key}: {e}")
         for key in ("trust", "alpha", "multiple"):
             v = data.get(key)
             if v is None:
@@ -145,7 +147,7 @@ class Recipe:
                 try:
                     parse(str(cons["ref"]))
                 except Exception as e:
-                    p.append(f"consensus.ref: {str(e).splitlines()[0]}")
+                    p.append(f"consensus.ref: {e}")
                 od = str(cons.get("on_disagree", "fail"))
                 if od not in ON_DISAGREE:
                     p.append(f"consensus.on_disagree={od!r}: use one of {', '.join(ON_DISAGREE)}")
@@ -154,6 +156,9 @@ class Recipe:
                     p.append(f"consensus.min_agree={ma!r}: a share between 0 and 1")
                 kw["consensus"] = Consensus(str(cons["ref"]), od, None if ma is None else float(ma))
         dose = data.get("dose")
+        if isinstance(dose, (int, float)) and not isinstance(dose, bool) and dose > 0:
+            kw["multiple"] = float(dose) * kw.get("multiple", 1.0)  # one dose: written at out itself
+            dose = None
         if dose is not None:
             if isinstance(dose, str):
                 dose = [x for x in dose.split(",") if x.strip()]
@@ -211,8 +216,12 @@ def _inputs(raw, problems: list, root: Path | None) -> dict:
         if root is not None and not path.is_absolute():
             path = root / path
         out[str(name)] = {"path": str(path)}
-        if entry.get("sha256"):
-            out[str(name)]["sha256"] = str(entry["sha256"])
+        pin = entry.get("sha256")
+        if pin is not None:
+            if not isinstance(pin, str) or not re.fullmatch(r"[0-9a-f]{64}", pin):
+                problems.append(f"inputs.{name}.sha256: 64 hex digits, quoted (\"...\") so YAML keeps them a string")
+            else:
+                out[str(name)]["sha256"] = pin
     return out
 
 

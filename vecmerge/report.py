@@ -53,7 +53,8 @@ def render_inspect(infos: list[dict]) -> str:
             ("norm ||scale*B@A||", g(d["norm"], 6)), ("sha256", d["sha256"]),
         ]
         if d["rank_pattern"] or d["alpha_pattern"]:
-            facts.append(("patterns", f"rank_pattern {len(d['rank_pattern'])}, alpha_pattern {len(d['alpha_pattern'])}"))
+            facts.append(("patterns", f"rank_pattern {len(d['rank_pattern'])} keys, "
+                                      f"alpha_pattern {len(d['alpha_pattern'])} keys"))
         if d["embedding_modules"]:
             facts.append(("embedding LoRA", ", ".join(d["embedding_modules"])))
         if d["base_layer_copies"]:

@@ -1,0 +1,213 @@
+"""Reading adapters exactly as PEFT means them, and refusing what is not plain LoRA.
+
+The reference is PEFT's own ``get_delta_weight`` on the loaded model (float32 for fp32 adapters,
+bf16 arithmetic for bf16 ones); ours is float64 from the same stored factors, so they agree to
+float32 round-off (rtol 1e-5) or bf16 round-off (rtol 2e-2 of the largest entry).
+"""
+
+import json
+import warnings
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from vecmerge.adapter import Adapter, pattern_key, peft_scale
+from vecmerge.errors import AdapterError
+from vecmerge.testing import toy_adapter
+
+
+def peft_deltas(base, adapter_path, dtype=None):
+    """{module: PEFT's get_delta_weight} of a real load, as float64."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter_path)
+    out = {}
+    for name, mod in model.named_modules():
+        if hasattr(mod, "get_delta_weight") and "default" in getattr(mod, "scaling", {}):
+            out[name.removeprefix("base_model.model.")] = (mod.get_delta_weight("default").double(),
+                                                           mod.scaling["default"])
+    return out
+
+
+@pytest.mark.parametrize("variant", ["classic", "rslora", "patterns", "embedding"])
+def test_update_equals_peft_get_delta_weight(tiny_base, peft_adapter, variant):
+    kwargs = {"classic": {}, "rslora": {"use_rslora": True, "r": 8, "lora_alpha": 16},
+              "patterns": {"rank_pattern": {"model.layers.0.mlp.up_proj": 2, "down_proj": 6},
+                           "alpha_pattern": {"o_proj": 3.0, r"layers\.1\.self_attn\.q_proj": 5.0}},
+              "embedding": {"target_modules": ["q_proj", "v_proj", "embed_tokens"]}}[variant]
+    path = peft_adapter(f"ad_{variant}", seed=1, **kwargs)
+    ours = Adapter(path)
+    ref = peft_deltas(tiny_base, path)
+    assert set(ref) == set(ours.modules)
+    for m, (delta, scaling) in ref.items():
+        assert ours.specs[m].scale == pytest.approx(scaling, rel=1e-15)
+        torch.testing.assert_close(ours.weight_delta(m), delta, rtol=1e-5, atol=1e-7)
+    if variant == "patterns":
+        assert ours.specs["model.layers.0.mlp.up_proj"].rank == 2
+        assert ours.specs["model.layers.1.mlp.down_proj"].rank == 6
+        assert ours.specs["model.layers.0.self_attn.o_proj"].scale == 3.0 / 4
+        assert ours.specs["model.layers.1.self_attn.q_proj"].scale == 5.0 / 4
+    if variant == "embedding":
+        assert ours.specs["model.embed_tokens"].kind == "embedding"
+        assert ours.specs["model.embed_tokens"].weight_shape == (96, 32)
+
+
+def test_bf16_storage_matches_peft(tiny_base, peft_adapter):
+    path = peft_adapter("ad_bf16", seed=2, dtype=torch.bfloat16)
+    ours = Adapter(path)
+    assert {s.dtype for s in ours.specs.values()} == {"bf16"}
+    for m, (delta, _) in peft_deltas(tiny_base, path).items():
+        # PEFT multiplies in bf16; ours is exact in float64 from the same bf16 factors.
+        torch.testing.assert_close(ours.weight_delta(m), delta, rtol=0, atol=2e-2 * float(delta.abs().max()))
+
+
+def test_fan_in_fan_out_gpt2(tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=1, n_embd=32, n_head=4, vocab_size=64, n_positions=32)
+    model = GPT2LMHeadModel(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pm = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["c_attn", "c_fc"],
+                                              fan_in_fan_out=True, init_lora_weights=False))
+        pm.save_pretrained(tmp_path / "gpt2lora")
+    ours = Adapter(tmp_path / "gpt2lora")
+    for name, mod in pm.named_modules():
+        if hasattr(mod, "get_delta_weight") and "default" in getattr(mod, "scaling", {}):
+            m = name.removeprefix("base_model.model.")
+            assert ours.specs[m].transposed
+            ref = mod.get_delta_weight("default").double()
+            assert tuple(ref.shape) == ours.specs[m].weight_shape
+            torch.testing.assert_close(ours.weight_delta(m), ref, rtol=1e-5, atol=1e-7)
+
+
+def test_pattern_key_is_peft_rule():
+    from peft.utils.other import get_pattern_key
+
+    keys = ["down_proj", "model.layers.0.mlp.up_proj", r"layers\.1\..*proj"]
+    for name in ["model.layers.0.mlp.up_proj", "model.layers.1.mlp.up_proj", "model.layers.0.mlp.down_proj",
+                 "model.layers.1.self_attn.q_proj", "model.layers.10.mlp.up_proj"]:
+        ours = pattern_key(keys, name)
+        assert (ours if ours is not None else name) == get_pattern_key(keys, name)
+    assert peft_scale(16, 4, True) == 8.0 and peft_scale(16, 4, False) == 4.0
+
+
+def test_keys_with_adapter_name_and_without_prefix(tmp_path):
+    src = toy_adapter(tmp_path / "a", rank=3)
+    sd = load_file(src / "adapter_model.safetensors")
+    renamed = {}
+    for i, (k, v) in enumerate(sd.items()):
+        k = k.replace(".weight", ".default.weight") if i % 2 else k.removeprefix("base_model.model.")
+        renamed[k] = v
+    (tmp_path / "b").mkdir()
+    save_file(renamed, tmp_path / "b" / "adapter_model.safetensors")
+    (tmp_path / "b" / "adapter_config.json").write_text((src / "adapter_config.json").read_text())
+    a, b = Adapter(src), Adapter(tmp_path / "b")
+    assert a.modules == b.modules
+    for m in a.modules:
+        torch.testing.assert_close(a.factors(m).dense(), b.factors(m).dense(), rtol=0, atol=0)
+
+
+def test_bin_weights_are_read(tmp_path):
+    src = toy_adapter(tmp_path / "a", rank=3)
+    (tmp_path / "b").mkdir()
+    torch.save(load_file(src / "adapter_model.safetensors"), tmp_path / "b" / "adapter_model.bin")
+    (tmp_path / "b" / "adapter_config.json").write_text((src / "adapter_config.json").read_text())
+    a, b = Adapter(src), Adapter(tmp_path / "b")
+    for m in a.modules:
+        torch.testing.assert_close(a.factors(m).dense(), b.factors(m).dense(), rtol=0, atol=0)
+
+
+# -- refusals: one line naming the file, the module and the fix ---------------------------------
+
+def _edit_config(path, **changes):
+    cfg = json.loads((path / "adapter_config.json").read_text())
+    cfg.update(changes)
+    (path / "adapter_config.json").write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"peft_type": "IA3"}, "peft_type is IA3"),
+    ({"use_dora": True}, "use_dora is set: DoRA"),
+    ({"lora_bias": True}, "lora_bias is set"),
+    ({"init_lora_weights": "pissa"}, "changes the base weights"),
+    ({"r": 0}, "invalid r=0"),
+    ({"r": 5}, "rank 4 but the config resolves r=5"),
+    ({"modules_to_save": ["lm_head"]}, "modules_to_save.*--modules-to-save drop"),
+])
+def test_config_refusals(tmp_path, change, match):
+    p = toy_adapter(tmp_path / "a", rank=4)
+    _edit_config(p, **change)
+    with pytest.raises(AdapterError, match=match) as e:
+        Adapter(p)
+    assert str(p) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_modules_to_save_drop_is_allowed(tmp_path):
+    p = toy_adapter(tmp_path / "a", rank=4)
+    _edit_config(p, modules_to_save=["lm_head"])
+    assert len(Adapter(p, modules_to_save="drop").modules) == 14
+
+
+def test_missing_and_broken_files(tmp_path):
+    with pytest.raises(AdapterError, match="no such adapter folder"):
+        Adapter(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AdapterError, match="no adapter_config.json"):
+        Adapter(tmp_path / "empty")
+    p = toy_adapter(tmp_path / "a")
+    (p / "adapter_config.json").write_text("{not json")
+    with pytest.raises(AdapterError, match="not valid JSON"):
+        Adapter(p)
+    p = toy_adapter(tmp_path / "b")
+    data = (p / "adapter_model.safetensors").read_bytes()
+    (p / "adapter_model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(AdapterError, match="truncated or corrupt"):
+        a = Adapter(p)
+        for m in a.modules:
+            a.factors(m)
+    p = toy_adapter(tmp_path / "c")
+    (p / "adapter_model.safetensors").unlink()
+    with pytest.raises(AdapterError, match="no adapter_model.safetensors or adapter_model.bin"):
+        Adapter(p)
+
+
+def _rewrite(p, fn):
+    sd = load_file(p / "adapter_model.safetensors")
+    fn(sd)
+    save_file(sd, p / "adapter_model.safetensors")
+
+
+def test_nan_shape_and_dtype_refusals(tmp_path):
+    p = toy_adapter(tmp_path / "a")
+    key = "base_model.model.model.layers.1.mlp.up_proj.lora_B.weight"
+    _rewrite(p, lambda sd: sd[key].__setitem__((0, 0), float("nan")))
+    with pytest.raises(AdapterError, match=r"module model.layers.1.mlp.up_proj: lora_B has 1 NaN/Inf"):
+        Adapter(p).factors("model.layers.1.mlp.up_proj")
+
+    p = toy_adapter(tmp_path / "b")
+    _rewrite(p, lambda sd: sd.__setitem__(key, torch.zeros(48, 3)))
+    with pytest.raises(AdapterError, match="disagree on the rank"):
+        Adapter(p)
+
+    p = toy_adapter(tmp_path / "c")
+    _rewrite(p, lambda sd: sd.pop(key))
+    with pytest.raises(AdapterError, match="lora_B is missing"):
+        Adapter(p)
+
+    p = toy_adapter(tmp_path / "d")
+    _rewrite(p, lambda sd: sd.__setitem__(key, sd[key].to(torch.float64)))
+    with pytest.raises(AdapterError, match="stored as F64"):
+        Adapter(p)
+
+    p = toy_adapter(tmp_path / "e")
+    _rewrite(p, lambda sd: sd.__setitem__("base_model.model.model.layers.0.mlp.up_proj.lora_magnitude_vector",
+                                          torch.ones(48)))
+    with pytest.raises(AdapterError, match="DoRA magnitude"):
+        Adapter(p)

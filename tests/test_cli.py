@@ -1,0 +1,117 @@
+"""The CLI contract: inspect and refactor work; every refusal is one `error:` line, exit 2, nothing written."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from vecmerge.testing import llm_shapes, toy_adapter
+
+
+def test_inspect_table_and_json(toy, run_cli):
+    res = run_cli("inspect", "v54", "v28")
+    assert res.exit_code == 0, res.output
+    assert "14 (2 layers x 7 types)" in res.output and "alpha/r" in res.output and "sha256" in res.output
+    info = json.loads(run_cli("inspect", "v54", "--json").output)
+    assert info["modules"] == 14 and info["ranks"] == {"8": 14} and info["dtype"] == "fp32"
+    from vecmerge.workspace import Workspace
+
+    tv = Workspace().vector("v54")
+    assert info["norm"] == pytest.approx(tv.norm(), rel=1e-12)
+    dense_q = sum(float((tv[m].dense() ** 2).sum()) for m in tv if m.endswith("q_proj")) ** 0.5
+    assert info["norm_by_type"]["q_proj"] == pytest.approx(dense_q, rel=1e-10)
+
+
+def test_refactor_exact_and_cut_report(toy, run_cli):
+    res = run_cli("refactor", "0.5*v16", "--out", "x")
+    assert res.exit_code == 2 and "'v16' is not an adapter name" in res.output
+    res = run_cli("refactor", "0.5*v28 + 0.5*v54", "--rank", "exact", "--out", "avg", "--json")
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.output)
+    fig = rep["outputs"][0]["figures"]
+    assert fig["rank"]["max"] <= 16 and fig["rel_error"] < 1e-6
+    res = run_cli("refactor", "0.5*v28 + 0.5*v54", "--rank", "3", "--out", "avg3", "--json")
+    fig = json.loads(res.output)["outputs"][0]["figures"]
+    assert fig["rank"]["max"] == 3 and all(e["cut_error"] > 0 for e in fig["modules"].values())
+
+
+def test_parse_error_shows_caret(toy, run_cli):
+    res = run_cli("refactor", "v54 + * v28", "--out", "x")
+    assert res.exit_code == 2
+    assert res.output.splitlines()[1:] == ["  v54 + * v28", "        ^"]
+
+
+def _corrupt(folder, how):
+    p = folder / "adapter_model.safetensors"
+    cfg = folder / "adapter_config.json"
+    key = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+    if how == "no_config":
+        cfg.unlink()
+    elif how in ("ia3", "dora", "lora_bias", "modules_to_save"):
+        c = json.loads(cfg.read_text())
+        c.update({"ia3": {"peft_type": "IA3"}, "dora": {"use_dora": True}, "lora_bias": {"lora_bias": True},
+                  "modules_to_save": {"modules_to_save": ["lm_head"]}}[how])
+        cfg.write_text(json.dumps(c))
+    elif how == "truncated":
+        p.write_bytes(p.read_bytes()[:-100])
+    elif how in ("nan", "shape"):
+        sd = load_file(p)
+        if how == "nan":
+            sd[key][1, 2] = float("inf")
+        else:
+            sd[key] = torch.zeros(3, sd[key].shape[1])
+        save_file(sd, p)
+
+
+@pytest.mark.parametrize("how, match", [
+    ("no_config", "no adapter_config.json"),
+    ("ia3", "peft_type is IA3"),
+    ("dora", "DoRA"),
+    ("lora_bias", "lora_bias"),
+    ("modules_to_save", "--modules-to-save drop"),
+    ("truncated", "truncated or corrupt"),
+    ("nan", "module model.layers.0.self_attn.q_proj: lora_A has 1 NaN/Inf"),
+    ("shape", "disagree on the rank"),
+])
+def test_refusals_exit_2_one_line_nothing_written(toy, run_cli, how, match):
+    _corrupt(toy / "v28", how)
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.01", "--out", "o")
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("error: ") and len(res.output.strip().splitlines()) == 1, res.output
+    assert match in res.output and ("v28" in res.output)
+    assert not (toy / "o").exists() and not list(toy.glob(".o.*"))
+    assert "Traceback" not in res.output
+
+
+def test_modules_to_save_drop(toy, run_cli):
+    _corrupt(toy / "v28", "modules_to_save")
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.01", "--out", "o",
+                  "--modules-to-save", "drop")
+    assert res.exit_code == 0, res.output
+    cfg = json.loads((toy / "o" / "adapter_config.json").read_text())
+    assert cfg["modules_to_save"] is None
+
+
+def test_different_bases_and_missing_modules(tmp_path, run_cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    toy_adapter("a", shapes=llm_shapes(2, 32, 48, 4, 2, 8))
+    toy_adapter("b", shapes=llm_shapes(2, 64, 48, 4, 2, 16), seed=1)
+    toy_adapter("c", shapes=llm_shapes(1, 32, 48, 4, 2, 8), seed=2)
+    res = run_cli("refactor", "a - b", "--out", "o")
+    assert res.exit_code == 2 and "different base models" in res.output
+    res = run_cli("refactor", "a - c", "--out", "o")
+    assert res.exit_code == 2 and "c lacks 7 module(s)" in res.output and "--allow-missing" in res.output
+    res = run_cli("refactor", "a - c", "--out", "o", "--allow-missing")
+    assert res.exit_code == 0 and "missing modules treated as zero: c: 7" in res.output
+    man = json.loads((tmp_path / "o" / "vecmerge.json").read_text())
+    assert len(man["missing_modules"]["c"]) == 7
+
+
+def test_help_is_fast_to_import():
+    # vecmerge --help must not import torch (measured in `make bench`; here we check the cause).
+    code = "import sys; from vecmerge.cli import main; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

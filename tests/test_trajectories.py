@@ -1,0 +1,123 @@
+"""Tests for vecmerge.trajectories: toy LoRA trajectories really trained on a tiny Qwen3."""
+
+import json
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("peft")
+pytest.importorskip("transformers")
+
+from safetensors import safe_open  # noqa: E402
+
+from vecmerge.trajectories import make_trajectories  # noqa: E402
+
+SMALL = dict(seed=0, layers=1, steps=10)  # a few seconds on a 2-core CPU
+NAMES = ("v28", "v51", "v54e2", "v54")
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    out = tmp_path_factory.mktemp("toy")
+    return out, make_trajectories(out, **SMALL)
+
+
+def _tensors(folder):
+    with safe_open(str(folder / "adapter_model.safetensors"), framework="pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def _deltas(folder):
+    """Dense effective updates ``scale * B @ A`` per module, in float32."""
+    cfg = json.loads((folder / "adapter_config.json").read_text())
+    r, alpha = cfg["r"], cfg["lora_alpha"]
+    scale = alpha / math.sqrt(r) if cfg["use_rslora"] else alpha / r
+    t = _tensors(folder)
+    return {
+        k[: -len(".lora_A.weight")]: scale * t[k.replace("lora_A", "lora_B")].float() @ t[k].float()
+        for k in t
+        if k.endswith("lora_A.weight")
+    }
+
+
+def test_layout_and_manifest(toy):
+    out, paths = toy
+    assert set(paths) == {"base", *NAMES}
+    assert all(p.is_absolute() and p.is_dir() for p in paths.values())
+    assert (paths["base"] / "config.json").is_file()
+    assert (paths["base"] / "model.safetensors").is_file()
+    for name in NAMES:
+        assert (paths[name] / "adapter_config.json").is_file()
+        assert (paths[name] / "adapter_model.safetensors").is_file()
+        cfg = json.loads((paths[name] / "adapter_config.json").read_text())
+        assert cfg["base_model_name_or_path"] == str(paths["base"])
+        assert set(cfg["target_modules"]) == {
+            "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"
+        }
+    yaml = pytest.importorskip("yaml")
+    manifest = yaml.safe_load((out / "vecmerge.yaml").read_text())
+    assert manifest == {"base_model": "base", "adapters": {n: n for n in NAMES}}
+
+
+def test_rslora_and_dtypes(toy):
+    _, paths = toy
+    for name, rslora, dtype in (
+        ("v28", True, torch.float32),
+        ("v51", True, torch.float32),
+        ("v54e2", False, torch.bfloat16),
+        ("v54", False, torch.bfloat16),
+    ):
+        cfg = json.loads((paths[name] / "adapter_config.json").read_text())
+        assert cfg["use_rslora"] is rslora, name
+        tensors = _tensors(paths[name])
+        assert len(tensors) == 2 * 7 * SMALL["layers"]
+        assert {t.dtype for t in tensors.values()} == {dtype}, name
+
+
+def test_updates_nonzero_and_aligned(toy):
+    _, paths = toy
+    d = {name: _deltas(paths[name]) for name in NAMES}
+    for name in NAMES:
+        assert all(delta.norm() > 1e-2 for delta in d[name].values()), name
+    steps = [(d["v51"][k] - d["v28"][k], d["v54"][k] - d["v54e2"][k]) for k in d["v28"]]
+    assert all(a.norm() > 1e-2 and b.norm() > 1e-2 for a, b in steps)
+    # Both differences are descent steps on the same task: positive inner product everywhere.
+    assert all(torch.sum(a * b) > 0 for a, b in steps)
+
+
+def test_peft_loads_bf16_adapter(toy):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    _, paths = toy
+    base = AutoModelForCausalLM.from_pretrained(paths["base"])
+    ids = torch.arange(12).unsqueeze(0)
+    with torch.no_grad():
+        before = base(input_ids=ids).logits
+    model = PeftModel.from_pretrained(base, str(paths["v54"]))
+    with torch.no_grad():
+        after = model(input_ids=ids).logits
+    assert torch.isfinite(after).all()
+    assert not torch.allclose(before, after)
+
+
+def test_deterministic_and_restores_state(toy, tmp_path):
+    _, first = toy
+    threads = torch.get_num_threads()
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    second = make_trajectories(tmp_path / "again", **SMALL)
+    assert torch.equal(torch.rand(3), expected)  # caller's RNG stream untouched
+    assert torch.get_num_threads() == threads
+    for name in ("base", *NAMES):
+        file = "model.safetensors" if name == "base" else "adapter_model.safetensors"
+        assert (first[name] / file).read_bytes() == (second[name] / file).read_bytes(), name
+
+
+@pytest.mark.parametrize("kwargs", [dict(layers=0), dict(rank=0), dict(steps=0), dict(hidden=60)])
+def test_bad_arguments(tmp_path, kwargs):
+    with pytest.raises(ValueError):
+        make_trajectories(tmp_path, **kwargs)
+    assert not any(tmp_path.iterdir())

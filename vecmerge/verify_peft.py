@@ -1,0 +1,150 @@
+"""The real client: load the base model and the output through PEFT and compare with vecmerge's numbers.
+
+With ``W_m`` the base weight, ``D_m`` our update of the written adapter in the base layout
+(``Adapter.weight_delta``, float64) and ``E_m`` the recomputed intended update (float64, factored,
+formed densely only here):
+
+- peft modules: PEFT wraps exactly the written modules, with our scale (rel 1e-12);
+- peft delta: ``||get_delta_weight_m - D_m|| / ||D_m|| <= PEFT_DELTA_RTOL`` (1e-5: PEFT forms
+  ``B @ A`` in float32, about 1e-7 of the update);
+- logits: on a seeded random prompt, PEFT's logits against the base with ``W_m + D_m`` patched in
+  by hand, ``max|dl| / max|l| <= LOGITS_RTOL`` (1e-4: two float32 forwards that sum differently);
+  for an exact output also against ``W_m + E_m``, within ``max(LOGITS_RTOL, update tolerance of the
+  dtype)`` (the written factors are E rounded to the output dtype);
+- merge round trip: ``merge_and_unload`` leaves ``W_m + D_m``: ``||merged - (W + D)|| / ||W + D||
+  <= MERGE_RTOL`` (1e-6: float32 rounding of the sum, u = 6e-8).
+
+The model is loaded in float32 whatever its stored dtype. peft and transformers are imported here only.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from .adapter import Adapter
+from .verify import _few, check, not_run
+
+PEFT_DELTA_RTOL = 1e-5
+LOGITS_RTOL = 1e-4
+MERGE_RTOL = 1e-6
+SCALE_RTOL = 1e-12
+PROMPT_SEED, PROMPT_SHAPE = 0, (2, 16)
+_PREFIX = "base_model.model."
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``||a - b||_F / ||b||_F`` (absolute when b is zero), in float64."""
+    a, b = a.double(), b.double()
+    n = float(torch.linalg.norm(b))
+    d = float(torch.linalg.norm(a - b))
+    return d / n if n > 0 else d
+
+
+def _worst(errs: dict, tol: float, name: str, what: str) -> dict:
+    m = max(errs, key=errs.get, default=None)
+    worst = errs[m] if m is not None else 0.0
+    bad = [k for k, v in errs.items() if not v <= tol]
+    return check(name, not bad, (f"{len(bad)}/{len(errs)} modules: {what} off by up to {worst:.3e} > {tol:g} "
+                                 f"({_few(bad)})" if bad else f"{what}: largest difference {worst:.3e} <= {tol:g}"),
+                 {"max_rel_error": worst, "worst_module": m, "tolerance": tol})
+
+
+def _lora_layers(model) -> dict:
+    from peft.tuners.lora import LoraLayer
+
+    return {name.removeprefix(_PREFIX): mod for name, mod in model.named_modules()
+            if isinstance(mod, LoraLayer) and "default" in mod.lora_A}
+
+
+def _logits(model, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=ids).logits.double()
+
+
+def _patched_logits(peft_model, layers: dict, W: dict, deltas: dict, ids) -> torch.Tensor:
+    """Logits of the base with ``W_m + delta_m`` written into each base weight (adapter disabled)."""
+    try:
+        for m, layer in layers.items():
+            w = layer.get_base_layer().weight
+            w.data.copy_((W[m].double() + deltas[m]).to(w.dtype))
+        with peft_model.disable_adapter():
+            return _logits(peft_model, ids)
+    finally:
+        for m, layer in layers.items():
+            layer.get_base_layer().weight.data.copy_(W[m])
+
+
+def peft_checks(path: Path, out: Adapter, base_model: Path, expected: dict | None, tol: dict,
+                progress=None) -> list[dict]:
+    """Load ``base_model`` + the output through PEFT; compare deltas, logits and the merged weights.
+
+    Args:
+        path (Path): the output folder. out (Adapter): it, opened. base_model (Path): a local
+            ``transformers`` model folder. expected (dict[str, LowRank] | None): the recomputed
+            intended update per module (None for a rank-cut output or when it could not be recomputed).
+        tol (dict): ``verify.TOLERANCES[dtype]``. progress: optional iterable wrapper.
+    """
+    try:
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            base = AutoModelForCausalLM.from_pretrained(str(base_model), dtype=torch.float32)
+            model = PeftModel.from_pretrained(base, str(path), is_trainable=False)
+        model.eval()
+    except Exception as e:  # anything PEFT or transformers raises is the finding
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return [check("peft load", False, f"PeftModel.from_pretrained({base_model}, {path}) failed: "
+                      f"{type(e).__name__}: {msg}")]
+    notes = sorted({str(w.message).splitlines()[0][:200] for w in caught if "adapter" in str(w.message).lower()})
+    checks = [check("peft load", True, f"PeftModel.from_pretrained loads {path.name} on {base_model.name}",
+                    {"warnings": notes[:5]})]
+    layers = _lora_layers(model)
+    missing, extra = sorted(set(out.modules) - set(layers)), sorted(set(layers) - set(out.modules))
+    scale_off = [m for m in set(layers) & set(out.modules)
+                 if abs(layers[m].scaling["default"] - out.specs[m].scale) > SCALE_RTOL * abs(out.specs[m].scale)]
+    why = ([f"not wrapped by PEFT: {_few(missing)}"] if missing else []) + (
+        [f"wrapped but not written: {_few(extra)}"] if extra else []) + (
+        [f"PEFT scale differs from ours in {_few(scale_off)}"] if scale_off else [])
+    checks.append(check("peft modules", not why, "; ".join(why) or
+                        f"PEFT wraps exactly the {len(layers)} written modules, with our scales",
+                        {"wrapped": len(layers), "written": len(out.modules)}))
+    common = [m for m in out.modules if m in layers]
+    W, ours, errs = {}, {}, {}
+    for m in progress(common) if progress else common:
+        W[m] = layers[m].get_base_layer().weight.detach().clone()
+        ours[m] = out.weight_delta(m)
+        with torch.no_grad():
+            errs[m] = _rel(layers[m].get_delta_weight("default"), ours[m])
+    checks.append(_worst(errs, PEFT_DELTA_RTOL, "peft delta", "PEFT get_delta_weight against ours"))
+    if not common:
+        return checks + [not_run("logits", "no module in common")]
+    vocab = model.get_input_embeddings().num_embeddings
+    ids = torch.randint(0, vocab, PROMPT_SHAPE, generator=torch.Generator().manual_seed(PROMPT_SEED))
+    got = _logits(model, ids)
+    ref = _patched_logits(model, {m: layers[m] for m in common}, W, ours, ids)
+    top = float(ref.abs().max())
+    diff = float((got - ref).abs().max()) / max(top, 1e-30)
+    checks.append(check("logits", diff <= LOGITS_RTOL,
+                        f"PEFT's logits against W + our delta patched by hand: max|dl|/max|l| = {diff:.3e} "
+                        f"(<= {LOGITS_RTOL:g}), prompt {PROMPT_SHAPE} seed {PROMPT_SEED}",
+                        {"rel_max_diff": diff, "tolerance": LOGITS_RTOL, "max_logit": top}))
+    if expected is not None:
+        lt = max(LOGITS_RTOL, tol["update"])
+        dense = {m: (expected[m].dense().T if out.specs[m].transposed else expected[m].dense()) for m in common}
+        ref_e = _patched_logits(model, {m: layers[m] for m in common}, W, dense, ids)
+        de = float((got - ref_e).abs().max()) / max(float(ref_e.abs().max()), 1e-30)
+        checks.append(check("logits vs intended", de <= lt,
+                            f"PEFT's logits against W + the recomputed update: max|dl|/max|l| = {de:.3e} (<= {lt:g})",
+                            {"rel_max_diff": de, "tolerance": lt}))
+    merged = model.merge_and_unload()
+    merr = {}
+    for m in common:
+        want = W[m].double() + ours[m]
+        merr[m] = _rel(merged.get_submodule(m).weight.detach(), want)
+    checks.append(_worst(merr, MERGE_RTOL, "merge_and_unload", "merged weights against W + our delta"))
+    return checks
