@@ -1,0 +1,100 @@
+"""``vecmerge demo``: the user's v58 story end to end on toy trajectories it trains itself.
+
+It trains a tiny random Qwen3 with LoRA (v28, its continuation v51, a backbone v54e2 -> v54; see
+``trajectories.py``), then runs the very commands a user types, printing each one first::
+
+    vecmerge inspect v54 v51
+    vecmerge audit --ref v54-v54e2 --dir v51-v28 --plot audit.png
+    vecmerge project --base v54 --dir v51-v28 --trust 0.0113 --consensus-ref v54-v54e2 --out out/v58
+    vecmerge verify out/v58 --base-model base
+
+and ends with the folder to upload and its sha256. Every command runs in the demo folder, whose
+``vecmerge.yaml`` names the checkpoints, so the user can rerun any of them there by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import time
+from pathlib import Path
+
+from .errors import CheckFailed, OutputError
+
+MARKER = ".vecmerge-demo"
+STEPS = [
+    ["inspect", "v54", "v51"],
+    ["audit", "--ref", "v54-v54e2", "--dir", "v51-v28", "--by", "grid", "--plot", "audit.png"],
+    ["project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--consensus-ref", "v54-v54e2",
+     "--out", "out/v58"],
+    ["verify", "out/v58", "--base-model", "base"],
+]
+SMALL = {"layers": 1, "steps": 12, "hidden": 64, "rank": 4}
+
+
+@contextlib.contextmanager
+def _cwd(path: Path):
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def prepare_folder(out, force: bool) -> Path:
+    """Create ``out``; an existing one is replaced only with ``force`` and only if a demo made it."""
+    out = Path(out)
+    if out.exists():
+        if not force:
+            raise OutputError(f"{out}: already exists; pass --force to replace it, or choose another --out")
+        if any(out.iterdir()) and not (out / MARKER).exists():
+            raise OutputError(f"{out}: exists and was not made by 'vecmerge demo'; refusing to replace it "
+                              "even with --force, choose another --out")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / MARKER).write_text("made by vecmerge demo; safe to delete\n")
+    return out
+
+
+def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet: bool = False,
+             echo=print, seed: int = 0) -> dict:
+    """Train toy trajectories in ``out`` and run inspect, audit, project and verify there.
+
+    Args:
+        out (str | Path): the demo folder. force (bool): replace an earlier demo folder.
+        small (bool): the smallest settings (tests). quiet (bool): no progress bars.
+        echo (callable): where the transcript goes. seed (int): training seed.
+
+    Returns:
+        {"out": adapter folder, "sha256": weights sha256, "seconds": {...}}.
+    """
+    from click.testing import CliRunner
+
+    from .cli import main
+    from .trajectories import make_trajectories
+
+    folder = prepare_folder(out, force).resolve()
+    seconds = {}
+    t0 = time.perf_counter()
+    echo(f"# training toy trajectories (tiny random Qwen3 + LoRA on q/k/v/o/gate/up/down) in {out}")
+    make_trajectories(folder, seed=seed, progress=not quiet, **(SMALL if small else {}))
+    seconds["train"] = time.perf_counter() - t0
+    runner = CliRunner()
+    with _cwd(folder):
+        for args in STEPS:
+            t = time.perf_counter()
+            echo(f"\n$ vecmerge {shlex.join(args)}")
+            res = runner.invoke(main, ["--quiet", *args], catch_exceptions=False)
+            echo(res.output.rstrip())
+            seconds[args[0]] = time.perf_counter() - t
+            if res.exit_code != 0:
+                raise CheckFailed(f"demo step 'vecmerge {shlex.join(args)}' exited {res.exit_code}; see above")
+    adapter = folder / "out" / "v58"
+    sha = json.loads((adapter / "vecmerge.json").read_text())["output"]["sha256"]
+    echo(f"\nuploadable adapter: {Path(out) / 'out' / 'v58'}")
+    echo(f"sha256 (adapter_model.safetensors): {sha}")
+    return {"out": adapter, "sha256": sha, "seconds": seconds}
