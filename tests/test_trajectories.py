@@ -53,7 +53,13 @@ def test_layout_and_manifest(toy):
         cfg = json.loads((paths[name] / "adapter_config.json").read_text())
         assert cfg["base_model_name_or_path"] == str(paths["base"])
         assert set(cfg["target_modules"]) == {
-            "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
         }
     yaml = pytest.importorskip("yaml")
     manifest = yaml.safe_load((out / "vecmerge.yaml").read_text())

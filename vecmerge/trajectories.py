@@ -22,7 +22,7 @@ import math
 import os
 import pathlib
 import warnings
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -162,15 +162,17 @@ def make_trajectories(
     base_path = str(paths["base"])
     epoch = max(1, math.ceil(steps / 2))
     total = steps + epoch + 3 * epoch
-    root.mkdir(parents=True, exist_ok=True)
 
     from peft import LoraConfig, PeftModel, get_peft_model
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-    with _quiet_and_deterministic(seed), tqdm(
-        total=total, desc="toy trajectories", disable=not progress, leave=False
-    ) as bar:
+    root.mkdir(parents=True, exist_ok=True)
+
+    with (
+        _quiet_and_deterministic(seed),
+        tqdm(total=total, desc="toy trajectories", disable=not progress, leave=False) as bar,
+    ):
         config = Qwen3Config(
             vocab_size=_VOCAB,
             hidden_size=hidden,
@@ -179,7 +181,7 @@ def make_trajectories(
             num_attention_heads=4,
             num_key_value_heads=2,
             head_dim=hidden // 4,
-            max_position_embeddings=2 * _SEQ_LEN,
+            max_position_embeddings=256,
             # ~1/sqrt(hidden) rather than 0.02, so the lm_head can give confident logits,
             # as a pretrained model would; this makes the LoRA task learnable in few steps.
             initializer_range=1.2 / math.sqrt(hidden),
@@ -194,8 +196,14 @@ def make_trajectories(
 
         def lora(alpha: int, rslora: bool, init_seed: int):
             torch.manual_seed(init_seed)  # lora_A's kaiming init draws from the global RNG
-            cfg = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, use_rslora=rslora,
-                             target_modules=list(TARGET_MODULES), task_type="CAUSAL_LM")
+            cfg = LoraConfig(
+                r=rank,
+                lora_alpha=alpha,
+                lora_dropout=0.0,
+                use_rslora=rslora,
+                target_modules=list(TARGET_MODULES),
+                task_type="CAUSAL_LM",
+            )
             return get_peft_model(fresh_base(), cfg)
 
         def adamw(model, lr: float):
