@@ -103,3 +103,5 @@ def tree_hashes(folder: Path) -> dict:
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The factors in these tests are tiny: one thread is faster than two contending for two cores.
+torch.set_num_threads(1)

@@ -77,3 +77,12 @@ def test_bad_yaml_is_one_line(toy, run_cli):
     (toy / "bad.yaml").write_text("base: [\n")
     res = run_cli("run", "bad.yaml")
     assert res.exit_code == 2 and res.output.startswith("error: ") and "cannot parse" in res.output
+
+
+def test_manifest_rerun_notices_a_changed_input_config(toy, run_cli):
+    assert run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--out", "o").exit_code == 0
+    cfg = toy / "v28" / "adapter_config.json"
+    cfg.write_text(cfg.read_text().replace('"lora_alpha": 8', '"lora_alpha": 16'))
+    res = run_cli("run", "o/vecmerge.json", "--out", "o2")
+    assert res.exit_code == 2 and "inputs.v28" in res.output and "adapter_config.json" in res.output
+    assert not (toy / "o2").exists()

@@ -243,6 +243,8 @@ def verify(obj: Ctx, target, base_model, identities, as_json):
     from .errors import CheckFailed
 
     ws = obj.ws()
+    if identities and base_model:
+        raise click.UsageError("--base-model needs an output folder with a manifest; drop it with --identities")
     if identities:
         result = verify_mod.verify_identities([ws.adapter(t) for t in target], progress=obj.progress("verify"))
     else:

@@ -46,10 +46,12 @@ def _open_inputs(recipe: Recipe, ws: Workspace, forms: dict) -> dict:
             if name in inputs:
                 continue
             a = ws.adapter(name)
-            pin = recipe.inputs.get(name, {}).get("sha256")
-            if pin and pin != a.sha256:
-                problems.append(f"inputs.{name}: {a.weights_path} has sha256 {a.sha256[:12]}..., "
-                                f"the recipe pins {pin[:12]}...; the adapter changed since the recipe was written")
+            pins = recipe.inputs.get(name, {})
+            for key, path, actual in (("sha256", a.weights_path, a.sha256),
+                                      ("config_sha256", a.path / "adapter_config.json", a.config_sha256)):
+                if pins.get(key) and pins[key] != actual:
+                    problems.append(f"inputs.{name}: {path} has sha256 {actual[:12]}..., the recipe pins "
+                                    f"{pins[key][:12]}...; the adapter changed since the recipe was written")
             inputs[name] = {"path": str(a.path), "sha256": a.sha256, "config_sha256": a.config_sha256}
     if problems:
         raise RecipeError(problems, "inputs")
@@ -209,7 +211,8 @@ def manifest_for(state: dict, out: dict, path: str | None) -> dict:
     d.pop("dose", None)
     d["multiple"] = out["multiple"]
     d["out"] = path
-    d["inputs"] = {n: {"path": i["path"], "sha256": i["sha256"]} for n, i in state["inputs"].items()}
+    d["inputs"] = {n: {"path": i["path"], "sha256": i["sha256"], "config_sha256": i["config_sha256"]}
+                   for n, i in state["inputs"].items()}
     resolved = {"modules": len(state["names"])}
     if "step" in state:
         st = state["step"]

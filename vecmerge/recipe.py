@@ -11,8 +11,8 @@ A YAML recipe mirrors the flags of ``vecmerge project``::
     dose: [0.5, 1, 1.456]     # optional ladder: one output per multiple of alpha, at OUT-x<k>;
                               # a single number (dose: 1.456) writes that multiple at OUT itself
     out: out/v58
-    inputs:                   # optional; paths relative to the recipe; sha256 pins are checked
-      v54: {path: runs/v54, sha256: 9f0c...}
+    inputs:                   # optional; paths relative to the recipe; pins are checked
+      v54: {path: runs/v54, sha256: "9f0c...", config_sha256: "41aa..."}
 
 Without ``dir`` a recipe re-factors ``base`` (any expression) at the given rank: ``vecmerge refactor``.
 """
@@ -216,12 +216,14 @@ def _inputs(raw, problems: list, root: Path | None) -> dict:
         if root is not None and not path.is_absolute():
             path = root / path
         out[str(name)] = {"path": str(path)}
-        pin = entry.get("sha256")
-        if pin is not None:
+        for key in ("sha256", "config_sha256"):
+            pin = entry.get(key)
+            if pin is None:
+                continue
             if not isinstance(pin, str) or not re.fullmatch(r"[0-9a-f]{64}", pin):
-                problems.append(f"inputs.{name}.sha256: 64 hex digits, quoted (\"...\") so YAML keeps them a string")
+                problems.append(f"inputs.{name}.{key}: 64 hex digits, quoted (\"...\") so YAML keeps them a string")
             else:
-                out[str(name)]["sha256"] = pin
+                out[str(name)][key] = pin
     return out
 
 

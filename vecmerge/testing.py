@@ -180,3 +180,29 @@ def assert_delta_close(actual, expected, rtol: float = 1e-6, atol: float = 0.0) 
 
 __all__ = ["llm_shapes", "shapes_from_config", "random_factors", "write_peft_folder", "toy_adapter",
            "toy_trajectory", "assert_delta_close", "peft_scale", "relative_error"]
+
+
+def assert_merge_identity(out, base_model=None) -> None:
+    """Assert that ``vecmerge verify OUT`` passes: the output re-derives from its manifest.
+
+    Runs ``verify.verify_output``: inputs hash as pinned, the recipe recomputes the recorded alpha,
+    every module's ``scale * B @ A`` equals the recomputed ``base + k * alpha * dir'`` within the
+    output dtype's tolerance (``verify.TOLERANCES``), the config resolves as intended, the sha256s
+    match; with ``base_model`` also PEFT's own deltas, logits and ``merge_and_unload``.
+
+    Args:
+        out (str | Path): an output folder written by vecmerge (holding ``vecmerge.json``).
+        base_model (str | Path | None): a local ``transformers`` model folder for the real-client checks.
+
+    Raises:
+        AssertionError listing every failed check with its detail.
+    """
+    from .verify import verify_output
+
+    res = verify_output(out, base_model=base_model)
+    if not res["passed"]:
+        failed = [f"{c['name']}: {c['detail']}" for c in res["checks"] if not c["passed"]]
+        raise AssertionError(f"{out}: {len(failed)} verify check(s) failed:\n  " + "\n  ".join(failed))
+
+
+__all__ += ["assert_merge_identity"]

@@ -20,9 +20,12 @@ Why these tolerances: storing balanced factors ``B = U sqrt(S)``, ``A = sqrt(S) 
 unit roundoff u moves the update by about 0.6 u of its norm (fp32, u = 6e-8: 3.5e-8 measured). The
 update tolerance is 1e-5 for fp32 (~170 u, room for unbalanced kept factors), 5e-3 for fp16
 (u = 4.9e-4) and 3e-2 for bf16 (u = 3.9e-3). Rounding noise is nearly orthogonal to the step, so
-survival stays within 1e-4 / 2e-2 / 5e-2 of 1 even where the noise is a sizeable share of a 1% step.
-``verify_peft`` adds the real client (``--base-model``); ``verify_identities`` checks adapters that
-have no manifest.
+survival stays within 1e-4 / 2e-2 / 5e-2 of 1 even where the noise is a sizeable share of a 1% step
+(bf16, trust 0.0113 on the toy trajectory: 0.9953). With ``--base-model`` the rounding reaches the
+logits as a share of the adapter's own effect on them: up to 1e-4 / 2e-2 / 1e-1 (bf16 measured 2e-2
+on the tiny Qwen3, whose random adapters move the logits by 150%).
+``verify_peft`` adds the real client (``--base-model``); ``verify_adapter`` holds the config checks
+and the identities of adapters that have no manifest (``verify_identities``).
 """
 
 from __future__ import annotations
@@ -35,15 +38,20 @@ from .errors import VecmergeError
 from .export import read_manifest
 from .lowrank import LowRank, combine
 
-TOLERANCES = {"fp32": {"update": 1e-5, "survival": 1e-4},
-              "fp16": {"update": 5e-3, "survival": 2e-2},
-              "bf16": {"update": 3e-2, "survival": 5e-2}}
+TOLERANCES = {"fp32": {"update": 1e-5, "survival": 1e-4, "logits": 1e-4},
+              "fp16": {"update": 5e-3, "survival": 2e-2, "logits": 2e-2},
+              "bf16": {"update": 3e-2, "survival": 5e-2, "logits": 1e-1}}
 ALPHA_RTOL = 1e-9       # alpha is a ratio of float64 norms: reproduces to round-off
 FIGURES_RTOL = 1e-3     # recorded figures reproduce (same arithmetic; room for another device)
 
 
 def check(name: str, passed: bool, detail: str, figures: dict | None = None) -> dict:
-    """One JSON-ready check: ``{name, passed, detail, figures}``."""
+    """One JSON-ready check: ``{name, passed, detail, figures}``.
+
+    Args:
+        name (str): short label. passed (bool). detail (str): one line naming the culprit on failure.
+        figures (dict | None): numbers behind the verdict (JSON scalars and lists).
+    """
     return {"name": name, "passed": bool(passed), "detail": detail, "figures": dict(figures or {})}
 
 
@@ -68,11 +76,18 @@ def _close(a: float, b: float, rtol: float, atol: float = 1e-12) -> bool:
 
 # -- inputs and the re-derivation -----------------------------------------------------------------
 def input_check(manifest: dict) -> dict:
-    """Every input the manifest pins exists and hashes (weights and config) as recorded."""
+    """Every input the manifest pins exists and hashes as recorded: ``sha256(weights) == pin``, same for config.
+
+    Args:
+        manifest (dict): the output's vecmerge.json.
+    """
     pinned = manifest["recipe"].get("inputs") or {}
     conf = manifest.get("inputs") or {}
     problems, figs = [], {}
     for name, entry in pinned.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            problems.append(f"input {name}: the manifest records no path")
+            continue
         p = Path(entry["path"]).resolve()
         try:
             a = Adapter(p, modules_to_save=manifest["recipe"].get("modules_to_save", "refuse"))
@@ -82,7 +97,7 @@ def input_check(manifest: dict) -> dict:
         if a.sha256 != entry.get("sha256"):
             problems.append(f"input {name}: {a.weights_path} has sha256 {a.sha256[:16]}..., the manifest pins "
                             f"{str(entry.get('sha256'))[:16]}...: it changed after the merge")
-        pin = conf.get(name, {}).get("config_sha256")
+        pin = (conf.get(name) if isinstance(conf.get(name), dict) else {}).get("config_sha256")
         if pin and a.config_sha256 != pin:
             problems.append(f"input {name}: {p / CONFIG_NAME} changed after the merge (sha256 "
                             f"{a.config_sha256[:16]}..., pinned {pin[:16]}...)")
@@ -94,7 +109,15 @@ def input_check(manifest: dict) -> dict:
 
 
 def recompute(manifest: dict, root: Path, progress=None) -> tuple[dict, dict]:
-    """Re-evaluate the manifest's recipe from its inputs; check alpha and the consensus drops."""
+    """Re-evaluate the manifest's recipe from its inputs; ``|alpha - recorded| <= ALPHA_RTOL |recorded|``.
+
+    Args:
+        manifest (dict): vecmerge.json. root (Path): folder for unlisted names (every input is listed).
+        progress: optional iterable wrapper.
+
+    Returns:
+        (``merge.evaluate`` state, the ``recompute`` check); raises VecmergeError when it cannot evaluate.
+    """
     from .merge import evaluate
     from .recipe import Recipe
     from .workspace import Workspace
@@ -153,6 +176,7 @@ def compare(out: Adapter, state: dict, manifest: dict, tol: dict, progress=None)
         target, step_m = intended(state, m, recipe.multiple)
         expected[m] = target
         if m not in out.specs:
+            shape_bad.append(f"{m}: recomputed but not written")
             continue
         if out.specs[m].shape != target.shape:
             shape_bad.append(f"{m}: {out.specs[m].shape} written, {target.shape} expected")
@@ -189,11 +213,14 @@ def compare(out: Adapter, state: dict, manifest: dict, tol: dict, progress=None)
             f"{len(bad)}/{len(rows)} modules differ from the recomputed update, e.g. {m0}: relative error "
             f"{rows[m0]['rel_error']:.3e} > {tu:g}" + (f" (recorded {rec.get(m0, {}).get('rel_error')!r})" if cut
                                                         else ""))
-        if bad and all(h is not None for h in hints.values()):
-            detail += (f"; the update is scaled by {_few(sorted({f'{h:.6g}' for h in hints.values()}))}: "
-                       f"the scale PEFT applies (lora_alpha, r, alpha_pattern in {CONFIG_NAME}) changed")
+        scaled = f"scaled by {_few(sorted({f'{h:.6g}' for h in hints.values() if h is not None}))}"
+        config_changed = out.config_sha256 != (manifest.get("output") or {}).get("config_sha256")
+        if bad and config_changed and all(h is not None for h in hints.values()):
+            detail += (f"; the update is {scaled}: the scale PEFT applies (lora_alpha, r, alpha_pattern in "
+                       f"{CONFIG_NAME}) changed")
         elif bad:
-            detail += f"; tensors of {_few(bad)} in {out.weights_path.name} do not hold the recomputed factors"
+            detail += (f"; tensors of {_few(bad)} in {out.weights_path.name} do not hold the recomputed factors"
+                       + (f" ({scaled})" if all(h is not None for h in hints.values()) else ""))
         checks = [check("update", False, detail, {**figs, "bad_modules": bad})]
     else:
         checks = [check("update", True, f"every module within {tu:g} of the "
@@ -212,7 +239,7 @@ def compare(out: Adapter, state: dict, manifest: dict, tol: dict, progress=None)
 
 
 def _figures_check(manifest: dict, rows: dict, rel_error: float, checks: list) -> dict:
-    """The manifest's recorded figures reproduce to ``FIGURES_RTOL``."""
+    """The manifest's recorded figures reproduce: ``|x - recorded| <= 1e-12 + FIGURES_RTOL |recorded|``."""
     fig, rec = manifest.get("figures") or {}, manifest.get("modules") or {}
     got = {"rel_error": rel_error}
     step = next((c for c in checks if c["name"] == "step"), None)

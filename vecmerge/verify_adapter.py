@@ -67,7 +67,14 @@ def targeted(raw: dict, module: str) -> bool:
 
 
 def open_output(path: Path, manifest: dict) -> tuple[Adapter | None, list[dict]]:
-    """Open OUT (a failure is a check that names the culprit); its sha256s; every factor finite."""
+    """Open OUT (a failure is a check that names the culprit); sha256s equal the manifest's; factors finite.
+
+    Args:
+        path (Path): the output folder. manifest (dict): its vecmerge.json.
+
+    Returns:
+        (the Adapter, or None when it cannot be opened; the checks).
+    """
     want = manifest.get("output") or {}
     try:
         out = Adapter(path)
@@ -96,7 +103,12 @@ def open_output(path: Path, manifest: dict) -> tuple[Adapter | None, list[dict]]
 
 
 def config_checks(out: Adapter, manifest: dict, base_config) -> list[dict]:
-    """Base model, target coverage, the key set, and each module's rank, alpha and PEFT scale."""
+    """Base model, target coverage, the key set, and each module's ``(r, alpha)`` and scale ``alpha / r``.
+
+    Args:
+        out (Adapter): the output. manifest (dict): its vecmerge.json (``modules`` with ranks).
+        base_config (LoraConfig | None): the base input's config (its base model), if known.
+    """
     raw, cfg = out.config.raw, out.config
     recorded = manifest.get("modules") or {}
     problems = []
@@ -158,7 +170,11 @@ def _law(name: str, values: dict, tol: float, what: str) -> dict:
 
 
 def scale_rule_check(label: str, a: Adapter) -> dict:
-    """The scale read equals PEFT's rule for the resolved (r, alpha), and r equals the stored rank."""
+    """``scale_m == alpha_m / r_m`` (``/ sqrt(r_m)`` with rsLoRA) for PEFT's resolved (r, alpha); r = stored rank.
+
+    Args:
+        label (str): name in the check. a (Adapter): the adapter.
+    """
     cfg, bad, dead = a.config, [], []
     for m, spec in a.specs.items():
         r, alpha = cfg.resolve(m)
@@ -177,7 +193,12 @@ def scale_rule_check(label: str, a: Adapter) -> dict:
 
 
 def dense_check(label: str, a: Adapter, x: TaskVector, y: TaskVector, seed: int = 0) -> dict:
-    """Dense ``B @ A`` against the factored norm and inner product on a few seeded modules."""
+    """Dense ``B @ A`` against the factored ``||x_m||`` and ``<x_m, y_m>`` on a few seeded modules.
+
+    Args:
+        label (str): name in the check. a (Adapter): the adapter. x, y (TaskVector): it and its partner.
+        seed (int): which modules are sampled.
+    """
     names = sorted(x.modules)
     picked = sorted(random.Random(seed).sample(names, min(DENSE_SAMPLES, len(names))))
     errs = {}

@@ -1,0 +1,291 @@
+"""``vecmerge verify``: a clean output passes; every way an upload can go wrong fails with exit 1, by name.
+
+Tolerances (see ``vecmerge.verify``): the written update must equal the recomputed one within 1e-5
+(fp32), 5e-3 (fp16), 3e-2 (bf16) relative Frobenius; the measured errors are ~0.6 u of the dtype
+(fp32 ~4e-8), which these tests also pin so that the tolerances keep a wide margin. Tampering is
+done at 10x the fp32 tolerance (one tensor scaled by 1 + 1e-4) to show the check is that sharp.
+"""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from vecmerge.adapter import Adapter
+from vecmerge.errors import OutputError
+from vecmerge.testing import assert_merge_identity, toy_adapter, write_peft_folder
+from vecmerge.verify import TOLERANCES, verify_identities, verify_output
+from vecmerge.verify_adapter import targeted
+
+MODULE = "model.layers.1.self_attn.v_proj"
+B_KEY = f"base_model.model.{MODULE}.lora_B.weight"
+
+
+def project(run_cli, out="out", *extra, base="v54", direction="v51-v28", trust="0.0113") -> Path:
+    res = run_cli("project", "--base", base, "--dir", direction, "--trust", trust, "--out", out, *extra)
+    assert res.exit_code == 0, res.output
+    return Path(out)
+
+
+def rewrite_tensor(folder: Path, key: str, fn) -> None:
+    """Rewrite ``folder``'s safetensors with ``key`` replaced by ``fn(tensor)``."""
+    path = folder / "adapter_model.safetensors"
+    tensors = load_file(path)
+    tensors[key] = fn(tensors[key].clone())
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def failed(res) -> list[str]:
+    return [c["name"] for c in json.loads(res.stdout)["checks"] if not c["passed"]]
+
+
+def by_name(result: dict) -> dict:
+    return {c["name"]: c for c in result["checks"]}
+
+
+# -- a clean output ---------------------------------------------------------------------------------
+def test_clean_output_passes_and_json_shape(toy, run_cli):
+    project(run_cli)
+    res = run_cli("verify", "out")
+    assert res.exit_code == 0, res.output
+    assert "PASSED: all" in res.stdout and "FAIL" not in res.stdout
+    data = json.loads(run_cli("verify", "out", "--json").stdout)
+    assert set(data) >= {"target", "passed", "checks"} and data["passed"] is True and data["target"] == "out"
+    for c in data["checks"]:
+        assert set(c) == {"name", "passed", "detail", "figures"}
+        assert isinstance(c["name"], str) and c["passed"] is True and isinstance(c["detail"], str)
+        assert isinstance(c["figures"], dict)
+    checks = {c["name"]: c for c in data["checks"]}
+    assert list(checks) == ["inputs", "recompute", "output opens", "output sha256", "finite", "config", "key set",
+                            "ranks and scales", "update", "step", "figures"]
+    man = json.loads(Path("out/vecmerge.json").read_text())
+    assert checks["recompute"]["figures"]["alpha"] == man["resolved"]["alpha"]  # to the last bit
+    assert checks["update"]["figures"]["max_rel_error"] < 2e-7                  # ~0.6 u of fp32, tol 1e-5
+    assert checks["step"]["figures"]["survival"] == pytest.approx(1.0, abs=1e-6)
+    assert checks["output sha256"]["figures"]["sha256"] == man["output"]["sha256"]
+
+
+@pytest.mark.parametrize("flags", [("--dtype", "bf16"), ("--dtype", "fp16"), ("--rank", "4"),
+                                   ("--trust-scope", "module"), ("--rank", "keep-base"),
+                                   ("--consensus-ref", "v54-v54e2", "--mode", "onto-ref")])
+def test_output_variants_pass(toy, run_cli, flags):
+    project(run_cli, "out", *flags)
+    res = verify_output("out")
+    assert res["passed"], [c for c in res["checks"] if not c["passed"]]
+    dtype = flags[1] if flags[0] == "--dtype" else "fp32"
+    update = by_name(res)["update"]["figures"]
+    assert res["dtype"] == dtype and update["tolerance"] == TOLERANCES[dtype]["update"]
+    if flags[:2] != ("--rank", "4"):  # a rank cut is compared with its recorded error instead
+        assert update["max_rel_error"] < TOLERANCES[dtype]["update"] / 5  # the tolerance has margin
+
+
+def test_dose_ladder_and_refactor_outputs_pass(toy, run_cli):
+    project(run_cli, "out", "--dose", "0.5,1.456")
+    res = run_cli("refactor", "0.5*v28 + 0.5*v51", "--rank", "4", "--out", "avg")
+    assert res.exit_code == 0, res.output
+    for out in ("out-x0.5", "out-x1.456", "avg"):
+        assert verify_output(out)["passed"], out
+    assert "step" not in by_name(verify_output("avg"))  # a refactor has no step
+    assert_merge_identity("out-x1.456")
+
+
+# -- everything that must fail, by name ---------------------------------------------------------------
+def test_one_changed_tensor_fails(toy, run_cli):
+    project(run_cli)
+    rewrite_tensor(Path("out"), B_KEY, lambda t: t * (1 + 1e-4))  # 10x the fp32 tolerance
+    res = run_cli("verify", "out", "--json")
+    assert res.exit_code == 1
+    assert failed(res)[:2] == ["output sha256", "update"]
+    text = run_cli("verify", "out").stdout.replace("\n", " ")
+    detail = by_name(verify_output("out"))["update"]
+    assert detail["figures"]["bad_modules"] == [MODULE]
+    assert detail["figures"]["max_rel_error"] == pytest.approx(1e-4, rel=1e-3)
+    assert "adapter_model.safetensors" in detail["detail"] and MODULE in detail["detail"]
+    assert "the weights changed after writing" in " ".join(text.split())
+
+
+def test_edited_lora_alpha_fails(toy, run_cli):
+    project(run_cli)
+    cfg_path = Path("out/adapter_config.json")
+    cfg = json.loads(cfg_path.read_text())
+    cfg["lora_alpha"] *= 2
+    cfg_path.write_text(json.dumps(cfg))
+    res = run_cli("verify", "out", "--json")
+    assert res.exit_code == 1 and failed(res)[:2] == ["output sha256", "update"]
+    checks = by_name(json.loads(res.stdout))
+    assert "the config was edited after writing" in checks["output sha256"]["detail"]
+    assert "scaled by 2" in checks["update"]["detail"] and "adapter_config.json" in checks["update"]["detail"]
+    assert "check(s) failed: output sha256, update" in run_cli("verify", "out").stderr
+
+
+def test_input_changed_after_merge_fails(toy, run_cli):
+    project(run_cli)
+    key = sorted(load_file(toy / "v28" / "adapter_model.safetensors"))[0]
+    rewrite_tensor(toy / "v28", key, lambda t: t * 1.01)
+    res = run_cli("verify", "out", "--json")
+    assert res.exit_code == 1 and failed(res) == ["inputs", "recompute", "update"]
+    detail = by_name(json.loads(res.stdout))["inputs"]["detail"]
+    assert detail.startswith("input v28: ") and "it changed after the merge" in detail
+    assert "input v28" in run_cli("verify", "out").stdout
+
+
+def test_input_config_changed_fails(toy, run_cli):
+    project(run_cli)
+    cfg = json.loads((toy / "v51" / "adapter_config.json").read_text())
+    cfg["lora_alpha"] = 3.0  # same weights, another scale: the update changed
+    (toy / "v51" / "adapter_config.json").write_text(json.dumps(cfg))
+    res = run_cli("verify", "out", "--json")
+    assert res.exit_code == 1 and "inputs" in failed(res)
+    assert "input v51" in by_name(json.loads(res.stdout))["inputs"]["detail"]
+
+
+def test_missing_input_fails(toy, run_cli):
+    project(run_cli)
+    shutil.rmtree(toy / "v51")
+    res = run_cli("verify", "out", "--json")
+    assert res.exit_code == 1 and failed(res)[0] == "inputs"
+    detail = by_name(json.loads(res.stdout))["inputs"]["detail"]
+    assert "input v51 is missing or unreadable" in detail and str(toy / "v51") in detail
+
+
+def test_corrupt_output_fails_naming_the_file(toy, run_cli):
+    project(run_cli)
+    weights = Path("out/adapter_model.safetensors")
+    weights.write_bytes(weights.read_bytes()[:1000])
+    res = run_cli("verify", "out", "--json")
+    assert res.exit_code == 1 and failed(res) == ["output opens", "update"]
+    detail = by_name(json.loads(res.stdout))["output opens"]["detail"]
+    assert "out/adapter_model.safetensors" in detail and "truncated or corrupt" in detail
+
+
+def test_nan_in_output_fails(toy, run_cli):
+    project(run_cli)
+    rewrite_tensor(Path("out"), B_KEY, lambda t: t.index_put_((torch.tensor([0]), torch.tensor([0])),
+                                                               torch.tensor(float("nan"))))
+    checks = by_name(verify_output("out"))
+    assert not checks["finite"]["passed"] and MODULE in checks["finite"]["detail"]
+
+
+def test_edited_manifest_alpha_fails(toy, run_cli):
+    project(run_cli)
+    man_path = Path("out/vecmerge.json")
+    man = json.loads(man_path.read_text())
+    man["resolved"]["alpha"] = math.nextafter(man["resolved"]["alpha"], 1.0) * (1 + 1e-6)
+    man_path.write_text(json.dumps(man))
+    res = run_cli("verify", "out", "--json")
+    assert res.exit_code == 1 and failed(res) == ["recompute"]
+    assert "alpha recomputes to" in by_name(json.loads(res.stdout))["recompute"]["detail"]
+
+
+def test_missing_manifest_is_a_usage_error(toy, run_cli):
+    project(run_cli)
+    Path("out/vecmerge.json").unlink()
+    res = run_cli("verify", "out")
+    assert res.exit_code == 2 and "no vecmerge.json" in res.stderr and "--identities" in res.stderr
+    with pytest.raises(OutputError):
+        verify_output("out")
+
+
+def test_assert_merge_identity_lists_failed_checks(toy, run_cli):
+    project(run_cli)
+    assert_merge_identity("out")
+    rewrite_tensor(Path("out"), B_KEY, lambda t: t * 2)
+    with pytest.raises(AssertionError, match=r"4 verify check\(s\) failed:\n  output sha256: .*\n  update: "):
+        assert_merge_identity("out")
+
+
+# -- identities of adapters without a manifest ----------------------------------------------------------
+def test_identities_pass_and_json_shape(toy, run_cli):
+    res = run_cli("verify", "--identities", "v54", "v51", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["passed"] is True and data["kind"] == "identities" and len(data["adapters"]) == 2
+    names = [c["name"] for c in data["checks"]]
+    for law in ("||x||^2 = <x,x>", "x - x = 0", "(a + b) - b = a", "exact refactor", "scale rule",
+                "dense = factored"):
+        assert f"{law} [v54]" in names and f"{law} [v51]" in names
+    for c in data["checks"]:
+        if "max_rel_error" in c["figures"]:
+            assert c["figures"]["max_rel_error"] <= c["figures"]["tolerance"] / 1e3  # float64: ~1e-15
+    one = verify_identities([Adapter(toy / "v54")])
+    assert one["passed"] and "b = 2*v54" in by_name(one)["(a + b) - b = a [v54]"]["detail"]
+    assert "PASSED" in run_cli("verify", "--identities", "v54").stdout
+
+
+def test_identities_scale_rule_with_patterns(tmp_path):
+    path = toy_adapter(tmp_path / "pat", rank=4, rslora=True, rank_pattern={"layers.0.mlp.up_proj": 2},
+                       alpha_pattern={"o_proj": 3.0, "no_such_module": 5.0})
+    # toy_adapter writes rank 4 everywhere; re-save with the up_proj factors at rank 2 so r resolves
+    t = load_file(path / "adapter_model.safetensors")
+    for k in list(t):
+        if "layers.0.mlp.up_proj" in k:
+            t[k] = (t[k][:2] if "lora_A" in k else t[k][:, :2]).contiguous()
+    save_file(t, path / "adapter_model.safetensors", metadata={"format": "pt"})
+    res = verify_identities([Adapter(path)])
+    assert res["passed"], [c for c in res["checks"] if not c["passed"]]
+    rule = by_name(res)["scale rule [pat]"]
+    assert rule["figures"]["rule"] == "alpha/sqrt(r) (rsLoRA)"
+    assert rule["figures"]["unused_pattern_keys"] == ["no_such_module"]
+
+
+def test_identities_fail_on_nan(tmp_path, run_cli):
+    B, A = torch.randn(8, 2), torch.randn(2, 8)
+    B[3, 1] = float("inf")
+    path = write_peft_folder(tmp_path / "bad", {"model.layers.0.mlp.up_proj": (B, A)}, r=2, lora_alpha=4)
+    res = run_cli("verify", "--identities", str(path), "--json")
+    assert res.exit_code == 1 and failed(res) == ["finite [bad]"]
+    assert "model.layers.0.mlp.up_proj: lora_B has 1 NaN/Inf" in res.stdout
+
+
+def test_target_rules_follow_peft():
+    q = "model.layers.3.self_attn.q_proj"
+    assert targeted({"target_modules": ["q_proj"]}, q)
+    assert targeted({"target_modules": [q]}, q)
+    assert not targeted({"target_modules": ["k_proj"]}, q)
+    assert not targeted({"target_modules": ["proj"]}, q)                       # whole components only
+    assert targeted({"target_modules": r".*\.q_proj"}, q)
+    assert not targeted({"target_modules": r"q_proj"}, q)                      # a string must fullmatch
+    assert targeted({"target_modules": ["q_proj"], "layers_to_transform": [3]}, q)
+    assert not targeted({"target_modules": ["q_proj"], "layers_to_transform": [0, 1]}, q)
+    assert targeted({"target_modules": ["q_proj"], "layers_to_transform": 3, "layers_pattern": "layers"}, q)
+    assert not targeted({"target_modules": ["q_proj"], "exclude_modules": ["q_proj"]}, q)
+
+
+# -- the real client: PEFT on a tiny Qwen3 ---------------------------------------------------------------
+@pytest.fixture
+def real_workspace(peft_adapter, tmp_path, monkeypatch):
+    names = {"A": peft_adapter("verify_A", seed=11), "B": peft_adapter("verify_B", seed=12),
+             "C": peft_adapter("verify_C", seed=13)}
+    (tmp_path / "vecmerge.yaml").write_text("adapters:\n" + "".join(f"  {k}: {v}\n" for k, v in names.items()))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_real_model_load_passes(real_workspace, tiny_base, run_cli):
+    project(run_cli, "out", base="A", direction="B-C", trust="0.01")
+    project(run_cli, "out16", "--dtype", "bf16", base="A", direction="B-C", trust="0.01")
+    res = run_cli("verify", "out", "--base-model", tiny_base, "--json")
+    assert res.exit_code == 0, res.output
+    checks = by_name(json.loads(res.stdout))
+    for name in ("peft load", "peft modules", "peft delta", "logits", "logits vs intended", "merge_and_unload"):
+        assert checks[name]["passed"], checks[name]
+    assert checks["peft delta"]["figures"]["max_rel_error"] < 1e-6         # PEFT's float32 B@A, tol 1e-5
+    assert checks["logits"]["figures"]["rel_max_diff"] < 1e-5              # two float32 forwards, tol 1e-4
+    assert checks["logits"]["figures"]["adapter_effect"] > 1e-2            # the adapter moves the logits
+    assert checks["merge_and_unload"]["figures"]["max_rel_error"] < 5e-7   # tol 1e-6
+    bf = verify_output("out16", base_model=tiny_base)
+    assert bf["passed"], [c for c in bf["checks"] if not c["passed"]]
+
+
+def test_real_model_catches_a_changed_module(real_workspace, tiny_base, run_cli):
+    project(run_cli, "out", base="A", direction="B-C", trust="0.01")
+    rewrite_tensor(Path("out"), B_KEY, lambda t: t * 1.5)
+    res = run_cli("verify", "out", "--base-model", tiny_base, "--json")
+    assert res.exit_code == 1
+    assert failed(res) == ["output sha256", "update", "step", "figures", "logits vs intended"]
+    checks = by_name(json.loads(res.stdout))
+    assert checks["peft delta"]["passed"]  # PEFT and we read the same (changed) file alike
