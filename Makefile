@@ -32,7 +32,7 @@ bench: install
 check: lint test
 
 readme: install
-	$(PY) examples/update_readme.py
+	$(PY) examples/update_docs.py
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) *.egg-info .pytest_cache .ruff_cache

@@ -62,3 +62,21 @@ def test_readme_transcript_matches_the_demo(small_demo):
     want = [line for line in mask(pasted).splitlines() if line.startswith(("$", "consensus", "uploadable"))]
     got = [line for line in mask(text).splitlines() if line.startswith(("$", "consensus", "uploadable"))]
     assert want == got
+
+
+def test_walkthrough_runs_in_the_demo_folder(small_demo):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from walkthrough import run_walkthrough
+
+    out, _, _ = small_demo
+    lines = []
+    run_walkthrough(out, echo=lines.append)
+    text = "\n".join(lines)
+    for name in ("v58", "v59", "v60", "ladder-x1.456"):
+        assert (out / "out" / name / "vecmerge.json").is_file()
+    assert "clipped by trust           yes" in text
+    assert "7/7 module(s) disagree" in text and "(exit 1)" in text
+    assert not (out / "out" / "wrong-way").exists()
+    assert "Traceback" not in text

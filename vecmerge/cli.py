@@ -173,7 +173,8 @@ def _run_recipe(obj: Ctx, data: dict, *, force, dry_run, as_json, show_modules, 
 @click.option("--min-agree", type=float, help="Fail below this share of agreeing modules.")
 @click.option("--mode", type=click.Choice(["add", "onto-ref", "orthogonal"]), default="add", show_default=True)
 @click.option("--dose", help="Comma-separated multiples of alpha, one output each at OUT-x<k>.")
-@click.option("--strict", is_flag=True, help="Fail when less than 99%% of the step survives.")
+@click.option("--strict", is_flag=True, help="Fail (exit 1, nothing written) when less than 99%% of the step "
+              "survives or the written update misses it by over 10%% of the step.")
 @_merge_options
 @click.pass_obj
 @handled

@@ -31,7 +31,8 @@ from .surgery import choose_step, shape_direction
 from .taskvector import TaskVector, align, linear_combination
 from .workspace import Workspace
 
-SURVIVAL_WARN = 0.99
+SURVIVAL_WARN = 0.99  # warn (and fail with --strict) when less of the step survives
+RESIDUAL_WARN = 0.10  # ... or when the written update misses the intended one by more than this x ||step||
 
 
 def _open_inputs(recipe: Recipe, ws: Workspace, forms: dict) -> dict:
@@ -260,8 +261,8 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
         report["consensus"] = state["consensus"]
     if "step" in state:
         st = state["step"]
-        report["step"] = {"alpha": st.alpha, "trust": st.trust, "scope": st.scope, "requested_alpha": st.alpha
-                          if st.requested_alpha is None else st.requested_alpha, "clipped": st.clipped,
+        report["step"] = {"alpha": st.alpha, "trust": st.trust, "scope": st.scope,
+                          "requested_alpha": st.requested_alpha, "clipped": st.clipped,
                           "base_norm": st.base_norm, "dir_norm": st.dir_norm, "mode": recipe.mode,
                           "dropped": state["dropped"], "realized": st.realized()}
     built = []
@@ -272,6 +273,9 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
         if "survival" in fig and fig["survival"] < SURVIVAL_WARN:
             warnings.append(f"only {fig['survival']:.2%} of the step survives (rank {recipe.rank}, "
                             f"dtype {recipe.dtype}); use --rank exact or a wider dtype")
+        if fig.get("residual", 0.0) > RESIDUAL_WARN:
+            warnings.append(f"the written update is off the intended one by {fig['residual']:.1%} of the step "
+                            f"(rank {recipe.rank}, dtype {recipe.dtype}); use --rank exact or --dtype fp32")
         entry = {"multiple": multiple, "path": path, "figures": fig, "warnings": warnings,
                  "alpha": None if "step" not in state or state["step"].alpha is None
                  else state["step"].alpha * multiple}

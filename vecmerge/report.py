@@ -14,6 +14,8 @@ from tabulate import tabulate
 
 def table(rows: list, headers: list, fmt: str = "simple") -> str:
     """A tabulate table (``simple``, ``github`` for markdown, ...)."""
+    if not any(headers):
+        return tabulate(rows, tablefmt=fmt, disable_numparse=True)
     return tabulate(rows, headers=headers, tablefmt=fmt, floatfmt=".4g", disable_numparse=True)
 
 
@@ -73,6 +75,7 @@ def render_merge(rep: dict) -> str:
         out.append(f"project: {r['base']} + alpha * ({r['dir']})   mode={st['mode']}")
         facts = [("alpha", repr(st["alpha"]) if st["alpha"] is not None else "per module (trust_scope=module)"),
                  ("trust", f"{st['trust']!r} ({st['scope']})" if st["trust"] is not None else "-"),
+                 ("requested alpha", "-" if st["requested_alpha"] is None else repr(st["requested_alpha"])),
                  ("clipped by trust", "yes" if st["clipped"] else "no"),
                  ("||base||", g(st["base_norm"], 8)), ("||dir||", g(st["dir_norm"], 8)),
                  ("realized relative step", f"{st['realized']['global']!r}"),
