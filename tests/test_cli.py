@@ -115,3 +115,14 @@ def test_help_is_fast_to_import():
     code = "import sys; from vecmerge.cli import main; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_device_flag(toy, run_cli):
+    res = run_cli("--device", "cpu", "inspect", "v54", "--json")
+    assert res.exit_code == 0 and json.loads(res.output)["modules"] == 14
+    if not torch.cuda.is_available():
+        res = run_cli("--device", "cuda", "inspect", "v54")
+        assert res.exit_code == 2 and "no CUDA device" in res.output
+    from vecmerge.lowrank import set_device
+
+    set_device("cpu")

@@ -8,17 +8,19 @@ with Haar-random orthogonal Q1 (out x out) and Q2 (in x in). With ``ref = U diag
 ``dir = P diag(t) R^T``, the null cosine is ``sum_ij s_i t_j M1_ji M2_ji / (|s| |t|)`` where
 ``M1 = P^T Q1 U`` and ``M2 = R^T Q2 V`` are (k_dir x k_ref) blocks of Haar matrices; so it depends only
 on the two spectra and (out, in). Analytic part (exact for every rank): ``E[O_ij O_kl] = d_ik d_jl / n``
-for Haar O(n) gives ``E cos = 0`` and ``Var cos = 1 / (out * in)``, hence ``null_std`` and
-``z = cos * sqrt(out * in)``. The *shape* depends on the ranks: excess kurtosis is about
-``6 / (pr_ref * pr_dir)`` (pr = participation ratio ``(sum s^2)^2 / sum s^4``), so two rank-1 updates
-give a heavy-tailed product-normal while rank-32 ones are Gaussian to a fraction of a percent.
-The *sampled* band (``samples > 0``, the default) therefore draws the Haar blocks exactly for the
-leading ``SAMPLE_RANK`` singular pairs of each side (Bartlett-Wishart + Cholesky, O(k^3) per draw,
-never an out x in matrix) and adds the remaining pairs as a Gaussian of exactly their variance; it
-is used to mark chance. ``samples=0`` uses the analytic band ``1.96 * null_std``. Both are two-sided
-at ``LEVEL`` (5%): a module is *chance* when ``|cos_m| < null_band_m``. The model assumes no
-structure shared by unrelated updates; real adapters of one base model share input statistics, so
-treat "significant" as "beyond isotropic chance", not as proof.
+for Haar O(n) gives ``E cos = 0`` and ``Var cos = 1 / (out * in)``, hence ``null_std = 1/sqrt(out in)``
+(0.00057 for a 1024 x 3072 module) and ``z = cos / null_std``. The *shape* depends on the ranks:
+excess kurtosis is about ``6 / (pr_ref * pr_dir)`` (pr = participation ratio ``(sum s^2)^2 / sum s^4``),
+so two rank-1 updates give a heavy-tailed product-normal while rank-32 ones are Gaussian to a
+fraction of a percent. The *sampled* band (``samples > 0``, the default) therefore draws the Haar
+blocks exactly for the leading ``SAMPLE_RANK`` singular pairs of each side (Bartlett-Wishart +
+Cholesky, O(k^3) per draw, never an out x in matrix) and adds the remaining pairs as a Gaussian of
+exactly their variance; it is used to mark chance. Its Monte Carlo error is about 7% of the band
+(one standard error) at 200 draws (seeded, so a report is reproducible); tests check it against dense random
+rotations. ``samples=0`` uses the analytic band ``1.96 * null_std``. Both are two-sided at ``LEVEL``
+(5%): a module is *chance* when ``|cos_m| < null_band_m``. The model assumes no structure shared by
+unrelated updates; real adapters of one base model share input statistics, so read "significant"
+as "beyond isotropic chance", not as proof.
 
 **Whole adapter.** ``binom_p`` = one-sided binomial tail ``P(X >= agree)``, X ~ Bin(modules, 1/2):
 it assumes the modules' signs are independent coin tosses, which layers trained together are not,
@@ -26,8 +28,8 @@ so it overstates the evidence. ``binom_p_significant`` repeats it over non-chanc
 ``global_z = sum_m inner_m / sqrt(sum_m (||ref_m|| ||dir_m|| null_std_m)^2)`` (independent rotations).
 
 **JSON** (``run_audit``; stable, keys are only ever added). ``kind: "audit"``, ``ref``, ``dir``,
-``missing`` ({label: [modules]}), ``summary``: ``modules, agree, disagree, agree_energy,
-cosine_median, cosine_min, cosine_max, disagreeing`` (list of module names), ``chance,
+``missing`` ({adapter name: [modules it lacks, counted as zero]}), ``summary``: ``modules, agree,
+disagree, agree_energy, cosine_median, cosine_min, cosine_max, disagreeing`` (list of module names), ``chance,
 agree_significant, disagree_significant, binom_p, binom_p_significant, global_inner, global_cosine,
 global_z, null_method`` ("sampled"|"analytic"), ``samples, level``; ``rows``: one per module with
 ``module, layer`` (int|null), ``type, shape`` ([out, in]), ``inner, cosine, ref_norm, dir_norm, agree``
@@ -49,12 +51,13 @@ import torch
 
 from .adapter import module_layer, module_type
 from .errors import VecmergeError
+from .expr import parse
 from .lowrank import COMPUTE_DTYPE, LowRank, f64
 from .taskvector import TaskVector, align
 
 LEVEL = 0.05
 Z_CRIT = 1.959963984540054  # two-sided 5% normal quantile
-SAMPLE_RANK = 16
+SAMPLE_RANK = 32
 SEED = 0
 
 
@@ -68,6 +71,8 @@ def spectrum(x: LowRank) -> torch.Tensor:
     Args:
         x (LowRank): B (out, r), A (r, in). Returns (min(r, out, in),) float64, descending.
     """
+    if not isinstance(x, LowRank):  # an InSpan core (merge.evaluate): its own singular values
+        return x.singular_values()
     if x.rank == 0 or x.scale == 0.0:
         return torch.zeros(0, dtype=COMPUTE_DTYPE)
     Rb = torch.linalg.qr(f64(x.B), mode="r").R
@@ -116,13 +121,13 @@ def haar_blocks(n: int, rows: int, cols: int, count: int, gen: torch.Generator,
     Args:
         n (int): matrix size, ``n >= max(rows, cols)``. rows, cols, count (int): block shape and number.
     Returns:
-        Tensor (count, rows, cols), float64.
+        Tensor (count, rows, cols), float64 (normals drawn in float32, algebra in float64).
     """
-    X = torch.randn(count, rows, cols, generator=gen, dtype=COMPUTE_DTYPE)
+    X = torch.randn(count, rows, cols, generator=gen).to(COMPUTE_DTYPE)
     df = n - rows
     idx = np.arange(cols)
     diag = np.sqrt(2.0 * rng.standard_gamma(np.maximum(df - idx, 0) / 2.0, size=(count, cols)))
-    L = torch.tril(torch.randn(count, cols, cols, generator=gen, dtype=COMPUTE_DTYPE), -1)
+    L = torch.tril(torch.randn(count, cols, cols, generator=gen).to(COMPUTE_DTYPE), -1)
     L = L * torch.as_tensor(idx < df, dtype=COMPUTE_DTYPE)  # singular Wishart: columns >= df vanish
     L = L + torch.diag_embed(torch.from_numpy(diag))
     C = torch.linalg.cholesky(X.transpose(1, 2) @ X + L @ L.transpose(1, 2))
@@ -134,7 +139,9 @@ def null_cosines(shapes: list, spectra: list, samples: int, seed: int = SEED,
     """Cosines of ``Q1 ref_m Q2^T`` with ``dir_m`` for random orthogonal Q1, Q2, per module.
 
     ``null = sum_{i,j<rank} s_i t_j M1_ji M2_ji / (|s| |t|) + sqrt(1 - sum_kept s^2 t^2 / (|s|^2 |t|^2)) g
-    / sqrt(out in)``, g ~ N(0, 1): exact Haar blocks for the leading pairs, the rest Gaussian with exact variance.
+    / sqrt(out in)``, g ~ N(0, 1): exact Haar blocks for the leading pairs, the rest Gaussian with exact
+    variance. Modules of one shape share the Haar draws (common random numbers: each module's null is
+    exact in distribution, their Monte Carlo errors are correlated); the cost is O(samples k^3) per shape.
 
     Args:
         shapes (list[tuple[int, int]]): (out, in) per module.
@@ -152,14 +159,16 @@ def null_cosines(shapes: list, spectra: list, samples: int, seed: int = SEED,
     for (n_out, n_in), idx in sorted(groups.items()):
         s = [spectra[i][0][:rank] / spectra[i][0].norm() for i in idx]
         t = [spectra[i][1][:rank] / spectra[i][1].norm() for i in idx]
+        # share of |s|^2 |t|^2 outside the kept pairs, from the dropped tails (exactly 0 when nothing is dropped)
+        ds, dt = (torch.tensor([float((spectra[i][side][rank:] ** 2).sum() / spectra[i][side].norm() ** 2)
+                                for i in idx], dtype=COMPUTE_DTYPE) for side in (0, 1))
         k1, k2 = max(len(x) for x in s), max(len(x) for x in t)
         S = torch.stack([torch.nn.functional.pad(x, (0, k1 - len(x))) for x in s])  # (mods, k1)
         T = torch.stack([torch.nn.functional.pad(x, (0, k2 - len(x))) for x in t])  # (mods, k2)
-        count = len(idx) * samples
-        M = haar_blocks(n_out, k2, k1, count, gen, rng) * haar_blocks(n_in, k2, k1, count, gen, rng)
-        kept = torch.einsum("mj,msji,mi->ms", T, M.view(len(idx), samples, k2, k1), S)
-        rest = (1.0 - (S**2).sum(1) * (T**2).sum(1)).clamp(min=0.0).sqrt()
-        noise = torch.randn(len(idx), samples, generator=gen, dtype=COMPUTE_DTYPE) / math.sqrt(n_out * n_in)
+        M = haar_blocks(n_out, k2, k1, samples, gen, rng) * haar_blocks(n_in, k2, k1, samples, gen, rng)
+        kept = torch.einsum("mj,sji,mi->ms", T, M, S)
+        rest = (ds + dt - ds * dt).clamp(min=0.0).sqrt()
+        noise = torch.randn(len(idx), samples, generator=gen).to(COMPUTE_DTYPE) / math.sqrt(n_out * n_in)
         for j, i in enumerate(idx):
             out[i] = kept[j] + rest[j] * noise[j]
     return out
@@ -169,7 +178,13 @@ def mark_chance(rows: list[dict], spectra: list, samples: int = 200, seed: int =
     """Add ``null_std = 1/sqrt(out in)``, ``z = cos / null_std``, ``null_band``, ``chance``, ``mark`` to rows.
 
     ``null_band`` is the (1 - LEVEL) quantile of ``|null cosine|`` over ``samples`` draws
-    (``null_cosines``), or ``Z_CRIT * null_std`` when ``samples == 0``; ``chance = |cos| < null_band``.
+    (``null_cosines``), or ``Z_CRIT * null_std`` when ``samples == 0``; ``chance = |cos| < null_band``
+    (always for a module where ref or dir is zero).
+
+    Args:
+        rows (list[dict]): from ``agreement_rows``, updated in place and returned.
+        spectra (list[tuple[Tensor, Tensor]]): (ref, dir) singular values per row, from ``spectrum``.
+        samples (int): draws per module; 0 for the analytic band. seed (int): fixes the draws.
     """
     if samples < 0:
         raise AuditUsageError(f"--samples {samples}: give 0 (analytic band) or a positive number of draws")
@@ -196,8 +211,12 @@ def binom_tail(k: int, n: int) -> float:
 def summarize(rows: list[dict]) -> dict:
     """``modules, agree, disagree, agree_energy, cosine_median/min/max, disagreeing``, plus chance figures.
 
-    Chance figures (only when rows carry ``chance``): ``chance, agree_significant, disagree_significant,
-    binom_p, binom_p_significant, global_inner, global_cosine, global_z`` (see the module docstring).
+    ``agree_energy = sum_{agree} ||dir_m||^2 / sum ||dir_m||^2``. Chance figures (only when rows carry
+    ``chance``): ``chance, agree_significant, disagree_significant, binom_p, binom_p_significant,
+    global_inner, global_cosine, global_z`` (see the module docstring).
+
+    Args:
+        rows (list[dict]): from ``agreement_rows`` (and ``mark_chance``).
     """
     energy = sum(r["dir_norm"] ** 2 for r in rows)
     agree_energy = sum(r["dir_norm"] ** 2 for r in rows if r["agree"])
@@ -228,12 +247,14 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def _vectors(ws, exprs: list[str], allow_missing: bool):
+    """Evaluate and align expressions; missing modules become zeros and are listed per adapter name."""
     vecs = [ws.evaluate(e, allow_missing) for e in exprs]
     names = align(vecs, exprs, allow_missing)
     shapes = {m: next(v[m].shape for v in vecs if m in v.modules) for m in names}
-    missing = {e: [m for m in names if m not in v.modules] for e, v in zip(exprs, vecs)}
+    adapters = dict.fromkeys(n for e in exprs for n in parse(e).names())
+    missing = {n: [m for m in names if m not in ws.adapter(n).specs] for n in adapters}
     full = [TaskVector({m: v.modules.get(m) or LowRank.zeros(shapes[m]) for m in names}, v.specs) for v in vecs]
-    return full, names, {e: ms for e, ms in missing.items() if ms}
+    return full, names, {n: ms for n, ms in missing.items() if ms}
 
 
 def pairwise(vectors: list[TaskVector], labels: list[str], names: list[str], progress=None) -> dict:

@@ -8,6 +8,7 @@ input, 1 for a check that failed, 0 otherwise. Heavy imports (torch) happen insi
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import click
@@ -76,6 +77,9 @@ def handled(fn):
 @click.pass_context
 def main(ctx, workspace, debug, quiet, device):
     """Surgery on LoRA adapters: exact factored algebra, audits, trust-region steps, verified PEFT output."""
+    # Small LAPACK calls are far slower multi-threaded (see kernels.py); torch is not imported yet.
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
     ctx.obj = Ctx(workspace, debug, quiet, device)
 
 

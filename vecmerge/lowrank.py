@@ -32,6 +32,11 @@ def set_device(device) -> None:
     _DEVICE = dev
 
 
+def device() -> torch.device:
+    """The compute device set by ``set_device``."""
+    return _DEVICE
+
+
 def f64(t: torch.Tensor) -> torch.Tensor:
     """``t`` in the compute dtype (float64) on the compute device."""
     return t.to(device=_DEVICE, dtype=COMPUTE_DTYPE)
@@ -232,7 +237,7 @@ def combine(terms: list[tuple[float, LowRank]]) -> LowRank:
     return LowRank(Bs, As, 1.0)
 
 
-def project_coefficient(x: LowRank, onto: LowRank) -> float:
+def project_coefficient(x, onto) -> float:
     """``<x, onto> / ||onto||^2``: the coefficient of x's component along ``onto`` (0 if onto is zero)."""
     n = onto.norm()
     return 0.0 if n == 0.0 else x.inner(onto) / (n * n)

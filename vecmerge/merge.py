@@ -24,11 +24,13 @@ from .audit import agreement_rows, summarize
 from .errors import CheckFailed, RecipeError
 from .export import MANIFEST_NAME, check_out, model_card, prepare_modules, write_adapter
 from .expr import parse
-from .lowrank import LowRank, combine, f64
+from .kernels import map_modules
+from .lowrank import EXACT_RTOL, SVD, LowRank, f64, rank_for_error
 from .recipe import Recipe
-from .refactor import RankPolicy, refactor
+from .refactor import RankPolicy
+from .subspace import InSpan, Subspace
 from .surgery import choose_step, shape_direction
-from .taskvector import TaskVector, align, linear_combination
+from .taskvector import TaskVector, align
 from .workspace import Workspace
 
 SURVIVAL_WARN = 0.99  # warn (and fail with --strict) when less of the step survives
@@ -68,7 +70,11 @@ def _outputs(recipe: Recipe) -> list[tuple[float, str | None]]:
 
 
 def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> dict:
-    """Everything but the writing: inputs, vectors, consensus, the step. Used by run and verify."""
+    """Everything but the writing: inputs, one basis per module, consensus, the step.
+
+    ``state["tv"][k]`` (k in base, dir, ref) is a TaskVector of ``InSpan`` cores sharing one
+    ``Subspace`` per module (see subspace.py); used by ``run`` and by ``verify``.
+    """
     forms = {"base": parse(recipe.base)}
     if recipe.dir:
         forms["dir"] = parse(recipe.dir)
@@ -78,22 +84,30 @@ def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> dict:
     vecs = {name: ws.vector(name) for form in forms.values() for name in form.names()}
     names = align(list(vecs.values()), list(vecs), recipe.allow_missing)
     missing = {n: [m for m in names if m not in v.modules] for n, v in vecs.items()}
+    specs = {m: next(v.specs[m] for v in vecs.values() if m in v.specs) for m in names}
 
-    def ev(form):
-        tv = linear_combination([(form.coeffs[n], vecs[n]) for n in form.names()], list(form.names()),
-                                recipe.allow_missing)
-        specs = {m: next(v.specs[m] for v in vecs.values() if m in v.specs) for m in names}
-        mods = {m: tv.modules.get(m) or LowRank.zeros(specs[m].shape) for m in names}
-        return TaskVector(mods, specs)
+    def module_cores(m: str) -> dict:
+        terms = {n: v.modules[m] for n, v in vecs.items() if m in v.modules}
+        space, own = Subspace.of(list(terms.values()), specs[m].shape)
+        proj = dict(zip(terms, own))
+        out = {}
+        for k, form in forms.items():
+            x = space.zero()
+            for n in form.names():
+                if n in proj and form.coeffs[n] != 0.0:
+                    x = x + proj[n] * form.coeffs[n]
+            out[k] = x
+        return out
 
-    tv = {k: ev(f) for k, f in forms.items()}
+    per = map_modules(module_cores, names, progress)
+    tv = {k: TaskVector({m: per[m][k] for m in names}, specs) for k in forms}
     state = {"recipe": recipe, "inputs": inputs, "names": names, "forms": forms, "tv": tv,
              "missing": {k: v for k, v in missing.items() if v}, "vecs": vecs}
     if not recipe.dir:
         return state
     dropped = []
     if recipe.consensus:
-        rows = agreement_rows(tv["ref"], tv["dir"], names, progress=progress)
+        rows = agreement_rows(tv["ref"], tv["dir"], names)
         summary = summarize(rows)
         c = recipe.consensus
         share = summary["agree"] / summary["modules"] if summary["modules"] else 0.0
@@ -120,13 +134,35 @@ def _few(names: list[str], n: int = 6) -> str:
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
-def intended(state: dict, m: str, multiple: float) -> tuple[LowRank, LowRank | None]:
-    """``(base_m + multiple * alpha_m * dir'_m, the step)`` for module m (base alone for a refactor)."""
+def intended_core(state: dict, m: str, multiple: float) -> tuple[InSpan, InSpan | None]:
+    """``(base_m + multiple * alpha_m * dir'_m, the step)`` as cores (base alone for a refactor)."""
     base = state["tv"]["base"][m]
     if "step" not in state:
         return base, None
     step_m = state["shaped"][m] * (state["step"].module_alpha[m] * multiple)
-    return combine([(1.0, base), (1.0, step_m)]), step_m
+    return base + step_m, step_m
+
+
+def intended(state: dict, m: str, multiple: float) -> tuple[LowRank, LowRank | None]:
+    """``intended_core`` as factors (rank p: the module's basis), for checks that want a LowRank."""
+    target, step_m = intended_core(state, m, multiple)
+    return target.lowrank(), None if step_m is None else step_m.lowrank()
+
+
+def _cut(target: InSpan, policy: RankPolicy) -> tuple[LowRank, torch.Tensor, int, int, float]:
+    """Re-factor a core by the policy: (factors, kept core, kept rank, exact rank, cut error)."""
+    U, S, Vh = torch.linalg.svd(target.C, full_matrices=False)
+    exact = rank_for_error(S, EXACT_RTOL, target.floor)
+    if policy.kind == "exact":
+        k = exact
+    elif policy.kind == "fixed":
+        k = min(int(policy.value), exact)
+    else:
+        k = min(SVD(U, S, Vh).energy_rank(policy.value), exact)
+    root = torch.sqrt(S[:k])
+    factors = LowRank(target.space.left(U[:, :k] * root), target.space.right(root[:, None] * Vh[:k]), 1.0)
+    kept = (U[:, :k] * S[:k]) @ Vh[:k]
+    return factors, kept, k, exact, float(torch.sqrt((S[k:] ** 2).sum()))
 
 
 def build_output(state: dict, multiple: float, progress=None) -> dict:
@@ -135,24 +171,26 @@ def build_output(state: dict, multiple: float, progress=None) -> dict:
     names = state["names"]
     keep_base = recipe.rank == "keep-base"
     policy = None if keep_base else RankPolicy.parse(recipe.rank)
-    modules, rows = {}, {}
-    it = progress(names) if progress else names
-    for m in it:
-        target, step_m = intended(state, m, multiple)
+
+    def one(m: str) -> tuple[LowRank, dict]:
+        target, step_m = intended_core(state, m, multiple)
         if keep_base:
             own = state["vecs"][state["forms"]["base"].names()[0]]
             b0 = own.modules[m] if m in own.modules else LowRank.zeros(target.shape)
-            upd = step_m.compress()
+            s = step_m.svd()
+            upd = s.truncate(s.exact_rank())
             sc = b0.scale if b0.scale != 0 else 1.0
             x = LowRank(_cat1(b0.B, upd.B / sc), _cat0(b0.A, upd.A), sc)
-            modules[m] = x
-            rows[m] = {"rank": x.rank, "exact_rank": x.rank, "cut_error": 0.0}
+            row = {"rank": x.rank, "exact_rank": x.rank, "cut_error": s.dropped_error(upd.rank), "kept": target.C}
         else:
-            rf = refactor(target, policy)
-            modules[m] = rf.lowrank
-            rows[m] = {"rank": rf.rank, "exact_rank": rf.exact_rank, "cut_error": rf.error}
-        rows[m]["target"] = target
-        rows[m]["step"] = step_m
+            x, kept, k, exact, cut = _cut(target, policy)
+            row = {"rank": k, "exact_rank": exact, "cut_error": cut, "kept": kept}
+        row["target"], row["step"] = target, step_m
+        return x, row
+
+    done = map_modules(one, names, progress)
+    modules = {m: done[m][0] for m in names}
+    rows = {m: done[m][1] for m in names}
     keep = tuple(names) if keep_base else ()
     prepared = prepare_modules(modules, state["tv"]["base"].specs, recipe.dtype, keep)
     return {"prepared": prepared, "rows": rows, "multiple": multiple,
@@ -167,27 +205,56 @@ def _cat0(x, y):
     return torch.cat([f64(x), f64(y)], 0) if y.numel() else x
 
 
+def rounding(written: LowRank, exact: LowRank, space: Subspace) -> tuple[float, torch.Tensor]:
+    """``E = W - R`` of a rounded copy W of factors R: ``(||E||_F, Qb^T E Qa)``.
+
+    ``E = (B1 - B2) A1 + B2 (A1 - A2)`` with ``B1 = s_W B_W``, ``B2 = s_R B_R``: every term is of the
+    order of the rounding, so its Gram norm ``sum((X^T X) * (Y Y^T))`` loses no digits.
+    """
+    if exact.rank == 0:
+        return 0.0, space.zero().C
+    B1, A1 = written.scale * f64(written.B), f64(written.A)
+    B2, A2 = exact.scale * f64(exact.B), f64(exact.A)
+    X = torch.cat([B1 - B2, B2], 1)
+    Y = torch.cat([A1, A1 - A2], 0)
+    sq = float(((X.T @ X) * (Y @ Y.T)).sum())
+    return max(sq, 0.0) ** 0.5, space.core_of(X, Y)
+
+
 def _figures(state, written: dict, rows: dict, refactored: dict) -> dict:
-    """Survival, residual, dtype effect, per-module rank and error, in factored float64."""
+    """Survival, residual, dtype effect, per-module rank and error: cores plus one Gram per module.
+
+    With T the intended update, R the re-factored one (in the span) and W = R + E the stored one:
+    ``||W - T||^2 = ||R - T||^2 + ||E||^2 + 2 <R - T, E>`` and
+    ``<W - base, step> = <R - base, step> + <E, step>``.
+    """
     base = state["tv"]["base"]
     has_step = "step" in state
     step_sq = inner_sum = resid_sq = dtype_sq = target_sq = 0.0
+
+    def one(m: str) -> tuple:
+        r, w = rows[m], written[m]
+        e_norm, e_core = rounding(w.lowrank, refactored[m], r["target"].space)
+        return e_norm, e_core
+
+    rounded = map_modules(one, list(written))
     per = {}
     for m, w in written.items():
         r = rows[m]
-        wl, target = w.lowrank, r["target"]
-        err = (wl - target).norm()
+        target: InSpan = r["target"]
+        e_norm, e_core = rounded[m]
+        diff = r["kept"] - target.C
+        err = max(float((diff**2).sum()) + e_norm**2 + 2 * float((diff * e_core).sum()), 0.0) ** 0.5
         tn = target.norm()
-        rounding = (wl - refactored[m]).norm()
         resid_sq += err * err
-        dtype_sq += rounding * rounding
+        dtype_sq += e_norm * e_norm
         target_sq += tn * tn
         entry = {"rank": w.rank, "exact_rank": r["exact_rank"], "rel_error": err / tn if tn > 0 else err,
                  "cut_error": r["cut_error"]}
         if has_step:
-            s = r["step"]
-            sn = s.norm()
-            moved = combine([(1.0, wl), (-1.0, base[m])]).inner(s)
+            s = r["step"].C
+            sn = float(torch.linalg.matrix_norm(s))
+            moved = float(((r["kept"] - base[m].C) * s).sum()) + float((e_core * s).sum())
             step_sq += sn * sn
             inner_sum += moved
             entry["step_norm"] = sn

@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from .errors import RecipeError
-from .lowrank import LowRank, combine, project_coefficient
+from .lowrank import project_coefficient
 from .taskvector import TaskVector
 
 MODES = ("add", "onto-ref", "orthogonal")
@@ -105,16 +105,20 @@ def choose_step(base: TaskVector, direction: TaskVector, *, trust: float | None 
     return StepSize(None, per, trust, scope, alpha, clipped, base_norm, dir_norm, bn, dn)
 
 
-def onto_ref(d: LowRank, ref: LowRank) -> LowRank:
-    """``max(<d, ref> / ||ref||^2, 0) * ref``: d's component along ref, positive part only."""
+def onto_ref(d, ref):
+    """``max(<d, ref> / ||ref||^2, 0) * ref``: d's component along ref, positive part only.
+
+    Args:
+        d, ref (LowRank | InSpan): one module's direction and reference, of one shape.
+    """
     c = project_coefficient(d, ref)
-    return ref * max(c, 0.0) if c > 0 else LowRank.zeros(d.shape)
+    return ref * max(c, 0.0) if c > 0 else d * 0.0
 
 
-def orthogonal_to(d: LowRank, base: LowRank) -> LowRank:
+def orthogonal_to(d, base):
     """``d - (<d, base> / ||base||^2) * base``: the part of d orthogonal to the backbone module."""
     c = project_coefficient(d, base)
-    return combine([(1.0, d), (-c, base)]) if c != 0.0 else d
+    return d - base * c if c != 0.0 else d
 
 
 def shape_direction(direction: TaskVector, *, mode: str = "add", base: TaskVector | None = None,
@@ -134,7 +138,7 @@ def shape_direction(direction: TaskVector, *, mode: str = "add", base: TaskVecto
 
     def one(m, d):
         if m in drop:
-            return LowRank.zeros(d.shape)
+            return d * 0.0
         if mode == "onto-ref":
             return onto_ref(d, ref[m])
         if mode == "orthogonal":
@@ -144,6 +148,3 @@ def shape_direction(direction: TaskVector, *, mode: str = "add", base: TaskVecto
     return direction.map(one)
 
 
-def step_module(base_m: LowRank, dir_m: LowRank, alpha_m: float) -> LowRank:
-    """``base_m + alpha_m * dir_m``, exact, by stacking."""
-    return combine([(1.0, base_m), (alpha_m, dir_m)])

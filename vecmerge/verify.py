@@ -190,7 +190,7 @@ def compare(out: Adapter, state: dict, manifest: dict, tol: dict, progress=None)
         rows[m] = {"rel_error": err / tn if tn > 0 else err, "W": W, "target": target}
         if step_m is not None:
             sn = step_m.norm()
-            mv = combine([(1.0, W), (-1.0, base[m])]).inner(step_m)
+            mv = combine([(1.0, W), (-1.0, base[m].lowrank())]).inner(step_m)
             step_sq, moved = step_sq + sn * sn, moved + mv
             rows[m]["survival"] = mv / (sn * sn) if sn > 0 else 1.0
     tu = tol["update"]

@@ -1,0 +1,247 @@
+"""`vecmerge audit`: per-module agreement against a dense reference, the chance band, views, JSON, plots, pairwise."""
+
+import csv
+import io
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import binomtest, ortho_group
+
+from vecmerge import audit, report_audit
+from vecmerge.errors import VecmergeError
+from vecmerge.lowrank import LowRank
+from vecmerge.testing import QWEN3_TYPES, llm_shapes, toy_trajectory, write_peft_folder
+from vecmerge.workspace import Workspace
+
+REF, DIR = "v54 - v54e2", "v51 - v28"
+TYPES = list(QWEN3_TYPES)
+# 28 layers x 7 types = the user's 196 modules, at tiny widths so the suite stays fast.
+TINY28 = llm_shapes(28, 8, 12, 2, 1, 4)
+
+
+def _audit(**kw):
+    kw.setdefault("samples", 200)
+    return audit.run_audit(Workspace(), **kw)
+
+
+def _at(root, monkeypatch, **kw):
+    toy_trajectory(root, **kw)
+    monkeypatch.chdir(root)
+
+
+def test_rows_match_dense_reference(toy):
+    res = _audit(ref=REF, direction=DIR)
+    ws = Workspace()
+    ref, d = ws.evaluate(REF), ws.evaluate(DIR)
+    assert [r["module"] for r in res["rows"]] == d.names() and len(res["rows"]) == 14
+    for r in res["rows"]:
+        R, D = ref[r["module"]].dense(), d[r["module"]].dense()
+        want = torch.tensor([(R * D).sum(), R.norm(), D.norm(), (R * D).sum() / (R.norm() * D.norm())])
+        got = torch.tensor([r["inner"], r["ref_norm"], r["dir_norm"], r["cosine"]], dtype=torch.float64)
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-14)
+        sp = audit.spectrum(ref[r["module"]])
+        torch.testing.assert_close(sp, torch.linalg.svdvals(R)[: len(sp)], rtol=1e-9, atol=1e-12 * float(sp[0]))
+        assert r["agree"] is (r["inner"] > 0) and r["layer"] in (0, 1) and r["type"] in TYPES
+        assert r["shape"] == list(D.shape)
+        assert r["null_std"] == pytest.approx(1 / math.sqrt(D.numel()), rel=1e-12)
+    s = res["summary"]
+    assert (s["modules"], s["agree"], s["disagree"], s["disagreeing"]) == (14, 14, 0, [])
+    assert s["agree_energy"] == pytest.approx(1.0, abs=0) and s["chance"] == 0
+    dense_global = sum(float((ref[m].dense() * d[m].dense()).sum()) for m in d) / (ref.norm() * d.norm())
+    assert s["global_cosine"] == pytest.approx(dense_global, rel=1e-10)
+
+
+def test_negated_ref_flips_every_sign(toy):
+    a, b = _audit(ref=REF, direction=DIR), _audit(ref="v54e2 - v54", direction=DIR)
+    flip = {"agree": "disagree", "disagree": "agree", "chance": "chance"}
+    for x, y in zip(a["rows"], b["rows"]):
+        assert y["agree"] is not x["agree"] and y["inner"] == pytest.approx(-x["inner"], rel=1e-12)
+        assert y["cosine"] == pytest.approx(-x["cosine"], rel=1e-12)
+        assert y["null_band"] == pytest.approx(x["null_band"], rel=1e-10) and y["mark"] == flip[x["mark"]]
+    assert (b["summary"]["agree"], b["summary"]["disagree"]) == (0, 14)
+    assert b["summary"]["agree_energy"] == 0.0 and len(b["summary"]["disagreeing"]) == 14
+
+
+def test_disagreeing_module_is_named_and_binomial_p_matches_scipy(tmp_path, monkeypatch):
+    bad = "model.layers.1.mlp.up_proj"
+    _at(tmp_path / "t", monkeypatch, disagree=(bad,))
+    s = _audit(ref=REF, direction=DIR)["summary"]
+    assert (s["agree"], s["disagreeing"], s["disagree_significant"]) == (13, [bad], 1)
+    assert s["binom_p"] == pytest.approx(binomtest(13, 14, 0.5, alternative="greater").pvalue, rel=1e-12)
+    for k, n in [(196, 196), (120, 196), (98, 196), (0, 5), (3, 3), (7, 20)]:
+        assert audit.binom_tail(k, n) == pytest.approx(binomtest(k, n, 0.5, alternative="greater").pvalue, rel=1e-12)
+
+
+def test_chance_marks_unrelated_but_not_related(tmp_path, monkeypatch):
+    _at(tmp_path / "unrel", monkeypatch, shapes=TINY28, rank=2, unrelated=True)
+    s = _audit(ref=REF, direction=DIR)["summary"]
+    assert s["modules"] == 196 and s["chance"] >= 0.85 * 196  # ~95% expected at a two-sided 5% band
+    assert s["binom_p"] > 0.01 and abs(s["global_z"]) < 4
+    _at(tmp_path / "rel", monkeypatch, shapes=TINY28, rank=2)
+    res = _audit(ref=REF, direction=DIR)
+    s = res["summary"]
+    assert s["chance"] <= 0.05 * 196 and s["agree_significant"] >= 0.95 * 196 and s["binom_p"] < 1e-50
+    text = report_audit.render(res)
+    assert "196/196 modules agree" in text and "sign test: p = " in text
+
+
+def test_null_band_matches_dense_rotations_and_analytic_std():
+    g = torch.Generator().manual_seed(3)
+    out, inn = 7, 5
+    R = torch.randn(out, 2, generator=g, dtype=torch.float64) @ torch.randn(2, inn, generator=g, dtype=torch.float64)
+    D = torch.randn(out, 3, generator=g, dtype=torch.float64) @ torch.randn(3, inn, generator=g, dtype=torch.float64)
+    n = 4000
+    Q1 = torch.from_numpy(ortho_group.rvs(out, size=n, random_state=4))
+    Q2 = torch.from_numpy(ortho_group.rvs(inn, size=n, random_state=5))
+    dense = ((Q1 @ R @ Q2.transpose(1, 2)) * D).sum((1, 2)) / (R.norm() * D.norm())
+    ours = audit.null_cosines([(out, inn)], [(torch.linalg.svdvals(R), torch.linalg.svdvals(D))], n)[0]
+    std = 1 / math.sqrt(out * inn)  # exact for Haar rotations at any rank
+    for x in (ours, dense):  # Monte Carlo tolerance: about 4 standard errors at n = 4000
+        torch.testing.assert_close(x.std(), torch.tensor(std, dtype=torch.float64), rtol=0.05, atol=0)
+    for q in (0.5, 0.9, 0.95):
+        torch.testing.assert_close(torch.quantile(ours.abs(), q), torch.quantile(dense.abs(), q), rtol=0.06, atol=0)
+    # A large rank-32 pair is Gaussian: the sampled 95% band sits at 1.96 sigma.
+    s = torch.linspace(1, 0.5, 32, dtype=torch.float64)
+    big = audit.null_cosines([(2048, 1024)], [(s, s.flip(0))], 4000)[0]
+    torch.testing.assert_close(torch.quantile(big.abs(), 0.95) * math.sqrt(2048 * 1024),
+                               torch.tensor(audit.Z_CRIT, dtype=torch.float64), rtol=0.05, atol=0)
+
+
+@pytest.mark.parametrize("n,rows,cols", [(6, 2, 3), (4, 2, 3), (3, 3, 3), (40, 10, 12)])
+def test_haar_blocks_have_haar_moments(n, rows, cols):
+    M = audit.haar_blocks(n, rows, cols, 40000, torch.Generator().manual_seed(0), np.random.default_rng(0))
+    torch.testing.assert_close((M**2).mean(), torch.tensor(1 / n, dtype=torch.float64), rtol=0.02, atol=0)
+    fourth = 3 / (n * (n + 2))  # E[O_11^4] for Haar O(n)
+    torch.testing.assert_close((M[:, 0, 0] ** 4).mean(), torch.tensor(fourth, dtype=torch.float64), rtol=0.1, atol=0)
+
+
+def test_analytic_band_when_samples_zero(toy):
+    res = _audit(ref=REF, direction=DIR, samples=0)
+    assert res["summary"]["null_method"] == "analytic" and res["summary"]["samples"] == 0
+    for r in res["rows"]:
+        assert r["null_band"] == pytest.approx(audit.Z_CRIT / math.sqrt(r["shape"][0] * r["shape"][1]), rel=1e-12)
+
+
+def test_grid_layout_and_views(tmp_path, monkeypatch, run_cli):
+    _at(tmp_path / "t", monkeypatch, shapes=llm_shapes(3, 16, 24, 2, 1, 8), disagree=("model.layers.2.mlp.up_proj",))
+    res = _audit(ref=REF, direction=DIR)
+    gr = report_audit.grid(res["rows"])
+    assert gr["layers"] == [0, 1, 2] and gr["types"] == TYPES and gr["unplaced"] == []
+    assert gr["mark"][2][TYPES.index("up_proj")] == "disagree" and gr["cosine"][2][5] < 0
+    out = run_cli("audit", "--ref", REF, "--dir", DIR, "--by", "grid").output.splitlines()
+    assert out[0].split() == ["layer", *TYPES] and [ln.split()[0] for ln in out[2:5]] == ["0", "1", "2"]
+    assert out[4].split()[2 * 5 + 2] == "x" and "x disagree" in "\n".join(out)
+    rows = list(csv.reader(io.StringIO(run_cli("audit", "--ref", REF, "--dir", DIR, "--by", "grid",
+                                               "--format", "csv").output)))
+    assert rows[0][:3] == ["layer", "q_proj", "q_proj_mark"] and len(rows) == 4 and rows[3][12] == "disagree"
+    for by, n in (("layer", 3), ("type", 7)):
+        body = list(csv.DictReader(io.StringIO(report_audit.render(res, by=by, fmt="csv"))))
+        assert len(body) == n and sum(int(b["agree"]) for b in body) == res["summary"]["agree_significant"]
+    by_cos = list(csv.DictReader(io.StringIO(report_audit.render(res, sort="cosine", fmt="csv"))))
+    cos = [float(b["cosine"]) for b in by_cos]
+    assert cos == sorted(cos) and by_cos[0]["module"] == "model.layers.2.mlp.up_proj"
+    md = report_audit.render(res, by="type", fmt="markdown")
+    assert "| type" in md and "|--" in md and "- 20/21 modules agree" in md
+
+
+def test_json_schema(toy, run_cli):
+    res = run_cli("audit", "--ref", REF, "--dir", DIR, "--format", "json", "--by", "layer")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert (data["kind"], data["ref"], data["dir"], data["view"], data["missing"]) == ("audit", REF, DIR, "layer", {})
+    s = data["summary"]
+    types = {"modules": int, "agree": int, "disagree": int, "agree_energy": float, "cosine_median": float,
+             "cosine_min": float, "disagreeing": list, "chance": int, "agree_significant": int,
+             "disagree_significant": int, "binom_p": float, "binom_p_significant": float, "global_cosine": float,
+             "global_z": float, "null_method": str, "samples": int, "level": float}
+    assert all(isinstance(s[k], t) for k, t in types.items()), s
+    row_types = {"module": str, "layer": int, "type": str, "shape": list, "inner": float, "cosine": float,
+                 "ref_norm": float, "dir_norm": float, "agree": bool, "null_std": float, "z": float,
+                 "null_band": float, "chance": bool, "mark": str}
+    assert len(data["rows"]) == 14
+    for r in data["rows"]:
+        assert all(isinstance(r[k], t) for k, t in row_types.items()), r
+        assert r["module"].startswith("model.layers.") and r["mark"] in ("agree", "disagree", "chance")
+    assert [x["layer"] for x in data["layers"]] == [0, 1] and sum(x["modules"] for x in data["layers"]) == 14
+
+
+def test_plot_writes_a_png(toy, run_cli, tmp_path):
+    import matplotlib.image
+
+    for args, name in ((["--ref", REF, "--dir", DIR], "audit.png"), (["v28", "v51", "v54"], "pairs.png")):
+        path = tmp_path / name
+        res = run_cli("audit", *args, "--plot", path)
+        assert res.exit_code == 0, res.output
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 2000
+        h, w, c = matplotlib.image.imread(str(path)).shape
+        assert h > 100 and w > 200 and c in (3, 4)
+
+
+def test_plot_without_matplotlib(toy, monkeypatch, tmp_path, run_cli):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(VecmergeError, match=r"--plot needs matplotlib: pip install 'vecmerge\[plot\]'"):
+        report_audit.plot(_audit(ref=REF, direction=DIR, samples=0), tmp_path / "x.png")
+    res = run_cli("audit", "--ref", REF, "--dir", DIR, "--plot", tmp_path / "x.png")
+    assert res.exit_code == 2 and "error: --plot needs matplotlib" in res.output
+
+
+def test_pairwise_matrix(toy, run_cli):
+    labels = ["v28", "v51", "v54e2", "v54"]
+    p = _audit(adapters=labels)["pairwise"]
+    cos = torch.tensor(p["cosine"], dtype=torch.float64)
+    torch.testing.assert_close(cos, cos.T, rtol=0, atol=0)
+    torch.testing.assert_close(cos.diagonal(), torch.ones(4, dtype=torch.float64), rtol=1e-12, atol=0)
+    assert p["labels"] == labels and [p["agree"][i][i] for i in range(4)] == [14] * 4
+    assert p["agree"] == [list(x) for x in zip(*p["agree"])]
+    ws = Workspace()
+    a, b = ws.vector("v28"), ws.vector("v54")
+    dense = sum(float((a[m].dense() * b[m].dense()).sum()) for m in a)
+    dn = math.sqrt(sum(float((a[m].dense() ** 2).sum()) for m in a) * sum(float((b[m].dense() ** 2).sum()) for m in b))
+    assert p["cosine"][0][3] == pytest.approx(dense / dn, rel=1e-10)
+    text = run_cli("audit", *labels).output
+    assert "cosine" in text and "14/14" in text
+    pairs = list(csv.DictReader(io.StringIO(run_cli("audit", *labels, "--format", "csv").output)))
+    assert len(pairs) == 6 and {(x["a"], x["b"]) for x in pairs} >= {("v28", "v51"), ("v54e2", "v54")}
+
+
+def test_missing_modules(toy, run_cli):
+    ws = Workspace()
+    v = ws.vector("v54")
+    keep = {m: (v[m].B, v[m].A) for m in v.names() if m != "model.layers.0.mlp.up_proj"}
+    write_peft_folder("v54part", keep, r=8, lora_alpha=8)
+    res = run_cli("audit", "--ref", "v54part - v54e2", "--dir", DIR)
+    assert res.exit_code == 2 and "--allow-missing" in res.output
+    out = _audit(ref="v54part - v54e2", direction=DIR, allow_missing=True)
+    assert out["missing"] == {"v54part": ["model.layers.0.mlp.up_proj"]} and out["summary"]["modules"] == 14
+
+
+@pytest.mark.parametrize("args,kwargs,msg", [
+    ((), {}, "audit: nothing to audit; pass --ref EXPR --dir EXPR, or two or more ADAPTERS"),
+    (("v54",), {"adapters": ["v54"]}, "audit: only one adapter (v54)"),
+    (("--ref", REF), {"ref": REF}, "audit: --ref needs --dir too"),
+    (("--dir", DIR), {"direction": DIR}, "audit: --dir needs --ref too"),
+    (("--ref", REF, "--dir", DIR, "v28"), {"ref": REF, "direction": DIR, "adapters": ["v28"]}, "not both"),
+    (("--ref", REF, "--dir", DIR, "--samples", "-1"), {"ref": REF, "direction": DIR, "samples": -1},
+     "--samples -1: give 0"),
+])
+def test_usage_errors(toy, run_cli, args, kwargs, msg):
+    res = run_cli("audit", *args)
+    assert res.exit_code == 2 and res.output.startswith("error: ") and msg in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    with pytest.raises(audit.AuditUsageError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        _audit(**kwargs)
+
+
+def test_zero_module_is_chance(toy):
+    ws = Workspace()
+    ref, d = ws.evaluate(REF), ws.evaluate(DIR)
+    m = d.names()[0]
+    ref.modules[m] = LowRank.zeros(ref[m].shape)
+    rows, spectra = audit._measure(ref, d, d.names(), None)
+    audit.mark_chance(rows, spectra, samples=50)
+    assert (rows[0]["cosine"], rows[0]["agree"], rows[0]["mark"]) == (0.0, False, "chance")
+    assert all(r["mark"] == "agree" for r in rows[1:])
