@@ -94,14 +94,6 @@ def run_cli():
     return run
 
 
-def tree_hashes(folder: Path) -> dict:
-    """{relative path: sha256} of every file under folder (to prove inputs are untouched)."""
-    import hashlib
-
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The factors in these tests are tiny: one thread is faster than two contending for two cores.
 torch.set_num_threads(1)

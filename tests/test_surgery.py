@@ -10,13 +10,12 @@ import math
 
 import pytest
 import torch
-from conftest import tree_hashes
 from safetensors.torch import load_file
 
 from vecmerge.adapter import Adapter
 from vecmerge.merge import run
 from vecmerge.recipe import Recipe
-from vecmerge.testing import toy_trajectory
+from vecmerge.testing import toy_trajectory, tree_hashes
 from vecmerge.workspace import Workspace
 
 DISAGREE = "model.layers.1.mlp.up_proj"

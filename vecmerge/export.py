@@ -80,13 +80,16 @@ def _patterns(ranks: dict, alphas: dict) -> tuple[int, float, dict, dict]:
     a0 = Counter(a for m, a in alphas.items() if ranks[m] == r0).most_common(1)[0][0]
     rp = {m: r for m, r in ranks.items() if r != r0}
     ap = {m: a for m, a in alphas.items() if a != a0}
-    for escape in (False, True):
-        rpk = {(re.escape(m) if escape else m): r for m, r in rp.items()}
-        apk = {(re.escape(m) if escape else m): a for m, a in ap.items()}
+    # PEFT matches a key k as re.match(rf"(.*\.)?({k})$", name): plain names (as PEFT itself writes),
+    # else escaped, else anchored with ^ so that no longer name ending in this one matches too.
+    for key in (lambda m: m, re.escape, lambda m: "^" + re.escape(m)):
+        rpk = {key(m): r for m, r in rp.items()}
+        apk = {key(m): a for m, a in ap.items()}
         cfg = LoraConfig(r=r0, lora_alpha=a0, rank_pattern=rpk, alpha_pattern=apk)
         if all(cfg.resolve(m) == (ranks[m], alphas[m]) for m in ranks):
             return r0, a0, rpk, apk
-    raise OutputError("cannot express the per-module ranks with PEFT's rank_pattern; please report this")
+    raise OutputError("cannot express the per-module ranks with PEFT's rank_pattern (module names that "
+                      "PEFT's suffix match cannot tell apart); use a fixed --rank N")
 
 
 def build_config(template: LoraConfig | None, specs: dict, ranks: dict, alphas: dict,
@@ -136,6 +139,10 @@ def prepare_modules(modules: dict, specs: dict, dtype: str = "fp32", keep_factor
         x, alpha = _alpha_for(x, x.rank, name in keep)
         B = x.B.to(device="cpu", dtype=tdtype).contiguous()
         A = x.A.to(device="cpu", dtype=tdtype).contiguous()
+        if not (torch.isfinite(B).all() and torch.isfinite(A).all()):
+            big = max(float(x.B.abs().max()), float(x.A.abs().max()))
+            raise OutputError(f"module {name}: factors up to {big:.3g} overflow {dtype}; "
+                              "use --dtype fp32 (or bf16, which has fp32's range)")
         a_key, b_key = (("lora_embedding_A", "lora_embedding_B") if spec.kind == "embedding"
                         else ("lora_A.weight", "lora_B.weight"))
         tensors[f"{PREFIX}{name}.{a_key}"] = A
@@ -170,8 +177,11 @@ def write_adapter(out, prepared: tuple, specs: dict, *, template: LoraConfig | N
     alphas = {m: w.alpha for m, w in written.items()}
     config = build_config(template, specs, ranks, alphas, same_modules)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as e:
+        raise OutputError(f"{out}: cannot create it ({e.strerror}); choose another --out") from None
     try:
         save_file(tensors, str(tmp / SAFETENSORS_NAME), metadata={"format": "pt"})
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
@@ -181,13 +191,24 @@ def write_adapter(out, prepared: tuple, specs: dict, *, template: LoraConfig | N
         manifest["output"] = {"weights": SAFETENSORS_NAME, "sha256": sha,
                               "config_sha256": sha256_file(tmp / CONFIG_NAME), "dtype": dtype,
                               "modules": len(written)}
-        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+        (tmp / MANIFEST_NAME).write_text(json.dumps(_finite(manifest), indent=2, allow_nan=False) + "\n")
         (tmp / CARD_NAME).write_text(card)
         _replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return {"written": written, "sha256": sha, "config": config}
+
+
+def _finite(x):
+    """The manifest with non-finite floats as null, so it stays strict JSON."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
 
 
 def _replace(tmp: Path, out: Path) -> None:
@@ -210,6 +231,8 @@ def _replace(tmp: Path, out: Path) -> None:
 def read_manifest(folder) -> dict:
     """The ``vecmerge.json`` of an output folder."""
     p = Path(folder) / MANIFEST_NAME
+    if not Path(folder).is_dir():
+        raise OutputError(f"{folder}: no such folder; give the --out folder of a vecmerge command")
     if not p.is_file():
         raise OutputError(f"{folder}: no {MANIFEST_NAME}; was it written by vecmerge? "
                           "use 'vecmerge verify --identities' for other adapters")

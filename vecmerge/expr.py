@@ -6,6 +6,7 @@ Everything vecmerge computes is linear in the adapters, so an expression reduces
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -94,6 +95,8 @@ class _Parser:
             raise _fail(self.text, pos, f"unexpected {val!r}")
         if form.is_number:
             raise _fail(self.text, 0, "the expression names no adapter")
+        if not all(math.isfinite(c) for c in form.coeffs.values()):
+            raise _fail(self.text, 0, "a coefficient is out of range")
         return form
 
     def expr(self) -> LinearForm:
@@ -144,6 +147,8 @@ class _Parser:
     def atom(self) -> LinearForm:
         kind, val, pos = self.take()
         if kind == "num":
+            if not math.isfinite(float(val)):
+                raise _fail(self.text, pos, f"number {val} is out of range")
             return LinearForm(const=float(val))
         if kind == "name":
             return LinearForm({val: 1.0})

@@ -21,7 +21,7 @@ import torch
 
 from . import __version__
 from .audit import agreement_rows, summarize
-from .errors import CheckFailed, RecipeError
+from .errors import CheckFailed, OutputError, RecipeError
 from .export import MANIFEST_NAME, check_out, model_card, prepare_modules, write_adapter
 from .expr import parse
 from .kernels import map_modules
@@ -35,6 +35,7 @@ from .workspace import Workspace
 
 SURVIVAL_WARN = 0.99  # warn (and fail with --strict) when less of the step survives
 RESIDUAL_WARN = 0.10  # ... or when the written update misses the intended one by more than this x ||step||
+DTYPE_WARN = 0.01  # ... or when dtype rounding alone moves the update by more than this share of its norm
 
 
 def _open_inputs(recipe: Recipe, ws: Workspace, forms: dict) -> dict:
@@ -62,11 +63,26 @@ def _open_inputs(recipe: Recipe, ws: Workspace, forms: dict) -> dict:
 
 
 def _outputs(recipe: Recipe) -> list[tuple[float, str | None]]:
-    if recipe.dose:
-        if recipe.out is None:
-            return [(k * recipe.multiple, None) for k in recipe.dose]
-        return [(k * recipe.multiple, f"{recipe.out}-x{k:g}") for k in recipe.dose]
-    return [(recipe.multiple, recipe.out)]
+    """(multiple, folder) of every output; a dose ladder writes ``OUT-x<k>`` per multiple."""
+    if not recipe.dose:
+        return [(recipe.multiple, recipe.out)]
+    plan = [(k * recipe.multiple, None if recipe.out is None else f"{recipe.out}-x{k:g}") for k in recipe.dose]
+    paths = [p for _, p in plan if p is not None]
+    if len(set(paths)) != len(paths):
+        raise RecipeError([f"dose={recipe.dose}: two multiples write the same folder "
+                           f"({sorted(p for p in paths if paths.count(p) > 1)[0]}); list each multiple once"])
+    return plan
+
+
+def _check_not_inputs(plan: list, inputs: dict) -> None:
+    """Refuse an output folder that is, contains, or lies inside an input adapter."""
+    for _, p in plan:
+        out = Path(p).resolve()
+        for name, i in inputs.items():
+            src = Path(i["path"]).resolve()
+            if out == src or src in out.parents or out in src.parents:
+                raise OutputError(f"{p}: would overwrite input {name} ({src}); inputs are never written, "
+                                  "choose another --out")
 
 
 def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> dict:
@@ -318,6 +334,8 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
         for _, p in plan:
             check_out(p, force)
     state = evaluate(recipe, ws, progress)
+    if not dry_run:
+        _check_not_inputs(plan, state["inputs"])
     template = state["vecs"][state["forms"]["base"].names()[0]]
     base_adapter = ws.adapter(state["forms"]["base"].names()[0])
     same = set(state["names"]) == set(template.modules)
@@ -340,9 +358,20 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
         if "survival" in fig and fig["survival"] < SURVIVAL_WARN:
             warnings.append(f"only {fig['survival']:.2%} of the step survives (rank {recipe.rank}, "
                             f"dtype {recipe.dtype}); use --rank exact or a wider dtype")
+        if "step" in state and state["step"].scope == "module":
+            st = state["step"]
+            idle = [m for m in state["names"] if st.base_module_norms[m] == 0 and st.dir_module_norms[m] > 0]
+            if idle:
+                warnings.append(f"{len(idle)} module(s) have a zero backbone, so trust_scope=module gives them "
+                                f"no step: {_few(idle)}; use trust_scope=global or --alpha")
+        fix = " or ".join(([] if recipe.rank in ("exact", "keep-base") else ["--rank exact"])
+                          + ([] if recipe.dtype == "fp32" else ["--dtype fp32"])) or "a larger step"
         if fig.get("residual", 0.0) > RESIDUAL_WARN:
             warnings.append(f"the written update is off the intended one by {fig['residual']:.1%} of the step "
-                            f"(rank {recipe.rank}, dtype {recipe.dtype}); use --rank exact or --dtype fp32")
+                            f"(rank {recipe.rank}, dtype {recipe.dtype}); use {fix}")
+        if fig["dtype_effect"] > DTYPE_WARN:
+            warnings.append(f"rounding to {recipe.dtype} moved the update by {fig['dtype_effect']:.1%} of its norm "
+                            "(entries under- or overflow); use --dtype fp32")
         entry = {"multiple": multiple, "path": path, "figures": fig, "warnings": warnings,
                  "alpha": None if "step" not in state or state["step"].alpha is None
                  else state["step"].alpha * multiple}

@@ -20,6 +20,7 @@ Without ``dir`` a recipe re-factors ``base`` (any expression) at the given rank:
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -112,8 +113,8 @@ class Recipe:
             v = data.get(key)
             if v is None:
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                p.append(f"{key}={v!r}: a number")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                p.append(f"{key}={v!r}: a finite number")
             elif key == "trust" and not v > 0:
                 p.append(f"trust={v!r}: a relative step > 0, e.g. 0.0113")
             else:
@@ -156,7 +157,7 @@ class Recipe:
                     p.append(f"consensus.min_agree={ma!r}: a share between 0 and 1")
                 kw["consensus"] = Consensus(str(cons["ref"]), od, None if ma is None else float(ma))
         dose = data.get("dose")
-        if isinstance(dose, (int, float)) and not isinstance(dose, bool) and dose > 0:
+        if isinstance(dose, (int, float)) and not isinstance(dose, bool) and 0 < dose < math.inf:
             kw["multiple"] = float(dose) * kw.get("multiple", 1.0)  # one dose: written at out itself
             dose = None
         if dose is not None:
@@ -164,7 +165,7 @@ class Recipe:
                 dose = [x for x in dose.split(",") if x.strip()]
             try:
                 kw["dose"] = [float(x) for x in dose]
-                if not kw["dose"] or any(x <= 0 for x in kw["dose"]):
+                if not kw["dose"] or any(not 0 < x < math.inf for x in kw["dose"]):
                     raise ValueError
             except (TypeError, ValueError):
                 p.append(f"dose={data.get('dose')!r}: positive multiples of alpha, e.g. [0.5, 1, 1.456]")
@@ -178,7 +179,7 @@ class Recipe:
             if data.get(key) is not None:
                 kw[key] = str(data[key])
         kw["inputs"] = _inputs(data.get("inputs"), p, root)
-        if kw.get("dir"):
+        if data.get("dir") is not None:
             if data.get("trust") is None and data.get("alpha") is None:
                 p.append("trust or alpha: one is needed with dir (e.g. trust: 0.0113)")
         else:

@@ -84,6 +84,11 @@ def choose_step(base: TaskVector, direction: TaskVector, *, trust: float | None 
     base_norm = math.sqrt(sum(v * v for v in bn.values()))
     dir_norm = math.sqrt(sum(v * v for v in dn.values()))
     clipped = False
+    if dir_norm == 0.0:
+        raise RecipeError(["dir: the direction is zero in every module (after mask and mode); nothing to step "
+                           "along (check the expression, e.g. v51 - v28, and --on-disagree)"])
+    if base_norm == 0.0 and trust is not None:
+        raise RecipeError(["trust: the backbone is zero, so a step relative to it is empty; use --alpha"])
     if scope == "global":
         a = alpha if alpha is not None else trust_alpha(base_norm, dir_norm, trust)
         if alpha is not None and trust is not None:

@@ -101,6 +101,10 @@ def align(vectors: list[TaskVector], labels: list[str], allow_missing: bool = Fa
                     f"module {m}: {lab} has shape {spec.weight_shape} but {ref_label} has {ref.weight_shape}; "
                     "these adapters are for different base models and cannot be combined"
                 )
+    for (la, va), (lb, vb) in zip(zip(labels, vectors), list(zip(labels, vectors))[1:]):
+        if va.modules and vb.modules and not set(va.modules) & set(vb.modules):
+            raise AlignmentError(f"{la} and {lb} share no module ({next(iter(va.modules))} vs "
+                                 f"{next(iter(vb.modules))}); they are adapters of different base models")
     if not allow_missing:
         for lab, v in zip(labels, vectors):
             missing = [m for m in names if m not in v.modules]

@@ -178,7 +178,17 @@ def assert_delta_close(actual, expected, rtol: float = 1e-6, atol: float = 0.0) 
                                  f"relative {err / ref if ref else err:.3e}")
 
 
-__all__ = ["llm_shapes", "shapes_from_config", "random_factors", "write_peft_folder", "toy_adapter",
+def tree_hashes(folder) -> dict:
+    """``{relative path: sha256}`` of every file under ``folder``: compare before and after to prove
+    that inputs were not touched."""
+    import hashlib
+
+    folder = Path(folder)
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+__all__ = ["tree_hashes", "llm_shapes", "shapes_from_config", "random_factors", "write_peft_folder", "toy_adapter",
            "toy_trajectory", "assert_delta_close", "peft_scale", "relative_error"]
 
 

@@ -184,7 +184,8 @@ def compare(out: Adapter, state: dict, manifest: dict, tol: dict, progress=None)
         try:
             W = out.factors(m)
         except VecmergeError:
-            continue  # reported by the finite check
+            shape_bad.append(f"{m}: unreadable or non-finite factors")  # also reported by the finite check
+            continue
         err, tn = (W - target).norm(), target.norm()
         err_sq, tgt_sq = err_sq + err * err, tgt_sq + tn * tn
         rows[m] = {"rel_error": err / tn if tn > 0 else err, "W": W, "target": target}

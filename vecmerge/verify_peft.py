@@ -58,7 +58,7 @@ def _lora_layers(model) -> dict:
     from peft.tuners.lora import LoraLayer
 
     return {name.removeprefix(_PREFIX): mod for name, mod in model.named_modules()
-            if isinstance(mod, LoraLayer) and "default" in mod.lora_A}
+            if isinstance(mod, LoraLayer) and ("default" in mod.lora_A or "default" in mod.lora_embedding_A)}
 
 
 def _logits(model, ids: torch.Tensor) -> torch.Tensor:
@@ -137,7 +137,8 @@ def peft_checks(path: Path, out: Adapter, base_model: Path, expected: dict | Non
     checks.append(_worst(errs, PEFT_DELTA_RTOL, "peft delta", "PEFT get_delta_weight against ours"))
     if not common:
         return checks + [not_run("logits", "no module in common")]
-    vocab = model.get_input_embeddings().num_embeddings
+    emb = model.get_input_embeddings()
+    vocab = emb.get_base_layer().num_embeddings if hasattr(emb, "get_base_layer") else emb.num_embeddings
     ids = torch.randint(0, vocab, PROMPT_SHAPE, generator=torch.Generator().manual_seed(PROMPT_SEED))
     got = _logits(model, ids)
     with model.disable_adapter():
