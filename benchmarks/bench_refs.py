@@ -2,9 +2,10 @@
 
 Run as a script, it is one of the processes the benchmark times; each prints one JSON line:
 
-    python benchmarks/bench_refs.py floor  ROOT OUT               # I/O floor: read inputs, write OUT
-    python benchmarks/bench_refs.py inproc ROOT OUT [--profile F] # vecmerge.merge.run, timed in-process
-    python benchmarks/bench_refs.py dense  ROOT OUT --modules M.. # dense DeltaW + torch.linalg.svd
+    python benchmarks/bench_refs.py data   ROOT - --shape S           # write (or reuse) the inputs
+    python benchmarks/bench_refs.py floor  ROOT OUT --like F         # I/O floor: read inputs, write OUT
+    python benchmarks/bench_refs.py inproc ROOT OUT [--profile F]    # vecmerge.merge.run, timed in-process
+    python benchmarks/bench_refs.py dense  ROOT OUT --modules M..    # dense DeltaW + torch.linalg.svd
     python benchmarks/bench_refs.py peft   ROOT OUT --shape S --layers N [--modules M..]
 
 ROOT holds v28, v51, v54e2, v54 and vecmerge.yaml (``make_data``); OUT is vecmerge's output folder.
@@ -16,7 +17,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -37,22 +37,28 @@ PREFIX = "base_model.model."
 
 
 def module_shapes(name: str, layers: int | None = None) -> dict:
-    from vecmerge.testing import llm_shapes
-
+    """``{module: (out, in)}`` as ``vecmerge.testing.llm_shapes`` gives them (without importing torch)."""
     s = SHAPES[name]
-    return llm_shapes(layers or s["layers"], s["hidden"], s["intermediate"], s["heads"], s["kv_heads"], s["head_dim"])
+    h, d = s["hidden"], s["head_dim"]
+    q, kv, inter = s["heads"] * d, s["kv_heads"] * d, s["intermediate"]
+    per = {"self_attn.q_proj": (q, h), "self_attn.k_proj": (kv, h), "self_attn.v_proj": (kv, h),
+           "self_attn.o_proj": (h, q), "mlp.gate_proj": (inter, h), "mlp.up_proj": (inter, h),
+           "mlp.down_proj": (h, inter)}
+    return {f"model.layers.{i}.{k}": v for i in range(layers or s["layers"]) for k, v in per.items()}
 
 
 def make_data(root: Path, name: str, seed: int = 0) -> Path:
     """Write (or reuse) the v28/v51/v54e2/v54 trajectory of rank ``r`` at the shapes of ``name``."""
-    from vecmerge.testing import toy_trajectory
+    from vecmerge.testing import llm_shapes, toy_trajectory
 
     stamp = root / "bench-stamp.json"
     want = json.dumps({"shape": SHAPES[name], "seed": seed})
     if stamp.is_file() and stamp.read_text() == want:
         return root
     shutil.rmtree(root, ignore_errors=True)
-    toy_trajectory(root, shapes=module_shapes(name), rank=SHAPES[name]["r"] // 2, seed=seed)
+    s = SHAPES[name]
+    shapes = llm_shapes(s["layers"], s["hidden"], s["intermediate"], s["heads"], s["kv_heads"], s["head_dim"])
+    toy_trajectory(root, shapes=shapes, rank=s["r"] // 2, seed=seed)
     stamp.write_text(want)
     return root
 
@@ -64,21 +70,34 @@ def project_cmd(out) -> list[str]:
             "--consensus-ref", "v54-v54e2", "--out", str(out), "--force"]
 
 
-def measure(cmd: list[str], cwd=None, mem_limit: int | None = None) -> dict:
-    """Run ``cmd``; wall time, peak RSS (bytes, from wait4's rusage), exit code and output."""
-    def limit():
-        if mem_limit:
-            resource.setrlimit(resource.RLIMIT_AS, (mem_limit, mem_limit))
+def measure(cmd: list[str], cwd=None, mem_limit: int | None = None, env: dict | None = None,
+            timeout: float | None = None) -> dict:
+    """Run ``cmd``; wall time, peak RSS (bytes, from wait4's rusage), exit code and output.
 
+    ``mem_limit`` caps the address space (through ``prlimit``, so the child is spawned without a
+    fork of this process, whose pages would otherwise count in the child's peak RSS). Past
+    ``timeout`` seconds the child is killed and ``timed_out`` is set.
+    """
+    if mem_limit:
+        cmd = ["prlimit", f"--as={mem_limit}", "--", *cmd]
+    full_env = {**os.environ, **(env or {})}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, preexec_fn=limit)
-        _, status, ru = os.wait4(p.pid, 0)
+        p = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, env=full_env)
+        timed_out = False
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if timeout and time.perf_counter() - t0 > timeout and not timed_out:
+                p.kill()  # the child we started, by its pid
+                timed_out = True
+            time.sleep(0.05)
         wall = time.perf_counter() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return {"wall": wall, "peak": ru.ru_maxrss * 1024, "rc": p.returncode,
+        return {"wall": wall, "peak": ru.ru_maxrss * 1024, "rc": p.returncode, "timed_out": timed_out,
                 "stdout": out.read().decode(errors="replace"), "stderr": err.read().decode(errors="replace")}
 
 
@@ -130,35 +149,49 @@ def rel_err(x, ref) -> float:
     return float(torch.linalg.norm(x - ref) / torch.linalg.norm(ref))
 
 
-def manifest(out: Path) -> dict:
-    return json.loads((Path(out) / "vecmerge.json").read_text())
+def manifest(out: Path) -> dict | None:
+    """vecmerge's manifest of ``out``, or None when vecmerge wrote nothing (it failed or timed out)."""
+    p = Path(out) / "vecmerge.json"
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def step_of(out: Path, shape: str) -> tuple[float, dict | None, int]:
+    """(alpha, per-module ranks or None, max rank) of our output; without one, a nominal step of the
+    trajectory's exact rank 3r/2 (the references are then timed, not compared)."""
+    man = manifest(out)
+    if man is None:
+        return 0.05, None, 3 * SHAPES[shape]["r"] // 2
+    ranks = {m: e["rank"] for m, e in man["modules"].items()}
+    return man["resolved"]["alpha"], ranks, max(ranks.values())
 
 
 # -- the references -------------------------------------------------------------------------
-def dense_reference(root: Path, out: Path, modules: list[str]) -> dict:
+def dense_reference(root: Path, out: Path, modules: list[str], shape: str = "qwen3-0.6b") -> dict:
     """The same v58 step with dense matrices, per sampled module, and its agreement with ``out``.
 
-    Timed per module: the four dense updates, both differences, inner product and norms (the audit),
-    the dense step, ``torch.linalg.svd`` and the cut at our output's rank. Alpha is ours (global).
+    Timed per module (after one untimed warm-up pass on the first): the four dense updates, both
+    differences, inner product and norms (the audit), the dense step, ``torch.linalg.svd`` and the
+    cut at our output's rank. Alpha is ours (global).
     """
     import torch
 
-    man = manifest(out)
-    alpha = man["resolved"]["alpha"]
+    alpha, ranks, kmax = step_of(out, shape)
     res = {}
-    for m in modules:
+    for i, m in enumerate([modules[0], *modules] if modules else []):  # the first pass warms up, untimed
         t0 = time.perf_counter()
         W = {n: read_dense(root / n, m) for n in INPUTS}
         ref, d = W["v54"] - W["v54e2"], W["v51"] - W["v28"]
         _ = float((ref * d).sum()), float(torch.linalg.norm(ref)), float(torch.linalg.norm(d))
         target = W["v54"] + alpha * d
         U, S, Vh = torch.linalg.svd(target, full_matrices=False)
-        k = man["modules"][m]["rank"]
+        k = ranks[m] if ranks else kmax
         root_s = S[:k].sqrt()
         B, A = U[:, :k] * root_s, root_s[:, None] * Vh[:k]
         seconds = time.perf_counter() - t0
-        res[m] = {"seconds": seconds, "rank": k, "rel_err": rel_err(read_dense(out, m), B @ A),
-                  "cut_err": rel_err(B @ A, target)}
+        if i == 0:
+            continue
+        res[m] = {"seconds": seconds, "rank": k, "cut_err": rel_err(B @ A, target),
+                  "rel_err": rel_err(read_dense(out, m), B @ A) if ranks else None}
         del W, ref, d, target, U, S, Vh
     return res
 
@@ -193,9 +226,7 @@ def peft_reference(root: Path, out: Path, shape: str, layers: int, modules: list
 
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    man = manifest(out)
-    alpha = man["resolved"]["alpha"]
-    k = max(e["rank"] for e in man["modules"].values())
+    alpha, ranks, k = step_of(out, shape)
     model = build_model(shape, layers)
     t0 = time.perf_counter()
     pm = PeftModel.from_pretrained(model, str(root / "v54"), adapter_name="v54")
@@ -212,10 +243,9 @@ def peft_reference(root: Path, out: Path, shape: str, layers: int, modules: list
                                     svd_rank=k if kind == "svd" else None)
         res[f"{kind}_s"] = time.perf_counter() - t0
         res[f"{kind}_extra_mem"] = max(rss("VmHWM") - before, 0)
-    res["peak"] = rss("VmHWM")
     res["modules"] = {}
     with torch.no_grad():
-        for m in modules:
+        for m in modules if ranks else []:
             layer = pm.base_model.model.get_submodule(m)
             ours = read_dense(out, m)
             res["modules"][m] = {kind: rel_err(layer.get_delta_weight(f"m_{kind}").double(), ours)
@@ -223,8 +253,9 @@ def peft_reference(root: Path, out: Path, shape: str, layers: int, modules: list
     return res
 
 
-def floor(root: Path, out: Path, like: Path) -> dict:
-    """Read every input fully and write a file with the tensor shapes of ``like`` (vecmerge's output)."""
+def floor(root: Path, out: Path, like: Path, rank_factor: float = 1.0) -> dict:
+    """Read every input fully and write a file with the tensor shapes of ``like`` (vecmerge's output,
+    or an input with its rank multiplied by ``rank_factor``)."""
     import torch
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
@@ -232,6 +263,10 @@ def floor(root: Path, out: Path, like: Path) -> dict:
     held = [load_file(str(root / n / WEIGHTS)) for n in INPUTS]
     with safe_open(str(like), framework="pt") as f:
         shapes = {key: f.get_slice(key).get_shape() for key in f.keys()}
+    for key, (rows, cols) in shapes.items():
+        a_side = ".lora_A." in key
+        r = round((rows if a_side else cols) * rank_factor)
+        shapes[key] = (r, cols) if a_side else (rows, r)
     tensors = {key: torch.full(shape, 1.0) for key, shape in shapes.items()}
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
@@ -271,21 +306,24 @@ def inproc(root: Path, out: Path, profile: str | None = None) -> dict:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["floor", "inproc", "dense", "peft"])
+    p.add_argument("mode", choices=["data", "floor", "inproc", "dense", "peft"])
     p.add_argument("root", type=Path)
     p.add_argument("out", type=Path)
     p.add_argument("--like", type=Path, help="floor: the file whose tensor shapes to write")
+    p.add_argument("--rank-factor", type=float, default=1.0, help="floor: multiply the rank of --like")
     p.add_argument("--modules", nargs="*", default=[])
     p.add_argument("--shape", default="qwen3-0.6b")
     p.add_argument("--layers", type=int, default=1)
     p.add_argument("--profile")
     a = p.parse_args(argv)
-    if a.mode == "floor":
-        res = floor(a.root, a.out, a.like)
+    if a.mode == "data":
+        res = {"root": str(make_data(a.root, a.shape))}
+    elif a.mode == "floor":
+        res = floor(a.root, a.out, a.like, a.rank_factor)
     elif a.mode == "inproc":
         res = inproc(a.root, a.out, a.profile)
     elif a.mode == "dense":
-        res = dense_reference(a.root, a.out, a.modules)
+        res = dense_reference(a.root, a.out, a.modules, a.shape)
     else:
         res = peft_reference(a.root, a.out, a.shape, a.layers, a.modules)
     print(json.dumps(res))
