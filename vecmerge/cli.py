@@ -57,7 +57,10 @@ def handled(fn):
             if isinstance(e, VecmergeError):
                 msg = str(e)
                 code = e.exit_code
-            elif isinstance(e, (OSError, MemoryError)):
+            elif isinstance(e, MemoryError) or "allocate memory" in str(e) or "DefaultCPUAllocator" in str(e):
+                msg, code = ("out of memory: vecmerge holds every input's factors and the output in memory; "
+                             "free memory or merge fewer adapters at once"), 2
+            elif isinstance(e, OSError):
                 msg, code = f"{type(e).__name__}: {e}", 2
             else:
                 msg, code = f"internal error ({type(e).__name__}: {e}); rerun with --debug and report it", 3
