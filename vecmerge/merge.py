@@ -35,6 +35,7 @@ from .workspace import Workspace
 
 SURVIVAL_WARN = 0.99  # warn (and fail with --strict) when less of the step survives
 RESIDUAL_WARN = 0.10  # ... or when the written update misses the intended one by more than this x ||step||
+BASES_BUDGET = 1 << 30  # bytes of float64 bases kept across modules (see evaluate)
 DTYPE_WARN = 0.01  # ... or when dtype rounding alone moves the update by more than this share of its norm
 
 
@@ -102,9 +103,14 @@ def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> dict:
     missing = {n: [m for m in names if m not in v.modules] for n, v in vecs.items()}
     specs = {m: next(v.specs[m] for v in vecs.values() if m in v.specs) for m in names}
 
+    # Keep every module's bases when they fit in BASES_BUDGET (saves forming them twice); else
+    # hold only the small cores and form one module's bases at a time when writing.
+    widths = {m: sum(v.modules[m].rank for v in vecs.values() if m in v.modules) for m in names}
+    keep = sum(8 * w * sum(specs[m].shape) for m, w in widths.items()) <= BASES_BUDGET
+
     def module_cores(m: str) -> dict:
         terms = {n: v.modules[m] for n, v in vecs.items() if m in v.modules}
-        space, own = Subspace.of(list(terms.values()), specs[m].shape)
+        space, own = Subspace.of(list(terms.values()), specs[m].shape, keep_bases=keep)
         proj = dict(zip(terms, own))
         out = {}
         for k, form in forms.items():
@@ -187,8 +193,11 @@ def build_output(state: dict, multiple: float, progress=None) -> dict:
     names = state["names"]
     keep_base = recipe.rank == "keep-base"
     policy = None if keep_base else RankPolicy.parse(recipe.rank)
+    keep = tuple(names) if keep_base else ()
+    specs = state["tv"]["base"].specs
+    tensors, written = {}, {}
 
-    def one(m: str) -> tuple[LowRank, dict]:
+    def one(m: str) -> dict:
         target, step_m = intended_core(state, m, multiple)
         if keep_base:
             own = state["vecs"][state["forms"]["base"].names()[0]]
@@ -201,16 +210,18 @@ def build_output(state: dict, multiple: float, progress=None) -> dict:
         else:
             x, kept, k, exact, cut = _cut(target, policy)
             row = {"rank": k, "exact_rank": exact, "cut_error": cut, "kept": kept}
+        t, w = prepare_modules({m: x}, specs, recipe.dtype, keep)
+        tensors.update(t)
+        written.update(w)
+        row["e_norm"], row["e_core"] = rounding(w[m].lowrank, x, target.space)
+        target.space.release()  # one module's full-size bases at a time
         row["target"], row["step"] = target, step_m
-        return x, row
+        return row
 
-    done = map_modules(one, names, progress)
-    modules = {m: done[m][0] for m in names}
-    rows = {m: done[m][1] for m in names}
-    keep = tuple(names) if keep_base else ()
-    prepared = prepare_modules(modules, state["tv"]["base"].specs, recipe.dtype, keep)
-    return {"prepared": prepared, "rows": rows, "multiple": multiple,
-            "figures": _figures(state, prepared[1], rows, modules)}
+    rows = map_modules(one, names, progress)
+    written = {m: written[m] for m in names}
+    return {"prepared": (tensors, written), "rows": rows, "multiple": multiple,
+            "figures": _figures(state, written, rows)}
 
 
 def _cat1(x, y):
@@ -237,7 +248,7 @@ def rounding(written: LowRank, exact: LowRank, space: Subspace) -> tuple[float, 
     return max(sq, 0.0) ** 0.5, space.core_of(X, Y)
 
 
-def _figures(state, written: dict, rows: dict, refactored: dict) -> dict:
+def _figures(state, written: dict, rows: dict) -> dict:
     """Survival, residual, dtype effect, per-module rank and error: cores plus one Gram per module.
 
     With T the intended update, R the re-factored one (in the span) and W = R + E the stored one:
@@ -247,18 +258,11 @@ def _figures(state, written: dict, rows: dict, refactored: dict) -> dict:
     base = state["tv"]["base"]
     has_step = "step" in state
     step_sq = inner_sum = resid_sq = dtype_sq = target_sq = 0.0
-
-    def one(m: str) -> tuple:
-        r, w = rows[m], written[m]
-        e_norm, e_core = rounding(w.lowrank, refactored[m], r["target"].space)
-        return e_norm, e_core
-
-    rounded = map_modules(one, list(written))
     per = {}
     for m, w in written.items():
         r = rows[m]
         target: InSpan = r["target"]
-        e_norm, e_core = rounded[m]
+        e_norm, e_core = r["e_norm"], r["e_core"]
         diff = r["kept"] - target.C
         err = max(float((diff**2).sum()) + e_norm**2 + 2 * float((diff * e_core).sum()), 0.0) ** 0.5
         tn = target.norm()

@@ -21,32 +21,49 @@ from .lowrank import COMPUTE_DTYPE, SVD, LowRank, f64
 from .lowrank import device as DEVICE
 
 
-@dataclass(frozen=True)
 class Subspace:
     """Orthonormal bases containing the column and row spaces of a module's terms.
 
+    The cores come from the R factors alone (``torch.linalg.qr(mode="r")``); the bases ``Qb`` (out x p)
+    and ``Qa`` (in x q) are formed only when something is lifted back to full size, and ``release()``
+    drops them again, so a whole-model pipeline holds one module's bases at a time. Re-forming them
+    runs the same Householder QR on the same stack, so they match the cores bit for bit.
+
     Args:
-        Qb (Tensor): (out, p), orthonormal columns. Qa (Tensor): (in, q), orthonormal columns.
+        terms (list[LowRank]): the non-zero terms, in stacking order (their factors, as read).
+        shape (tuple[int, int]): (out, in). p (int), q (int): basis widths.
     """
 
-    Qb: torch.Tensor
-    Qa: torch.Tensor
+    def __init__(self, terms: list[LowRank], shape: tuple[int, int], p: int, q: int, bases=None):
+        self._terms, self.shape, self.p, self.q = terms, (int(shape[0]), int(shape[1])), p, q
+        self._q = bases
+        self._pinned = bases is not None
+
+    @staticmethod
+    def _stacks(terms: list[LowRank]) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.cat([f64(t.B) for t in terms], 1), torch.cat([f64(t.A).T for t in terms], 1)
 
     @classmethod
-    def of(cls, terms: list[LowRank], shape: tuple[int, int]) -> tuple[Subspace, list[InSpan]]:
-        """QR of ``[B_1 .. B_n]`` and ``[A_1^T .. A_n^T]``; returns the space and each term's core.
+    def of(cls, terms: list[LowRank], shape: tuple[int, int],
+           keep_bases: bool = False) -> tuple[Subspace, list[InSpan]]:
+        """QR of ``[B_1 .. B_n]`` and ``[A_1^T .. A_n^T]``; the space and each term's core.
 
         Term i's core is ``s_i Rb[:, i] Ra[:, i]^T`` (its blocks of the two R factors): exact, no
-        projection needed. Cost O((out + in) R^2) for R the summed ranks.
+        projection needed. Cost O((out + in) R^2) for R the summed ranks. With ``keep_bases`` the
+        bases are formed now and kept (faster when memory allows); otherwise only R is computed.
         """
         live = [t for t in terms if t.rank > 0]
         if not live:
-            space = cls(torch.zeros(shape[0], 0, dtype=COMPUTE_DTYPE, device=DEVICE()),
-                        torch.zeros(shape[1], 0, dtype=COMPUTE_DTYPE, device=DEVICE()))
+            space = cls([], shape, 0, 0)
             return space, [space.zero() for _ in terms]
-        Qb, Rb = torch.linalg.qr(torch.cat([f64(t.B) for t in live], 1))
-        Qa, Ra = torch.linalg.qr(torch.cat([f64(t.A).T for t in live], 1))
-        space = cls(Qb, Qa)
+        Bs, As = cls._stacks(live)
+        if keep_bases:
+            (Qb, Rb), (Qa, Ra) = torch.linalg.qr(Bs), torch.linalg.qr(As)
+            space = cls(live, shape, Rb.shape[0], Ra.shape[0], (Qb, Qa))
+        else:
+            Rb = torch.linalg.qr(Bs, mode="r").R
+            Ra = torch.linalg.qr(As, mode="r").R
+            space = cls(live, shape, Rb.shape[0], Ra.shape[0])
         cores, col = [], 0
         for t in terms:
             if t.rank == 0:
@@ -57,25 +74,37 @@ class Subspace:
             col += t.rank
         return space, cores
 
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (int(self.Qb.shape[0]), int(self.Qa.shape[0]))
+    def bases(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Qb, Qa), formed on first use and kept until ``release()``."""
+        if self._q is None:
+            if not self._terms:
+                self._q = (torch.zeros(self.shape[0], 0, dtype=COMPUTE_DTYPE, device=DEVICE()),
+                           torch.zeros(self.shape[1], 0, dtype=COMPUTE_DTYPE, device=DEVICE()))
+            else:
+                Bs, As = self._stacks(self._terms)
+                self._q = (torch.linalg.qr(Bs).Q, torch.linalg.qr(As).Q)
+        return self._q
+
+    def release(self) -> None:
+        """Drop the full-size bases (unless kept from the start); the next lift forms them again."""
+        if not self._pinned:
+            self._q = None
 
     def zero(self) -> InSpan:
-        return InSpan(torch.zeros(self.Qb.shape[1], self.Qa.shape[1], dtype=self.Qb.dtype,
-                                  device=self.Qb.device), self, 0.0)
+        return InSpan(torch.zeros(self.p, self.q, dtype=COMPUTE_DTYPE, device=DEVICE()), self, 0.0)
 
     def left(self, X: torch.Tensor) -> torch.Tensor:
         """``Qb @ X`` for X (p, k) -> (out, k)."""
-        return self.Qb @ X
+        return self.bases()[0] @ X
 
     def right(self, Y: torch.Tensor) -> torch.Tensor:
         """``Y @ Qa^T`` for Y (k, q) -> (k, in)."""
-        return Y @ self.Qa.T
+        return Y @ self.bases()[1].T
 
     def core_of(self, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
         """``Qb^T X Y Qa`` (p, q) for any factored ``X Y`` (X (out, k), Y (k, in)), in the span or not."""
-        return (self.Qb.T @ X) @ (Y @ self.Qa)
+        Qb, Qa = self.bases()
+        return (Qb.T @ X) @ (Y @ Qa)
 
 
 @dataclass(frozen=True)
@@ -129,4 +158,4 @@ class InSpan:
 
     def lowrank(self) -> LowRank:
         """The same update as factors ``(Qb C, Qa^T)`` (rank q), for code that wants a LowRank."""
-        return LowRank(self.space.left(self.C), self.space.Qa.T, 1.0)
+        return LowRank(self.space.left(self.C), self.space.bases()[1].T, 1.0)
