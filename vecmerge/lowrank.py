@@ -7,7 +7,6 @@ next to reading them, and near-cancelling differences such as ``v51 - v28`` keep
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -204,11 +203,6 @@ class LowRank:
         floor = abs(self.scale) * float(torch.linalg.norm(f64(self.B))) * float(torch.linalg.norm(f64(self.A)))
         return SVD(c.Qb @ U, S, Vh @ c.Qa.T, floor)
 
-    def compress(self, rtol: float = EXACT_RTOL) -> LowRank:
-        """The same update at its exact numerical rank (drops only float64 round-off)."""
-        s = self.svd()
-        return s.truncate(s.exact_rank(rtol))
-
 
 def _check_same_shape(x: LowRank, y: LowRank) -> None:
     if x.shape != y.shape:
@@ -249,7 +243,3 @@ def relative_error(x: LowRank, ref: LowRank) -> float:
     n = ref.norm()
     return err / n if n > 0 else err
 
-
-def isfinite(x: LowRank) -> bool:
-    """True when every factor entry and the scale are finite."""
-    return bool(torch.isfinite(x.B).all() and torch.isfinite(x.A).all() and math.isfinite(x.scale))

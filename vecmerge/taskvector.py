@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .adapter import Adapter, ModuleSpec
+from .adapter import Adapter
 from .errors import AlignmentError
 from .lowrank import LowRank, combine
 
@@ -138,7 +138,3 @@ def linear_combination(terms: list[tuple[float, TaskVector]], labels: list[str] 
         out[m] = combine(parts)
     return TaskVector(out, specs)
 
-
-def zeros_like_spec(spec: ModuleSpec) -> LowRank:
-    """The zero update for a module layout."""
-    return LowRank.zeros(spec.shape)
