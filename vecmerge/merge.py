@@ -25,7 +25,7 @@ from .errors import CheckFailed, OutputError, RecipeError
 from .export import MANIFEST_NAME, check_out, model_card, prepare_modules, write_adapter
 from .expr import parse
 from .kernels import map_modules
-from .lowrank import EXACT_RTOL, SVD, LowRank, f64, rank_for_error
+from .lowrank import SVD, LowRank, f64
 from .recipe import Recipe
 from .refactor import RankPolicy
 from .subspace import InSpan, Subspace
@@ -174,13 +174,7 @@ def intended(state: dict, m: str, multiple: float) -> tuple[LowRank, LowRank | N
 def _cut(target: InSpan, policy: RankPolicy) -> tuple[LowRank, torch.Tensor, int, int, float]:
     """Re-factor a core by the policy: (factors, kept core, kept rank, exact rank, cut error)."""
     U, S, Vh = torch.linalg.svd(target.C, full_matrices=False)
-    exact = rank_for_error(S, EXACT_RTOL, target.floor)
-    if policy.kind == "exact":
-        k = exact
-    elif policy.kind == "fixed":
-        k = min(int(policy.value), exact)
-    else:
-        k = min(SVD(U, S, Vh).energy_rank(policy.value), exact)
+    k, exact = policy.choose(SVD(U, S, Vh, target.floor))  # the small SVD: only S and floor are read
     root = torch.sqrt(S[:k])
     factors = LowRank(target.space.left(U[:, :k] * root), target.space.right(root[:, None] * Vh[:k]), 1.0)
     kept = (U[:, :k] * S[:k]) @ Vh[:k]

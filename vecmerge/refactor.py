@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import RecipeError
-from .lowrank import LowRank
+from .lowrank import SVD, LowRank
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,19 @@ class RankPolicy:
             if 0.0 < e <= 1.0:
                 return cls("energy", e)
         raise RecipeError([f"rank={text!r}: use 'exact', a positive integer, or 'energy:E' with 0 < E <= 1"])
+
+    def choose(self, s: SVD) -> tuple[int, int]:
+        """(kept rank, exact rank) for singular values ``s.S``; never above the exact rank.
+
+        Args:
+            s (SVD): the update's SVD (only ``S`` and ``floor`` are read).
+        """
+        exact = s.exact_rank()
+        if self.kind == "exact":
+            return exact, exact
+        if self.kind == "fixed":
+            return min(int(self.value), exact), exact
+        return min(s.energy_rank(self.value), exact), exact
 
     def __str__(self) -> str:
         return {"exact": "exact", "fixed": f"{int(self.value)}", "energy": f"energy:{self.value:g}"}[self.kind]
@@ -82,13 +95,7 @@ def refactor(x: LowRank, policy: RankPolicy) -> Refactored:
         Refactored with the exact Eckart-Young error of the cut.
     """
     s = x.svd()
-    exact = s.exact_rank()
-    if policy.kind == "exact":
-        k = exact
-    elif policy.kind == "fixed":
-        k = min(int(policy.value), exact)
-    else:
-        k = min(s.energy_rank(policy.value), exact)
+    k, exact = policy.choose(s)
     norm = float((s.S**2).sum().sqrt())
     err = s.dropped_error(k)
     return Refactored(s.truncate(k), k, exact, err, err / norm if norm > 0 else err, norm)
