@@ -7,6 +7,12 @@ Exit codes (see DESIGN.md section 4): ``VecmergeError.exit_code`` is 2 for bad i
 from __future__ import annotations
 
 
+def few(items, n: int = 6) -> str:
+    """``"a, b, c and 4 more"``: a list shortened for a one-line message."""
+    items = [str(x) for x in items]
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
 class VecmergeError(Exception):
     """Base class: a problem the user can fix. ``str(err)`` is one line."""
 

@@ -191,7 +191,7 @@ def write_adapter(out, prepared: tuple, specs: dict, *, template: LoraConfig | N
         manifest["output"] = {"weights": SAFETENSORS_NAME, "sha256": sha,
                               "config_sha256": sha256_file(tmp / CONFIG_NAME), "dtype": dtype,
                               "modules": len(written)}
-        (tmp / MANIFEST_NAME).write_text(json.dumps(_finite(manifest), indent=2, allow_nan=False) + "\n")
+        (tmp / MANIFEST_NAME).write_text(json.dumps(jsonable(manifest), indent=2, allow_nan=False) + "\n")
         (tmp / CARD_NAME).write_text(card)
         _replace(tmp, out)
     except BaseException:
@@ -200,15 +200,17 @@ def write_adapter(out, prepared: tuple, specs: dict, *, template: LoraConfig | N
     return {"written": written, "sha256": sha, "config": config}
 
 
-def _finite(x):
-    """The manifest with non-finite floats as null, so it stays strict JSON."""
+def jsonable(x):
+    """``x`` as strict JSON data: non-finite floats as null, keys and unknown objects (Paths) as strings."""
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    return x
+        return [jsonable(v) for v in x]
+    if isinstance(x, (str, int, bool)) or x is None:
+        return x
+    return str(x)
 
 
 def _replace(tmp: Path, out: Path) -> None:

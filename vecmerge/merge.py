@@ -22,6 +22,7 @@ import torch
 from . import __version__
 from .audit import agreement_rows, summarize
 from .errors import CheckFailed, OutputError, RecipeError
+from .errors import few as _few
 from .export import MANIFEST_NAME, check_out, model_card, prepare_modules, write_adapter
 from .expr import parse
 from .kernels import map_modules
@@ -150,10 +151,6 @@ def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> dict:
     state["step"] = choose_step(tv["base"], shaped, trust=recipe.trust, alpha=recipe.alpha,
                                 scope=recipe.trust_scope)
     return state
-
-
-def _few(names: list[str], n: int = 6) -> str:
-    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
 def intended_core(state: dict, m: str, multiple: float) -> tuple[InSpan, InSpan | None]:

@@ -7,9 +7,10 @@ that reads back to the same float64, i.e. full precision.
 from __future__ import annotations
 
 import json
-import math
 
 from tabulate import tabulate
+
+from .export import jsonable
 
 
 def table(rows: list, headers: list, fmt: str = "simple") -> str:
@@ -20,19 +21,8 @@ def table(rows: list, headers: list, fmt: str = "simple") -> str:
 
 
 def to_json(obj) -> str:
-    """JSON with Paths and other objects stringified; NaN written as null."""
-    def clean(x):
-        if isinstance(x, float) and not math.isfinite(x):
-            return None
-        if isinstance(x, dict):
-            return {str(k): clean(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [clean(v) for v in x]
-        if isinstance(x, (str, int, float, bool)) or x is None:
-            return x
-        return str(x)
-
-    return json.dumps(clean(obj), indent=2)
+    """JSON with Paths and other objects stringified; NaN written as null (``export.jsonable``)."""
+    return json.dumps(jsonable(obj), indent=2, allow_nan=False)
 
 
 def g(x, digits: int = 4) -> str:

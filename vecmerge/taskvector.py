@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from .adapter import Adapter
-from .errors import AlignmentError
+from .errors import AlignmentError, few
 from .lowrank import LowRank, combine
 
 
@@ -109,7 +109,7 @@ def align(vectors: list[TaskVector], labels: list[str], allow_missing: bool = Fa
         for lab, v in zip(labels, vectors):
             missing = [m for m in names if m not in v.modules]
             if missing:
-                shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                shown = few(missing, 5)
                 raise AlignmentError(
                     f"{lab} lacks {len(missing)} module(s) the others have: {shown}; "
                     "pass --allow-missing to treat them as zero"

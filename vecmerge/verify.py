@@ -34,7 +34,7 @@ import math
 from pathlib import Path
 
 from .adapter import CONFIG_NAME, Adapter, LoraConfig
-from .errors import VecmergeError
+from .errors import VecmergeError, few
 from .export import read_manifest
 from .lowrank import LowRank, combine
 
@@ -66,8 +66,7 @@ def result(target: str, checks: list[dict], **extra) -> dict:
 
 
 def _few(items, n: int = 4) -> str:
-    items = list(items)
-    return ", ".join(map(str, items[:n])) + (f" and {len(items) - n} more" if len(items) > n else "")
+    return few(items, n)
 
 
 def _close(a: float, b: float, rtol: float, atol: float = 1e-12) -> bool:
