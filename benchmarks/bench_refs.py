@@ -276,7 +276,7 @@ def floor(root: Path, out: Path, like: Path, rank_factor: float = 1.0) -> dict:
 
 def inproc(root: Path, out: Path, profile: str | None = None) -> dict:
     """``vecmerge.merge.run`` of the v58 step, timed inside one process (imports excluded)."""
-    from vecmerge.merge import run
+    from vecmerge.pipeline import run
     from vecmerge.recipe import Recipe
     from vecmerge.workspace import Workspace
 
@@ -301,7 +301,7 @@ def inproc(root: Path, out: Path, profile: str | None = None) -> dict:
     else:
         rep = run(recipe, Workspace(root=root), force=True)
         wall = time.perf_counter() - t0
-    return {"wall": wall, "rss_before": before, "peak": rss("VmHWM"), "alpha": rep["step"]["alpha"]}
+    return {"wall": wall, "rss_before": before, "peak": rss("VmHWM"), "alpha": rep.step.alpha}
 
 
 def main(argv=None) -> None:

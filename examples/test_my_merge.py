@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from vecmerge.adapter import Adapter
 from vecmerge.cli import main
-from vecmerge.merge import run
+from vecmerge.pipeline import run
 from vecmerge.recipe import Recipe
 from vecmerge.taskvector import TaskVector
 from vecmerge.testing import assert_delta_close, assert_merge_identity, toy_trajectory
@@ -46,12 +46,13 @@ def test_v58_style_step(adapters, tmp_path):
 
     assert_merge_identity(out)                                  # the manifest's own checks
     ws = Workspace()
-    alpha = report["step"]["alpha"]
+    alpha = report.step.alpha
     expected = ws.evaluate("v54") + alpha * ws.evaluate("v51 - v28")
     written = TaskVector.from_adapter(Adapter(out))
     assert_delta_close(written, expected, rtol=FP32_RTOL)       # your own formula
-    assert report["step"]["realized"]["global"] == pytest.approx(TRUST, rel=1e-12)
-    assert report["consensus"]["agree"] == report["consensus"]["modules"]
+    assert report.step.realized()["global"] == pytest.approx(TRUST, rel=1e-12)
+    summary = report.evaluation.consensus.summary
+    assert summary["agree"] == summary["modules"]
 
 
 def test_refactor_via_cli(adapters, tmp_path):

@@ -12,8 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from vecmerge.adapter import Adapter, pattern_key, peft_scale
+from vecmerge.adapter import Adapter
 from vecmerge.errors import AdapterError
+from vecmerge.peft_format import pattern_key, peft_scale
 from vecmerge.testing import toy_adapter
 
 

@@ -123,6 +123,3 @@ def test_device_flag(toy, run_cli):
     if not torch.cuda.is_available():
         res = run_cli("--device", "cuda", "inspect", "v54")
         assert res.exit_code == 2 and "no CUDA device" in res.output
-    from vecmerge.lowrank import set_device
-
-    set_device("cpu")

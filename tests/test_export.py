@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from vecmerge.errors import OutputError
-from vecmerge.export import MANIFEST_NAME, LoraConfig, _patterns, check_out
+from vecmerge.export import MANIFEST_NAME, _patterns, check_out
+from vecmerge.peft_format import LoraConfig
 from vecmerge.workspace import Workspace
 
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from vecmerge.lowrank import LowRank, combine, rank_for_error
-from vecmerge.refactor import RankPolicy, refactor
+from vecmerge.options import RankPolicy
+from vecmerge.rankcut import cut
 
 RTOL, ATOL = 1e-10, 1e-12
 
@@ -47,8 +48,8 @@ def test_svd_matches_dense_and_exact_refactor_reproduces(sh):
     dense_s = torch.linalg.svdvals(x.dense())
     k = min(len(s.S), len(dense_s))
     assert_close(s.S[:k], dense_s[:k], rtol=1e-9, atol=1e-9 * float(dense_s[0]))
-    rf = refactor(x, RankPolicy.parse("exact"))
-    assert_close(rf.lowrank.dense(), x.dense(), rtol=1e-9, atol=1e-9 * float(dense_s[0]))
+    rf = cut(x, RankPolicy.parse("exact"))
+    assert_close(rf.factors.dense(), x.dense(), rtol=1e-9, atol=1e-9 * float(dense_s[0]))
     assert rf.rank == min(out, inn, 2 * r)  # generic factors: full numerical rank
 
 
@@ -57,10 +58,10 @@ def test_rank_cut_error_is_eckart_young():
     dense = x.dense()
     U, S, Vh = torch.linalg.svd(dense)
     for k in (1, 3, 5, 7):
-        rf = refactor(x, RankPolicy.parse(str(k)))
+        rf = cut(x, RankPolicy.parse(str(k)))
         best = U[:, :k] @ torch.diag(S[:k]) @ Vh[:k]
-        assert_close(rf.lowrank.dense(), best, rtol=1e-9, atol=1e-10)
-        err = float(torch.linalg.norm(rf.lowrank.dense() - dense))
+        assert_close(rf.factors.dense(), best, rtol=1e-9, atol=1e-10)
+        err = float(torch.linalg.norm(rf.factors.dense() - dense))
         assert math.isclose(rf.error, err, rel_tol=1e-9)
         assert math.isclose(rf.error, float(torch.sqrt((S[k:] ** 2).sum())), rel_tol=1e-9)
 
@@ -68,7 +69,7 @@ def test_rank_cut_error_is_eckart_young():
 def test_energy_policy_keeps_the_share():
     x = rand_lr(30, 25, 10, 4)
     S = torch.linalg.svdvals(x.dense())
-    rf = refactor(x, RankPolicy.parse("energy:0.9"))
+    rf = cut(x, RankPolicy.parse("energy:0.9"))
     kept = float((S[: rf.rank] ** 2).sum() / (S**2).sum())
     assert kept >= 0.9
     assert float((S[: rf.rank - 1] ** 2).sum() / (S**2).sum()) < 0.9
@@ -92,7 +93,7 @@ def test_x_minus_x_is_zero_and_rank_zero():
     x = rand_lr(10, 9, 3, 1)
     z = x - x
     assert z.norm() < 1e-12
-    assert refactor(z, RankPolicy.parse("exact")).rank == 0
+    assert cut(z, RankPolicy.parse("exact")).rank == 0
 
 
 def test_rank_for_error_edges():

@@ -23,7 +23,7 @@ def test_shipped_recipes_parse_and_run(toy, run_cli):
         want = 0.0113 * (1.456 if name == "v59" else 1.0)
         assert rep["outputs"][0]["realized"]["global"] == pytest.approx(want, rel=1e-12)
         assert (toy / "out" / name / "adapter_model.safetensors").is_file()
-    assert load(RECIPES / "v60.yaml").mode == "orthogonal"
+    assert load(RECIPES / "v60.yaml").method == "orthogonal"
 
 
 def test_flags_and_yaml_build_the_same_recipe(toy, run_cli, tmp_path):

@@ -5,7 +5,8 @@ import shutil
 
 import pytest
 
-from vecmerge.export import LoraConfig, _patterns
+from vecmerge.export import _patterns
+from vecmerge.peft_format import LoraConfig
 from vecmerge.testing import llm_shapes, toy_adapter, tree_hashes
 
 

@@ -13,12 +13,16 @@ import torch
 from safetensors.torch import load_file
 
 from vecmerge.adapter import Adapter
-from vecmerge.merge import run
+from vecmerge.pipeline import run as _run
 from vecmerge.recipe import Recipe
 from vecmerge.testing import toy_trajectory, tree_hashes
 from vecmerge.workspace import Workspace
 
 DISAGREE = "model.layers.1.mlp.up_proj"
+
+
+def run(*args, **kwargs) -> dict:
+    return _run(*args, **kwargs).to_dict()
 
 
 def dense(ws, expr):
@@ -232,7 +236,7 @@ def test_peft_loads_project_output_and_agrees(tiny_base, peft_adapter, run_cli, 
 
 def test_streaming_bases_give_identical_bytes(toy, run_cli, monkeypatch):
     """Large models form each module's bases twice instead of holding them all: same bytes out."""
-    import vecmerge.merge as merge_mod
+    import vecmerge.pipeline.evaluation as merge_mod
 
     args = ["project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--consensus-ref", "v54-v54e2"]
     assert run_cli(*args, "--out", "kept").exit_code == 0

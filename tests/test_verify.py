@@ -17,9 +17,9 @@ from safetensors.torch import load_file, save_file
 
 from vecmerge.adapter import Adapter
 from vecmerge.errors import OutputError
+from vecmerge.peft_format import targeted
 from vecmerge.testing import assert_merge_identity, toy_adapter, write_peft_folder
 from vecmerge.verify import TOLERANCES, verify_identities, verify_output
-from vecmerge.verify_adapter import targeted
 
 MODULE = "model.layers.1.self_attn.v_proj"
 B_KEY = f"base_model.model.{MODULE}.lora_B.weight"

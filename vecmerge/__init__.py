@@ -2,20 +2,22 @@
 
 The public API is imported lazily, so ``vecmerge --help`` does not pay for torch::
 
-    from vecmerge import Workspace, RankPolicy
+    from vecmerge import Workspace, RankPolicy, cut
     ws = Workspace()                                  # reads ./vecmerge.yaml if present
     step = ws.evaluate("v51 - v28")                   # TaskVector, exact, never dense
+    c = cut(step["model.layers.0.mlp.up_proj"], RankPolicy.parse("8"))   # c.error is exact
 """
 
 __version__ = "0.1.0"
 
 _API = {
     "LowRank": "lowrank", "combine": "lowrank",
-    "Adapter": "adapter", "LoraConfig": "adapter",
+    "Adapter": "adapter", "LoraConfig": "peft_format",
     "TaskVector": "taskvector", "linear_combination": "taskvector",
     "parse": "expr", "LinearForm": "expr",
     "Workspace": "workspace",
-    "RankPolicy": "refactor",
+    "RankPolicy": "options", "cut": "rankcut",
+    "Recipe": "recipe", "run": "pipeline", "evaluate": "pipeline",
     "write_adapter": "export",
     "VecmergeError": "errors",
 }

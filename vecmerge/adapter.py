@@ -1,19 +1,16 @@
-"""The PEFT LoRA format: reading folders module by module, scale rules, key names, validation.
+"""Reading PEFT LoRA folders module by module: the tensors, their layout, validation, hashes.
 
 A module's update is ``scale * B @ A`` in the LoRA layout (B = ``lora_B`` (out, r), A = ``lora_A``
 (r, in)). Where the base weight is stored the other way round (``fan_in_fan_out``, and embedding
 LoRA whose ``lora_embedding_B @ lora_embedding_A`` is (dim, vocab)), ``ModuleSpec.transposed`` says
 so; the algebra does not care, ``weight_delta`` applies it. This is the only module that reads
-tensor files.
+tensor files; the names and rules of the format live in ``peft_format``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import math
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -21,46 +18,16 @@ import torch
 
 from .errors import AdapterError
 from .lowrank import LowRank
-
-CONFIG_NAME = "adapter_config.json"
-SAFETENSORS_NAME = "adapter_model.safetensors"
-BIN_NAME = "adapter_model.bin"
-PREFIX = "base_model.model."
-STORED_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-
-# Config features whose update is not scale * B @ A on the original base weight.
-UNSUPPORTED = {
-    "use_dora": "DoRA rescales the weight by a learned magnitude, so its update is not B@A",
-    "lora_bias": "lora_bias adds a trained bias that is not part of B@A",
-    "trainable_token_indices": "trainable tokens are full embedding rows, not a LoRA update",
-    "layer_replication": "layer replication changes the model's layers",
-    "alora_invocation_tokens": "activated LoRA applies its update to some tokens only",
-    "use_qalora": "QA-LoRA pools the input, so its update is not B@A",
-    "use_bdlora": "block-diagonal LoRA stores its factors differently",
-    "target_parameters": "LoRA on raw nn.Parameters (MoE experts) is not supported yet",
-    "arrow_config": "Arrow routing mixes several LoRAs per token",
-    "monteclora_config": "MonteCLoRA samples its update",
-}
-# init_lora_weights values that move the base weight, so B@A alone is not the update.
-BASE_CHANGING_INITS = ("pissa", "olora", "corda", "lora_ga", "loftq")
-
-_KEY = re.compile(
-    r"^(?:base_model\.model\.)?(?P<mod>.+?)\.(?P<kind>lora_A|lora_B|lora_embedding_A|lora_embedding_B)"
-    r"(?:\.(?P<adapter>[A-Za-z0-9_\-]+))?(?:\.weight)?$"
+from .peft_format import (
+    BIN_NAME,
+    CONFIG_NAME,
+    KEY,
+    SAFETENSORS_DTYPES,
+    SAFETENSORS_NAME,
+    STORED_DTYPES,
+    LoraConfig,
+    peft_scale,
 )
-
-
-def pattern_key(patterns, name: str) -> str | None:
-    """PEFT's rule: the first key ``k`` for which ``re.match(rf"(.*\\.)?({k})$", name)`` holds."""
-    for key in patterns:
-        if re.match(rf"(.*\.)?({key})$", name):
-            return key
-    return None
-
-
-def peft_scale(alpha: float, r: int, rslora: bool) -> float:
-    """PEFT's scale: ``alpha / sqrt(r)`` with rsLoRA, else ``alpha / r``."""
-    return alpha / math.sqrt(r) if rslora else alpha / r
 
 
 def sha256_file(path: Path) -> str:
@@ -70,86 +37,6 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-@dataclass(frozen=True)
-class LoraConfig:
-    """The parts of ``adapter_config.json`` that decide the update; ``raw`` keeps the rest.
-
-    Args:
-        r (int): default rank. lora_alpha (float): default alpha. use_rslora (bool): scale rule.
-        rank_pattern, alpha_pattern (dict[str, float]): per-module overrides, PEFT regex keys.
-        fan_in_fan_out (bool): base weights stored (in, out), as in GPT-2's Conv1D.
-    """
-
-    r: int
-    lora_alpha: float
-    use_rslora: bool = False
-    rank_pattern: dict = field(default_factory=dict)
-    alpha_pattern: dict = field(default_factory=dict)
-    fan_in_fan_out: bool = False
-    base_model: str | None = None
-    target_modules: object = None
-    modules_to_save: list = field(default_factory=list)
-    raw: dict = field(default_factory=dict)
-
-    @classmethod
-    def read(cls, path: Path) -> LoraConfig:
-        """Parse and validate ``path`` (an ``adapter_config.json``); refuse what is not plain LoRA."""
-        if not path.is_file():
-            raise AdapterError(f"{path}: no {CONFIG_NAME}; point at a PEFT LoRA folder saved by save_pretrained")
-        try:
-            raw = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise AdapterError(f"{path}: not valid JSON ({e}); restore the file from the training run") from None
-        if not isinstance(raw, dict):
-            raise AdapterError(f"{path}: expected a JSON object; restore the file from the training run")
-        ptype = str(raw.get("peft_type", "LORA")).upper()
-        if ptype != "LORA":
-            raise AdapterError(f"{path}: peft_type is {ptype}; vecmerge handles LoRA adapters only")
-        for key, why in UNSUPPORTED.items():
-            if raw.get(key):
-                raise AdapterError(f"{path}: {key} is set: {why}; vecmerge handles plain LoRA only")
-        init = str(raw.get("init_lora_weights", "")).lower()
-        if init.startswith(BASE_CHANGING_INITS):
-            raise AdapterError(
-                f"{path}: init_lora_weights={raw['init_lora_weights']!r} changes the base weights, so B@A is not "
-                "the update; convert it with save_pretrained(path_initial_model_for_weight_conversion=...)"
-            )
-        problems = []
-        r, alpha = raw.get("r"), raw.get("lora_alpha")
-        if not isinstance(r, int) or isinstance(r, bool) or r < 1:
-            problems.append(f"r={r!r} (a positive integer)")
-        if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):
-            problems.append(f"lora_alpha={alpha!r} (a number)")
-        rp, ap = raw.get("rank_pattern") or {}, raw.get("alpha_pattern") or {}
-        if not isinstance(rp, dict) or not all(isinstance(v, int) and v > 0 for v in rp.values()):
-            problems.append("rank_pattern (a mapping of regex to positive integers)")
-        if not isinstance(ap, dict) or not all(isinstance(v, (int, float)) for v in ap.values()):
-            problems.append("alpha_pattern (a mapping of regex to numbers)")
-        if problems:
-            raise AdapterError(f"{path}: invalid " + ", ".join(problems) + "; fix the config")
-        return cls(r=r, lora_alpha=float(alpha), use_rslora=bool(raw.get("use_rslora", False)),
-                   rank_pattern=dict(rp), alpha_pattern=dict(ap),
-                   fan_in_fan_out=bool(raw.get("fan_in_fan_out", False)),
-                   base_model=raw.get("base_model_name_or_path"), target_modules=raw.get("target_modules"),
-                   modules_to_save=list(raw.get("modules_to_save") or []), raw=raw)
-
-    def resolve(self, module: str) -> tuple[int, float]:
-        """(r, alpha) for ``module`` as PEFT resolves them: first matching pattern, else the defaults."""
-        rk, ak = pattern_key(self.rank_pattern, module), pattern_key(self.alpha_pattern, module)
-        r = self.rank_pattern[rk] if rk is not None else self.r
-        alpha = self.alpha_pattern[ak] if ak is not None else self.lora_alpha
-        return int(r), float(alpha)
-
-    def scale(self, module: str) -> float:
-        """The scale PEFT applies to ``module``'s ``B @ A``."""
-        r, alpha = self.resolve(module)
-        return peft_scale(alpha, r, self.use_rslora)
-
-    @property
-    def scale_rule(self) -> str:
-        return "alpha/sqrt(r) (rsLoRA)" if self.use_rslora else "alpha/r"
 
 
 @dataclass(frozen=True)
@@ -176,19 +63,6 @@ class ModuleSpec:
     @property
     def weight_shape(self) -> tuple[int, int]:
         return (self.shape[1], self.shape[0]) if self.transposed else self.shape
-
-
-def module_layer(name: str) -> int | None:
-    """The layer index of a module name: the first all-digit path component (``layers.3`` -> 3)."""
-    for part in name.split("."):
-        if part.isdigit():
-            return int(part)
-    return None
-
-
-def module_type(name: str) -> str:
-    """The module type: the last path component (``q_proj``)."""
-    return name.rsplit(".", 1)[-1]
 
 
 class Adapter:
@@ -250,12 +124,12 @@ class Adapter:
         t = self._tensors[0][key]
         if self._tensors[1] is None:
             return STORED_DTYPES.get(t.dtype, str(t.dtype))
-        return {"F32": "fp32", "F16": "fp16", "BF16": "bf16"}.get(t.get_dtype(), t.get_dtype())
+        return SAFETENSORS_DTYPES.get(t.get_dtype(), t.get_dtype())
 
     def _index(self) -> dict[str, ModuleSpec]:
         parts: dict[str, dict[str, str]] = {}
         for key in self._tensors[0]:
-            m = _KEY.match(key)
+            m = KEY.match(key)
             if m is None:
                 if "modules_to_save" in key:
                     continue  # reported through the config's modules_to_save
@@ -320,8 +194,8 @@ class Adapter:
         t = self._tensors[0][key]
         return t[:] if self._tensors[1] is not None else t
 
-    def factors(self, module: str) -> LowRank:
-        """Read one module as ``LowRank(lora_B, lora_A, scale)`` in its stored dtype.
+    def factors(self, module: str, device=None) -> LowRank:
+        """Read one module as ``LowRank(lora_B, lora_A, scale)`` in its stored dtype, on ``device``.
 
         Raises AdapterError naming the module and tensor if any entry is NaN or Inf.
         """
@@ -336,6 +210,8 @@ class Adapter:
                 bad = int((~torch.isfinite(t)).sum())
                 raise AdapterError(f"{self.weights_path}: module {module}: {slot} has {bad} NaN/Inf entries; "
                                    "the checkpoint diverged, use an earlier one")
+        if device is not None:
+            A, B = A.to(device), B.to(device)
         return LowRank(B, A, spec.scale)
 
     def weight_delta(self, module: str) -> torch.Tensor:

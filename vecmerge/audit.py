@@ -44,70 +44,20 @@ from __future__ import annotations
 
 import math
 import statistics
-from fractions import Fraction
 
 import numpy as np
 import torch
 
-from .adapter import module_layer, module_type
+from .consensus import measure, summarize
 from .errors import VecmergeError
 from .expr import parse
-from .lowrank import COMPUTE_DTYPE, LowRank, f64
+from .lowrank import COMPUTE_DTYPE, LowRank
 from .taskvector import TaskVector, align
 
 LEVEL = 0.05
 Z_CRIT = 1.959963984540054  # two-sided 5% normal quantile
 SAMPLE_RANK = 32
 SEED = 0
-
-
-class AuditUsageError(VecmergeError):
-    """``vecmerge audit`` called without a complete --ref/--dir pair or two adapters."""
-
-
-def spectrum(x: LowRank) -> torch.Tensor:
-    """Singular values of ``s B A`` from R factors only: ``B = Qb Rb, A^T = Qa Ra`` => ``sigma(s Rb Ra^T)``.
-
-    Args:
-        x (LowRank): B (out, r), A (r, in). Returns (min(r, out, in),) float64, descending.
-    """
-    if not isinstance(x, LowRank):  # an InSpan core (merge.evaluate): its own singular values
-        return x.singular_values()
-    if x.rank == 0 or x.scale == 0.0:
-        return torch.zeros(0, dtype=COMPUTE_DTYPE)
-    Rb = torch.linalg.qr(f64(x.B), mode="r").R
-    Ra = torch.linalg.qr(f64(x.A).T, mode="r").R
-    return torch.linalg.svdvals(abs(x.scale) * (Rb @ Ra.T)).cpu()
-
-
-def _measure(ref: TaskVector, direction: TaskVector, names, progress):
-    rows, spectra = [], []
-    for m in progress(names) if progress else names:
-        r, d = ref[m], direction[m]
-        sr, sd = spectrum(r), spectrum(d)
-        rn, dn = float(torch.linalg.vector_norm(sr)), float(torch.linalg.vector_norm(sd))
-        inner = r.inner(d) if rn > 0 and dn > 0 else 0.0
-        cos = inner / (rn * dn) if rn > 0 and dn > 0 else 0.0
-        out, inn = d.shape
-        rows.append({"module": m, "layer": module_layer(m), "type": module_type(m), "shape": [out, inn],
-                     "inner": inner, "cosine": cos, "ref_norm": rn, "dir_norm": dn, "agree": inner > 0})
-        spectra.append((sr, sd))
-    return rows, spectra
-
-
-def agreement_rows(ref: TaskVector, direction: TaskVector, names: list[str] | None = None,
-                   progress=None) -> list[dict]:
-    """One row per module: ``module, layer, type, shape, inner, cosine, ref_norm, dir_norm, agree``.
-
-    ``inner = <ref_m, dir_m>_F``, ``cosine = inner / (||ref_m|| ||dir_m||)`` (0 where either is zero).
-
-    Args:
-        ref (TaskVector): the reference trajectory, e.g. ``v54 - v54e2``.
-        direction (TaskVector): the proposed direction, e.g. ``v51 - v28``.
-        names (list[str] | None): modules to audit (default: the direction's).
-        progress: optional callable wrapping the module iterable (a tqdm bar).
-    """
-    return _measure(ref, direction, names if names is not None else direction.names(), progress)[0]
 
 
 def haar_blocks(n: int, rows: int, cols: int, count: int, gen: torch.Generator,
@@ -183,11 +133,11 @@ def mark_chance(rows: list[dict], spectra: list, samples: int = 200, seed: int =
 
     Args:
         rows (list[dict]): from ``agreement_rows``, updated in place and returned.
-        spectra (list[tuple[Tensor, Tensor]]): (ref, dir) singular values per row, from ``spectrum``.
+        spectra (list[tuple[Tensor, Tensor]]): (ref, dir) singular values per row, from ``consensus.measure``.
         samples (int): draws per module; 0 for the analytic band. seed (int): fixes the draws.
     """
     if samples < 0:
-        raise AuditUsageError(f"--samples {samples}: give 0 (analytic band) or a positive number of draws")
+        raise VecmergeError(f"samples={samples}: give 0 (analytic band) or a positive number of draws")
     nulls = null_cosines([r["shape"] for r in rows], spectra, samples, seed) if samples else None
     for i, r in enumerate(rows):
         std = 1.0 / math.sqrt(r["shape"][0] * r["shape"][1])
@@ -199,51 +149,6 @@ def mark_chance(rows: list[dict], spectra: list, samples: int = 200, seed: int =
         r.update(null_std=std, z=r["cosine"] / std, null_band=band, chance=chance,
                  mark="chance" if chance else ("agree" if r["agree"] else "disagree"))
     return rows
-
-
-def binom_tail(k: int, n: int) -> float:
-    """One-sided sign-test p-value ``P(X >= k)``, X ~ Binomial(n, 1/2), exact: ``sum_{j>=k} C(n,j) / 2^n``."""
-    if n <= 0 or k <= 0:
-        return 1.0
-    return float(Fraction(sum(math.comb(n, j) for j in range(k, n + 1)), 2**n))
-
-
-def summarize(rows: list[dict]) -> dict:
-    """``modules, agree, disagree, agree_energy, cosine_median/min/max, disagreeing``, plus chance figures.
-
-    ``agree_energy = sum_{agree} ||dir_m||^2 / sum ||dir_m||^2``. Chance figures (only when rows carry
-    ``chance``): ``chance, agree_significant, disagree_significant, binom_p, binom_p_significant,
-    global_inner, global_cosine, global_z`` (see the module docstring).
-
-    Args:
-        rows (list[dict]): from ``agreement_rows`` (and ``mark_chance``).
-    """
-    energy = sum(r["dir_norm"] ** 2 for r in rows)
-    agree_energy = sum(r["dir_norm"] ** 2 for r in rows if r["agree"])
-    cos = [r["cosine"] for r in rows]
-    agree = sum(bool(r["agree"]) for r in rows)
-    out = {
-        "modules": len(rows),
-        "agree": agree,
-        "disagree": len(rows) - agree,
-        "agree_energy": agree_energy / energy if energy > 0 else 0.0,
-        "cosine_median": statistics.median(cos) if cos else 0.0,
-        "cosine_min": min(cos) if cos else 0.0,
-        "cosine_max": max(cos) if cos else 0.0,
-        "disagreeing": [r["module"] for r in rows if not r["agree"]],
-    }
-    if rows and "chance" in rows[0]:
-        sig_a = sum(r["mark"] == "agree" for r in rows)
-        sig_d = sum(r["mark"] == "disagree" for r in rows)
-        inner = sum(r["inner"] for r in rows)
-        rn = math.sqrt(sum(r["ref_norm"] ** 2 for r in rows))
-        dn = math.sqrt(energy)
-        var = sum((r["ref_norm"] * r["dir_norm"] * r["null_std"]) ** 2 for r in rows)
-        out.update(chance=len(rows) - sig_a - sig_d, agree_significant=sig_a, disagree_significant=sig_d,
-                   binom_p=binom_tail(agree, len(rows)), binom_p_significant=binom_tail(sig_a, sig_a + sig_d),
-                   global_inner=inner, global_cosine=inner / (rn * dn) if rn > 0 and dn > 0 else 0.0,
-                   global_z=inner / math.sqrt(var) if var > 0 else 0.0)
-    return out
 
 
 def _vectors(ws, exprs: list[str], allow_missing: bool):
@@ -271,7 +176,7 @@ def pairwise(vectors: list[TaskVector], labels: list[str], names: list[str], pro
     inner = {(a, b): [0.0] * len(names) for a in range(k) for b in range(a, k)}
     for j, m in enumerate(progress(names) if progress else names):
         for a in range(k):
-            norms[a][j] = float(torch.linalg.vector_norm(spectrum(vectors[a][m])))
+            norms[a][j] = float(torch.linalg.vector_norm(vectors[a][m].singular_values()))
             for b in range(a, k):
                 inner[a, b][j] = norms[a][j] ** 2 if a == b else vectors[a][m].inner(vectors[b][m])
     std = [1.0 / math.sqrt(vectors[0][m].shape[0] * vectors[0][m].shape[1]) for m in names]
@@ -297,37 +202,35 @@ def pairwise(vectors: list[TaskVector], labels: list[str], names: list[str], pro
             "significant": sig, "pairs": pairs}
 
 
-def run_audit(ws, ref: str | None = None, direction: str | None = None, adapters: list | None = None,
-              allow_missing: bool = False, samples: int = 200, progress=None) -> dict:
-    """``vecmerge audit``: per-module agreement of ``ref`` and ``direction``, or pairwise over ``adapters``.
+def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False, samples: int = 200,
+                       progress=None) -> dict:
+    """``vecmerge audit --ref R --dir D``: per-module agreement of two expressions, against chance.
 
     Args:
-        ws (Workspace): resolves names. ref, direction (str | None): expressions, given together.
-        adapters (list[str] | None): two or more expressions for the pairwise matrix.
+        ws (Workspace): resolves names. ref, direction (str): expressions, e.g. ``v54 - v54e2``, ``v51 - v28``.
         allow_missing (bool): missing modules count as zero. samples (int): draws for the chance band (0: analytic).
         progress: optional callable wrapping the module iterable.
     Returns:
         A JSON-ready dict (schema in the module docstring).
     """
-    adapters = list(adapters or [])
-    if (ref is None) != (direction is None):
-        given, lacking = ("--ref", "--dir") if ref is not None else ("--dir", "--ref")
-        raise AuditUsageError(f"audit: {given} needs {lacking} too; e.g. --ref 'v54 - v54e2' --dir 'v51 - v28'")
-    if ref is not None and adapters:
-        raise AuditUsageError("audit: give either --ref/--dir or ADAPTERS for a pairwise matrix, not both")
-    if ref is None and len(adapters) < 2:
-        what = f"only one adapter ({adapters[0]})" if adapters else "nothing to audit"
-        raise AuditUsageError(f"audit: {what}; pass --ref EXPR --dir EXPR, or two or more ADAPTERS to compare")
     if samples < 0:
-        raise AuditUsageError(f"--samples {samples}: give 0 (analytic band) or a positive number of draws")
-    if ref is None:
-        vecs, names, missing = _vectors(ws, adapters, allow_missing)
-        res = pairwise(vecs, adapters, names, progress)
-        return {"kind": "pairwise", "missing": missing, "pairwise": {k: v for k, v in res.items() if k != "pairs"},
-                "pairs": res["pairs"]}
+        raise VecmergeError(f"samples={samples}: give 0 (analytic band) or a positive number of draws")
     (rv, dv), names, missing = _vectors(ws, [ref, direction], allow_missing)
-    rows, spectra = _measure(rv, dv, names, progress)
+    rows, spectra = measure(rv, dv, names, progress)
     mark_chance(rows, spectra, samples)
     summary = summarize(rows)
     summary.update(null_method="sampled" if samples else "analytic", samples=samples, level=LEVEL)
     return {"kind": "audit", "ref": ref, "dir": direction, "missing": missing, "summary": summary, "rows": rows}
+
+
+def audit_pairwise(ws, adapters: list[str], allow_missing: bool = False, progress=None) -> dict:
+    """``vecmerge audit A B C...``: global cosines and per-module agreement between every pair.
+
+    Args:
+        ws (Workspace): resolves names. adapters (list[str]): two or more expressions.
+        allow_missing (bool): missing modules count as zero. progress: optional iterable wrapper.
+    """
+    vecs, names, missing = _vectors(ws, list(adapters), allow_missing)
+    res = pairwise(vecs, list(adapters), names, progress)
+    return {"kind": "pairwise", "missing": missing, "pairwise": {k: v for k, v in res.items() if k != "pairs"},
+            "pairs": res["pairs"]}

@@ -9,7 +9,8 @@ It trains a tiny random Qwen3 with LoRA (v28, its continuation v51, a backbone v
     vecmerge verify out/v58 --base-model base
 
 and ends with the folder to upload and its sha256. Every command runs in the demo folder, whose
-``vecmerge.yaml`` names the checkpoints, so the user can rerun any of them there by hand.
+``vecmerge.yaml`` names the checkpoints, so the user can rerun any of them there by hand. Each step
+calls the same ``commands`` function the CLI calls for that command line.
 """
 
 from __future__ import annotations
@@ -22,15 +23,24 @@ import shutil
 import time
 from pathlib import Path
 
-from .errors import CheckFailed, OutputError
+from . import commands
+from .errors import CheckFailed, OutputError, VecmergeError
+from .recipe import Recipe
+from .trajectories import make_trajectories
+from .workspace import Workspace
 
 MARKER = ".vecmerge-demo"
-STEPS = [
-    ["inspect", "v54", "v51"],
-    ["audit", "--ref", "v54-v54e2", "--dir", "v51-v28", "--by", "grid", "--plot", "audit.png"],
-    ["project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--consensus-ref", "v54-v54e2",
-     "--out", "out/v58"],
-    ["verify", "out/v58", "--base-model", "base"],
+V58 = {"base": "v54", "dir": "v51-v28", "trust": 0.0113, "consensus": {"ref": "v54-v54e2"}, "out": "out/v58"}
+STEPS = [  # (the command line shown, the call it stands for)
+    (["inspect", "v54", "v51"], lambda ws, echo: commands.inspect(ws, ["v54", "v51"], echo=echo)),
+    (["audit", "--ref", "v54-v54e2", "--dir", "v51-v28", "--by", "grid", "--plot", "audit.png"],
+     lambda ws, echo: commands.audit(ws, ref="v54-v54e2", direction="v51-v28", by="grid", plot="audit.png",
+                                     echo=echo)),
+    (["project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--consensus-ref", "v54-v54e2",
+      "--out", "out/v58"],
+     lambda ws, echo: commands.merge(ws, Recipe.from_dict(V58), echo=echo)),
+    (["verify", "out/v58", "--base-model", "base"],
+     lambda ws, echo: commands.verify(ws, ["out/v58"], base_model="base", echo=echo)),
 ]
 SMALL = {"layers": 1, "steps": 12, "hidden": 64, "rank": 4}
 
@@ -72,27 +82,25 @@ def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet:
     Returns:
         {"out": adapter folder, "sha256": weights sha256, "seconds": {...}}.
     """
-    from click.testing import CliRunner
-
-    from .cli import main
-    from .trajectories import make_trajectories
-
     folder = prepare_folder(out, force).resolve()
     seconds = {}
     t0 = time.perf_counter()
     echo(f"# training toy trajectories (tiny random Qwen3 + LoRA on q/k/v/o/gate/up/down) in {out}")
     make_trajectories(folder, seed=seed, progress=not quiet, **(SMALL if small else {}))
     seconds["train"] = time.perf_counter() - t0
-    runner = CliRunner()
     with _cwd(folder):
-        for args in STEPS:
+        ws = Workspace()
+        for args, call in STEPS:
             t = time.perf_counter()
             echo(f"\n$ vecmerge {shlex.join(args)}")
-            res = runner.invoke(main, ["--quiet", *args], catch_exceptions=False)
-            echo(res.output.rstrip())
+            lines: list[str] = []
+            try:
+                call(ws, lambda text, err=False, into=lines: into.append(text))
+            except VecmergeError as e:
+                echo("\n".join(lines + [f"error: {e}"]))
+                raise CheckFailed(f"demo step 'vecmerge {shlex.join(args)}' exited {e.exit_code}; see above") from None
+            echo("\n".join(lines).rstrip())
             seconds[args[0]] = time.perf_counter() - t
-            if res.exit_code != 0:
-                raise CheckFailed(f"demo step 'vecmerge {shlex.join(args)}' exited {res.exit_code}; see above")
     adapter = folder / "out" / "v58"
     sha = json.loads((adapter / "vecmerge.json").read_text())["output"]["sha256"]
     echo(f"\nuploadable adapter: {Path(out) / 'out' / 'v58'}")

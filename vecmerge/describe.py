@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 
-from .adapter import Adapter, module_layer, module_type
+from .adapter import Adapter
+from .peft_format import module_layer, module_type
 
 
 def describe(adapter: Adapter, progress=None) -> dict:

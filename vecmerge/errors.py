@@ -19,6 +19,10 @@ class VecmergeError(Exception):
     exit_code = 2
 
 
+class UsageError(VecmergeError):
+    """Flags or arguments that do not go together (e.g. ``--ref`` without ``--dir``)."""
+
+
 class AdapterError(VecmergeError):
     """A PEFT adapter folder that cannot be read as plain LoRA (config, tensors, shapes)."""
 

@@ -22,13 +22,13 @@ from pathlib import Path
 import torch
 
 from . import __version__
-from .adapter import CONFIG_NAME, PREFIX, SAFETENSORS_NAME, LoraConfig, ModuleSpec, peft_scale, sha256_file
+from .adapter import ModuleSpec, sha256_file
 from .errors import OutputError
 from .lowrank import COMPUTE_DTYPE, LowRank
+from .peft_format import CONFIG_NAME, DTYPES, SAFETENSORS_NAME, LoraConfig, factor_keys, peft_scale
 
 MANIFEST_NAME = "vecmerge.json"
 CARD_NAME = "README.md"
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Config keys copied from the template only when the module set is the template's own.
 _COVERAGE_KEYS = ("target_modules", "layers_to_transform", "layers_pattern", "exclude_modules")
 
@@ -143,10 +143,9 @@ def prepare_modules(modules: dict, specs: dict, dtype: str = "fp32", keep_factor
             big = max(float(x.B.abs().max()), float(x.A.abs().max()))
             raise OutputError(f"module {name}: factors up to {big:.3g} overflow {dtype}; "
                               "use --dtype fp32 (or bf16, which has fp32's range)")
-        a_key, b_key = (("lora_embedding_A", "lora_embedding_B") if spec.kind == "embedding"
-                        else ("lora_A.weight", "lora_B.weight"))
-        tensors[f"{PREFIX}{name}.{a_key}"] = A
-        tensors[f"{PREFIX}{name}.{b_key}"] = B
+        a_key, b_key = factor_keys(name, spec.kind)
+        tensors[a_key] = A
+        tensors[b_key] = B
         written[name] = WrittenModule(LowRank(B, A, peft_scale(alpha, x.rank, False)), x.rank, alpha)
     return tensors, written
 

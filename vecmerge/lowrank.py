@@ -3,6 +3,7 @@
 Shapes: ``B`` is (out, r), ``A`` is (r, in); the update is ``scale * B @ A`` of shape (out, in).
 All arithmetic runs in ``COMPUTE_DTYPE`` (float64): the factors are small, so the cost is nothing
 next to reading them, and near-cancelling differences such as ``v51 - v28`` keep their digits.
+The device is the factors' own: whoever reads them puts them there (``resolve_device`` names it).
 """
 
 from __future__ import annotations
@@ -11,34 +12,34 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import AlignmentError
+from .errors import AlignmentError, VecmergeError
 
 COMPUTE_DTYPE = torch.float64
-_DEVICE = torch.device("cpu")
 # Exact rank: singular directions whose total is below this share of |s| ||B||_F ||A||_F (an upper
 # bound on the terms' magnitude) are float64 round-off, not rank: x - x has rank 0, not noise.
 EXACT_RTOL = 1e-9
 
 
-def set_device(device) -> None:
-    """Run the factored kernels on ``device`` (``cpu`` or ``cuda``); factors move there as used."""
-    global _DEVICE
-    dev = torch.device(device)
+def resolve_device(name) -> torch.device:
+    """The torch device for ``name`` (``cpu``, ``cuda``, ``cuda:1``); a clear error if it is not usable.
+
+    Args:
+        name (str | torch.device): what the user asked for (``--device``).
+    """
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        raise VecmergeError(f"--device {name}: not a device torch knows; use cpu or cuda") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise VecmergeError(f"--device {name}: vecmerge runs on cpu or cuda; use one of those")
     if dev.type == "cuda" and not torch.cuda.is_available():
-        from .errors import VecmergeError
-
-        raise VecmergeError("--device cuda: no CUDA device is visible to torch; use --device cpu")
-    _DEVICE = dev
-
-
-def device() -> torch.device:
-    """The compute device set by ``set_device``."""
-    return _DEVICE
+        raise VecmergeError(f"--device {name}: no CUDA device is visible to torch; use --device cpu")
+    return dev
 
 
 def f64(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in the compute dtype (float64) on the compute device."""
-    return t.to(device=_DEVICE, dtype=COMPUTE_DTYPE)
+    """``t`` in the compute dtype (float64), on its own device."""
+    return t.to(dtype=COMPUTE_DTYPE)
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,8 @@ class SVD:
         return rank_for_error(self.S, rtol, self.floor)
 
     def energy_rank(self, energy: float) -> int:
-        """Smallest k with ``sum_{i<k} S_i^2 >= energy * sum S_i^2``."""
-        total = float((self.S**2).sum())
-        if total == 0.0:
-            return 0
-        cum = torch.cumsum(self.S**2, 0) / total
-        return int((cum < energy - 1e-15).sum().item()) + 1
+        """Smallest k with ``sum_{i<k} S_i^2 >= energy * sum S_i^2`` (``energy_rank``)."""
+        return energy_rank(self.S, energy)
 
     def dropped_error(self, k: int) -> float:
         """Frobenius error of the best rank-k cut: ``sqrt(sum_{i>=k} S_i^2)`` (Eckart-Young)."""
@@ -90,6 +87,19 @@ class SVD:
         """The optimal rank-k approximation, split evenly: ``B = U_k sqrt(S_k)``, ``A = sqrt(S_k) Vh_k``."""
         root = torch.sqrt(self.S[:k])
         return LowRank(self.U[:, :k] * root, root[:, None] * self.Vh[:k], 1.0)
+
+
+def energy_rank(S: torch.Tensor, energy: float) -> int:
+    """Smallest k with ``sum_{i<k} S_i^2 >= energy * sum S_i^2`` (0 for a zero update).
+
+    Args:
+        S (Tensor): (k,) singular values, descending. energy (float): the share to keep, in (0, 1].
+    """
+    total = float((S**2).sum())
+    if total == 0.0:
+        return 0
+    cum = torch.cumsum(S**2, 0) / total
+    return int((cum < energy - 1e-15).sum().item()) + 1
 
 
 def rank_for_error(S: torch.Tensor, rtol: float, ref: float = 0.0) -> int:
@@ -138,11 +148,16 @@ class LowRank:
         """Stored rank r (an upper bound on the numerical rank)."""
         return int(self.A.shape[0])
 
+    @property
+    def device(self) -> torch.device:
+        """Where the factors live."""
+        return self.B.device
+
     @classmethod
-    def zeros(cls, shape: tuple[int, int]) -> LowRank:
-        """The zero update of shape (out, in), with rank 0."""
-        return cls(torch.zeros(shape[0], 0, dtype=COMPUTE_DTYPE, device=_DEVICE),
-                   torch.zeros(0, shape[1], dtype=COMPUTE_DTYPE, device=_DEVICE), 1.0)
+    def zeros(cls, shape: tuple[int, int], device=None) -> LowRank:
+        """The zero update of shape (out, in), with rank 0, on ``device`` (default cpu)."""
+        return cls(torch.zeros(shape[0], 0, dtype=COMPUTE_DTYPE, device=device),
+                   torch.zeros(0, shape[1], dtype=COMPUTE_DTYPE, device=device), 1.0)
 
     def dense(self) -> torch.Tensor:
         """``scale * B @ A`` as a dense (out, in) matrix. For tests and small checks only."""
@@ -185,6 +200,17 @@ class LowRank:
             return 0.0
         return float(torch.linalg.matrix_norm(self.core().C))
 
+    def singular_values(self) -> torch.Tensor:
+        """Singular values from the R factors only: ``B = Qb Rb, A^T = Qa Ra`` => ``sigma(|s| Rb Ra^T)``.
+
+        Returns (min(r, out, in),) float64 on the CPU, descending (empty for a zero update).
+        """
+        if self.rank == 0 or self.scale == 0.0:
+            return torch.zeros(0, dtype=COMPUTE_DTYPE)
+        Rb = torch.linalg.qr(f64(self.B), mode="r").R
+        Ra = torch.linalg.qr(f64(self.A).T, mode="r").R
+        return torch.linalg.svdvals(abs(self.scale) * (Rb @ Ra.T)).cpu()
+
     def cosine(self, other: LowRank) -> float:
         """``<x, y> / (||x|| ||y||)``; 0.0 where either is zero."""
         nx, ny = self.norm(), other.norm()
@@ -196,8 +222,8 @@ class LowRank:
         """Thin SVD via the small core: ``C = U S V^T``, then ``U' = Qb U``, ``Vh' = V^T Qa^T``."""
         out, inn = self.shape
         if self.rank == 0:
-            z = LowRank.zeros((out, inn))
-            return SVD(z.B, torch.zeros(0, dtype=COMPUTE_DTYPE, device=_DEVICE), z.A)
+            z = LowRank.zeros((out, inn), self.device)
+            return SVD(z.B, torch.zeros(0, dtype=COMPUTE_DTYPE, device=self.device), z.A)
         c = self.core()
         U, S, Vh = torch.linalg.svd(c.C, full_matrices=False)
         floor = abs(self.scale) * float(torch.linalg.norm(f64(self.B))) * float(torch.linalg.norm(f64(self.A)))
@@ -225,7 +251,7 @@ def combine(terms: list[tuple[float, LowRank]]) -> LowRank:
         _check_same_shape(first, t)
     live = [(c, t) for c, t in terms if c != 0.0 and t.scale != 0.0 and t.rank > 0]
     if not live:
-        return LowRank.zeros(first.shape)
+        return LowRank.zeros(first.shape, first.device)
     Bs = torch.cat([(c * t.scale) * f64(t.B) for c, t in live], dim=1)
     As = torch.cat([f64(t.A) for _, t in live], dim=0)
     return LowRank(Bs, As, 1.0)

@@ -6,7 +6,7 @@ A YAML recipe mirrors the flags of ``vecmerge project``::
     dir: v51 - v28
     trust: 0.0113
     consensus: {ref: v54 - v54e2, on_disagree: fail, min_agree: 1.0}
-    mode: add                 # add | onto-ref | orthogonal
+    mode: add                 # a stepped method: add | onto-ref | orthogonal (vecmerge methods)
     rank: exact               # exact | N | energy:E | keep-base
     dose: [0.5, 1, 1.456]     # optional ladder: one output per multiple of alpha, at OUT-x<k>;
                               # a single number (dose: 1.456) writes that multiple at OUT itself
@@ -14,7 +14,9 @@ A YAML recipe mirrors the flags of ``vecmerge project``::
     inputs:                   # optional; paths relative to the recipe; pins are checked
       v54: {path: runs/v54, sha256: "9f0c...", config_sha256: "41aa..."}
 
-Without ``dir`` a recipe re-factors ``base`` (any expression) at the given rank: ``vecmerge refactor``.
+Without ``dir`` a recipe re-factors ``base`` (any expression) at the given rank: ``vecmerge refactor``
+(method ``expression``). ``method:`` and ``mode:`` name the same thing (a registered method, see
+``methods/``); a method's own fields are keys of the recipe too. This module imports no torch.
 """
 
 from __future__ import annotations
@@ -22,20 +24,19 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from types import SimpleNamespace
 
 import yaml
 
+from . import methods
 from .errors import RecipeError
 from .expr import parse
-from .refactor import RankPolicy
-from .surgery import MODES, SCOPES
+from .options import DTYPE_NAMES, MODULES_TO_SAVE, ON_DISAGREE, SCOPES, RankPolicy
 
-ON_DISAGREE = ("fail", "drop", "keep")
-DTYPE_NAMES = ("fp32", "bf16", "fp16")
-_KEYS = ("base", "dir", "trust", "trust_scope", "alpha", "consensus", "mode", "rank", "dose", "multiple",
-         "out", "dtype", "inputs", "allow_missing", "modules_to_save", "strict", "base_model", "name")
+_KEYS = ("base", "dir", "trust", "trust_scope", "alpha", "consensus", "method", "mode", "rank", "dose", "multiple",
+         "out", "dtype", "inputs", "allow_missing", "modules_to_save", "strict", "name")
 
 
 @dataclass
@@ -55,10 +56,12 @@ class Recipe:
     Args:
         base (str): backbone expression. dir (str | None): direction expression.
         trust (float | None), trust_scope (str), alpha (float | None): the step size.
-        consensus (Consensus | None), mode (str), rank (str), dose (list[float] | None),
+        consensus (Consensus | None). method (str): a registered method (``add`` with dir, ``expression``
+        without). params (dict): the method's own fields. rank (str), dose (list[float] | None),
         multiple (float): alpha multiplier of this output. out (str | None), dtype (str),
         inputs (dict[str, dict]): name -> {path, sha256?}. allow_missing (bool),
         modules_to_save (str): refuse|drop. strict (bool): fail when < 99% of the step survives.
+        name (str | None): a title for the output (its model card).
     """
 
     base: str
@@ -67,7 +70,8 @@ class Recipe:
     trust_scope: str = "global"
     alpha: float | None = None
     consensus: Consensus | None = None
-    mode: str = "add"
+    method: str = "expression"
+    params: dict = field(default_factory=dict)
     rank: str = "exact"
     dose: list | None = None
     multiple: float = 1.0
@@ -77,27 +81,59 @@ class Recipe:
     allow_missing: bool = False
     modules_to_save: str = "refuse"
     strict: bool = False
-    base_model: str | None = None
     name: str | None = None
 
     @property
     def kind(self) -> str:
-        return "project" if self.dir else "refactor"
+        """``project`` for a stepped method, ``refactor`` for an expression, else ``merge``."""
+        m = methods.get(self.method)
+        return "project" if m.stepped else ("refactor" if m.name == "expression" else "merge")
+
+    @property
+    def rank_policy(self) -> RankPolicy:
+        return RankPolicy.parse(self.rank)
 
     def to_dict(self) -> dict:
+        """The recipe as YAML/JSON keys (``from_dict`` reads it back); method fields at the top level."""
         d = asdict(self)
-        return {k: v for k, v in d.items() if v is not None and v != {} and k in _KEYS}
+        params = d.pop("params")
+        d = {k: v for k, v in d.items() if v is not None and v != {} and k in _KEYS}
+        return {**d, **params}
 
     @classmethod
     def from_dict(cls, data, source: str = "recipe", root: Path | None = None) -> Recipe:
-        """Validate ``data`` and build a Recipe; every problem is reported at once (RecipeError)."""
+        """Validate ``data`` and build a Recipe; every problem is reported at once (RecipeError).
+
+        Args:
+            data (dict): the recipe's keys (YAML, flags, or a manifest's ``recipe``).
+            source (str): where it came from, for messages. root (Path | None): base of relative input paths.
+        """
         if not isinstance(data, dict):
             raise RecipeError(["expected a mapping of keys such as base, dir, trust, out"], source)
         p: list[str] = []
-        unknown = sorted(set(data) - set(_KEYS))
+        method = _method(data, p)
+        fields = {f.name: f for f in method.fields} if method else {}
+        elsewhere = methods.all_fields()
+        unknown = []
+        for key in sorted(set(data) - set(_KEYS) - set(fields)):
+            if key in elsewhere:
+                p.append(f"{key}: only meaningful with method {', '.join(m.name for m in elsewhere[key])}")
+            else:
+                unknown.append(key)
         if unknown:
-            p.append(f"unknown key(s) {unknown} (known: {', '.join(_KEYS)})")
-        kw = {}
+            p.append(f"unknown key(s) {unknown} (known: {', '.join(_KEYS + tuple(fields))})")
+        kw: dict = {"method": method.name} if method else {}
+        params = {}
+        for f in fields.values():
+            if data.get(f.name) is not None:
+                v, problem = f.parse(data[f.name])
+                if problem:
+                    p.append(problem)
+                else:
+                    params[f.name] = v
+            elif f.default is not None:
+                params[f.name] = f.default
+        kw["params"] = params
         for key in ("base", "dir"):
             v = data.get(key)
             if v is None:
@@ -119,8 +155,7 @@ class Recipe:
                 p.append(f"trust={v!r}: a relative step > 0, e.g. 0.0113")
             else:
                 kw[key] = float(v)
-        for key, allowed in (("trust_scope", SCOPES), ("mode", MODES), ("dtype", DTYPE_NAMES),
-                             ("modules_to_save", ("refuse", "drop"))):
+        for key, allowed in (("trust_scope", SCOPES), ("dtype", DTYPE_NAMES), ("modules_to_save", MODULES_TO_SAVE)):
             v = data.get(key)
             if v is not None:
                 if str(v) not in allowed:
@@ -128,34 +163,14 @@ class Recipe:
                 else:
                     kw[key] = str(v)
         if "rank" in data:
-            r = str(data["rank"])
-            if r != "keep-base":
-                try:
-                    RankPolicy.parse(r)
-                except RecipeError as e:
-                    p.extend(e.problems)
-            kw["rank"] = r
+            try:
+                RankPolicy.parse(data["rank"])
+            except RecipeError as e:
+                p.extend(e.problems)
+            kw["rank"] = str(data["rank"])
         cons = data.get("consensus")
         if cons is not None:
-            if isinstance(cons, str):
-                cons = {"ref": cons}
-            if not isinstance(cons, dict) or "ref" not in cons:
-                p.append("consensus: a mapping with ref (e.g. {ref: v54 - v54e2, on_disagree: fail})")
-            else:
-                bad = sorted(set(cons) - {"ref", "on_disagree", "min_agree"})
-                if bad:
-                    p.append(f"consensus: unknown key(s) {bad}")
-                try:
-                    parse(str(cons["ref"]))
-                except Exception as e:
-                    p.append(f"consensus.ref: {e}")
-                od = str(cons.get("on_disagree", "fail"))
-                if od not in ON_DISAGREE:
-                    p.append(f"consensus.on_disagree={od!r}: use one of {', '.join(ON_DISAGREE)}")
-                ma = cons.get("min_agree")
-                if ma is not None and (isinstance(ma, bool) or not isinstance(ma, (int, float)) or not 0 <= ma <= 1):
-                    p.append(f"consensus.min_agree={ma!r}: a share between 0 and 1")
-                kw["consensus"] = Consensus(str(cons["ref"]), od, None if ma is None else float(ma))
+            kw["consensus"] = _consensus(cons, p)
         dose = data.get("dose")
         if isinstance(dose, (int, float)) and not isinstance(dose, bool) and 0 < dose < math.inf:
             kw["multiple"] = float(dose) * kw.get("multiple", 1.0)  # one dose: written at out itself
@@ -175,30 +190,78 @@ class Recipe:
                     p.append(f"{key}={data[key]!r}: true or false")
                 else:
                     kw[key] = data[key]
-        for key in ("out", "base_model", "name"):
+        for key in ("out", "name"):
             if data.get(key) is not None:
                 kw[key] = str(data[key])
         kw["inputs"] = _inputs(data.get("inputs"), p, root)
-        if data.get("dir") is not None:
-            if data.get("trust") is None and data.get("alpha") is None:
-                p.append("trust or alpha: one is needed with dir (e.g. trust: 0.0113)")
-        else:
-            for key in ("trust", "alpha", "consensus", "dose"):
-                if data.get(key) is not None:
-                    p.append(f"{key}: only meaningful with dir")
-        if kw.get("trust_scope") == "module" and data.get("trust") is None:
-            p.append("trust_scope=module: needs trust")
-        if kw.get("mode") == "onto-ref" and cons is None:
-            p.append("mode=onto-ref: needs consensus.ref (the reference trajectory)")
-        if kw.get("rank") == "keep-base":
-            if not kw.get("dir"):
-                p.append("rank=keep-base: needs dir (it keeps the backbone and appends the step)")
-            coeffs = parse(kw["base"]).coeffs if kw.get("base") else {}
-            if coeffs and list(coeffs.values()) != [1.0]:
-                p.append("rank=keep-base: base must be one adapter name (its factors are kept bit for bit)")
+        p += _semantics(data, kw, method)
         if p:
             raise RecipeError(p, source)
         return cls(**kw)
+
+
+def _method(data: dict, problems: list):
+    """The recipe's method: ``method:`` or its alias ``mode:``, default ``add`` with dir, else ``expression``."""
+    given = {k: data[k] for k in ("method", "mode") if data.get(k) is not None}
+    if len(set(map(str, given.values()))) > 1:
+        problems.append(f"method={given['method']!r} and mode={given['mode']!r}: give one of them")
+        return None
+    key, name = next(iter(given.items()), (None, "add" if data.get("dir") is not None else "expression"))
+    if str(name) not in methods.names():
+        allowed = methods.names(stepped=True) if data.get("dir") is not None else methods.names()
+        problems.append(f"{key}={name!r}: use one of {', '.join(allowed)}")
+        return None
+    return methods.get(str(name))
+
+
+def _consensus(cons, problems: list) -> Consensus | None:
+    if isinstance(cons, str):
+        cons = {"ref": cons}
+    if not isinstance(cons, dict) or "ref" not in cons:
+        problems.append("consensus: a mapping with ref (e.g. {ref: v54 - v54e2, on_disagree: fail})")
+        return None
+    bad = sorted(set(cons) - {"ref", "on_disagree", "min_agree"})
+    if bad:
+        problems.append(f"consensus: unknown key(s) {bad}")
+    try:
+        parse(str(cons["ref"]))
+    except Exception as e:
+        problems.append(f"consensus.ref: {e}")
+    od = str(cons.get("on_disagree", "fail"))
+    if od not in ON_DISAGREE:
+        problems.append(f"consensus.on_disagree={od!r}: use one of {', '.join(ON_DISAGREE)}")
+    ma = cons.get("min_agree")
+    if ma is not None and (isinstance(ma, bool) or not isinstance(ma, (int, float)) or not 0 <= ma <= 1):
+        problems.append(f"consensus.min_agree={ma!r}: a share between 0 and 1")
+    return Consensus(str(cons["ref"]), od, None if ma is None else float(ma))
+
+
+def _semantics(data: dict, kw: dict, method) -> list[str]:
+    """Rules across keys: what a stepped method needs, what only a step may have, keep-base, the method's own."""
+    p = []
+    if method is not None and method.stepped:
+        if data.get("dir") is None:
+            p.append(f"mode={method.name}: needs dir (the direction to step along)")
+        elif data.get("trust") is None and data.get("alpha") is None:
+            p.append("trust or alpha: one is needed with dir (e.g. trust: 0.0113)")
+    elif method is not None:
+        for key in ("dir", "trust", "alpha", "consensus", "dose"):
+            if data.get(key) is not None:
+                p.append(f"{key}: only meaningful with dir" if key != "dir" else
+                         f"dir: method {method.name} takes no direction; use one of "
+                         f"{', '.join(methods.names(stepped=True))}")
+    if kw.get("trust_scope") == "module" and data.get("trust") is None:
+        p.append("trust_scope=module: needs trust")
+    if kw.get("rank") == "keep-base":
+        if not kw.get("dir"):
+            p.append("rank=keep-base: needs dir (it keeps the backbone and appends the step)")
+        coeffs = parse(kw["base"]).coeffs if kw.get("base") else {}
+        if coeffs and list(coeffs.values()) != [1.0]:
+            p.append("rank=keep-base: base must be one adapter name (its factors are kept bit for bit)")
+    if method is not None:
+        view = SimpleNamespace(**{**{f.name: f.default for f in fields(Recipe)}, **kw})
+        p += method.validate(view)
+    return p
 
 
 def _inputs(raw, problems: list, root: Path | None) -> dict:

@@ -56,13 +56,18 @@ def render_inspect(infos: list[dict]) -> str:
     return "\n\n".join(blocks)
 
 
-def render_merge(rep: dict) -> str:
-    """The report of ``project`` / ``refactor`` / ``run``: step, consensus, outputs, warnings."""
+def render_merge(rep) -> str:
+    """The report of ``project`` / ``refactor`` / ``run``: step, consensus, outputs, warnings.
+
+    Args:
+        rep (RunReport): what ``pipeline.run`` returned.
+    """
     out = []
-    r = rep["recipe"]
-    if rep["command"] == "project":
-        st = rep["step"]
-        out.append(f"project: {r['base']} + alpha * ({r['dir']})   mode={st['mode']}")
+    ev = rep.evaluation
+    r = rep.recipe
+    if ev.step is not None:
+        st = rep.step_dict()
+        out.append(f"project: {r.base} + alpha * ({r.dir})   mode={st['mode']}")
         facts = [("alpha", repr(st["alpha"]) if st["alpha"] is not None else "per module (trust_scope=module)"),
                  ("trust", f"{st['trust']!r} ({st['scope']})" if st["trust"] is not None else "-"),
                  ("requested alpha", "-" if st["requested_alpha"] is None else repr(st["requested_alpha"])),
@@ -74,38 +79,44 @@ def render_merge(rep: dict) -> str:
         if st["dropped"]:
             facts.append(("dropped (disagree)", f"{len(st['dropped'])}: " + ", ".join(st["dropped"][:6])))
         out.append(table(facts, ["", ""], "plain"))
-        if "consensus" in rep:
-            c = rep["consensus"]
-            out.append(f"consensus vs {c['ref']}: {c['agree']}/{c['modules']} modules agree, "
-                       f"{c['agree_energy']:.2%} of the direction's energy, median cosine {c['cosine_median']:.4f}, "
-                       f"min {c['cosine_min']:.4f} (on_disagree={c['on_disagree']})")
+        if ev.consensus is not None:
+            c = ev.consensus
+            s = c.summary
+            out.append(f"consensus vs {c.ref}: {s['agree']}/{s['modules']} modules agree, "
+                       f"{s['agree_energy']:.2%} of the direction's energy, median cosine {s['cosine_median']:.4f}, "
+                       f"min {s['cosine_min']:.4f} (on_disagree={c.on_disagree})")
+    elif ev.method.name == "expression":
+        out.append(f"refactor: {r.base}   rank={r.rank}")
     else:
-        out.append(f"refactor: {r['base']}   rank={r.get('rank', 'exact')}")
-    if rep.get("missing_modules"):
-        out.append("missing modules treated as zero: " + "; ".join(
-            f"{k}: {len(v)}" for k, v in rep["missing_modules"].items()))
+        out.append(f"{rep.command}: {ev.method.name} of {r.base}   rank={r.rank}")
+    if ev.missing:
+        out.append("missing modules treated as zero: " + "; ".join(f"{k}: {len(v)}" for k, v in ev.missing.items()))
     rows = []
-    for o in rep["outputs"]:
-        f = o["figures"]
-        rows.append([g(o["multiple"]), repr(o["alpha"]) if o.get("alpha") is not None else "-",
-                     g(o["realized"]["global"]) if "realized" in o else "-",
+    for o in rep.outputs:
+        f = o.figures
+        rows.append([g(o.multiple), repr(o.alpha) if o.alpha is not None else "-",
+                     g(o.realized["global"]) if o.realized is not None else "-",
                      f"{f['survival']:.6f}" if "survival" in f else "-",
                      g(f.get("residual", f["rel_error"])), g(f["dtype_effect"]),
                      f"{f['rank']['min']}..{f['rank']['max']}",
-                     o["path"] or "(dry run)", (o.get("sha256") or "-")[:16]])
+                     o.path or "(dry run)", (o.sha256 or "-")[:16]])
     out.append(table(rows, ["dose", "alpha", "step", "survival", "residual", "dtype effect", "ranks", "out",
                             "sha256"]))
-    for o in rep["outputs"]:
-        for w in o["warnings"]:
-            out.append(f"warning: {o['path'] or 'dry run'}: {w}")
-    if rep["dry_run"]:
+    for o in rep.outputs:
+        for w in o.warnings:
+            out.append(f"warning: {o.path or 'dry run'}: {w}")
+    if rep.dry_run:
         out.append("dry run: nothing written")
     return "\n\n".join(out)
 
 
-def render_modules(rep: dict, limit: int | None = None) -> str:
-    """Per-module figures of the first output: rank, exact rank, relative error, survival."""
-    f = rep["outputs"][0]["figures"]["modules"]
+def render_modules(rep, limit: int | None = None) -> str:
+    """Per-module figures of the first output: rank, exact rank, relative error, survival.
+
+    Args:
+        rep (RunReport): what ``pipeline.run`` returned. limit (int | None): at most this many rows.
+    """
+    f = rep.outputs[0].figures["modules"]
     rows = [[m, e["rank"], e["exact_rank"], g(e["rel_error"]), g(e.get("survival"))]
             for m, e in list(f.items())[:limit]]
     return table(rows, ["module", "rank", "exact rank", "rel error", "survival"])

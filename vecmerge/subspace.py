@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 
 from .lowrank import COMPUTE_DTYPE, SVD, LowRank, f64
-from .lowrank import device as DEVICE
 
 
 class Subspace:
@@ -32,12 +31,14 @@ class Subspace:
     Args:
         terms (list[LowRank]): the non-zero terms, in stacking order (their factors, as read).
         shape (tuple[int, int]): (out, in). p (int), q (int): basis widths.
+        device (torch.device | None): where the cores live (the terms' device; cpu when there are none).
     """
 
-    def __init__(self, terms: list[LowRank], shape: tuple[int, int], p: int, q: int, bases=None):
+    def __init__(self, terms: list[LowRank], shape: tuple[int, int], p: int, q: int, bases=None, device=None):
         self._terms, self.shape, self.p, self.q = terms, (int(shape[0]), int(shape[1])), p, q
         self._q = bases
         self._pinned = bases is not None
+        self.device = terms[0].device if terms else torch.device(device or "cpu")
 
     @staticmethod
     def _stacks(terms: list[LowRank]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,16 +46,17 @@ class Subspace:
 
     @classmethod
     def of(cls, terms: list[LowRank], shape: tuple[int, int],
-           keep_bases: bool = False) -> tuple[Subspace, list[InSpan]]:
+           keep_bases: bool = False, device=None) -> tuple[Subspace, list[InSpan]]:
         """QR of ``[B_1 .. B_n]`` and ``[A_1^T .. A_n^T]``; the space and each term's core.
 
         Term i's core is ``s_i Rb[:, i] Ra[:, i]^T`` (its blocks of the two R factors): exact, no
         projection needed. Cost O((out + in) R^2) for R the summed ranks. With ``keep_bases`` the
         bases are formed now and kept (faster when memory allows); otherwise only R is computed.
+        ``device`` places an all-zero module (no live term); otherwise the terms' device is used.
         """
         live = [t for t in terms if t.rank > 0]
         if not live:
-            space = cls([], shape, 0, 0)
+            space = cls([], shape, 0, 0, device=device)
             return space, [space.zero() for _ in terms]
         Bs, As = cls._stacks(live)
         if keep_bases:
@@ -78,8 +80,8 @@ class Subspace:
         """(Qb, Qa), formed on first use and kept until ``release()``."""
         if self._q is None:
             if not self._terms:
-                self._q = (torch.zeros(self.shape[0], 0, dtype=COMPUTE_DTYPE, device=DEVICE()),
-                           torch.zeros(self.shape[1], 0, dtype=COMPUTE_DTYPE, device=DEVICE()))
+                self._q = (torch.zeros(self.shape[0], 0, dtype=COMPUTE_DTYPE, device=self.device),
+                           torch.zeros(self.shape[1], 0, dtype=COMPUTE_DTYPE, device=self.device))
             else:
                 Bs, As = self._stacks(self._terms)
                 self._q = (torch.linalg.qr(Bs).Q, torch.linalg.qr(As).Q)
@@ -91,7 +93,7 @@ class Subspace:
             self._q = None
 
     def zero(self) -> InSpan:
-        return InSpan(torch.zeros(self.p, self.q, dtype=COMPUTE_DTYPE, device=DEVICE()), self, 0.0)
+        return InSpan(torch.zeros(self.p, self.q, dtype=COMPUTE_DTYPE, device=self.device), self, 0.0)
 
     def left(self, X: torch.Tensor) -> torch.Tensor:
         """``Qb @ X`` for X (p, k) -> (out, k)."""

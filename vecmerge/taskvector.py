@@ -27,9 +27,9 @@ class TaskVector:
     specs: dict
 
     @classmethod
-    def from_adapter(cls, adapter: Adapter) -> TaskVector:
-        """Read every module of ``adapter`` (stored dtype, scale attached)."""
-        return cls({m: adapter.factors(m) for m in adapter.modules}, dict(adapter.specs))
+    def from_adapter(cls, adapter: Adapter, device=None) -> TaskVector:
+        """Read every module of ``adapter`` (stored dtype, scale attached), onto ``device`` (default: cpu)."""
+        return cls({m: adapter.factors(m, device) for m in adapter.modules}, dict(adapter.specs))
 
     def __getitem__(self, name: str) -> LowRank:
         return self.modules[name]

@@ -7,16 +7,18 @@ v54e2, v54) with a known shared direction; ``assert_delta_close`` compares updat
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import torch
 
-from .adapter import CONFIG_NAME, PREFIX, SAFETENSORS_NAME, peft_scale
 from .lowrank import LowRank, relative_error
+from .peft_format import CONFIG_NAME, DTYPES, SAFETENSORS_NAME, factor_keys, peft_scale
+from .taskvector import TaskVector
+from .verify import verify_output
 
 QWEN3_TYPES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def llm_shapes(layers: int, hidden: int, intermediate: int, heads: int, kv_heads: int,
@@ -69,9 +71,9 @@ def write_peft_folder(out, factors: dict, *, r: int, lora_alpha: float, rslora: 
 
     tensors = {}
     for m, (B, A) in factors.items():
-        ka, kb = ("lora_embedding_A", "lora_embedding_B") if m in embedding else ("lora_A.weight", "lora_B.weight")
-        tensors[f"{PREFIX}{m}.{ka}"] = A.to(_DTYPES[dtype]).contiguous()
-        tensors[f"{PREFIX}{m}.{kb}"] = B.to(_DTYPES[dtype]).contiguous()
+        ka, kb = factor_keys(m, "embedding" if m in embedding else "linear")
+        tensors[ka] = A.to(DTYPES[dtype]).contiguous()
+        tensors[kb] = B.to(DTYPES[dtype]).contiguous()
     save_file(tensors, str(out / SAFETENSORS_NAME), metadata={"format": "pt"})
     types = sorted({m.rsplit(".", 1)[-1] for m in factors})
     config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model,
@@ -153,8 +155,6 @@ def assert_delta_close(actual, expected, rtol: float = 1e-6, atol: float = 0.0) 
         actual, expected: LowRank, TaskVector, dense tensors, or dicts of those, keyed alike.
         rtol (float), atol (float): the tolerance, in Frobenius norm.
     """
-    from .taskvector import TaskVector
-
     def as_dict(x):
         if isinstance(x, TaskVector):
             return x.modules
@@ -181,8 +181,6 @@ def assert_delta_close(actual, expected, rtol: float = 1e-6, atol: float = 0.0) 
 def tree_hashes(folder) -> dict:
     """``{relative path: sha256}`` of every file under ``folder``: compare before and after to prove
     that inputs were not touched."""
-    import hashlib
-
     folder = Path(folder)
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -207,8 +205,6 @@ def assert_merge_identity(out, base_model=None) -> None:
     Raises:
         AssertionError listing every failed check with its detail.
     """
-    from .verify import verify_output
-
     res = verify_output(out, base_model=base_model)
     if not res["passed"]:
         failed = [f"{c['name']}: {c['detail']}" for c in res["checks"] if not c["passed"]]

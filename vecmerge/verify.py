@@ -25,7 +25,8 @@ survival stays within 1e-4 / 2e-2 / 5e-2 of 1 even where the noise is a sizeable
 logits as a share of the adapter's own effect on them: up to 1e-4 / 2e-2 / 1e-1 (bf16 measured 2e-2
 on the tiny Qwen3, whose random adapters move the logits by 150%).
 ``verify_peft`` adds the real client (``--base-model``); ``verify_adapter`` holds the config checks
-and the identities of adapters that have no manifest (``verify_identities``).
+and the identities of adapters that have no manifest (``verify_identities``). The recomputation goes
+through ``pipeline.evaluate`` and the very method object the output's recipe names.
 """
 
 from __future__ import annotations
@@ -33,44 +34,23 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .adapter import CONFIG_NAME, Adapter, LoraConfig
-from .errors import VecmergeError, few
+from .adapter import Adapter
+from .checks import check, close, not_run, result, within
+from .errors import OutputError, VecmergeError, few
 from .export import read_manifest
 from .lowrank import LowRank, combine
+from .peft_format import CONFIG_NAME, LoraConfig
+from .pipeline import evaluate, intended
+from .recipe import Recipe
+from .verify_adapter import config_checks, identity_checks, open_output
+from .verify_peft import peft_checks
+from .workspace import Workspace
 
 TOLERANCES = {"fp32": {"update": 1e-5, "survival": 1e-4, "logits": 1e-4},
               "fp16": {"update": 5e-3, "survival": 2e-2, "logits": 2e-2},
               "bf16": {"update": 3e-2, "survival": 5e-2, "logits": 1e-1}}
 ALPHA_RTOL = 1e-9       # alpha is a ratio of float64 norms: reproduces to round-off
 FIGURES_RTOL = 1e-3     # recorded figures reproduce (same arithmetic; room for another device)
-
-
-def check(name: str, passed: bool, detail: str, figures: dict | None = None) -> dict:
-    """One JSON-ready check: ``{name, passed, detail, figures}``.
-
-    Args:
-        name (str): short label. passed (bool). detail (str): one line naming the culprit on failure.
-        figures (dict | None): numbers behind the verdict (JSON scalars and lists).
-    """
-    return {"name": name, "passed": bool(passed), "detail": detail, "figures": dict(figures or {})}
-
-
-def not_run(name: str, why: str) -> dict:
-    """A check that could not run counts as failed, with the reason."""
-    return check(name, False, f"not run: {why}", {"skipped": True})
-
-
-def result(target: str, checks: list[dict], **extra) -> dict:
-    """``{target, passed, checks, ...}``: passed when every check passed."""
-    return {"target": target, "passed": all(c["passed"] for c in checks), "checks": checks, **extra}
-
-
-def _few(items, n: int = 4) -> str:
-    return few(items, n)
-
-
-def _close(a: float, b: float, rtol: float, atol: float = 1e-12) -> bool:
-    return abs(a - b) <= atol + rtol * abs(b)
 
 
 # -- inputs and the re-derivation -----------------------------------------------------------------
@@ -115,34 +95,31 @@ def recompute(manifest: dict, root: Path, progress=None) -> tuple[dict, dict]:
         progress: optional iterable wrapper.
 
     Returns:
-        (``merge.evaluate`` state, the ``recompute`` check); raises VecmergeError when it cannot evaluate.
+        (the ``Evaluation`` of the manifest's recipe, the ``recompute`` check); raises VecmergeError
+        when it cannot evaluate.
     """
-    from .merge import evaluate
-    from .recipe import Recipe
-    from .workspace import Workspace
-
     recipe = Recipe.from_dict(manifest["recipe"], "manifest recipe")
-    state = evaluate(recipe, Workspace(root=root), progress)
-    if "step" not in state:
-        return state, check("recompute", True, f"re-evaluated {recipe.base!r} from the inputs")
-    st, res, k = state["step"], manifest.get("resolved") or {}, recipe.multiple
+    ev = evaluate(recipe, Workspace(root=root), progress)
+    if ev.step is None:
+        return ev, check("recompute", True, f"re-evaluated {recipe.base!r} ({ev.method.name}) from the inputs")
+    st, res, k = ev.step, manifest.get("resolved") or {}, recipe.multiple
     problems, figs = [], {}
     if st.alpha is not None:
         figs = {"alpha": st.alpha * k, "recorded_alpha": res.get("alpha")}
-        if not isinstance(res.get("alpha"), (int, float)) or not _close(st.alpha * k, res["alpha"], ALPHA_RTOL, 0):
+        if not isinstance(res.get("alpha"), (int, float)) or not close(st.alpha * k, res["alpha"], ALPHA_RTOL, 0):
             problems.append(f"alpha recomputes to {st.alpha * k!r}, the manifest records {res.get('alpha')!r}")
     else:
         rec = res.get("module_alpha") or {}
         off = [m for m, a in st.module_alpha.items()
-               if not isinstance(rec.get(m), (int, float)) or not _close(a * k, rec[m], ALPHA_RTOL, 0)]
+               if not isinstance(rec.get(m), (int, float)) or not close(a * k, rec[m], ALPHA_RTOL, 0)]
         figs = {"module_alpha_mismatches": len(off)}
         if off:
-            problems.append(f"module alpha differs from the manifest's in {_few(off)}")
-    if sorted(state["dropped"]) != sorted(res.get("dropped") or []):
-        problems.append(f"consensus drops [{_few(state['dropped'])}], the manifest recorded "
-                        f"[{_few(res.get('dropped') or [])}]")
+            problems.append(f"module alpha differs from the manifest's in {few(off)}")
+    if sorted(ev.dropped) != sorted(res.get("dropped") or []):
+        problems.append(f"consensus drops [{few(ev.dropped)}], the manifest recorded "
+                        f"[{few(res.get('dropped') or [])}]")
     what = f"alpha = {figs['alpha']!r}" if "alpha" in figs else "every module's alpha"
-    return state, check("recompute", not problems, "; ".join(problems) or
+    return ev, check("recompute", not problems, "; ".join(problems) or
                         f"{what} as recorded (rel {ALPHA_RTOL:g})", figs)
 
 
@@ -156,23 +133,21 @@ def _scale_hint(W: LowRank, target: LowRank, tol: float) -> float | None:
     return c if c != 0.0 and (W - target * c).norm() <= tol * abs(c) * tn else None
 
 
-def compare(out: Adapter, state: dict, manifest: dict, tol: dict, progress=None) -> tuple[list[dict], dict]:
+def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple[list[dict], dict]:
     """Per module ``||W_m - I_m|| / ||I_m||`` and the step's survival; returns (checks, {m: I_m}).
 
     Args:
-        out (Adapter): the written output. state (dict): ``merge.evaluate`` of the manifest's recipe.
+        out (Adapter): the written output. ev (Evaluation): the manifest's recipe re-evaluated.
         manifest (dict): vecmerge.json. tol (dict): ``TOLERANCES[dtype]``.
     """
-    from .merge import intended
-
-    recipe = state["recipe"]
-    cut = recipe.rank not in ("exact", "keep-base")
+    recipe = ev.recipe
+    cut = not recipe.rank_policy.lossless
     rec = manifest.get("modules") or {}
-    base = state["tv"]["base"]
+    base = ev.operands["base"]
     rows, expected, shape_bad = {}, {}, []
     err_sq = tgt_sq = step_sq = moved = 0.0
-    for m in progress(state["names"]) if progress else state["names"]:
-        target, step_m = intended(state, m, recipe.multiple)
+    for m in progress(ev.names) if progress else ev.names:
+        target, step_m = intended(ev, m, recipe.multiple)
         expected[m] = target
         if m not in out.specs:
             shape_bad.append(f"{m}: recomputed but not written")
@@ -197,9 +172,9 @@ def compare(out: Adapter, state: dict, manifest: dict, tol: dict, progress=None)
 
     def off(m, r):
         if not cut:
-            return r["rel_error"] > tu
+            return not within(r["rel_error"], tu)
         want = rec.get(m, {}).get("rel_error")
-        return not isinstance(want, (int, float)) or abs(r["rel_error"] - want) > tu
+        return not isinstance(want, (int, float)) or not within(abs(r["rel_error"] - want), tu)
 
     bad = [m for m, r in rows.items() if off(m, r)]
     worst = max(rows, key=lambda m: rows[m]["rel_error"], default=None)
@@ -213,24 +188,24 @@ def compare(out: Adapter, state: dict, manifest: dict, tol: dict, progress=None)
             f"{len(bad)}/{len(rows)} modules differ from the recomputed update, e.g. {m0}: relative error "
             f"{rows[m0]['rel_error']:.3e} > {tu:g}" + (f" (recorded {rec.get(m0, {}).get('rel_error')!r})" if cut
                                                         else ""))
-        scaled = f"scaled by {_few(sorted({f'{h:.6g}' for h in hints.values() if h is not None}))}"
+        scaled = f"scaled by {few(sorted({f'{h:.6g}' for h in hints.values() if h is not None}))}"
         config_changed = out.config_sha256 != (manifest.get("output") or {}).get("config_sha256")
         if bad and config_changed and all(h is not None for h in hints.values()):
             detail += (f"; the update is {scaled}: the scale PEFT applies (lora_alpha, r, alpha_pattern in "
                        f"{CONFIG_NAME}) changed")
         elif bad:
-            detail += (f"; tensors of {_few(bad)} in {out.weights_path.name} do not hold the recomputed factors"
+            detail += (f"; tensors of {few(bad)} in {out.weights_path.name} do not hold the recomputed factors"
                        + (f" ({scaled})" if all(h is not None for h in hints.values()) else ""))
         checks = [check("update", False, detail, {**figs, "bad_modules": bad})]
     else:
         checks = [check("update", True, f"every module within {tu:g} of the "
                         + ("recorded rank-cut error" if cut else "recomputed update (relative Frobenius)"), figs)]
-    if "step" in state:
+    if ev.step is not None:
         surv = moved / step_sq if step_sq > 0 else 1.0
         want = (manifest.get("figures") or {}).get("survival", 1.0) if cut else 1.0
         ts = tol["survival"]
         resid = math.sqrt(err_sq / step_sq) if step_sq > 0 else 0.0
-        checks.append(check("step", abs(surv - want) <= ts,
+        checks.append(check("step", within(abs(surv - want), ts),
                             f"survival {surv:.8f} (||W - I|| / ||step|| = {resid:.3e}), expected {want:.8f} "
                             f"within {ts:g}", {"survival": surv, "residual": resid, "tolerance": ts,
                                                "step_norm": math.sqrt(step_sq)}))
@@ -246,10 +221,10 @@ def _figures_check(manifest: dict, rows: dict, rel_error: float, checks: list) -
     if step:
         got.update(survival=step["figures"]["survival"], residual=step["figures"]["residual"])
     off = [f"{k} {v:.6g} (recorded {fig.get(k)!r})" for k, v in got.items()
-           if not isinstance(fig.get(k), (int, float)) or not _close(v, fig[k], FIGURES_RTOL)]
+           if not isinstance(fig.get(k), (int, float)) or not close(v, fig[k], FIGURES_RTOL)]
     off += [f"{m} rel_error {r['rel_error']:.6g} (recorded {rec.get(m, {}).get('rel_error')!r})"
             for m, r in rows.items() if not isinstance(rec.get(m, {}).get("rel_error"), (int, float))
-            or not _close(r["rel_error"], rec[m]["rel_error"], FIGURES_RTOL)]
+            or not close(r["rel_error"], rec[m]["rel_error"], FIGURES_RTOL)]
     return check("figures", not off, "; ".join(off[:4]) or f"recorded figures reproduce (rtol {FIGURES_RTOL:g})",
                  {k: v for k, v in got.items()})
 
@@ -266,8 +241,6 @@ def verify_output(path, base_model=None, progress=None) -> dict:
         ``{target, passed, checks: [{name, passed, detail, figures}], dtype, tolerances}``; raises
         OutputError (exit 2) when there is no manifest.
     """
-    from .errors import OutputError
-
     path = Path(path)
     manifest = read_manifest(path)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("recipe"), dict) or "output" not in manifest:
@@ -275,17 +248,15 @@ def verify_output(path, base_model=None, progress=None) -> dict:
     dtype = (manifest.get("output") or {}).get("dtype", "fp32")
     tol = TOLERANCES.get(dtype, TOLERANCES["bf16"])
     checks = [input_check(manifest)]
-    state = None
+    ev = None
     if checks[0]["passed"]:
         try:
-            state, rc = recompute(manifest, path, progress)
+            ev, rc = recompute(manifest, path, progress)
         except VecmergeError as e:
             rc = check("recompute", False, f"the manifest's recipe does not re-evaluate: {e}")
         checks.append(rc)
     else:
         checks.append(not_run("recompute", "an input is missing or changed (see inputs)"))
-    from .verify_adapter import config_checks, open_output
-
     out, opened = open_output(path, manifest)
     checks += opened
     expected = None
@@ -293,14 +264,13 @@ def verify_output(path, base_model=None, progress=None) -> dict:
         checks.append(not_run("update", "the output cannot be opened"))
     else:
         base_cfg = None
-        if state is not None:
-            first = state["inputs"][state["forms"]["base"].names()[0]]
-            base_cfg = LoraConfig.read(Path(first["path"]) / CONFIG_NAME)
+        if ev is not None:
+            base_cfg = LoraConfig.read(Path(ev.inputs[ev.base_name].path) / CONFIG_NAME)
         checks += config_checks(out, manifest, base_cfg)
-        if state is not None:
-            more, expected = compare(out, state, manifest, tol, progress)
+        if ev is not None:
+            more, expected = compare(out, ev, manifest, tol, progress)
             checks += more
-            if state["recipe"].rank not in ("exact", "keep-base"):
+            if not ev.recipe.rank_policy.lossless:
                 expected = None
         else:
             checks.append(not_run("update", "nothing to compare with: the recipe was not re-evaluated"))
@@ -308,8 +278,6 @@ def verify_output(path, base_model=None, progress=None) -> dict:
         if out is None:
             checks.append(not_run("peft load", "the output cannot be opened"))
         else:
-            from .verify_peft import peft_checks
-
             checks += peft_checks(path, out, Path(base_model), expected, tol, progress)
     return result(str(path), checks, kind="output", dtype=dtype, tolerances=tol,
                   recipe={k: manifest["recipe"].get(k) for k in ("base", "dir", "rank", "multiple")})
@@ -324,8 +292,6 @@ def verify_identities(adapters: list, progress=None) -> dict:
     Returns:
         ``{target, passed, checks, kind: "identities", adapters: [paths]}``.
     """
-    from .verify_adapter import identity_checks
-
     checks = identity_checks(list(adapters), progress)
     return result("; ".join(a.name for a in adapters), checks, kind="identities",
                   adapters=[str(a.path) for a in adapters])

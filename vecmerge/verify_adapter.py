@@ -20,50 +20,22 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from pathlib import Path
 
 import torch
 
-from .adapter import CONFIG_NAME, Adapter, pattern_key, peft_scale
-from .errors import VecmergeError
-from .refactor import RankPolicy, refactor
+from .adapter import Adapter
+from .checks import check, within
+from .errors import VecmergeError, few
+from .options import RankPolicy
+from .peft_format import CONFIG_NAME, pattern_key, peft_scale, targeted
+from .rankcut import cut
 from .taskvector import TaskVector
-from .verify import _few, check
 
 IDENTITY_RTOL = 1e-9
 EXACT_REFACTOR_RTOL = 1e-8
 DENSE_RTOL = 1e-10
 DENSE_SAMPLES = 3
-
-
-def targeted(raw: dict, module: str) -> bool:
-    """Whether PEFT's ``check_target_module_exists`` rule picks ``module`` under this config.
-
-    Args:
-        raw (dict): the adapter_config.json. module (str): e.g. ``model.layers.0.self_attn.q_proj``.
-    """
-    excl = raw.get("exclude_modules")
-    if excl and (re.fullmatch(excl, module) if isinstance(excl, str)
-                 else module in excl or any(module.endswith(f".{k}") for k in excl)):
-        return False
-    tm = raw.get("target_modules")
-    if isinstance(tm, str):
-        return tm == "all-linear" or re.fullmatch(tm, module) is not None
-    if not tm or module in tm:
-        return bool(tm)
-    if not any(module.endswith(f".{k}") for k in tm):
-        return False
-    layers = raw.get("layers_to_transform")
-    if layers is None or layers == []:
-        return True
-    pats = raw.get("layers_pattern") or [r"[^.]*"]
-    for pat in [pats] if isinstance(pats, str) else pats:
-        hit = re.match(rf"(?:^|.*?\.){pat}\.(?P<idx>\d+)\.", module)
-        if hit:
-            idx = int(hit["idx"])
-            return idx == layers if isinstance(layers, int) else idx in layers
-    return False
 
 
 def open_output(path: Path, manifest: dict) -> tuple[Adapter | None, list[dict]]:
@@ -119,7 +91,7 @@ def config_checks(out: Adapter, manifest: dict, base_config) -> list[dict]:
         problems.append("use_rslora is on, but vecmerge writes alpha/r scales")
     untargeted = [m for m in out.modules if not targeted(raw, m)]
     if untargeted:
-        problems.append(f"target_modules {raw.get('target_modules')!r} misses {_few(untargeted)}")
+        problems.append(f"target_modules {raw.get('target_modules')!r} misses {few(untargeted)}")
     if raw.get("modules_to_save"):
         problems.append(f"modules_to_save {raw['modules_to_save']!r} would replace base weights")
     conf = check("config", not problems,
@@ -127,8 +99,8 @@ def config_checks(out: Adapter, manifest: dict, base_config) -> list[dict]:
                  f"plain LoRA for {cfg.base_model}; target_modules cover all {len(out.modules)} modules",
                  {"base_model": cfg.base_model, "target_modules": str(raw.get("target_modules"))})
     missing, extra = sorted(set(recorded) - set(out.modules)), sorted(set(out.modules) - set(recorded))
-    why = ([f"missing {_few(missing)}"] if missing else []) + ([f"unexpected {_few(extra)}"] if extra else []) \
-        + ([f"base-layer copies {_few(out.base_layer_copies)}"] if out.base_layer_copies else [])
+    why = ([f"missing {few(missing)}"] if missing else []) + ([f"unexpected {few(extra)}"] if extra else []) \
+        + ([f"base-layer copies {few(out.base_layer_copies)}"] if out.base_layer_copies else [])
     keys = check("key set", not why, "; ".join(why) + f" in {out.weights_path}" if why else
                  f"lora_A and lora_B of exactly the manifest's {len(recorded)} modules",
                  {"modules": len(out.modules), "recorded": len(recorded)})
@@ -163,7 +135,7 @@ def _worst(values: dict) -> tuple[str | None, float]:
 def _law(name: str, values: dict, tol: float, what: str) -> dict:
     """A check that every module's relative residual in ``values`` is at most ``tol``."""
     m, worst = _worst(values)
-    bad = [k for k, v in values.items() if not v <= tol]
+    bad = [k for k, v in values.items() if not within(v, tol)]
     return check(name, not bad, (f"{len(bad)}/{len(values)} modules break {what}, worst {m}: {worst:.3e} > {tol:g}"
                                  if bad else f"{what} in {len(values)} modules, worst {worst:.2e} <= {tol:g}"),
                  {"max_rel_error": worst, "worst_module": m, "tolerance": tol, "bad_modules": bad[:20]})
@@ -185,7 +157,7 @@ def scale_rule_check(label: str, a: Adapter) -> dict:
         if not any(pattern_key([key], m) for m in a.modules):
             dead.append(key)
     scales = sorted({s.scale for s in a.specs.values()})
-    note = f"; pattern keys matching no module: {_few(dead)}" if dead else ""
+    note = f"; pattern keys matching no module: {few(dead)}" if dead else ""
     return check(f"scale rule [{label}]", not bad, "; ".join(bad[:3]) or
                  f"{cfg.scale_rule} with r={cfg.r}, lora_alpha={cfg.lora_alpha:g}, {len(cfg.rank_pattern)} rank "
                  f"and {len(cfg.alpha_pattern)} alpha patterns resolve as stored{note}",
@@ -211,7 +183,7 @@ def dense_check(label: str, a: Adapter, x: TaskVector, y: TaskVector, seed: int 
         errs[m] = max(abs(nx - x[m].norm()) / scale,
                       abs(float((dx * dy).sum()) - x[m].inner(y[m])) / max(nx * ny, 1e-300),
                       float(torch.linalg.norm(layout - want)) / scale if layout.shape == want.shape else math.inf)
-    return _law(f"dense = factored [{label}]", errs, DENSE_RTOL, f"dense norms/inner products ({_few(picked)})")
+    return _law(f"dense = factored [{label}]", errs, DENSE_RTOL, f"dense norms/inner products ({few(picked)})")
 
 
 def identity_checks(adapters: list[Adapter], progress=None) -> list[dict]:
@@ -244,8 +216,8 @@ def identity_checks(adapters: list[Adapter], progress=None) -> list[dict]:
             gram[m] = abs(n * n - xm.inner(xm)) / (n * n) if n > 0 else abs(xm.inner(xm))
             zero[m] = (xm - xm).norm() / n if n > 0 else (xm - xm).norm()
             assoc[m] = ((xm + ym) - ym - xm).norm() / max(n + ym.norm(), 1e-300)
-            rf = refactor(xm, RankPolicy("exact"))
-            refac[m] = (rf.lowrank - xm).norm() / n if n > 0 else rf.lowrank.norm()
+            rf = cut(xm, RankPolicy("exact")).factors
+            refac[m] = (rf - xm).norm() / n if n > 0 else rf.norm()
         checks += [_law(f"||x||^2 = <x,x> [{lab}]", gram, IDENTITY_RTOL, "||x||^2 = <x,x>"),
                    _law(f"x - x = 0 [{lab}]", zero, IDENTITY_RTOL, "x - x = 0"),
                    _law(f"(a + b) - b = a [{lab}]", assoc, IDENTITY_RTOL, f"(a + b) - b = a with b = {ylab}"),

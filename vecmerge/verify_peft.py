@@ -27,14 +27,15 @@ from pathlib import Path
 import torch
 
 from .adapter import Adapter
-from .verify import _few, check, not_run
+from .checks import check, not_run, within
+from .errors import few
+from .peft_format import PREFIX
 
 PEFT_DELTA_RTOL = 1e-5
 LOGITS_RTOL = 1e-4
 MERGE_RTOL = 1e-6
 SCALE_RTOL = 1e-12
 PROMPT_SEED, PROMPT_SHAPE = 0, (2, 16)
-_PREFIX = "base_model.model."
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -48,16 +49,16 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def _worst(errs: dict, tol: float, name: str, what: str) -> dict:
     m = max(errs, key=errs.get, default=None)
     worst = errs[m] if m is not None else 0.0
-    bad = [k for k, v in errs.items() if not v <= tol]
+    bad = [k for k, v in errs.items() if not within(v, tol)]
     return check(name, not bad, (f"{len(bad)}/{len(errs)} modules: {what} off by up to {worst:.3e} > {tol:g} "
-                                 f"({_few(bad)})" if bad else f"{what}: largest difference {worst:.3e} <= {tol:g}"),
+                                 f"({few(bad)})" if bad else f"{what}: largest difference {worst:.3e} <= {tol:g}"),
                  {"max_rel_error": worst, "worst_module": m, "tolerance": tol})
 
 
 def _lora_layers(model) -> dict:
     from peft.tuners.lora import LoraLayer
 
-    return {name.removeprefix(_PREFIX): mod for name, mod in model.named_modules()
+    return {name.removeprefix(PREFIX): mod for name, mod in model.named_modules()
             if isinstance(mod, LoraLayer) and ("default" in mod.lora_A or "default" in mod.lora_embedding_A)}
 
 
@@ -121,9 +122,9 @@ def peft_checks(path: Path, out: Adapter, base_model: Path, expected: dict | Non
     missing, extra = sorted(set(out.modules) - set(layers)), sorted(set(layers) - set(out.modules))
     scale_off = [m for m in set(layers) & set(out.modules)
                  if abs(layers[m].scaling["default"] - out.specs[m].scale) > SCALE_RTOL * abs(out.specs[m].scale)]
-    why = ([f"not wrapped by PEFT: {_few(missing)}"] if missing else []) + (
-        [f"wrapped but not written: {_few(extra)}"] if extra else []) + (
-        [f"PEFT scale differs from ours in {_few(scale_off)}"] if scale_off else [])
+    why = ([f"not wrapped by PEFT: {few(missing)}"] if missing else []) + (
+        [f"wrapped but not written: {few(extra)}"] if extra else []) + (
+        [f"PEFT scale differs from ours in {few(scale_off)}"] if scale_off else [])
     checks.append(check("peft modules", not why, "; ".join(why) or
                         f"PEFT wraps exactly the {len(layers)} written modules, with our scales",
                         {"wrapped": len(layers), "written": len(out.modules)}))
@@ -146,7 +147,7 @@ def peft_checks(path: Path, out: Adapter, base_model: Path, expected: dict | Non
     ref = _patched_logits(model, {m: layers[m] for m in common}, W, ours, ids)
     top = max(float(ref.abs().max()), 1e-30)
     diff, effect = float((got - ref).abs().max()) / top, float((got - plain).abs().max()) / top
-    checks.append(check("logits", diff <= LOGITS_RTOL,
+    checks.append(check("logits", within(diff, LOGITS_RTOL),
                         f"PEFT's logits against W + our delta patched by hand: max|dl|/max|l| = {diff:.3e} "
                         f"(<= {LOGITS_RTOL:g}; the adapter itself moves them {effect:.3e}), prompt "
                         f"{PROMPT_SHAPE} seed {PROMPT_SEED}",
@@ -156,7 +157,7 @@ def peft_checks(path: Path, out: Adapter, base_model: Path, expected: dict | Non
         ref_e = _patched_logits(model, {m: layers[m] for m in common}, W, dense, ids)
         de = float((got - ref_e).abs().max()) / top
         lt = LOGITS_RTOL + tol["logits"] * effect
-        checks.append(check("logits vs intended", de <= lt,
+        checks.append(check("logits vs intended", within(de, lt),
                             f"PEFT's logits against W + the recomputed update: max|dl|/max|l| = {de:.3e} (<= "
                             f"{LOGITS_RTOL:g} + {tol['logits']:g} x the adapter's effect {effect:.3e})",
                             {"rel_max_diff": de, "tolerance": lt, "adapter_effect": effect}))

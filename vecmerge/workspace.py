@@ -13,6 +13,7 @@ the current directory.
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 
@@ -32,19 +33,26 @@ class Workspace:
     Args:
         path (str | Path | None): a workspace file; None looks for ``vecmerge.yaml`` in ``root``.
         root (str | Path | None): the folder unlisted names resolve in (default: current directory).
+        device (str | torch.device | None): where factors are read to (default cpu).
     """
 
-    def __init__(self, path=None, root=None):
+    def __init__(self, path=None, root=None, device=None):
         self.root = Path(root) if root is not None else Path.cwd()
         self.adapters: dict[str, Path] = {}
         self.base_model: Path | None = None
         self.file: Path | None = None
+        self.device = device
         if path is None and (self.root / WORKSPACE_NAME).is_file():
             path = self.root / WORKSPACE_NAME
         if path is not None:
             self._load(Path(path))
-        self._open: dict[Path, Adapter] = {}
-        self.modules_to_save = "refuse"  # policy passed to every Adapter opened (recipe key)
+        self._open: dict[tuple, Adapter] = {}
+
+    def with_inputs(self, inputs: dict) -> Workspace:
+        """A copy in which the names of ``inputs`` ({name: path}) resolve to those paths (a recipe's pins)."""
+        ws = copy.copy(self)
+        ws.adapters = {**self.adapters, **{n: Path(p).resolve() for n, p in inputs.items()}}
+        return ws
 
     def _load(self, path: Path) -> None:
         if not path.is_file():
@@ -81,15 +89,20 @@ class Workspace:
                                   f"add it under 'adapters:' in {WORKSPACE_NAME} or pass a folder")
         return p
 
-    def adapter(self, name: str) -> Adapter:
-        """Open (once) the adapter a name stands for."""
-        p = self.path_of(name)
-        if p not in self._open:
-            self._open[p] = Adapter(p, modules_to_save=self.modules_to_save)
-        return self._open[p]
+    def adapter(self, name: str, modules_to_save: str = "refuse") -> Adapter:
+        """Open (once per policy) the adapter a name stands for.
 
-    def vector(self, name: str) -> TaskVector:
-        return TaskVector.from_adapter(self.adapter(name))
+        Args:
+            name (str): a workspace name or folder. modules_to_save (str): ``refuse`` or ``drop`` (see Adapter).
+        """
+        key = (self.path_of(name), modules_to_save)
+        if key not in self._open:
+            self._open[key] = Adapter(key[0], modules_to_save=modules_to_save)
+        return self._open[key]
+
+    def vector(self, name: str, modules_to_save: str = "refuse") -> TaskVector:
+        """The task vector of one adapter, read onto the workspace's device."""
+        return TaskVector.from_adapter(self.adapter(name, modules_to_save), self.device)
 
     def evaluate(self, expr, allow_missing: bool = False) -> TaskVector:
         """The task vector of an expression (string or LinearForm), exact, in float64 factors."""

@@ -1,7 +1,7 @@
-"""Trust-region steps from a backbone: step size, consensus mask, direction modes.
+"""The trust-region step from a backbone: how alpha is chosen, and the numbers that justify it.
 
 The step is ``written_m = base_m + alpha_m * dir'_m`` where ``dir'`` is the direction after the
-consensus mask and the mode, and alpha is chosen last:
+consensus mask and the method (``methods/``), and alpha is chosen last:
 
 - global trust T:  ``alpha = T * ||base|| / ||dir'||`` (Frobenius norms over all modules), so
   ``||alpha dir'|| / ||base|| = T`` exactly;
@@ -16,11 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from .errors import RecipeError
-from .lowrank import project_coefficient
 from .taskvector import TaskVector
-
-MODES = ("add", "onto-ref", "orthogonal")
-SCOPES = ("global", "module")
 
 
 def trust_alpha(base_norm: float, dir_norm: float, trust: float) -> float:
@@ -108,48 +104,3 @@ def choose_step(base: TaskVector, direction: TaskVector, *, trust: float | None 
                 a, clipped = math.copysign(bound, alpha), True
         per[m] = a
     return StepSize(None, per, trust, scope, alpha, clipped, base_norm, dir_norm, bn, dn)
-
-
-def onto_ref(d, ref):
-    """``max(<d, ref> / ||ref||^2, 0) * ref``: d's component along ref, positive part only.
-
-    Args:
-        d, ref (LowRank | InSpan): one module's direction and reference, of one shape.
-    """
-    c = project_coefficient(d, ref)
-    return ref * max(c, 0.0) if c > 0 else d * 0.0
-
-
-def orthogonal_to(d, base):
-    """``d - (<d, base> / ||base||^2) * base``: the part of d orthogonal to the backbone module."""
-    c = project_coefficient(d, base)
-    return d - base * c if c != 0.0 else d
-
-
-def shape_direction(direction: TaskVector, *, mode: str = "add", base: TaskVector | None = None,
-                    ref: TaskVector | None = None, dropped: tuple = ()) -> TaskVector:
-    """Apply the consensus mask (``dropped`` modules become zero), then the mode, per module.
-
-    Args:
-        direction (TaskVector): the raw direction. mode (str): add, onto-ref or orthogonal.
-        base (TaskVector | None): needed by ``orthogonal``. ref (TaskVector | None): by ``onto-ref``.
-        dropped (tuple[str]): modules zeroed by ``on_disagree: drop``.
-    """
-    if mode not in MODES:
-        raise RecipeError([f"mode={mode!r}: use one of {', '.join(MODES)}"])
-    if mode == "onto-ref" and ref is None:
-        raise RecipeError(["mode=onto-ref needs a consensus reference (consensus.ref / --consensus-ref)"])
-    drop = set(dropped)
-
-    def one(m, d):
-        if m in drop:
-            return d * 0.0
-        if mode == "onto-ref":
-            return onto_ref(d, ref[m])
-        if mode == "orthogonal":
-            return orthogonal_to(d, base[m])
-        return d
-
-    return direction.map(one)
-
-

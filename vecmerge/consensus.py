@@ -1,0 +1,147 @@
+"""Per-module sign consensus between a reference trajectory and a direction, and the gate built on it.
+
+For modules m: ``inner_m = <ref_m, dir_m>_F`` (factored), ``cos_m = inner_m / (||ref_m|| ||dir_m||)``
+with norms from the singular values; the module *agrees* when ``inner_m > 0``. ``agree_energy`` is
+the share of ``||dir||^2`` in agreeing modules. ``audit`` adds the chance band to these rows;
+``project``'s consensus gate (``decide``) fails, drops or keeps the disagreeing modules.
+This is the one place consensus is computed: the audit, the gate and the mask all read these rows.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from fractions import Fraction
+
+import torch
+
+from .errors import CheckFailed, few
+from .peft_format import module_layer, module_type
+
+
+def measure(ref, direction, names, progress=None) -> tuple[list[dict], list[tuple]]:
+    """Rows (see ``agreement_rows``) and each module's (ref, dir) singular values.
+
+    Args:
+        ref, direction (TaskVector): of LowRank or InSpan modules, aligned. names (list[str]): modules.
+        progress: optional callable wrapping the module iterable (a tqdm bar).
+    """
+    rows, spectra = [], []
+    for m in progress(names) if progress else names:
+        r, d = ref[m], direction[m]
+        sr, sd = r.singular_values(), d.singular_values()
+        rn, dn = float(torch.linalg.vector_norm(sr)), float(torch.linalg.vector_norm(sd))
+        inner = r.inner(d) if rn > 0 and dn > 0 else 0.0
+        cos = inner / (rn * dn) if rn > 0 and dn > 0 else 0.0
+        out, inn = d.shape
+        rows.append({"module": m, "layer": module_layer(m), "type": module_type(m), "shape": [out, inn],
+                     "inner": inner, "cosine": cos, "ref_norm": rn, "dir_norm": dn, "agree": inner > 0})
+        spectra.append((sr, sd))
+    return rows, spectra
+
+
+def agreement_rows(ref, direction, names: list[str] | None = None, progress=None) -> list[dict]:
+    """One row per module: ``module, layer, type, shape, inner, cosine, ref_norm, dir_norm, agree``.
+
+    ``inner = <ref_m, dir_m>_F``, ``cosine = inner / (||ref_m|| ||dir_m||)`` (0 where either is zero).
+
+    Args:
+        ref (TaskVector): the reference trajectory, e.g. ``v54 - v54e2``.
+        direction (TaskVector): the proposed direction, e.g. ``v51 - v28``.
+        names (list[str] | None): modules to audit (default: the direction's).
+        progress: optional callable wrapping the module iterable (a tqdm bar).
+    """
+    return measure(ref, direction, names if names is not None else direction.names(), progress)[0]
+
+
+def binom_tail(k: int, n: int) -> float:
+    """One-sided sign-test p-value ``P(X >= k)``, X ~ Binomial(n, 1/2), exact: ``sum_{j>=k} C(n,j) / 2^n``."""
+    if n <= 0 or k <= 0:
+        return 1.0
+    return float(Fraction(sum(math.comb(n, j) for j in range(k, n + 1)), 2**n))
+
+
+def summarize(rows: list[dict]) -> dict:
+    """``modules, agree, disagree, agree_energy, cosine_median/min/max, disagreeing``, plus chance figures.
+
+    ``agree_energy = sum_{agree} ||dir_m||^2 / sum ||dir_m||^2``. Chance figures (only when rows carry
+    ``chance``, see ``audit.mark_chance``): ``chance, agree_significant, disagree_significant, binom_p,
+    binom_p_significant, global_inner, global_cosine, global_z``.
+
+    Args:
+        rows (list[dict]): from ``agreement_rows`` (and ``audit.mark_chance``).
+    """
+    energy = sum(r["dir_norm"] ** 2 for r in rows)
+    agree_energy = sum(r["dir_norm"] ** 2 for r in rows if r["agree"])
+    cos = [r["cosine"] for r in rows]
+    agree = sum(bool(r["agree"]) for r in rows)
+    out = {
+        "modules": len(rows),
+        "agree": agree,
+        "disagree": len(rows) - agree,
+        "agree_energy": agree_energy / energy if energy > 0 else 0.0,
+        "cosine_median": statistics.median(cos) if cos else 0.0,
+        "cosine_min": min(cos) if cos else 0.0,
+        "cosine_max": max(cos) if cos else 0.0,
+        "disagreeing": [r["module"] for r in rows if not r["agree"]],
+    }
+    if rows and "chance" in rows[0]:
+        sig_a = sum(r["mark"] == "agree" for r in rows)
+        sig_d = sum(r["mark"] == "disagree" for r in rows)
+        inner = sum(r["inner"] for r in rows)
+        rn = math.sqrt(sum(r["ref_norm"] ** 2 for r in rows))
+        dn = math.sqrt(energy)
+        var = sum((r["ref_norm"] * r["dir_norm"] * r["null_std"]) ** 2 for r in rows)
+        out.update(chance=len(rows) - sig_a - sig_d, agree_significant=sig_a, disagree_significant=sig_d,
+                   binom_p=binom_tail(agree, len(rows)), binom_p_significant=binom_tail(sig_a, sig_a + sig_d),
+                   global_inner=inner, global_cosine=inner / (rn * dn) if rn > 0 and dn > 0 else 0.0,
+                   global_z=inner / math.sqrt(var) if var > 0 else 0.0)
+    return out
+
+
+@dataclass(frozen=True)
+class ConsensusResult:
+    """The gate's verdict on a direction.
+
+    Args:
+        ref (str): the reference expression. on_disagree (str): fail | drop | keep.
+        min_agree (float | None): the required share of agreeing modules.
+        summary (dict): ``summarize(rows)``. rows (list[dict]): ``agreement_rows``.
+        dropped (tuple[str]): modules zeroed in the direction (``on_disagree: drop``).
+    """
+
+    ref: str
+    on_disagree: str
+    min_agree: float | None
+    summary: dict
+    rows: list
+    dropped: tuple = ()
+
+    def to_dict(self) -> dict:
+        """The JSON form reports and manifests carry: settings, the summary figures and the rows."""
+        return {"ref": self.ref, "on_disagree": self.on_disagree, "min_agree": self.min_agree,
+                **self.summary, "rows": self.rows}
+
+
+def decide(ref_expr: str, rows: list[dict], on_disagree: str, min_agree: float | None) -> ConsensusResult:
+    """Apply the consensus gate: CheckFailed (exit 1) below ``min_agree`` or on any disagreement with ``fail``.
+
+    ``share = agree / modules`` must be at least ``min_agree``; with ``on_disagree: drop`` the
+    disagreeing modules are returned as ``dropped``; with ``keep`` nothing changes.
+
+    Args:
+        ref_expr (str): the reference, for messages. rows (list[dict]): ``agreement_rows``.
+        on_disagree (str): fail | drop | keep. min_agree (float | None): share in [0, 1].
+    """
+    summary = summarize(rows)
+    share = summary["agree"] / summary["modules"] if summary["modules"] else 0.0
+    bad = summary["disagreeing"]
+    if min_agree is not None and share < min_agree:
+        raise CheckFailed(f"consensus: {summary['agree']}/{summary['modules']} modules agree "
+                          f"({share:.1%}) < min_agree {min_agree:g}; disagreeing: {few(bad)}")
+    if bad and on_disagree == "fail":
+        raise CheckFailed(f"consensus: {len(bad)}/{summary['modules']} module(s) disagree with "
+                          f"{ref_expr}: {few(bad)}; nothing written (use --on-disagree drop|keep)")
+    dropped = tuple(bad) if on_disagree == "drop" else ()
+    return ConsensusResult(ref_expr, on_disagree, min_agree, summary, rows, dropped)

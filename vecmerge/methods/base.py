@@ -1,0 +1,121 @@
+"""What a merge method is: its recipe fields, its validation, and one module's intended update.
+
+A method turns one module's operands (the recipe's expressions evaluated as cores in that module's
+shared basis, see ``subspace.py``) into an update of that module:
+
+- a *stepped* method (``project``'s modes) returns a direction ``dir'_m``; the pipeline then picks
+  alpha by the trust region over all modules and writes ``base_m + alpha * dir'_m``;
+- any other method returns the intended update itself (``refactor``'s expression, later the classic
+  merges).
+
+``space`` says whether it works exactly on the shared cores (``core``: never dense) or needs each
+module's dense update (``dense``: formed one module at a time). Its ``fields`` declare the recipe keys
+it reads, each with a help text; the CLI options and the recipe documentation are generated from
+them, so nothing is typed twice. This module imports no torch: ``vecmerge --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+_KINDS = {"float": float, "int": int, "str": str, "bool": bool}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One recipe key a method reads (and its CLI flag ``--name-with-dashes``).
+
+    Args:
+        name (str): the recipe key, e.g. ``density``. help (str): one line for ``--help`` and the docs.
+        kind (str): float | int | str | bool. default: the value when absent (None: optional).
+        choices (tuple): allowed values (str fields). low, high (float | None): inclusive bounds.
+    """
+
+    name: str
+    help: str
+    kind: str = "float"
+    default: Any = None
+    choices: tuple = ()
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def parse(self, value) -> tuple[Any, str | None]:
+        """``(value, None)`` converted to the field's kind, or ``(None, problem)`` naming the key and the fix."""
+        want = _KINDS[self.kind]
+        bad = f"{self.name}={value!r}: " + (f"one of {', '.join(map(str, self.choices))}" if self.choices
+                                             else f"a{'n' if self.kind == 'int' else ''} {self.kind}")
+        if isinstance(value, bool) != (want is bool):
+            return None, bad
+        try:
+            v = want(value)
+        except (TypeError, ValueError):
+            return None, bad
+        if want in (int, float) and (not math.isfinite(v) or (want is int and v != value)):
+            return None, bad
+        if self.choices and v not in self.choices:
+            return None, bad
+        if (self.low is not None and v < self.low) or (self.high is not None and v > self.high):
+            lo = "-inf" if self.low is None else f"{self.low:g}"
+            hi = "inf" if self.high is None else f"{self.high:g}"
+            return None, f"{self.name}={value!r}: between {lo} and {hi}"
+        return v, None
+
+
+@dataclass(frozen=True)
+class ModuleOperands:
+    """One module's operands as cores of its shared basis (``subspace.InSpan``).
+
+    Args:
+        name (str): the module. base, dir, ref (InSpan | None): the recipe's expressions.
+    """
+
+    name: str
+    base: Any = None
+    dir: Any = None
+    ref: Any = None
+
+
+class Method:
+    """Base class of a merge method; subclass it in one file under ``methods/`` (see ARCHITECTURE).
+
+    Class attributes:
+        name (str): the recipe's ``mode:`` / ``method:`` value. summary (str): one line for help.
+        operands (tuple[str]): recipe expressions it reads, from ``base``, ``dir``, ``ref``.
+        stepped (bool): returns a direction that the trust region scales (project), or the update itself.
+        space (str): ``core`` (exact on the shared cores) or ``dense`` (each module's dense update).
+        fields (tuple[Field]): method-specific recipe keys.
+        zero_reason (str): why this method may give a module no step (reported with the module).
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    operands: ClassVar[tuple] = ("base",)
+    stepped: ClassVar[bool] = False
+    space: ClassVar[str] = "core"
+    fields: ClassVar[tuple] = ()
+    zero_reason: ClassVar[str] = ""
+
+    def validate(self, recipe) -> list[str]:
+        """Problems with ``recipe`` beyond its fields' own checks (all of them; empty when fine).
+
+        Args:
+            recipe (Recipe): the whole recipe, its method's fields in ``recipe.params``.
+        """
+        return []
+
+    def module(self, x: ModuleOperands, params: dict):
+        """This module's direction (stepped) or intended update (otherwise), as a core.
+
+        Args:
+            x (ModuleOperands): the module's operands. params (dict): the recipe's values of ``fields``.
+        """
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<method {self.name}>"

@@ -1,0 +1,198 @@
+"""The PEFT LoRA format in one place: file and key names, stored dtypes, the config and its rules.
+
+What PEFT writes and reads, and how it resolves a module's update ``scale * B @ A``:
+
+- files ``adapter_config.json`` and ``adapter_model.safetensors`` (or ``adapter_model.bin``); keys
+  ``base_model.model.<module>.lora_A.weight`` / ``lora_B.weight`` (``lora_embedding_A`` /
+  ``lora_embedding_B`` for embeddings), optionally with an adapter name before ``.weight``;
+- the scale ``lora_alpha / r``, or ``lora_alpha / sqrt(r)`` with rsLoRA (``peft_scale``), where r and
+  alpha come from ``rank_pattern`` / ``alpha_pattern`` by PEFT's first-match rule (``pattern_key``);
+- which modules a config targets (``targeted``: PEFT's ``check_target_module_exists`` rule).
+
+The reader (``adapter.py``), the writer (``export.py``), ``testing`` and ``verify`` all use these names.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .errors import AdapterError
+
+CONFIG_NAME = "adapter_config.json"
+SAFETENSORS_NAME = "adapter_model.safetensors"
+BIN_NAME = "adapter_model.bin"
+PREFIX = "base_model.model."
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+STORED_DTYPES = {v: k for k, v in DTYPES.items()}
+SAFETENSORS_DTYPES = {"F32": "fp32", "F16": "fp16", "BF16": "bf16"}
+
+# Config features whose update is not scale * B @ A on the original base weight.
+UNSUPPORTED = {
+    "use_dora": "DoRA rescales the weight by a learned magnitude, so its update is not B@A",
+    "lora_bias": "lora_bias adds a trained bias that is not part of B@A",
+    "trainable_token_indices": "trainable tokens are full embedding rows, not a LoRA update",
+    "layer_replication": "layer replication changes the model's layers",
+    "alora_invocation_tokens": "activated LoRA applies its update to some tokens only",
+    "use_qalora": "QA-LoRA pools the input, so its update is not B@A",
+    "use_bdlora": "block-diagonal LoRA stores its factors differently",
+    "target_parameters": "LoRA on raw nn.Parameters (MoE experts) is not supported yet",
+    "arrow_config": "Arrow routing mixes several LoRAs per token",
+    "monteclora_config": "MonteCLoRA samples its update",
+}
+# init_lora_weights values that move the base weight, so B@A alone is not the update.
+BASE_CHANGING_INITS = ("pissa", "olora", "corda", "lora_ga", "loftq")
+
+KEY = re.compile(
+    r"^(?:base_model\.model\.)?(?P<mod>.+?)\.(?P<kind>lora_A|lora_B|lora_embedding_A|lora_embedding_B)"
+    r"(?:\.(?P<adapter>[A-Za-z0-9_\-]+))?(?:\.weight)?$"
+)
+
+
+def pattern_key(patterns, name: str) -> str | None:
+    """PEFT's rule: the first key ``k`` for which ``re.match(rf"(.*\\.)?({k})$", name)`` holds."""
+    for key in patterns:
+        if re.match(rf"(.*\.)?({key})$", name):
+            return key
+    return None
+
+
+def peft_scale(alpha: float, r: int, rslora: bool) -> float:
+    """PEFT's scale: ``alpha / sqrt(r)`` with rsLoRA, else ``alpha / r``."""
+    return alpha / math.sqrt(r) if rslora else alpha / r
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """The parts of ``adapter_config.json`` that decide the update; ``raw`` keeps the rest.
+
+    Args:
+        r (int): default rank. lora_alpha (float): default alpha. use_rslora (bool): scale rule.
+        rank_pattern, alpha_pattern (dict[str, float]): per-module overrides, PEFT regex keys.
+        fan_in_fan_out (bool): base weights stored (in, out), as in GPT-2's Conv1D.
+    """
+
+    r: int
+    lora_alpha: float
+    use_rslora: bool = False
+    rank_pattern: dict = field(default_factory=dict)
+    alpha_pattern: dict = field(default_factory=dict)
+    fan_in_fan_out: bool = False
+    base_model: str | None = None
+    target_modules: object = None
+    modules_to_save: list = field(default_factory=list)
+    raw: dict = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path) -> LoraConfig:
+        """Parse and validate ``path`` (an ``adapter_config.json``); refuse what is not plain LoRA."""
+        if not path.is_file():
+            raise AdapterError(f"{path}: no {CONFIG_NAME}; point at a PEFT LoRA folder saved by save_pretrained")
+        try:
+            raw = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise AdapterError(f"{path}: not valid JSON ({e}); restore the file from the training run") from None
+        if not isinstance(raw, dict):
+            raise AdapterError(f"{path}: expected a JSON object; restore the file from the training run")
+        ptype = str(raw.get("peft_type", "LORA")).upper()
+        if ptype != "LORA":
+            raise AdapterError(f"{path}: peft_type is {ptype}; vecmerge handles LoRA adapters only")
+        for key, why in UNSUPPORTED.items():
+            if raw.get(key):
+                raise AdapterError(f"{path}: {key} is set: {why}; vecmerge handles plain LoRA only")
+        init = str(raw.get("init_lora_weights", "")).lower()
+        if init.startswith(BASE_CHANGING_INITS):
+            raise AdapterError(
+                f"{path}: init_lora_weights={raw['init_lora_weights']!r} changes the base weights, so B@A is not "
+                "the update; convert it with save_pretrained(path_initial_model_for_weight_conversion=...)"
+            )
+        problems = []
+        r, alpha = raw.get("r"), raw.get("lora_alpha")
+        if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+            problems.append(f"r={r!r} (a positive integer)")
+        if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):
+            problems.append(f"lora_alpha={alpha!r} (a number)")
+        rp, ap = raw.get("rank_pattern") or {}, raw.get("alpha_pattern") or {}
+        if not isinstance(rp, dict) or not all(isinstance(v, int) and v > 0 for v in rp.values()):
+            problems.append("rank_pattern (a mapping of regex to positive integers)")
+        if not isinstance(ap, dict) or not all(isinstance(v, (int, float)) for v in ap.values()):
+            problems.append("alpha_pattern (a mapping of regex to numbers)")
+        if problems:
+            raise AdapterError(f"{path}: invalid " + ", ".join(problems) + "; fix the config")
+        return cls(r=r, lora_alpha=float(alpha), use_rslora=bool(raw.get("use_rslora", False)),
+                   rank_pattern=dict(rp), alpha_pattern=dict(ap),
+                   fan_in_fan_out=bool(raw.get("fan_in_fan_out", False)),
+                   base_model=raw.get("base_model_name_or_path"), target_modules=raw.get("target_modules"),
+                   modules_to_save=list(raw.get("modules_to_save") or []), raw=raw)
+
+    def resolve(self, module: str) -> tuple[int, float]:
+        """(r, alpha) for ``module`` as PEFT resolves them: first matching pattern, else the defaults."""
+        rk, ak = pattern_key(self.rank_pattern, module), pattern_key(self.alpha_pattern, module)
+        r = self.rank_pattern[rk] if rk is not None else self.r
+        alpha = self.alpha_pattern[ak] if ak is not None else self.lora_alpha
+        return int(r), float(alpha)
+
+    def scale(self, module: str) -> float:
+        """The scale PEFT applies to ``module``'s ``B @ A``."""
+        r, alpha = self.resolve(module)
+        return peft_scale(alpha, r, self.use_rslora)
+
+    @property
+    def scale_rule(self) -> str:
+        return "alpha/sqrt(r) (rsLoRA)" if self.use_rslora else "alpha/r"
+
+def factor_keys(module: str, kind: str) -> tuple[str, str]:
+    """The keys PEFT saves a module's (A, B) under: ``base_model.model.<module>.lora_A.weight`` etc.
+
+    Args:
+        module (str): module path, e.g. ``model.layers.0.self_attn.q_proj``. kind (str): linear | embedding.
+    """
+    a, b = ("lora_embedding_A", "lora_embedding_B") if kind == "embedding" else ("lora_A.weight", "lora_B.weight")
+    return f"{PREFIX}{module}.{a}", f"{PREFIX}{module}.{b}"
+
+
+def module_layer(name: str) -> int | None:
+    """The layer index of a module name: the first all-digit path component (``layers.3`` -> 3)."""
+    for part in name.split("."):
+        if part.isdigit():
+            return int(part)
+    return None
+
+
+def module_type(name: str) -> str:
+    """The module type: the last path component (``q_proj``)."""
+    return name.rsplit(".", 1)[-1]
+
+
+def targeted(raw: dict, module: str) -> bool:
+    """Whether PEFT's ``check_target_module_exists`` rule picks ``module`` under this config.
+
+    Args:
+        raw (dict): the adapter_config.json. module (str): e.g. ``model.layers.0.self_attn.q_proj``.
+    """
+    excl = raw.get("exclude_modules")
+    if excl and (re.fullmatch(excl, module) if isinstance(excl, str)
+                 else module in excl or any(module.endswith(f".{k}") for k in excl)):
+        return False
+    tm = raw.get("target_modules")
+    if isinstance(tm, str):
+        return tm == "all-linear" or re.fullmatch(tm, module) is not None
+    if not tm or module in tm:
+        return bool(tm)
+    if not any(module.endswith(f".{k}") for k in tm):
+        return False
+    layers = raw.get("layers_to_transform")
+    if layers is None or layers == []:
+        return True
+    pats = raw.get("layers_pattern") or [r"[^.]*"]
+    for pat in [pats] if isinstance(pats, str) else pats:
+        hit = re.match(rf"(?:^|.*?\.){pat}\.(?P<idx>\d+)\.", module)
+        if hit:
+            idx = int(hit["idx"])
+            return idx == layers if isinstance(layers, int) else idx in layers
+    return False

@@ -1,0 +1,85 @@
+"""What survived: per module and overall, the written update against the intended one and the step.
+
+With T the intended update, R the re-factored one (in the module's basis) and W = R + E the stored
+one (E: the dtype rounding), everything from cores plus one Gram product per module::
+
+    ||W - T||^2 = ||R - T||^2 + ||E||^2 + 2 <R - T, E>
+    survival    = sum_m <W_m - base_m, step_m> / ||step||^2     (1: the whole step landed)
+    residual    = ||W - T|| / ||step||
+    dtype_effect = ||E|| / ||T||   (and ||E|| / ||step||)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import torch
+
+from ..lowrank import LowRank, f64
+from ..subspace import Subspace
+
+
+def rounding(written: LowRank, exact: LowRank, space: Subspace) -> tuple[float, torch.Tensor]:
+    """``E = W - R`` of a rounded copy W of factors R: ``(||E||_F, Qb^T E Qa)``.
+
+    ``E = (B1 - B2) A1 + B2 (A1 - A2)`` with ``B1 = s_W B_W``, ``B2 = s_R B_R``: every term is of the
+    order of the rounding, so its Gram norm ``sum((X^T X) * (Y Y^T))`` loses no digits.
+
+    Args:
+        written (LowRank): W as stored. exact (LowRank): R before rounding. space (Subspace): the basis.
+    """
+    if exact.rank == 0:
+        return 0.0, space.zero().C
+    B1, A1 = written.scale * f64(written.B.to(exact.device)), f64(written.A.to(exact.device))
+    B2, A2 = exact.scale * f64(exact.B), f64(exact.A)
+    X = torch.cat([B1 - B2, B2], 1)
+    Y = torch.cat([A1, A1 - A2], 0)
+    sq = float(((X.T @ X) * (Y @ Y.T)).sum())
+    return max(sq, 0.0) ** 0.5, space.core_of(X, Y)
+
+
+def figures(ev, rows: dict) -> dict:
+    """Survival, residual, dtype effect, per-module rank and error of one output (see the module docstring).
+
+    Args:
+        ev (Evaluation): the evaluated recipe (its base cores). rows (dict[str, ModuleBuild]): per module.
+
+    Returns:
+        ``{modules: {m: {rank, exact_rank, rel_error, cut_error[, step_norm, survival]}}, rank: {min, median,
+        max}, rel_error, dtype_effect[, survival, residual, dtype_effect_on_step]}``.
+    """
+    base = ev.operands["base"]
+    has_step = ev.step is not None
+    step_sq = inner_sum = resid_sq = dtype_sq = target_sq = 0.0
+    per = {}
+    for m, r in rows.items():
+        target = r.target
+        e_norm, e_core = r.rounding, r.rounding_core
+        diff = r.cut.kept - target.C
+        err = max(float((diff**2).sum()) + e_norm**2 + 2 * float((diff * e_core).sum()), 0.0) ** 0.5
+        tn = target.norm()
+        resid_sq += err * err
+        dtype_sq += e_norm * e_norm
+        target_sq += tn * tn
+        entry = {"rank": r.written.rank, "exact_rank": r.cut.exact_rank, "rel_error": err / tn if tn > 0 else err,
+                 "cut_error": r.cut.error}
+        if has_step:
+            s = r.step.C
+            sn = float(torch.linalg.matrix_norm(s))
+            moved = float(((r.cut.kept - base[m].C) * s).sum()) + float((e_core * s).sum())
+            step_sq += sn * sn
+            inner_sum += moved
+            entry["step_norm"] = sn
+            entry["survival"] = moved / (sn * sn) if sn > 0 else 1.0
+        per[m] = entry
+    ranks = [e["rank"] for e in per.values()]
+    fig = {"modules": per,
+           "rank": {"min": min(ranks), "median": statistics.median(ranks), "max": max(ranks)},
+           "rel_error": math.sqrt(resid_sq / target_sq) if target_sq > 0 else math.sqrt(resid_sq),
+           "dtype_effect": math.sqrt(dtype_sq / target_sq) if target_sq > 0 else 0.0}
+    if has_step:
+        fig["survival"] = inner_sum / step_sq if step_sq > 0 else 1.0
+        fig["residual"] = math.sqrt(resid_sq / step_sq) if step_sq > 0 else 0.0
+        fig["dtype_effect_on_step"] = math.sqrt(dtype_sq / step_sq) if step_sq > 0 else 0.0
+    return fig

@@ -1,0 +1,87 @@
+"""The inputs a recipe names and the folders it will write: opened once, pinned, never written.
+
+Every name in the recipe's expressions resolves through the workspace (``inputs:`` entries of the
+recipe take precedence); each adapter's weights and config are hashed, and a pinned sha256 that no
+longer matches is an error naming the input (``RecipeError``, exit 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import OutputError, RecipeError
+from ..peft_format import CONFIG_NAME
+from ..recipe import Recipe
+from ..workspace import Workspace
+
+
+@dataclass(frozen=True)
+class InputRecord:
+    """One input adapter as the manifest records it.
+
+    Args:
+        path (str): its folder. sha256 (str): of the weights file. config_sha256 (str): of adapter_config.json.
+    """
+
+    path: str
+    sha256: str
+    config_sha256: str
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "sha256": self.sha256, "config_sha256": self.config_sha256}
+
+
+def open_inputs(recipe: Recipe, ws: Workspace, names: list[str]) -> tuple[Workspace, dict[str, InputRecord]]:
+    """Open every adapter in ``names`` (recipe pins first); check sha256 pins; return (workspace, records).
+
+    Args:
+        recipe (Recipe): for its ``inputs`` (paths and pins) and ``modules_to_save`` policy.
+        ws (Workspace): resolves the other names. names (list[str]): adapter names, in first-use order.
+
+    Returns:
+        (the workspace the pipeline reads through, {name: InputRecord}); RecipeError on a changed pin.
+    """
+    ws = ws.with_inputs({n: e["path"] for n, e in recipe.inputs.items()})
+    inputs, problems = {}, []
+    for name in names:
+        if name in inputs:
+            continue
+        a = ws.adapter(name, recipe.modules_to_save)
+        pins = recipe.inputs.get(name, {})
+        for key, path, actual in (("sha256", a.weights_path, a.sha256),
+                                  ("config_sha256", a.path / CONFIG_NAME, a.config_sha256)):
+            if pins.get(key) and pins[key] != actual:
+                problems.append(f"inputs.{name}: {path} has sha256 {actual[:12]}..., the recipe pins "
+                                f"{pins[key][:12]}...; the adapter changed since the recipe was written")
+        inputs[name] = InputRecord(str(a.path), a.sha256, a.config_sha256)
+    if problems:
+        raise RecipeError(problems, "inputs")
+    return ws, inputs
+
+
+def output_plan(recipe: Recipe) -> list[tuple[float, str | None]]:
+    """(multiple, folder) of every output; a dose ladder writes ``OUT-x<k>`` per multiple.
+
+    Args:
+        recipe (Recipe): its ``dose``, ``multiple`` and ``out``.
+    """
+    if not recipe.dose:
+        return [(recipe.multiple, recipe.out)]
+    plan = [(k * recipe.multiple, None if recipe.out is None else f"{recipe.out}-x{k:g}") for k in recipe.dose]
+    paths = [p for _, p in plan if p is not None]
+    if len(set(paths)) != len(paths):
+        raise RecipeError([f"dose={recipe.dose}: two multiples write the same folder "
+                           f"({sorted(p for p in paths if paths.count(p) > 1)[0]}); list each multiple once"])
+    return plan
+
+
+def check_not_inputs(plan: list, inputs: dict[str, InputRecord]) -> None:
+    """Refuse an output folder that is, contains, or lies inside an input adapter (OutputError)."""
+    for _, p in plan:
+        out = Path(p).resolve()
+        for name, i in inputs.items():
+            src = Path(i.path).resolve()
+            if out == src or src in out.parents or out in src.parents:
+                raise OutputError(f"{p}: would overwrite input {name} ({src}); inputs are never written, "
+                                  "choose another --out")

@@ -1,0 +1,179 @@
+"""``run(recipe)``: every output of a recipe, built, checked for warnings, and written (unless a dry run).
+
+For every output (one, or one per dose multiple k)::
+
+    intended_m = base_m + k * alpha_m * dir'_m          (or the method's update, without a step)
+    written_m  = cut(intended_m, rank policy), rounded to the output dtype
+
+The report (``RunReport``) says how much of the step survived:
+``survival = sum_m <written_m - base_m, step_m> / ||step||^2`` and
+``residual = ||written - intended|| / ||step||`` (global Frobenius norms, factored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from ..errors import CheckFailed, RecipeError, few
+from ..export import MANIFEST_NAME, check_out, model_card, write_adapter
+from ..recipe import Recipe
+from ..workspace import Workspace
+from .build import BuiltOutput, build_output
+from .evaluation import Evaluation, evaluate
+from .inputs import check_not_inputs, output_plan
+from .manifest import card_body, manifest_for
+
+SURVIVAL_WARN = 0.99  # warn (and fail with --strict) when less of the step survives
+RESIDUAL_WARN = 0.10  # ... or when the written update misses the intended one by more than this x ||step||
+DTYPE_WARN = 0.01  # ... or when dtype rounding alone moves the update by more than this share of its norm
+
+
+@dataclass
+class OutputReport:
+    """One output: where it goes, its dose and alpha, its figures and warnings, and (once written) its hash.
+
+    Args:
+        multiple (float): the dose. path (str | None): its folder (None in a dry run without --out).
+        figures (dict): ``figures.figures``. warnings (list[str]). alpha (float | None): global alpha x dose.
+        realized (dict | None): the relative step. sha256 (str | None), manifest (str | None): once written.
+    """
+
+    multiple: float
+    path: str | None
+    figures: dict
+    warnings: list
+    alpha: float | None = None
+    realized: dict | None = None
+    sha256: str | None = None
+    manifest: str | None = None
+
+    def to_dict(self) -> dict:
+        d = {"multiple": self.multiple, "path": self.path, "figures": self.figures, "warnings": self.warnings,
+             "alpha": self.alpha}
+        if self.realized is not None:
+            d["realized"] = self.realized
+        if self.sha256 is not None:
+            d.update(sha256=self.sha256, manifest=self.manifest)
+        return d
+
+
+@dataclass
+class RunReport:
+    """What ``run`` did: the evaluation it rests on and one ``OutputReport`` per output.
+
+    Args:
+        evaluation (Evaluation): inputs, consensus, step. dry_run (bool): nothing was written.
+        outputs (list[OutputReport]).
+    """
+
+    evaluation: Evaluation
+    dry_run: bool
+    outputs: list = field(default_factory=list)
+
+    @property
+    def recipe(self) -> Recipe:
+        return self.evaluation.recipe
+
+    @property
+    def command(self) -> str:
+        return self.recipe.kind
+
+    @property
+    def step(self):
+        """The chosen step (``step.StepSize``: alpha, trust, clipped, norms), None without one."""
+        return self.evaluation.step
+
+    def step_dict(self) -> dict | None:
+        """The step's figures: alpha (full precision), trust, clipping, norms, method, dropped, realized step."""
+        ev = self.evaluation
+        st = ev.step
+        if st is None:
+            return None
+        return {"alpha": st.alpha, "trust": st.trust, "scope": st.scope, "requested_alpha": st.requested_alpha,
+                "clipped": st.clipped, "base_norm": st.base_norm, "dir_norm": st.dir_norm, "mode": ev.method.name,
+                "dropped": list(ev.dropped), "zeroed": list(ev.zeroed), "realized": st.realized()}
+
+    def to_dict(self) -> dict:
+        """The JSON report (``--json``); keys are only ever added."""
+        ev = self.evaluation
+        d = {"command": self.command, "vecmerge_version": __version__, "recipe": self.recipe.to_dict(),
+             "inputs": {n: i.to_dict() for n, i in ev.inputs.items()}, "modules": len(ev.names),
+             "missing_modules": ev.missing, "dry_run": self.dry_run, "outputs": [o.to_dict() for o in self.outputs]}
+        if ev.consensus is not None:
+            d["consensus"] = ev.consensus.to_dict()
+        if ev.step is not None:
+            d["step"] = self.step_dict()
+        return d
+
+
+def warnings_for(ev: Evaluation, built: BuiltOutput) -> list[str]:
+    """Plain-words warnings about one output: little of the step survived, dtype rounding, idle modules."""
+    recipe, fig, st = ev.recipe, built.figures, ev.step
+    out = []
+    if "survival" in fig and fig["survival"] < SURVIVAL_WARN:
+        out.append(f"only {fig['survival']:.2%} of the step survives (rank {recipe.rank}, "
+                   f"dtype {recipe.dtype}); use --rank exact or a wider dtype")
+    if st is not None and st.scope == "module":
+        idle = [m for m in ev.names if st.base_module_norms[m] == 0 and st.dir_module_norms[m] > 0]
+        if idle:
+            out.append(f"{len(idle)} module(s) have a zero backbone, so trust_scope=module gives them "
+                       f"no step: {few(idle)}; use trust_scope=global or --alpha")
+    fix = " or ".join(([] if recipe.rank_policy.lossless else ["--rank exact"])
+                      + ([] if recipe.dtype == "fp32" else ["--dtype fp32"])) or "a larger step"
+    if fig.get("residual", 0.0) > RESIDUAL_WARN:
+        out.append(f"the written update is off the intended one by {fig['residual']:.1%} of the step "
+                   f"(rank {recipe.rank}, dtype {recipe.dtype}); use {fix}")
+    if fig["dtype_effect"] > DTYPE_WARN:
+        out.append(f"rounding to {recipe.dtype} moved the update by {fig['dtype_effect']:.1%} of its norm "
+                   "(entries under- or overflow); use --dtype fp32")
+    return out
+
+
+def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, force: bool = False,
+        progress=None) -> RunReport:
+    """Evaluate, gate, step, re-factor and (unless ``dry_run``) write every output.
+
+    Args:
+        recipe (Recipe): what to do. ws (Workspace | None): name resolution (default: cwd).
+        dry_run (bool): compute the full report, write nothing. force (bool): replace outputs.
+        progress: optional callable wrapping iterables (tqdm) for long loops.
+
+    Returns:
+        RunReport; raises CheckFailed (exit 1) for a failed gate or ``--strict``.
+    """
+    ws = ws or Workspace()
+    plan = output_plan(recipe)
+    if not dry_run:
+        if any(p is None for _, p in plan):
+            raise RecipeError(["out: missing (where to write the adapter), or use --dry-run"])
+        for _, p in plan:
+            check_out(p, force)
+    ev = evaluate(recipe, ws, progress)
+    if not dry_run:
+        check_not_inputs(plan, ev.inputs)
+    report = RunReport(ev, dry_run)
+    built = []
+    for multiple, path in plan:
+        b = build_output(ev, multiple, progress)
+        st = ev.step
+        entry = OutputReport(multiple, path, b.figures, warnings_for(ev, b),
+                             None if st is None or st.alpha is None else st.alpha * multiple,
+                             None if st is None else st.realized(multiple))
+        built.append((b, entry))
+    failing = [e for _, e in built if e.warnings]
+    if recipe.strict and failing:
+        raise CheckFailed(f"--strict: {failing[0].warnings[0]}; nothing written")
+    same = set(ev.names) == set(ev.vectors[ev.base_name].modules)
+    for b, entry in built:
+        if not dry_run:
+            manifest = manifest_for(ev, b, entry.path)
+            title = recipe.name or Path(entry.path).name
+            card = model_card(ev.template.config.base_model, title, card_body(manifest))
+            res = write_adapter(entry.path, (b.tensors, b.written), ev.specs, template=ev.template.config,
+                                manifest=manifest, card=card, dtype=recipe.dtype, force=force, same_modules=same)
+            entry.sha256 = res["sha256"]
+            entry.manifest = str(Path(entry.path) / MANIFEST_NAME)
+        report.outputs.append(entry)
+    return report

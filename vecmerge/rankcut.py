@@ -1,0 +1,98 @@
+"""The one rank cut: any module update back into LoRA factors of the rank a ``RankPolicy`` chooses.
+
+For an update with thin SVD ``U S V^T`` (from its small core: ``C = Uc S Vh``, ``U = Qb Uc``,
+``Vh' = Vh Qa^T``) the policy picks k and the written factors are ``B = U_k sqrt(S_k)``,
+``A = sqrt(S_k) Vh_k`` (scale folded, split evenly). The cut's error is exactly
+``sqrt(sum_{i>=k} S_i^2)`` (Eckart-Young). Policies (``options.RankPolicy``):
+
+- ``exact``: the smallest rank whose cut error is below ``EXACT_RTOL`` (1e-9) of the update's scale:
+  only float64 round-off is dropped;
+- ``N``: the best rank-N approximation, never above the exact rank;
+- ``energy:E``: the smallest rank keeping a share ``E`` of ``||update||^2``;
+- ``keep-base``: the backbone's own factors bit for bit, with the step's exact factors appended
+  (the step must come from one backbone adapter).
+
+``cut`` serves the pipeline (cores in a module's shared basis) and ``refactor``/``verify`` (LowRank)
+alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import RecipeError
+from .lowrank import LowRank, f64
+from .options import RankPolicy
+
+__all__ = ["RankPolicy", "Cut", "cut"]
+
+
+@dataclass(frozen=True)
+class Cut:
+    """One module re-factored.
+
+    Args:
+        factors (LowRank): the factors to write (scale folded to 1, or the backbone's scale for keep-base).
+        rank (int): kept rank. exact_rank (int): the update's numerical rank.
+        error (float): ``||written - update||_F`` of the cut (before dtype rounding): the dropped
+            singular values, ``sqrt(sum_{i>=k} S_i^2)``.
+        norm (float): ``||update||_F``.
+        kept (Tensor | None): (p, q) the kept part as a core of the module's basis (for a core input).
+    """
+
+    factors: LowRank
+    rank: int
+    exact_rank: int
+    error: float
+    norm: float
+    kept: torch.Tensor | None = None
+
+    @property
+    def rel_error(self) -> float:
+        """``error / norm`` (the absolute error for a zero update)."""
+        return self.error / self.norm if self.norm > 0 else self.error
+
+
+def _cat(x: torch.Tensor, y: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.cat([f64(x), f64(y)], dim) if y.numel() else x
+
+
+def _keep_base(target, backbone: LowRank | None, step) -> Cut:
+    """Backbone factors kept bit for bit; the step's exact factors, divided by its scale, appended."""
+    if step is None:
+        raise RecipeError(["rank=keep-base: needs dir (it keeps the backbone and appends the step)"])
+    b0 = backbone if backbone is not None else LowRank.zeros(target.shape, step.space.device)
+    s = step.svd()
+    upd = s.truncate(s.exact_rank())
+    sc = b0.scale if b0.scale != 0 else 1.0
+    x = LowRank(_cat(b0.B, upd.B / sc, 1), _cat(b0.A, upd.A, 0), sc)
+    return Cut(x, x.rank, x.rank, s.dropped_error(upd.rank), target.norm(), target.C)
+
+
+def cut(x, policy: RankPolicy, *, backbone: LowRank | None = None, step=None) -> Cut:
+    """Re-factor ``x`` at the rank ``policy`` chooses (see the module docstring).
+
+    Args:
+        x (InSpan | LowRank): the update, (out, in): a core in a module's basis, or factors of any rank.
+        policy (RankPolicy): the rank rule.
+        backbone (LowRank | None): keep-base only: the backbone adapter's own factors of this module.
+        step (InSpan | None): keep-base only: the step, ``x - backbone``.
+
+    Returns:
+        Cut with the exact Eckart-Young error of the cut.
+    """
+    if policy.kind == "keep-base":
+        return _keep_base(x, backbone, step)
+    if isinstance(x, LowRank):
+        s = x.svd()
+        k, exact = policy.choose(s.S, s.floor)
+        norm = float((s.S**2).sum().sqrt())
+        return Cut(s.truncate(k), k, exact, s.dropped_error(k), norm)
+    U, S, Vh = torch.linalg.svd(x.C, full_matrices=False)
+    k, exact = policy.choose(S, x.floor)
+    root = torch.sqrt(S[:k])
+    factors = LowRank(x.space.left(U[:, :k] * root), x.space.right(root[:, None] * Vh[:k]), 1.0)
+    kept = (U[:, :k] * S[:k]) @ Vh[:k]
+    return Cut(factors, k, exact, float(torch.sqrt((S[k:] ** 2).sum())), float(torch.linalg.vector_norm(S)), kept)
