@@ -2,19 +2,25 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The CPU wheel of torch is pinned for the virtualenv (an open range would pull a multi-GB CUDA build).
+# torch is installed first, on its own, so that you choose the build:
+# - TORCH_SPEC is a pip requirement (default torch==2.13.0, the version the tests ran with);
+# - TORCH_INDEX is an optional package index. Without it pip takes PyPI's wheel, which on Linux x86_64 is
+#   the CUDA build (several GB). For a CPU-only build:  make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu
+#   For a given CUDA: TORCH_INDEX=https://download.pytorch.org/whl/cu126 (see pytorch.org for the list).
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
 DEMO_OUT ?= demo-out
 
-.PHONY: install demo test lint bench check readme clean
+.PHONY: install demo test test-fast lint bench check readme clean
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
+	@echo "== creating $(VENV) and installing $(TORCH_SPEC)$(if $(TORCH_INDEX), from $(TORCH_INDEX)), then vecmerge with its dev tools (constraints.txt)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	$(PY) -m pip install -c constraints.txt -e ".[dev]"
 	touch $@
 
 demo: install
@@ -23,8 +29,12 @@ demo: install
 test: install
 	$(PY) -m pytest
 
+test-fast: install
+	$(PY) -m pytest -m "not slow"
+
 lint: install
 	$(VENV)/bin/ruff check vecmerge tests examples benchmarks
+	$(VENV)/bin/lint-imports --no-logo
 
 bench: install
 	$(PY) benchmarks/run.py
@@ -35,4 +45,4 @@ readme: install
 	$(PY) examples/update_docs.py
 
 clean:
-	rm -rf $(VENV) $(DEMO_OUT) *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_OUT) *.egg-info .pytest_cache .ruff_cache .import_linter_cache

@@ -4,7 +4,7 @@ Run as a script, it is one of the processes the benchmark times; each prints one
 
     python benchmarks/bench_refs.py data   ROOT - --shape S           # write (or reuse) the inputs
     python benchmarks/bench_refs.py floor  ROOT OUT --like F         # I/O floor: read inputs, write OUT
-    python benchmarks/bench_refs.py inproc ROOT OUT [--profile F]    # vecmerge.merge.run, timed in-process
+    python benchmarks/bench_refs.py inproc ROOT OUT [--profile F]    # vecmerge.pipeline.run, timed in-process
     python benchmarks/bench_refs.py dense  ROOT OUT --modules M..    # dense DeltaW + torch.linalg.svd
     python benchmarks/bench_refs.py peft   ROOT OUT --shape S --layers N [--modules M..]
 
@@ -275,7 +275,7 @@ def floor(root: Path, out: Path, like: Path, rank_factor: float = 1.0) -> dict:
 
 
 def inproc(root: Path, out: Path, profile: str | None = None) -> dict:
-    """``vecmerge.merge.run`` of the v58 step, timed inside one process (imports excluded)."""
+    """``vecmerge.pipeline.run`` of the v58 step, timed inside one process (imports excluded)."""
     from vecmerge.pipeline import run
     from vecmerge.recipe import Recipe
     from vecmerge.workspace import Workspace

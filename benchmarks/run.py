@@ -6,7 +6,7 @@ layer) it writes a synthetic v28/v51/v54e2/v54 trajectory, then measures in one 
 - ``vecmerge --quiet project --base v54 --dir v51-v28 --trust 0.0113 --consensus-ref v54-v54e2``
   as a whole process (wall time, peak RSS), alternating with the I/O floor process (read the four
   inputs, write an output of the same size, with safetensors alone), best of ``--repeat``;
-- ``vecmerge.merge.run`` timed in-process (imports excluded);
+- ``vecmerge.pipeline.run`` timed in-process (imports excluded);
 - a dense float64 reference (dense DeltaW, sum, ``torch.linalg.svd``, cut) on one layer, extrapolated;
 - PEFT ``add_weighted_adapter`` with ``svd`` (at our output's rank) and ``cat`` on a model with
   fewer layers, extrapolated per layer; plus how far our written update is from each reference.
@@ -117,7 +117,7 @@ def bench_shape(name: str, a, baseline_rss: int) -> dict:
     res["floor"] = {"wall": min(r["wall"] for r in floor_runs), "peak": max(r["peak"] for r in floor_runs),
                     "walls": [r["wall"] for r in floor_runs], **br.last_json(floor_runs[0])}
     if small:
-        log(f"{name}: vecmerge.merge.run in-process" + (" under cProfile" if a.profile else ""))
+        log(f"{name}: vecmerge.pipeline.run in-process" + (" under cProfile" if a.profile else ""))
         prof = ["--profile", str(a.out / f"profile-{name}.txt")] if a.profile else []
         r = br.measure([sys.executable, HELPER, "inproc", str(root), str(base / "out-inproc"), *prof], env=env)
         res["inproc"] = {**br.last_json(r), "process_peak": r["peak"]}
@@ -168,7 +168,7 @@ def table(results: list, start: dict) -> str:
         rows.append(f"| {s} | **vecmerge project** process{state} | {lo}{sec(vm['wall'])} | {lo}{vm['peak'] / MIB:,.0f}"
                     f" | {ratio(vm['wall'], fl['wall'], lo)} | {ratio(vm['peak'], fl['peak'], lo)} | | |")
         if inp:
-            rows.append(f"| {s} | vecmerge `merge.run` in-process | {sec(inp['wall'])} | "
+            rows.append(f"| {s} | vecmerge `pipeline.run` in-process | {sec(inp['wall'])} | "
                         f"+{(inp['peak'] - inp['rss_before']) / MIB:,.0f} over imports | | | | |")
 
         def ref(label, wall, mem, err, s=s, fl=fl, vm=vm, inp=inp, up=up):
@@ -211,7 +211,7 @@ def targets(results: list, start: dict) -> list[str]:
                     f" -> {'met' if ok and q >= need else 'MISSED'}")
             if "inproc" in r:
                 qi = p / r["inproc"]["wall"]
-                line += f"; in-process merge.run {qi:,.1f}x -> {'met' if qi >= need else 'MISSED'}"
+                line += f"; in-process pipeline.run {qi:,.1f}x -> {'met' if qi >= need else 'MISSED'}"
             lines.append(line + state)
         mult = (vm["peak"] - r["baseline_rss"] - r["input_bytes"]) / r["largest_module"]
         over = (vm["peak"] - r["baseline_rss"]) / r["input_bytes"]

@@ -7,6 +7,12 @@ Fixtures:
     peft_adapter a factory: peft_adapter(name, **LoraConfig kwargs) saves a real PEFT adapter of
                  tiny_base with random (non-zero) A and B, and returns its folder.
     run_cli      runs the vecmerge CLI in-process: run_cli("project", "--base", ...) -> Result.
+    peft_deltas  peft_deltas(model) -> {module: get_delta_weight as float64} of a loaded PeftModel.
+    dense_updates dense_updates(folder) -> {module: scale * B @ A in float64, the LoRA layout (out, in)},
+                 read with safetensors and PEFT's own pattern rule: a reference independent of vecmerge.
+    dense_expr   dense_expr({"v54": 1, "v51": c, ...}) -> {module: sum of c * dense update} (names in ./).
+
+Tests that train a model or load one through PEFT/transformers carry ``@pytest.mark.slow``.
 """
 
 from __future__ import annotations
@@ -92,6 +98,61 @@ def run_cli():
         return runner.invoke(main, ["--quiet", *map(str, args)], catch_exceptions=False, **kwargs)
 
     return run
+
+
+def _peft_deltas(model) -> dict:
+    from peft.tuners.lora import LoraLayer
+
+    out = {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, LoraLayer) and "default" in getattr(mod, "scaling", {}):
+            with torch.no_grad():
+                out[name.removeprefix("base_model.model.")] = mod.get_delta_weight("default").double()
+    return out
+
+
+@pytest.fixture
+def peft_deltas():
+    """``{module: PEFT's get_delta_weight('default') as float64}`` of a loaded PeftModel (base layout)."""
+    return _peft_deltas
+
+
+def _dense_updates(folder) -> dict:
+    from peft.utils.other import get_pattern_key
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    cfg = json.loads((folder / "adapter_config.json").read_text())
+    sd = load_file(str(folder / "adapter_model.safetensors"))
+    out = {}
+    for key, A in sd.items():
+        if ".lora_A" not in key and ".lora_embedding_A" not in key:
+            continue
+        emb = ".lora_embedding_A" in key
+        mod = key.removeprefix("base_model.model.").split(".lora_embedding_A" if emb else ".lora_A")[0]
+        B = sd[key.replace("lora_embedding_A", "lora_embedding_B") if emb else key.replace("lora_A", "lora_B")]
+        rp, ap = cfg.get("rank_pattern") or {}, cfg.get("alpha_pattern") or {}
+        r = rp.get(get_pattern_key(rp.keys(), mod), cfg["r"])
+        alpha = ap.get(get_pattern_key(ap.keys(), mod), cfg["lora_alpha"])
+        scale = alpha / (r ** 0.5) if cfg.get("use_rslora") else alpha / r
+        out[mod] = scale * (B.double() @ A.double())
+    return out
+
+
+@pytest.fixture
+def dense_updates():
+    """``{module: scale * B @ A}`` (float64, (out, in)) of a PEFT folder, read without vecmerge."""
+    return _dense_updates
+
+
+@pytest.fixture
+def dense_expr():
+    """``{module: sum_i c_i * dense update of folder i}`` for ``{folder name in ./: c_i}``."""
+    def combine(coeffs: dict) -> dict:
+        parts = [(c, _dense_updates(Path(name))) for name, c in coeffs.items()]
+        return {m: sum(c * d[m] for c, d in parts) for m in parts[0][1]}
+
+    return combine
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -46,3 +46,8 @@ def test_parse_errors_show_a_caret(text, col, why):
 def test_str_round_trips():
     f = parse("v54 + 0.122591020054269*(v51 - v28)")
     assert parse(str(f)).coeffs == f.coeffs
+
+
+def test_out_of_range_number_in_an_expression(toy, run_cli):
+    res = run_cli("refactor", "1e400*v28", "--out", "n")
+    assert res.exit_code == 2 and "out of range" in res.output

@@ -86,3 +86,18 @@ def test_manifest_rerun_notices_a_changed_input_config(toy, run_cli):
     res = run_cli("run", "o/vecmerge.json", "--out", "o2")
     assert res.exit_code == 2 and "inputs.v28" in res.output and "adapter_config.json" in res.output
     assert not (toy / "o2").exists()
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--alpha", "nan"], "alpha=nan: a finite number"),
+    (["--trust", "inf"], "trust=inf: a finite number"),
+    (["--alpha", "0.1", "--dose", "1,inf"], "dose="),
+])
+def test_non_finite_numbers_are_refused(toy, run_cli, args, match):
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", *args, "--out", "n")
+    assert res.exit_code == 2 and match in res.output and "internal error" not in res.output
+
+
+def test_unparsable_dir_reports_only_the_parse_error(toy, run_cli):
+    res = run_cli("project", "--base", "v54", "--dir", "v51 - (v28", "--trust", "0.01", "--out", "o")
+    assert res.exit_code == 2 and "expected ')'" in res.output and "only meaningful" not in res.output

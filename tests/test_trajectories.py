@@ -17,6 +17,9 @@ SMALL = dict(seed=0, layers=1, steps=10)  # a few seconds on a 2-core CPU
 NAMES = ("v28", "v51", "v54e2", "v54")
 
 
+pytestmark = pytest.mark.slow  # every test here trains (or checks training's arguments)
+
+
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     out = tmp_path_factory.mktemp("toy")
@@ -92,20 +95,28 @@ def test_updates_nonzero_and_aligned(toy):
     assert all(torch.sum(a * b) > 0 for a, b in steps)
 
 
-def test_peft_loads_bf16_adapter(toy):
+def test_peft_loads_bf16_adapter_and_its_effect_is_the_update(toy, dense_updates):
+    """PEFT's logits with v54 (bf16) equal the base's with W + scale*B@A patched in by hand (float32
+    forwards: atol 1e-4), and the adapter moves them far beyond that tolerance."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     _, paths = toy
-    base = AutoModelForCausalLM.from_pretrained(paths["base"])
+    base = AutoModelForCausalLM.from_pretrained(paths["base"]).eval()
     ids = torch.arange(12).unsqueeze(0)
     with torch.no_grad():
-        before = base(input_ids=ids).logits
-    model = PeftModel.from_pretrained(base, str(paths["v54"]))
+        before = base(input_ids=ids).logits.double()
+    model = PeftModel.from_pretrained(base, str(paths["v54"])).eval()
     with torch.no_grad():
-        after = model(input_ids=ids).logits
-    assert torch.isfinite(after).all()
-    assert not torch.allclose(before, after)
+        after = model(input_ids=ids).logits.double()
+    hand = AutoModelForCausalLM.from_pretrained(paths["base"]).eval()
+    with torch.no_grad():
+        for m, d in dense_updates(paths["v54"]).items():
+            w = hand.get_submodule(m).weight
+            w.copy_((w.double() + d).float())
+        patched = hand(input_ids=ids).logits.double()
+    torch.testing.assert_close(after, patched, rtol=0, atol=1e-4)
+    assert float((after - before).abs().max()) > 100 * 1e-4
 
 
 def test_deterministic_and_restores_state(toy, tmp_path):

@@ -27,17 +27,17 @@ it assumes the modules' signs are independent coin tosses, which layers trained 
 so it overstates the evidence. ``binom_p_significant`` repeats it over non-chance modules only.
 ``global_z = sum_m inner_m / sqrt(sum_m (||ref_m|| ||dir_m|| null_std_m)^2)`` (independent rotations).
 
-**JSON** (``run_audit``; stable, keys are only ever added). ``kind: "audit"``, ``ref``, ``dir``,
-``missing`` ({adapter name: [modules it lacks, counted as zero]}), ``summary``: ``modules, agree,
-disagree, agree_energy, cosine_median, cosine_min, cosine_max, disagreeing`` (list of module names), ``chance,
-agree_significant, disagree_significant, binom_p, binom_p_significant, global_inner, global_cosine,
-global_z, null_method`` ("sampled"|"analytic"), ``samples, level``; ``rows``: one per module with
-``module, layer`` (int|null), ``type, shape`` ([out, in]), ``inner, cosine, ref_norm, dir_norm, agree``
-(bool), ``null_std, z, null_band, chance`` (bool), ``mark`` ("agree"|"disagree"|"chance").
-Pairwise (``kind: "pairwise"``): ``pairwise``: ``labels``, ``modules``, ``norm`` (per label),
-``cosine``, ``agree``, ``significant`` (label x label matrices: global cosine, modules with
-``inner > 0``, modules with ``inner > 0`` and ``|z| >= 1.96``), and ``pairs``: one object per pair
-``a, b, cosine, agree, significant, modules, cosine_median``.
+**JSON** (``audit_trajectories`` and ``audit_pairwise``; stable, keys are only ever added). ``kind: "audit"``,
+``ref``, ``dir``, ``missing`` ({adapter name: [modules it lacks, counted as zero]}), ``summary``: ``modules,
+agree, disagree, agree_energy, cosine_median, cosine_min, cosine_max, disagreeing`` (list of module names),
+``chance, agree_significant, disagree_significant, binom_p, binom_p_significant, global_inner, global_cosine,
+global_z, null_method`` ("sampled"|"analytic"), ``samples, level``; ``rows``: one per module with ``module,
+layer`` (int|null), ``type, shape`` ([out, in]), ``inner, cosine, ref_norm, dir_norm, agree`` (bool),
+``null_std, z, null_band, chance`` (bool), ``mark`` ("agree"|"disagree"|"chance"). Pairwise (``kind:
+"pairwise"``): ``pairwise``: ``labels``, ``modules``, ``norm`` (per label), ``cosine``, ``agree``,
+``significant`` (label x label matrices: global cosine, modules with ``inner > 0``, modules with ``inner > 0``
+and ``|z| >= 1.96``), and ``pairs``: one object per pair ``a, b, cosine, agree, significant, modules,
+cosine_median``.
 """
 
 from __future__ import annotations

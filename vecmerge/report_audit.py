@@ -190,7 +190,7 @@ def render(result: dict, by: str = "module", sort: str = "module", fmt: str = "t
     """The audit as text: ``table`` (summary + view), ``markdown``, ``csv`` (the view only) or ``json``.
 
     Args:
-        result (dict): from ``audit.run_audit``. by (str): module | layer | type | grid.
+        result (dict): from ``audit.audit_trajectories`` / ``audit_pairwise``. by (str): module | layer | type | grid.
         sort (str): module | cosine | inner | layer | type. fmt (str): table | json | csv | markdown.
     """
     if fmt not in ("table", "json", "csv", "markdown"):
@@ -234,7 +234,7 @@ def plot(result: dict, path) -> None:
     chance cells are hatched. Uses matplotlib's Agg backend.
 
     Args:
-        result (dict): from ``audit.run_audit``. path (str | Path): the PNG to write.
+        result (dict): from ``audit.audit_trajectories`` / ``audit_pairwise``. path (str | Path): the PNG to write.
     """
     plt = _pyplot()
     import numpy as np

@@ -1,8 +1,8 @@
 """``vecmerge verify``: re-derive an output from its manifest and check it, before it is uploaded.
 
-For an output folder OUT (written by ``merge.run``, manifest ``OUT/vecmerge.json``) and every module m,
+For an output folder OUT (written by ``pipeline.run``, manifest ``OUT/vecmerge.json``) and every module m,
 with ``W_m = scale * B @ A`` read back from OUT and ``I_m = base_m + k * alpha_m * dir'_m`` recomputed
-from the inputs in factored float64 (``merge.intended``):
+from the inputs in factored float64 (``pipeline.intended``, through the recipe's registered method):
 
 - inputs: each input's weights and config hash to what the manifest pinned (a changed or missing
   input fails, by name, and nothing is recomputed from it);

@@ -1,0 +1,27 @@
+"""Check records never pass on NaN or infinity, whatever the comparison."""
+
+import math
+
+from vecmerge.checks import check, close, not_run, result, within
+from vecmerge.verify_adapter import _law
+
+
+def test_within_and_close_refuse_non_finite():
+    assert within(1e-6, 1e-5) and within(1e-5, 1e-5) and not within(2e-5, 1e-5)
+    for bad in (math.nan, math.inf, -math.inf, None, "1e-9"):
+        assert not within(bad, 1e-5)
+    assert close(1.0, 1.0 + 1e-13, 1e-12) and not close(1.0, 1.1, 1e-3)
+    assert not close(math.nan, math.nan, 1.0) and not close(math.inf, math.inf, 1.0)
+
+
+def test_a_law_with_a_nan_residual_fails():
+    """``not v <= tol`` and ``v > tol`` differ exactly on NaN: the identity check must not pass it."""
+    res = _law("x - x = 0", {"a": 1e-15, "b": math.nan}, 1e-9, "x - x = 0")
+    assert not res["passed"] and res["figures"]["bad_modules"] == ["b"]
+
+
+def test_result_needs_every_check():
+    rows = [check("a", True, "fine"), not_run("b", "no input")]
+    r = result("t", rows)
+    assert not r["passed"] and r["checks"][1]["detail"] == "not run: no input"
+    assert result("t", [check("a", True, "fine")])["passed"]

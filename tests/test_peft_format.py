@@ -1,0 +1,82 @@
+"""The PEFT format's rules, checked against PEFT itself: pattern resolution, scales, targets, refusals."""
+
+import json
+
+import pytest
+
+from vecmerge.adapter import Adapter
+from vecmerge.errors import AdapterError
+from vecmerge.export import _patterns
+from vecmerge.peft_format import LoraConfig, factor_keys, pattern_key, peft_scale, targeted
+from vecmerge.testing import toy_adapter
+
+
+def test_pattern_key_is_peft_rule():
+    from peft.utils.other import get_pattern_key
+
+    keys = ["down_proj", "model.layers.0.mlp.up_proj", r"layers\.1\..*proj"]
+    for name in ["model.layers.0.mlp.up_proj", "model.layers.1.mlp.up_proj", "model.layers.0.mlp.down_proj",
+                 "model.layers.1.self_attn.q_proj", "model.layers.10.mlp.up_proj"]:
+        ours = pattern_key(keys, name)
+        assert (ours if ours is not None else name) == get_pattern_key(keys, name)
+    assert peft_scale(16, 4, True) == 8.0 and peft_scale(16, 4, False) == 4.0
+
+
+def test_factor_keys_are_the_keys_peft_saves():
+    assert factor_keys("model.layers.0.mlp.up_proj", "linear") == (
+        "base_model.model.model.layers.0.mlp.up_proj.lora_A.weight",
+        "base_model.model.model.layers.0.mlp.up_proj.lora_B.weight")
+    assert factor_keys("model.embed_tokens", "embedding") == (
+        "base_model.model.model.embed_tokens.lora_embedding_A", "base_model.model.model.embed_tokens.lora_embedding_B")
+
+
+def test_target_rules_follow_peft():
+    q = "model.layers.3.self_attn.q_proj"
+    assert targeted({"target_modules": ["q_proj"]}, q)
+    assert targeted({"target_modules": [q]}, q)
+    assert not targeted({"target_modules": ["k_proj"]}, q)
+    assert not targeted({"target_modules": ["proj"]}, q)                       # whole components only
+    assert targeted({"target_modules": r".*\.q_proj"}, q)
+    assert not targeted({"target_modules": r"q_proj"}, q)                      # a string must fullmatch
+    assert targeted({"target_modules": ["q_proj"], "layers_to_transform": [3]}, q)
+    assert not targeted({"target_modules": ["q_proj"], "layers_to_transform": [0, 1]}, q)
+    assert targeted({"target_modules": ["q_proj"], "layers_to_transform": 3, "layers_pattern": "layers"}, q)
+    assert not targeted({"target_modules": ["q_proj"], "exclude_modules": ["q_proj"]}, q)
+
+
+def _edit_config(path, **changes):
+    cfg = json.loads((path / "adapter_config.json").read_text())
+    cfg.update(changes)
+    (path / "adapter_config.json").write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"peft_type": "IA3"}, "peft_type is IA3"),
+    ({"use_dora": True}, "use_dora is set: DoRA"),
+    ({"lora_bias": True}, "lora_bias is set"),
+    ({"init_lora_weights": "pissa"}, "changes the base weights"),
+    ({"r": 0}, "invalid r=0"),
+    ({"r": 5}, "rank 4 but the config resolves r=5"),
+    ({"modules_to_save": ["lm_head"]}, "modules_to_save.*--modules-to-save drop"),
+])
+def test_config_refusals(tmp_path, change, match):
+    p = toy_adapter(tmp_path / "a", rank=4)
+    _edit_config(p, **change)
+    with pytest.raises(AdapterError, match=match) as e:
+        Adapter(p)  # the config's own refusals come from LoraConfig.read; rank and modules_to_save from Adapter
+    assert str(p) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_resolve_takes_patterns_then_defaults():
+    cfg = LoraConfig(r=8, lora_alpha=16, rank_pattern={"down_proj": 4}, alpha_pattern={r"layers\.1\..*": 2.0})
+    assert cfg.resolve("model.layers.0.mlp.down_proj") == (4, 16.0)
+    assert cfg.resolve("model.layers.1.self_attn.q_proj") == (8, 2.0)
+    assert cfg.scale("model.layers.0.mlp.down_proj") == 4.0
+
+
+def test_rank_patterns_for_names_that_end_in_each_other():
+    ranks = {"model.layers.0.mlp.up_proj": 1, "mtp.model.layers.0.mlp.up_proj": 2, "model.layers.1.mlp.up_proj": 2}
+    alphas = {m: float(r) for m, r in ranks.items()}
+    r0, a0, rp, ap = _patterns(ranks, alphas)
+    cfg = LoraConfig(r=r0, lora_alpha=a0, rank_pattern=rp, alpha_pattern=ap)
+    assert all(cfg.resolve(m) == (ranks[m], alphas[m]) for m in ranks)

@@ -1,0 +1,44 @@
+"""One shared basis per module: every term's core, sums, inner products and SVDs against dense float64.
+
+Tolerance: rtol 1e-10 against dense float64 (QR round-off on these shapes).
+"""
+
+import math
+
+import torch
+from torch.testing import assert_close
+
+from vecmerge.lowrank import LowRank
+from vecmerge.subspace import Subspace
+
+
+def rand_lr(out, inn, r, seed, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return LowRank(torch.randn(out, r, generator=g, dtype=torch.float64),
+                   torch.randn(r, inn, generator=g, dtype=torch.float64), scale)
+
+
+def lift(x):
+    return x.space.left(x.C) @ x.space.bases()[1].T
+
+
+def test_cores_equal_the_terms_and_their_algebra():
+    terms = [rand_lr(40, 30, 4, 1, 0.5), rand_lr(40, 30, 3, 2, 2.0), rand_lr(40, 30, 2, 3, -1.0)]
+    for keep in (True, False):
+        space, cores = Subspace.of(terms, (40, 30), keep_bases=keep)
+        assert (space.p, space.q) == (9, 9)
+        for t, c in zip(terms, cores):
+            assert_close(lift(c), t.dense(), rtol=1e-10, atol=1e-12)
+        x, y = cores[0] - cores[1] * 0.3, cores[2]
+        dx, dy = terms[0].dense() - 0.3 * terms[1].dense(), terms[2].dense()
+        assert math.isclose(x.inner(y), float((dx * dy).sum()), rel_tol=1e-10)
+        assert math.isclose(x.norm(), float(dx.norm()), rel_tol=1e-10)
+        assert_close(x.singular_values(), torch.linalg.svdvals(dx)[:9], rtol=1e-10, atol=1e-12)
+        s = x.svd()
+        assert_close(s.U @ torch.diag(s.S) @ s.Vh, dx, rtol=1e-10, atol=1e-12)
+        space.release()
+
+
+def test_an_all_zero_module():
+    space, cores = Subspace.of([LowRank.zeros((5, 4))], (5, 4))
+    assert (space.p, space.q) == (0, 0) and cores[0].norm() == 0.0
