@@ -122,6 +122,18 @@ def test_haar_blocks_have_haar_moments(n, rows, cols):
     torch.testing.assert_close((M[:, 0, 0] ** 4).mean(), torch.tensor(fourth, dtype=torch.float64), rtol=0.1, atol=0)
 
 
+def test_sampled_band_is_the_stated_quantile_of_its_null(toy):
+    """null_band is the (1 - LEVEL) quantile of |null cosine| over the seeded draws, module by module."""
+    ws = Workspace()
+    ref, d = ws.evaluate(REF), ws.evaluate(DIR)
+    rows, spectra = consensus.measure(ref, d, d.names())
+    audit.mark_chance(rows, spectra, samples=300)
+    nulls = audit.null_cosines([r["shape"] for r in rows], spectra, 300)
+    for r, null in zip(rows, nulls):
+        assert r["null_band"] == float(torch.quantile(null.abs(), 1.0 - audit.LEVEL))
+        assert r["null_band"] != float(torch.quantile(null.abs(), 1.0 - audit.LEVEL / 2))
+
+
 def test_analytic_band_when_samples_zero(toy):
     res = _audit(ref=REF, direction=DIR, samples=0)
     assert res["summary"]["null_method"] == "analytic" and res["summary"]["samples"] == 0

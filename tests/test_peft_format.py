@@ -22,6 +22,24 @@ def test_pattern_key_is_peft_rule():
     assert peft_scale(16, 4, True) == 8.0 and peft_scale(16, 4, False) == 4.0
 
 
+@pytest.mark.parametrize("keys, name", [
+    (["up_proj", r"layers\.1\..*proj"], "model.layers.1.mlp.up_proj"),          # two keys match: the first wins
+    ([r"layers\.1\..*proj", "up_proj"], "model.layers.1.mlp.up_proj"),
+    (["up_proj"], "model.layers.0.mlp.gate_up_proj"),                              # no match without a dot boundary
+    (["mlp.up_proj", "up_proj"], "model.layers.0.mlp.up_proj"),
+    (["q_proj|k_proj"], "model.layers.0.self_attn.k_proj"),
+])
+def test_pattern_resolution_equals_peft_on_hard_names(keys, name):
+    """Compared with PEFT's own get_pattern_key (it returns the name itself when no key matches)."""
+    from peft.utils.other import get_pattern_key
+
+    ours = pattern_key(keys, name)
+    assert (ours if ours is not None else name) == get_pattern_key(keys, name)
+    cfg = LoraConfig(r=8, lora_alpha=8, rank_pattern={k: i + 2 for i, k in enumerate(keys)})
+    want = cfg.rank_pattern.get(get_pattern_key(keys, name), 8)
+    assert cfg.resolve(name)[0] == want
+
+
 def test_factor_keys_are_the_keys_peft_saves():
     assert factor_keys("model.layers.0.mlp.up_proj", "linear") == (
         "base_model.model.model.layers.0.mlp.up_proj.lora_A.weight",

@@ -101,6 +101,26 @@ def test_keep_base_keeps_backbone_factors_bit_for_bit(toy, run_cli):
     assert man["figures"]["survival"] == pytest.approx(1.0, abs=1e-4)
 
 
+@pytest.mark.parametrize("alpha_factor, rslora", [(2, False), (0.5, False), (2, True)])
+def test_keep_base_keeps_the_backbones_scale(tmp_path, monkeypatch, run_cli, alpha_factor, rslora):
+    """A backbone with lora_alpha = 2r (or r/2, or rsLoRA): its factors are kept and PEFT's scale stays its
+    own (alpha/r, alpha/sqrt(r)); verify recomputes base + alpha * dir within the fp32 tolerance."""
+    from vecmerge.adapter import Adapter
+    from vecmerge.testing import toy_adapter
+    from vecmerge.verify import verify_output
+
+    monkeypatch.chdir(tmp_path)
+    toy_adapter("b", rank=4, lora_alpha=4 * alpha_factor, rslora=rslora, seed=1)
+    toy_adapter("x", rank=4, seed=2)
+    toy_adapter("y", rank=4, seed=3)
+    res = run_cli("project", "--base", "b", "--dir", "x - y", "--alpha", "0.1", "--rank", "keep-base", "--out", "kb")
+    assert res.exit_code == 0, res.output
+    src, out = Adapter("b"), Adapter("kb")
+    for m, spec in src.specs.items():
+        assert out.specs[m].scale == spec.scale  # the backbone's own scale, to the bit
+    assert verify_output("kb")["passed"]
+
+
 def test_dose_ladder_manifest_rerun_and_refusals(toy, run_cli):
     res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--dose", "0.5,1,1.456",
                   "--out", "out/v58", "--json")

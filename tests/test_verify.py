@@ -127,6 +127,41 @@ def test_one_changed_tensor_fails(toy, run_cli):
     assert "the weights changed after writing" in " ".join(text.split())
 
 
+@pytest.mark.parametrize("factor, passes", [(1 + 3e-5, False), (1 + 3e-6, True)])
+def test_update_tolerance_is_sharp_on_both_sides(toy, run_cli, factor, passes):
+    """fp32 tolerance 1e-5: a module moved by 3e-5 of its norm fails, one moved by 3e-6 passes the update check
+    (the hash check fails either way)."""
+    project(run_cli)
+    rewrite_tensor(Path("out"), B_KEY, lambda t: t * factor)
+    res = by_name(verify_output("out"))
+    assert res["update"]["passed"] is passes and not res["output sha256"]["passed"]
+    assert res["update"]["figures"]["max_rel_error"] == pytest.approx(factor - 1, rel=0.05)
+
+
+def test_a_halved_step_in_one_module_fails_the_step_check(toy, run_cli):
+    """W_m = base_m + step_m / 2 in one module: survival drops below 1 by that module's share of the step
+    energy / 2 (computed here), far beyond 1e-4, and the step check itself fails."""
+    from vecmerge.options import RankPolicy
+    from vecmerge.pipeline import evaluate, intended_core
+    from vecmerge.rankcut import cut
+    from vecmerge.recipe import Recipe
+    from vecmerge.workspace import Workspace
+
+    project(run_cli)
+    ev = evaluate(Recipe.from_dict(json.loads(Path("out/vecmerge.json").read_text())["recipe"]), Workspace())
+    target, step = intended_core(ev, MODULE, 1.0)
+    out = Adapter(Path("out"))
+    half = cut(target - step * 0.5, RankPolicy("fixed", out.specs[MODULE].rank)).factors
+    scale = out.specs[MODULE].scale
+    a_key = B_KEY.replace("lora_B", "lora_A")
+    rewrite_tensor(Path("out"), B_KEY, lambda t: (half.B * half.scale / scale).to(t.dtype))
+    rewrite_tensor(Path("out"), a_key, lambda t: half.A.to(t.dtype))
+    share = step.norm() ** 2 / sum(ev.direction[m].norm() ** 2 * ev.step.module_alpha[m] ** 2 for m in ev.names)
+    res = by_name(verify_output("out"))
+    assert not res["step"]["passed"]
+    assert res["step"]["figures"]["survival"] == pytest.approx(1 - share / 2, rel=1e-5)
+
+
 def test_edited_lora_alpha_fails(toy, run_cli):
     project(run_cli)
     cfg_path = Path("out/adapter_config.json")
