@@ -50,7 +50,8 @@ class MatrixOperator:
     Args:
         shape (tuple[int, int]): (rows, cols).
         matmul (callable): X (cols, l) -> ``D @ X`` (rows, l).
-        rmatmul (callable): Y (rows, l) -> ``D.T @ Y`` (cols, l).
+        rmatmul (callable): Y (rows, l) -> ``D.T @ Y`` (cols, l). The final projection ``B = Q^T D``
+            calls it with a float64 Y: it should compute in float64 for the dropped energy to be exact.
         frob_sq (float | None): ``||D||_F^2`` if known exactly; otherwise it is computed as
             ``sum ||D @ I[:, block]||^2`` (as costly as forming D once).
     """
