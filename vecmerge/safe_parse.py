@@ -137,16 +137,19 @@ class _YamlRefused(yaml.YAMLError):
         self.problem, self.problem_mark = problem, mark
 
 
-def parse_yaml(text: str, source, *, max_depth: int = MAX_DEPTH):
+def parse_yaml(text: str, source, *, max_depth: int = MAX_DEPTH, max_chars: int = YAML_MAX_BYTES):
     """The data of one YAML document ``text`` read with :class:`StrictLoader`.
 
     Args:
         text (str): the document. source (str | Path): the file name for messages.
-        max_depth (int): the deepest nesting accepted.
+        max_depth (int): the deepest nesting accepted. max_chars (int): the longest text accepted.
     """
-    loader = StrictLoader(text)
-    loader.max_depth = max_depth
+    if len(text) > max_chars:
+        raise ParseError(source, f"longer than {max_chars} characters; this is not a file vecmerge expects")
+    loader = None
     try:
+        loader = StrictLoader(text)  # the reader checks for control characters here
+        loader.max_depth = max_depth
         return loader.get_single_data()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -161,7 +164,8 @@ def parse_yaml(text: str, source, *, max_depth: int = MAX_DEPTH):
     except RecursionError:  # only reachable with a very large max_depth
         raise ParseError(source, "nested too deeply to read; flatten the file") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def load_yaml(path, *, max_bytes: int = YAML_MAX_BYTES, max_depth: int = MAX_DEPTH):
@@ -170,17 +174,21 @@ def load_yaml(path, *, max_bytes: int = YAML_MAX_BYTES, max_depth: int = MAX_DEP
     Args:
         path (str | Path): the file. max_bytes (int): refuse larger files. max_depth (int): nesting bound.
     """
-    return parse_yaml(read_text(path, max_bytes=max_bytes), path, max_depth=max_depth)
+    return parse_yaml(read_text(path, max_bytes=max_bytes), path, max_depth=max_depth, max_chars=max_bytes)
 
 
 # ----------------------------------------------------------------------------------------------- JSON
-def parse_json(text: str, source, *, max_depth: int = MAX_DEPTH, max_int_digits: int = MAX_INT_DIGITS):
+def parse_json(text: str, source, *, max_depth: int = MAX_DEPTH, max_int_digits: int = MAX_INT_DIGITS,
+               max_chars: int = JSON_MAX_BYTES):
     """The data of the JSON ``text``, refusing what Python's ``json`` accepts but strict JSON does not.
 
     Args:
         text (str): the document. source (str | Path): the file name for messages.
         max_depth (int): the deepest nesting accepted. max_int_digits (int): the longest integer accepted.
+        max_chars (int): the longest text accepted.
     """
+    if len(text) > max_chars:
+        raise ParseError(source, f"longer than {max_chars} characters; this is not a file vecmerge expects")
     def constant(name):
         raise ValueError(f"{name} is not a JSON number; write a finite number")
 
@@ -230,7 +238,7 @@ def load_json(path, *, max_bytes: int = JSON_MAX_BYTES, max_depth: int = MAX_DEP
         max_depth (int): nesting bound. max_int_digits (int): the longest integer accepted.
     """
     return parse_json(read_text(path, max_bytes=max_bytes), path, max_depth=max_depth,
-                      max_int_digits=max_int_digits)
+                      max_int_digits=max_int_digits, max_chars=max_bytes)
 
 
 def _depth(data) -> int:
