@@ -525,3 +525,14 @@ def test_file_replacement_without_a_swap_never_leaves_the_path_empty(tmp_path, m
         write_file(tmp_path / "p.png", PNG_BYTES + b"new", policy=policy, kind=PNG, flag="--plot")
     assert (tmp_path / "p.png").read_bytes() == PNG_BYTES + (b"old" if fail_at else b"new")
     assert hidden(tmp_path) == []
+
+
+def test_recover_keeps_a_leftover_whose_journal_is_not_trustworthy(tmp_path):
+    """A swapped-out old output sits in the wrapper; with a damaged journal nothing may be deleted."""
+    commit_folders([tmp_path / "out"], "old")
+    kill_at(tmp_path, {"targets": [str(tmp_path / "out")], "tag": "new", "force": True}, "moved out")
+    (leftover,) = hidden(tmp_path)
+    (tmp_path / leftover / "journal.json").write_text('{"state": "committing", "members": "garbage"}')
+    (line,) = recover(tmp_path)
+    assert line.startswith(f"left {tmp_path / leftover} as is") and hidden(tmp_path) == [leftover]
+    assert tag_of(tmp_path / leftover / "new") == "old" and tag_of(tmp_path / "out") == "new"

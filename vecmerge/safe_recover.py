@@ -70,11 +70,13 @@ def _recover_one(wrapper: Path) -> list[str]:
         return []
     try:
         journal = Path(info["journal"])
-        plan = _read_journal(journal, wrapper)
-        if plan is None:  # nothing was committed: a partial build
+        if not os.path.lexists(journal):  # nothing was committed: a partial build (or one being discarded)
             with locked_dirs({wrapper.parent}):
                 remove_wrapper(wrapper)
             return [f"removed the unfinished output {wrapper}"]
+        plan = _read_journal(journal, wrapper)
+        if plan is None:  # a journal we cannot trust: the wrapper may hold an old output, so keep it all
+            return [f"left {wrapper} as is: its journal {journal} is not one vecmerge wrote; inspect it"]
         members = [(Path(m["target"]), Path(m["wrapper"]), tuple(m["new"])) for m in plan["members"]]
         for _, w, _ in members:
             if w not in locks and read_marker(w) is not None:
@@ -100,7 +102,7 @@ def _recover_one(wrapper: Path) -> list[str]:
 
 
 def _read_journal(journal: Path, wrapper: Path) -> dict | None:
-    """The journal a marker names, if it exists and is well formed and lists ``wrapper``; else None."""
+    """The journal a marker names, if it is well formed and lists ``wrapper``; else None."""
     if journal.name != JOURNAL or not STAGE_RE.fullmatch(journal.parent.name) or not journal.is_file():
         return None
     try:

@@ -29,6 +29,19 @@ stays all-or-nothing), after it removes the leftovers.
 Only hidden ``.NAME.tmp-*`` folders that hold a readable vecmerge marker are ever touched.
 Hidden ``.NAME.old-*`` folders left by earlier vecmerge versions carry no marker and are left alone.
 
+Two runs with ``--force`` to one target replace each other in turn: the last commit wins, and the
+path holds one complete output throughout.
+
+Use::
+
+    policy = OutputPolicy.for_command(inputs=[...], workspace_adapters=ws.adapters,
+                                      base_model=ws.base_model, force=force)
+    with OutputTransaction(policy) as txn:
+        for dose in doses:                       # one output, or a ladder: all or none
+            build_into(txn.folder(f"{out}-x{dose}"))
+        txn.commit()
+    write_file(plot, lambda f: fig.savefig(f, format="png"), policy=policy, kind=PNG, flag="--plot")
+
 The policy pieces are re-exported here: ``OutputPolicy``, ``FileKind``, ``PNG``, ``JSON``, ``TEXT``, ``recover``.
 """
 
