@@ -147,6 +147,8 @@ class OutputTransaction:
             raise OutputError(f"{flag} {target}: this set of outputs was already {self.state}")
         shown = Path(target)
         target = Path(os.path.abspath(target))
+        if not target.name:
+            raise OutputError(f"{flag} {shown}: is the root folder; choose another {flag}")
         if any(m.target == target for m in self.members):
             raise OutputError(f"{flag} {shown}: given twice; give each output its own path")
         self._check(shown, flag, kind, expected)
