@@ -268,6 +268,9 @@ def test_two_processes_commit_to_one_out_exactly_one_wins(tmp_path):
         assert p.stdout.readline().strip() == "READY", p.stderr.read()
     go.write_text("")
     outs = [(p.wait(30), p.stdout.read()) for p in procs]
+    for p in procs:
+        p.stdout.close()
+        p.stderr.close()
     codes = sorted(rc for rc, _ in outs)
     assert codes == [0, 2], outs
     winner = "p1" if outs[0][0] == 0 else "p2"
@@ -277,13 +280,13 @@ def test_two_processes_commit_to_one_out_exactly_one_wins(tmp_path):
 
 
 def kill_at(tmp_path: Path, job: dict, step: str) -> None:
-    p = child(tmp_path, dict(job, stop_at=step))
-    line = p.stdout.readline().strip()
-    if line != f"AT {step}":
-        p.kill()
-        pytest.fail(f"child did not reach {step}: {line!r} {p.stderr.read()}")
-    p.send_signal(signal.SIGKILL)
-    assert p.wait(30) == -signal.SIGKILL
+    with child(tmp_path, dict(job, stop_at=step)) as p:
+        line = p.stdout.readline().strip()
+        if line != f"AT {step}":
+            p.kill()
+            pytest.fail(f"child did not reach {step}: {line!r} {p.stderr.read()}")
+        p.send_signal(signal.SIGKILL)
+        assert p.wait(30) == -signal.SIGKILL
 
 
 @pytest.mark.parametrize("step, no_swap, during, after", [
