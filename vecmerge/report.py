@@ -52,6 +52,13 @@ def render_inspect(infos: list[dict]) -> str:
         if d["base_layer_copies"]:
             facts.append(("note", f"{len(d['base_layer_copies'])} saved base-layer copies ignored (not the update)"))
         norms = table([(t, g(n, 6)) for t, n in d["norm_by_type"].items()], ["module type", "norm"])
+        if d.get("experts"):
+            ex = d["experts"].values()
+            facts.append(("experts", f"{sum(e['experts'] for e in ex)} expert modules in {len(d['experts'])} "
+                                     f"parameters (target_parameters {d['target_parameters']})"))
+            rows = [(e["layer"], e["parameter"], e["experts"], e["rank"], "x".join(map(str, e["shape"])),
+                     g(e["norm"], 6)) for e in ex]
+            norms += "\n\n" + table(rows, ["layer", "parameter", "experts", "rank per expert", "out x in", "norm"])
         blocks.append(table(facts, ["", ""], "plain") + "\n\n" + norms)
     return "\n\n".join(blocks)
 
