@@ -475,3 +475,16 @@ def test_toy_swapped_nesting_and_missing_level_are_refused(tmp_path):
               metadata={"format": "pt"})
     with pytest.raises(AdapterError, match="missing levels"):
         Adapter(folder)
+
+
+def test_toy_expert_counts_must_agree(tmp_path, run_cli, monkeypatch):
+    """Adapters of models with different expert counts are refused, even with --allow-missing (exit 2)."""
+    monkeypatch.chdir(tmp_path)
+    toy_moe(tmp_path / "a", 0)
+    b = toy_moe(tmp_path / "b", 1)
+    sd = load_file(b / "adapter_model.safetensors")  # the same tensors read as 8 experts of half the rank
+    (b / "adapter_config.json").write_text(json.dumps({**TOY_CONFIG, "rank_pattern": {r".*\.gate_up_proj": 2,
+                                                                                      r".*\.down_proj": 1}}))
+    save_file(sd, str(b / "adapter_model.safetensors"), metadata={"format": "pt"})
+    res = run_cli("refactor", "a + b", "--allow-missing", "--out", "o")
+    assert res.exit_code == 2 and "different base models" in res.output and not (tmp_path / "o").exists()
