@@ -313,7 +313,9 @@ def test_audit_rows_per_expert_grouped_by_parameter(moe, run_cli, monkeypatch):
         sum(float(torch.linalg.norm(ref[m])) ** 2 for m in members)
         * sum(float(torch.linalg.norm(dr[m])) ** 2 for m in members))
     assert grid["cosine"][1][j] == pytest.approx(pooled, rel=1e-9) and grid["pooled"][1][j] == 4
-    assert data["summary"]["experts"]["rows"] == 16 and data["summary"]["experts"]["parameters"] == 4
+    x = data["summary"]["experts"]
+    assert x["rows"] == 16 and x["parameters"] == 4
+    assert x["agree"] == sum(float((ref[m] * dr[m]).sum()) > 0 for m in rows if "expert" in rows[m])
     by_type = json.loads(run_cli("audit", "--ref", "v54-v54e2", "--dir", "v51-v28", "--by", "type",
                                  "--format", "json").stdout)["types"]
     assert {t["type"]: t["modules"] for t in by_type}["down_proj"] == 8

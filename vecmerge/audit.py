@@ -35,7 +35,7 @@ global_z, null_method`` ("sampled"|"analytic"), ``samples, level``; ``rows``: on
 layer`` (int|null), ``type, shape`` ([out, in]), ``inner, cosine, ref_norm, dir_norm, agree`` (bool),
 ``null_std, z, null_band, chance`` (bool), ``mark`` ("agree"|"disagree"|"chance"); an expert of a MoE
 parameter also has ``expert`` (its index; ``type`` is the parameter) and the summary ``experts`` (``rows,
-parameters, agree, disagree, chance``). Pairwise (``kind:
+parameters, agree, chance, agree_significant, disagree_significant``). Pairwise (``kind:
 "pairwise"``): ``pairwise``: ``labels``, ``modules``, ``norm`` (per label), ``cosine``, ``agree``,
 ``significant`` (label x label matrices: global cosine, modules with ``inner > 0``, modules with ``inner > 0``
 and ``|z| >= 1.96``), and ``pairs``: one object per pair ``a, b, cosine, agree, significant, modules,
@@ -226,8 +226,9 @@ def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False
     if experts:
         marks = [r["mark"] for r in experts]
         summary["experts"] = {"rows": len(experts), "parameters": len({r["module"].rsplit(".", 1)[0] for r in experts}),
-                              "agree": marks.count("agree"), "disagree": marks.count("disagree"),
-                              "chance": marks.count("chance")}
+                              "agree": sum(bool(r["agree"]) for r in experts), "chance": marks.count("chance"),
+                              "agree_significant": marks.count("agree"),
+                              "disagree_significant": marks.count("disagree")}
     return {"kind": "audit", "ref": ref, "dir": direction, "missing": missing, "summary": summary, "rows": rows}
 
 

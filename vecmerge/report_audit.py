@@ -138,8 +138,9 @@ def _summary_lines(res: dict) -> list[str]:
         lines[-1] += f" ({within} of them within the chance band)"
     if s.get("experts"):
         x = s["experts"]
-        lines.append(f"experts: {x['rows']} rows in {x['parameters']} parameters; {x['agree']} agree, "
-                     f"{x['disagree']} disagree, {x['chance']} within the chance band")
+        lines.append(f"experts: {x['agree']}/{x['rows']} expert rows ({x['parameters']} parameters) agree; "
+                     f"{x['chance']} within the chance band, beyond it {x['agree_significant']} agree, "
+                     f"{x['disagree_significant']} disagree")
     for label, ms in res.get("missing", {}).items():
         lines.append(f"missing in {label} (treated as zero): {len(ms)} module(s)")
     return lines
