@@ -31,6 +31,10 @@ MIXTRAL = dict(vocab_size=64, hidden_size=16, intermediate_size=24, num_hidden_l
 QWEN3_MOE = dict(vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=12, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2, head_dim=4, num_experts=8, num_experts_per_tok=2,
                  decoder_sparse_step=1, max_position_embeddings=32, tie_word_embeddings=False)
+GPT_OSS = dict(vocab_size=64, hidden_size=16, intermediate_size=12, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=4, num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
+               layer_types=["sliding_attention", "full_attention"], max_position_embeddings=32,
+               tie_word_embeddings=False)  # experts stored (E, in, out): PEFT's delta comes transposed
 VARIANTS = {
     # PEFT turns all-linear on these models into target_parameters (gate.weight, gate_up_proj, down_proj)
     "all-linear": dict(target_modules="all-linear"),
@@ -44,11 +48,20 @@ CASES = [("mixtral", "all-linear"), ("qwen3_moe", "all-linear"), ("qwen3_moe", "
 
 
 def _model(arch: str):
-    from transformers import MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from transformers import (
+        GptOssConfig,
+        GptOssForCausalLM,
+        MixtralConfig,
+        MixtralForCausalLM,
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
+    )
 
     torch.manual_seed(0)
     if arch == "mixtral":
         return MixtralForCausalLM(MixtralConfig(**MIXTRAL))
+    if arch == "gpt_oss":
+        return GptOssForCausalLM(GptOssConfig(**GPT_OSS))
     return Qwen3MoeForCausalLM(Qwen3MoeConfig(**QWEN3_MOE))
 
 
@@ -115,9 +128,9 @@ def peft_updates(base: Path, folder: Path) -> dict:
         holder = name.replace(".base_layer", "")
         if param is None:
             out[name] = d
-        elif d.ndim == 3:
-            assert mod._did_swap_in_out_features  # Mixtral / Qwen3-MoE store experts (E, out, in)
-            out.update((f"{holder}.{param}.{e}", d[e]) for e in range(d.shape[0]))
+        elif d.ndim == 3:  # Mixtral / Qwen3-MoE store experts (E, out, in), GPT-OSS (E, in, out)
+            swapped = mod._did_swap_in_out_features
+            out.update((f"{holder}.{param}.{e}", d[e] if swapped else d[e].T) for e in range(d.shape[0]))
         else:
             out[holder if param == "weight" else f"{holder}.{param}"] = d
     return out
@@ -176,8 +189,8 @@ def _hand_patched_logits(base: Path, deltas: dict, ids) -> torch.Tensor:
         for m, d in deltas.items():
             parts = m.split(".")
             if parts[-1].isdigit():  # an expert: patch its slice of the 3-D parameter
-                p = getattr(model.get_submodule(".".join(parts[:-2])), parts[-2])
-                p[int(parts[-1])] += d.to(p.dtype)
+                p = getattr(model.get_submodule(".".join(parts[:-2])), parts[-2])[int(parts[-1])]
+                p += (d if p.shape == d.shape else d.T).to(p.dtype)  # GPT-OSS: (in, out)
             else:
                 p = model.get_submodule(m).weight
                 p += d.to(p.dtype)
@@ -185,7 +198,7 @@ def _hand_patched_logits(base: Path, deltas: dict, ids) -> torch.Tensor:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch,variant", [("mixtral", "all-linear"), ("qwen3_moe", "experts")])
+@pytest.mark.parametrize("arch,variant", [("mixtral", "all-linear"), ("qwen3_moe", "experts"), ("gpt_oss", "experts")])
 def test_project_loads_in_peft_with_intended_deltas_and_logits(moe, run_cli, monkeypatch, arch, variant):
     root = moe(arch, variant)
     monkeypatch.chdir(root)
