@@ -462,6 +462,17 @@ def test_toy_project_and_rank_cut_write_peft_layout(tmp_path, run_cli, monkeypat
     B = load_file(tmp_path / "x" / "adapter_model.safetensors")[f"{PFX}.0.mlp.experts.lora_B.weight"]
     assert B.shape == (H, 2 * E) and bool((B[:, 3::E] == 0).all())
     assert_merge_identity(tmp_path / "x")
+    # a project with a rank cut: the report gives the step's survival with the experts' own ranks too
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--alpha", "0.25", "--rank", "energy:0.7",
+                  "--out", "pc", "--json")
+    fig = json.loads(res.stdout)["outputs"][0]["figures"]
+    own = fig["experts"]["own_cut"]
+    assert fig["experts"]["stored_directions"] > fig["experts"]["own_directions"]
+    assert own["rel_error"] >= fig["rel_error"] and 0.0 < own["survival"] <= 1.5
+    text = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--alpha", "0.25", "--rank", "energy:0.7",
+                   "--dry-run").stdout
+    assert f"survival {own['survival']:.6f} (written: {fig['survival']:.6f})" in text
+    assert_merge_identity(tmp_path / "pc")
 
 
 @pytest.mark.parametrize("change,message", [
