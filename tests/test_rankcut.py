@@ -80,3 +80,20 @@ def test_cut_of_a_core_equals_cut_of_its_factors():
         assert_close(x.factors.dense(), y.factors.dense(), rtol=1e-9, atol=1e-12)
         dense = direct.dense()
         assert math.isclose(x.error, float(torch.linalg.norm(x.factors.dense() - dense)), rel_tol=1e-7, abs_tol=1e-12)
+
+
+def test_common_rank_pads_with_zero_directions():
+    """rank=k keeps min(k, exact) directions (Eckart-Young error) and pads with zeros: the update is unchanged."""
+    x = rand_lr(9, 7, 2, 5)
+    dense = x.dense()
+    S = torch.linalg.svdvals(dense)
+    c = cut(x, RankPolicy("fixed", 1), rank=4)  # a common rank above the exact rank 2
+    assert c.rank == 4 and c.factors.rank == 4 and c.exact_rank == 2
+    assert bool((c.factors.B[:, 2:] == 0).all()) and bool((c.factors.A[2:] == 0).all())
+    assert_close(c.factors.dense(), dense, rtol=1e-9, atol=1e-12)
+    c = cut(x, RankPolicy("energy", 0.1), rank=1)
+    assert c.rank == 1 and math.isclose(c.error, float(S[1]), rel_tol=1e-9)
+    space, (core,) = Subspace.of([x], x.shape)
+    c = cut(core, RankPolicy("exact"), rank=3)
+    assert c.rank == 3 and bool((c.factors.A[2:] == 0).all())
+    assert_close(c.factors.dense(), dense, rtol=1e-9, atol=1e-12)

@@ -5,6 +5,12 @@ A module's update is ``scale * B @ A`` in the LoRA layout (B = ``lora_B`` (out, 
 LoRA whose ``lora_embedding_B @ lora_embedding_A`` is (dim, vocab)), ``ModuleSpec.transposed`` says
 so; the algebra does not care, ``weight_delta`` applies it. This is the only module that reads
 tensor files; the names and rules of the format live in ``peft_format``.
+
+Parameters adapted through ``target_parameters`` (PEFT's ``ParamWrapper``) are read as modules too: a
+2-D one (a router's ``weight``) as one module named after its module, a 3-D one (fused MoE experts)
+as one module per expert, ``<module>.<parameter>.<e>``, each ``scale * B_e @ A_e`` of shape (out, in)
+with the parameter's r and scale (``ModuleSpec.param``, ``expert``, ``experts``, ``holder``). Every
+expression, audit, method and rank cut then sees plain modules; ``export`` groups the experts back.
 """
 
 from __future__ import annotations
@@ -26,7 +32,13 @@ from .peft_format import (
     SAFETENSORS_NAME,
     STORED_DTYPES,
     LoraConfig,
+    entry_name,
+    expert_factors,
+    nesting_order,
+    param_candidates,
     peft_scale,
+    targeted,
+    unwrap,
 )
 
 
@@ -44,11 +56,16 @@ class ModuleSpec:
     """What a module is, without its tensors.
 
     Args:
-        name (str): module path in the model, e.g. ``model.layers.0.self_attn.q_proj``.
-        kind (str): ``linear`` or ``embedding`` (which key names it is stored under).
-        shape (tuple[int, int]): (out, in) of ``B @ A``. rank (int): stored r. scale (float).
+        name (str): module path in the model, e.g. ``model.layers.0.self_attn.q_proj``; for an expert
+            ``<module>.<parameter>.<e>``, e.g. ``model.layers.0.mlp.experts.gate_up_proj.3``.
+        kind (str): ``linear``, ``embedding`` or ``expert`` (how it is stored).
+        shape (tuple[int, int]): (out, in) of ``B @ A``. rank (int): stored r (per expert). scale (float).
         transposed (bool): the base weight holds ``(B @ A).T``.
-        dtype (str): fp32, fp16 or bf16. keys (tuple[str, str]): the file keys of A and B.
+        dtype (str): fp32, fp16 or bf16. keys (tuple[str, str]): the file keys of A and B (an expert's
+            are its parameter's, shared by all its experts).
+        param (str | None): the ``nn.Parameter`` adapted through ``target_parameters`` (None: a module
+            adapted through ``target_modules``). holder (str | None): the module holding it.
+        expert (int | None): the expert index in a 3-D parameter. experts (int): E of that parameter.
     """
 
     name: str
@@ -59,10 +76,19 @@ class ModuleSpec:
     transposed: bool
     dtype: str
     keys: tuple
+    param: str | None = None
+    expert: int | None = None
+    experts: int = 1
+    holder: str | None = None
 
     @property
     def weight_shape(self) -> tuple[int, int]:
         return (self.shape[1], self.shape[0]) if self.transposed else self.shape
+
+    @property
+    def target(self) -> str:
+        """The name PEFT resolves r and alpha on: ``<module>.<parameter>`` for a wrapped parameter."""
+        return f"{self.holder}.{self.param}" if self.param else self.name
 
 
 class Adapter:
@@ -147,15 +173,23 @@ class Adapter:
                 raise AdapterError(f"{self.weights_path}: module {m['mod']} has two lora_{slot} tensors "
                                    "(several adapter names?); save one adapter per folder")
             entry[slot] = key
+        holders: dict[str, dict] = {}
+        for mod, entry in parts.items():
+            holder, depth = unwrap(mod)
+            holders.setdefault(holder, {})[depth] = (mod, entry)
         specs = {}
-        for mod, entry in sorted(parts.items()):
-            specs[mod] = self._spec(mod, entry)
+        for holder, levels in sorted(holders.items()):
+            if max(levels) > 0 or (param_candidates(self.config.raw, holder)
+                                   and not targeted(self.config.raw, holder)):
+                specs.update((s.name, s) for s in self._param_specs(holder, levels))
+            else:
+                specs[holder] = self._spec(holder, levels[0][1])
         if not specs:
             raise AdapterError(f"{self.weights_path}: no LoRA tensors found; is this a LoRA adapter?")
         return specs
 
-    def _spec(self, mod: str, entry: dict) -> ModuleSpec:
-        where = f"{self.weights_path}: module {mod}"
+    def _factor_shapes(self, where: str, entry: dict) -> tuple[tuple, tuple, str]:
+        """lora_A and lora_B shapes and the stored dtype(s), validated: matrices agreeing on the rank."""
         for slot in "AB":
             if slot not in entry:
                 raise AdapterError(f"{where}: lora_{slot} is missing; the file is incomplete, save the adapter again")
@@ -166,20 +200,77 @@ class Adapter:
         if a_shape[0] != b_shape[1]:
             raise AdapterError(f"{where}: lora_A {a_shape} and lora_B {b_shape} disagree on the rank; "
                                "the factors come from different runs, save the adapter again")
-        r, alpha = self.config.resolve(mod)
-        if a_shape[0] != r:
-            raise AdapterError(f"{where}: tensors have rank {a_shape[0]} but the config resolves r={r}; "
-                               "fix r/rank_pattern in adapter_config.json")
         dtypes = {self._dtype(entry["A"]), self._dtype(entry["B"])}
         bad = dtypes - set(STORED_DTYPES.values())
         if bad:
             raise AdapterError(f"{where}: stored as {sorted(bad)[0]}; vecmerge reads fp32, fp16 and bf16 "
                                "(dequantize first)")
+        return a_shape, b_shape, "/".join(sorted(dtypes))
+
+    def _spec(self, mod: str, entry: dict) -> ModuleSpec:
+        where = f"{self.weights_path}: module {mod}"
+        a_shape, b_shape, dtype = self._factor_shapes(where, entry)
+        r, alpha = self.config.resolve(mod)
+        if a_shape[0] != r:
+            raise AdapterError(f"{where}: tensors have rank {a_shape[0]} but the config resolves r={r}; "
+                               "fix r/rank_pattern in adapter_config.json")
         kind = entry["kind"]
         transposed = kind == "embedding" or self.config.fan_in_fan_out
         return ModuleSpec(name=mod, kind=kind, shape=(b_shape[0], a_shape[1]), rank=a_shape[0],
                           scale=peft_scale(alpha, r, self.config.use_rslora), transposed=transposed,
-                          dtype="/".join(sorted(dtypes)), keys=(entry["A"], entry["B"]))
+                          dtype=dtype, keys=(entry["A"], entry["B"]))
+
+    def _param_names(self, holder: str, levels: dict) -> dict[int, str]:
+        """``{depth: parameter}`` of the nested ParamWrappers of ``holder`` (PEFT's nesting rule)."""
+        where = f"{self.weights_path}: module {holder}"
+        k = len(levels)
+        if sorted(levels) != list(range(k)):
+            raise AdapterError(f"{where}: LoRA keys at wrapper depths {sorted(levels)} (missing levels); "
+                               "the file is incomplete, save the adapter again")
+        cands = param_candidates(self.config.raw, holder)
+        if len(cands) > k and k == 1:  # a bare entry (down_proj) also matches under a router: keep what fits
+            rows = self._shape(levels[0][1]["A"])[0] if "A" in levels[0][1] else 0
+            fit = {p: v for p, v in cands.items() if rows % self.config.resolve(f"{holder}.{p}")[0] == 0}
+            cands = fit or cands
+        if len(cands) > k:
+            top = max(cands.values())
+            cands = {p: v for p, v in cands.items() if v == top}
+        order = nesting_order(list(cands)) if len(cands) == k else None
+        if order is None:
+            raise AdapterError(
+                f"{where}: {k} LoRA wrapper(s) of target_parameters, but target_parameters "
+                f"{self.config.raw.get('target_parameters')!r} does not say which parameter each holds; "
+                "name them with their module (e.g. 'mlp.experts.gate_up_proj') in adapter_config.json")
+        return {k - 1 - i: p for i, p in enumerate(order)}
+
+    def _param_specs(self, holder: str, levels: dict) -> list[ModuleSpec]:
+        """The modules of ``holder``'s wrapped parameters: one per 2-D parameter, one per expert of a 3-D one."""
+        names = self._param_names(holder, levels)
+        specs, dims = [], {}
+        for depth in sorted(names, reverse=True):  # innermost (registered first) first
+            param, entry = names[depth], levels[depth][1]
+            target = f"{holder}.{param}"
+            where = f"{self.weights_path}: parameter {target}"
+            a_shape, b_shape, dtype = self._factor_shapes(where, entry)
+            r, alpha = self.config.resolve(target)
+            if a_shape[0] % r:
+                raise AdapterError(f"{where}: lora_A has {a_shape[0]} rows, not a multiple of the r={r} the config "
+                                   "resolves (r per expert); fix r/rank_pattern in adapter_config.json")
+            experts = a_shape[0] // r
+            dims[param] = (b_shape[0], a_shape[1])
+            common = dict(kind="expert" if experts > 1 else "linear", shape=dims[param], rank=r,
+                          scale=peft_scale(alpha, r, self.config.use_rslora), transposed=False, dtype=dtype,
+                          keys=(entry["A"], entry["B"]), param=param, experts=experts, holder=holder)
+            if experts == 1:
+                specs.append(ModuleSpec(name=entry_name(holder, param), **common))
+            else:
+                specs += [ModuleSpec(name=entry_name(holder, param, e), expert=e, **common) for e in range(experts)]
+        if "gate_up_proj" in dims and "down_proj" in dims and dims["gate_up_proj"][1] != dims["down_proj"][0]:
+            raise AdapterError(f"{self.weights_path}: module {holder}: gate_up_proj's input size "
+                               f"{dims['gate_up_proj'][1]} differs from down_proj's output size "
+                               f"{dims['down_proj'][0]}, so the wrappers are not nested as PEFT nests them "
+                               "(gate_up_proj inside); the adapter was not saved by PEFT")
+        return specs
 
     # -- reading ----------------------------------------------------------------------------
     @property
@@ -201,7 +292,11 @@ class Adapter:
         """
         spec = self.specs[module]
         try:
-            A, B = self._read(spec.keys[0]), self._read(spec.keys[1])
+            if spec.kind == "expert":
+                B, A = expert_factors(self._tensors[0][spec.keys[0]], self._tensors[0][spec.keys[1]],
+                                      spec.rank, spec.experts, spec.expert)
+            else:
+                A, B = self._read(spec.keys[0]), self._read(spec.keys[1])
         except Exception as e:
             raise AdapterError(f"{self.weights_path}: module {module}: cannot read tensors ({e}); "
                                "the file is truncated or corrupt, copy it again") from None

@@ -33,7 +33,9 @@ agree, disagree, agree_energy, cosine_median, cosine_min, cosine_max, disagreein
 ``chance, agree_significant, disagree_significant, binom_p, binom_p_significant, global_inner, global_cosine,
 global_z, null_method`` ("sampled"|"analytic"), ``samples, level``; ``rows``: one per module with ``module,
 layer`` (int|null), ``type, shape`` ([out, in]), ``inner, cosine, ref_norm, dir_norm, agree`` (bool),
-``null_std, z, null_band, chance`` (bool), ``mark`` ("agree"|"disagree"|"chance"). Pairwise (``kind:
+``null_std, z, null_band, chance`` (bool), ``mark`` ("agree"|"disagree"|"chance"); an expert of a MoE
+parameter also has ``expert`` (its index; ``type`` is the parameter) and the summary ``experts`` (``rows,
+parameters, agree, chance, agree_significant, disagree_significant``). Pairwise (``kind:
 "pairwise"``): ``pairwise``: ``labels``, ``modules``, ``norm`` (per label), ``cosine``, ``agree``,
 ``significant`` (label x label matrices: global cosine, modules with ``inner > 0``, modules with ``inner > 0``
 and ``|z| >= 1.96``), and ``pairs``: one object per pair ``a, b, cosine, agree, significant, modules,
@@ -220,6 +222,13 @@ def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False
     mark_chance(rows, spectra, samples)
     summary = summarize(rows)
     summary.update(null_method="sampled" if samples else "analytic", samples=samples, level=LEVEL)
+    experts = [r for r in rows if "expert" in r]
+    if experts:
+        marks = [r["mark"] for r in experts]
+        summary["experts"] = {"rows": len(experts), "parameters": len({r["module"].rsplit(".", 1)[0] for r in experts}),
+                              "agree": sum(bool(r["agree"]) for r in experts), "chance": marks.count("chance"),
+                              "agree_significant": marks.count("agree"),
+                              "disagree_significant": marks.count("disagree")}
     return {"kind": "audit", "ref": ref, "dir": direction, "missing": missing, "summary": summary, "rows": rows}
 
 

@@ -28,6 +28,7 @@ def measure(ref, direction, names, progress=None) -> tuple[list[dict], list[tupl
         progress: optional callable wrapping the module iterable (a tqdm bar).
     """
     rows, spectra = [], []
+    specs = getattr(direction, "specs", None) or {}
     for m in progress(names) if progress else names:
         r, d = ref[m], direction[m]
         sr, sd = r.singular_values(), d.singular_values()
@@ -35,14 +36,22 @@ def measure(ref, direction, names, progress=None) -> tuple[list[dict], list[tupl
         inner = r.inner(d) if rn > 0 and dn > 0 else 0.0
         cos = inner / (rn * dn) if rn > 0 and dn > 0 else 0.0
         out, inn = d.shape
-        rows.append({"module": m, "layer": module_layer(m), "type": module_type(m), "shape": [out, inn],
-                     "inner": inner, "cosine": cos, "ref_norm": rn, "dir_norm": dn, "agree": inner > 0})
+        spec = specs.get(m)
+        expert = spec.expert if spec is not None else None
+        row = {"module": m, "layer": module_layer(m), "type": module_type(m) if expert is None else spec.param,
+               "shape": [out, inn], "inner": inner, "cosine": cos, "ref_norm": rn, "dir_norm": dn, "agree": inner > 0}
+        if expert is not None:  # one row per expert; ``type`` is the parameter (gate_up_proj), pooled in the grid
+            row["expert"] = expert
+        rows.append(row)
         spectra.append((sr, sd))
     return rows, spectra
 
 
 def agreement_rows(ref, direction, names: list[str] | None = None, progress=None) -> list[dict]:
     """One row per module: ``module, layer, type, shape, inner, cosine, ref_norm, dir_norm, agree``.
+
+    An expert of a MoE parameter (``ModuleSpec.expert``) is a module too; its row adds ``expert`` and its
+    ``type`` is the parameter (``gate_up_proj``).
 
     ``inner = <ref_m, dir_m>_F``, ``cosine = inner / (||ref_m|| ||dir_m||)`` (0 where either is zero).
 

@@ -1,7 +1,9 @@
 """What ``vecmerge inspect`` reports about one adapter: config, scale rule, ranks, dtype, norms, hashes.
 
 Norms are of the effective update ``scale * B @ A`` (factored, float64):
-``||x||^2 = sum_m ||x_m||^2`` globally and per module type (q_proj, ..., down_proj).
+``||x||^2 = sum_m ||x_m||^2`` globally and per module type (q_proj, ..., down_proj; an expert's type is
+its parameter, gate_up_proj). A MoE adapter (``target_parameters``) also gets ``experts``: per 3-D
+parameter its layer, expert count, rank per expert, (out, in) per expert and norm over its experts.
 """
 
 from __future__ import annotations
@@ -26,12 +28,21 @@ def describe(adapter: Adapter, progress=None) -> dict:
     it = progress(names) if progress else names
     norms = {m: adapter.factors(m).norm() for m in it}
     by_type: dict[str, float] = defaultdict(float)
+    experts: dict[str, dict] = {}
     for m, n in norms.items():
-        by_type[module_type(m)] += n * n
+        s = specs[m]
+        by_type[s.param if s.kind == "expert" else module_type(m)] += n * n
+        if s.kind == "expert":
+            e = experts.setdefault(s.target, {"layer": module_layer(s.holder), "parameter": s.param,
+                                              "experts": s.experts, "rank": s.rank, "shape": list(s.shape),
+                                              "scale": s.scale, "norm": 0.0})
+            e["norm"] += n * n
     layers = sorted({module_layer(m) for m in names if module_layer(m) is not None})
     ranks = Counter(s.rank for s in specs.values())
     scales = Counter(s.scale for s in specs.values())
-    return {
+    for e in experts.values():
+        e["norm"] = math.sqrt(e["norm"])
+    info = {
         "path": str(adapter.path),
         "peft_type": str(cfg.raw.get("peft_type", "LORA")),
         "base_model": cfg.base_model,
@@ -58,3 +69,7 @@ def describe(adapter: Adapter, progress=None) -> dict:
         "sha256": adapter.sha256,
         "config_sha256": adapter.config_sha256,
     }
+    if experts:  # MoE adapters only: {parameter: {layer, parameter, experts, rank, shape, scale, norm}}
+        info["experts"] = experts
+        info["target_parameters"] = cfg.raw.get("target_parameters")
+    return info

@@ -5,6 +5,10 @@ update: ranks that differ from the default go through ``rank_pattern`` and ``alp
 keys are checked to resolve (by PEFT's rule) to exactly the intended rank and alpha.
 The folder is written to a temporary sibling and renamed into place; inputs are never opened for
 writing.
+
+Parameters adapted through ``target_parameters`` are written back in PEFT's layout: the experts of a
+3-D parameter stacked into one lora_A (E*r, in) and lora_B (out, r*E) under PEFT's nested wrapper
+keys (``pack_params``), with one r and one alpha per parameter, resolved on ``<module>.<parameter>``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,16 @@ from . import __version__
 from .adapter import ModuleSpec, sha256_file
 from .errors import OutputError
 from .lowrank import COMPUTE_DTYPE, LowRank
-from .peft_format import CONFIG_NAME, DTYPES, SAFETENSORS_NAME, LoraConfig, factor_keys, peft_scale
+from .peft_format import (
+    CONFIG_NAME,
+    DTYPES,
+    SAFETENSORS_NAME,
+    LoraConfig,
+    factor_keys,
+    peft_scale,
+    stack_experts,
+    wrapped_keys,
+)
 
 MANIFEST_NAME = "vecmerge.json"
 CARD_NAME = "README.md"
@@ -105,7 +118,11 @@ def build_config(template: LoraConfig | None, specs: dict, ranks: dict, alphas: 
     if not same_modules or template is None:
         for key in _COVERAGE_KEYS:
             raw.pop(key, None)
-        raw["target_modules"] = sorted(specs)  # full names: PEFT targets exactly these modules
+        # full names: PEFT targets exactly these modules (and these parameters)
+        raw["target_modules"] = sorted(m for m, s in specs.items() if not s.param)
+        wrapped = sorted({s.target for s in specs.values() if s.param})
+        if wrapped or raw.get("target_parameters"):
+            raw["target_parameters"] = wrapped or None
     return raw
 
 
@@ -143,11 +160,52 @@ def prepare_modules(modules: dict, specs: dict, dtype: str = "fp32", keep_factor
             big = max(float(x.B.abs().max()), float(x.A.abs().max()))
             raise OutputError(f"module {name}: factors up to {big:.3g} overflow {dtype}; "
                               "use --dtype fp32 (or bf16, which has fp32's range)")
-        a_key, b_key = factor_keys(name, spec.kind)
-        tensors[a_key] = A
-        tensors[b_key] = B
+        if not spec.param:  # wrapped parameters are stored by pack_params, which sees all of a module's
+            a_key, b_key = factor_keys(name, spec.kind)
+            tensors[a_key] = A
+            tensors[b_key] = B
         written[name] = WrittenModule(LowRank(B, A, peft_scale(alpha, x.rank, False)), x.rank, alpha)
     return tensors, written
+
+
+def pack_params(written: dict, specs: dict) -> dict:
+    """The tensors of the ``target_parameters`` modules of ``written``, in PEFT's layout and nesting.
+
+    The experts of a parameter must be complete and share one rank and alpha (``pipeline.build`` cuts
+    them at a common rank); lora_A stacks them expert-major, lora_B expert-minor (``stack_experts``).
+
+    Args:
+        written (dict[str, WrittenModule]): every written module (others are ignored).
+        specs (dict[str, ModuleSpec]): their layouts.
+
+    Returns:
+        ``{key: tensor}`` for the wrapped parameters (empty for an adapter without any).
+    """
+    groups: dict[str, list] = {}
+    for m in written:
+        if specs[m].param:
+            groups.setdefault(specs[m].target, []).append(m)
+    params: dict[str, set] = {}
+    for names in groups.values():
+        params.setdefault(specs[names[0]].holder, set()).add(specs[names[0]].param)
+    tensors = {}
+    for target, names in groups.items():
+        s0 = specs[names[0]]
+        a_key, b_key = wrapped_keys(s0.holder, s0.param, params[s0.holder])
+        if s0.kind != "expert":
+            w = written[names[0]]
+            tensors[a_key], tensors[b_key] = w.lowrank.A, w.lowrank.B
+            continue
+        by_e = {specs[m].expert: written[m] for m in names}
+        if sorted(by_e) != list(range(s0.experts)):
+            raise OutputError(f"parameter {target}: {len(by_e)} of its {s0.experts} experts to write; "
+                              "PEFT stores all of them in one tensor")
+        if len({(w.rank, w.alpha) for w in by_e.values()}) > 1:
+            raise OutputError(f"parameter {target}: experts of ranks {sorted({w.rank for w in by_e.values()})} "
+                              "and alphas differ; PEFT stores one r and one alpha per parameter")
+        A, B = stack_experts([(by_e[e].lowrank.B, by_e[e].lowrank.A) for e in range(s0.experts)])
+        tensors[a_key], tensors[b_key] = A, B
+    return tensors
 
 
 def write_adapter(out, prepared: tuple, specs: dict, *, template: LoraConfig | None, manifest: dict,
@@ -172,8 +230,8 @@ def write_adapter(out, prepared: tuple, specs: dict, *, template: LoraConfig | N
 
     out = check_out(out, force)
     tensors, written = prepared
-    ranks = {m: w.rank for m, w in written.items()}
-    alphas = {m: w.alpha for m, w in written.items()}
+    ranks = {specs[m].target: w.rank for m, w in written.items()}  # experts of a parameter share one r
+    alphas = {specs[m].target: w.alpha for m, w in written.items()}
     config = build_config(template, specs, ranks, alphas, same_modules)
 
     try:

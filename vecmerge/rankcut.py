@@ -13,7 +13,9 @@ For an update with thin SVD ``U S V^T`` (from its small core: ``C = Uc S Vh``, `
   (the step must come from one backbone adapter).
 
 ``cut`` serves the pipeline (cores in a module's shared basis) and ``refactor``/``verify`` (LowRank)
-alike.
+alike. ``rank=k`` overrides the policy's choice with a common rank (the experts of one MoE parameter
+share one stored rank, see ``pipeline.experts``): the cut keeps ``min(k, exact)`` directions and pads
+with zero directions up to k (keep-base pads its appended factors).
 """
 
 from __future__ import annotations
@@ -71,7 +73,22 @@ def _keep_base(target, backbone: LowRank | None, step) -> Cut:
     return Cut(x, x.rank, x.rank, s.dropped_error(upd.rank), target.norm(), target.C)
 
 
-def cut(x, policy: RankPolicy, *, backbone: LowRank | None = None, step=None) -> Cut:
+def pad(x: LowRank, rank: int) -> LowRank:
+    """``x`` with zero directions appended up to ``rank`` (zero columns of B, zero rows of A): the same update."""
+    extra = rank - x.rank
+    if extra <= 0:
+        return x
+    B = torch.cat([x.B, x.B.new_zeros(x.B.shape[0], extra)], 1)
+    return LowRank(B, torch.cat([x.A, x.A.new_zeros(extra, x.A.shape[1])], 0), x.scale)
+
+
+def _padded(c: Cut, rank: int | None) -> Cut:
+    if rank is None or rank <= c.rank:
+        return c
+    return Cut(pad(c.factors, rank), rank, c.exact_rank, c.error, c.norm, c.kept)
+
+
+def cut(x, policy: RankPolicy, *, backbone: LowRank | None = None, step=None, rank: int | None = None) -> Cut:
     """Re-factor ``x`` at the rank ``policy`` chooses (see the module docstring).
 
     Args:
@@ -79,20 +96,25 @@ def cut(x, policy: RankPolicy, *, backbone: LowRank | None = None, step=None) ->
         policy (RankPolicy): the rank rule.
         backbone (LowRank | None): keep-base only: the backbone adapter's own factors of this module.
         step (InSpan | None): keep-base only: the step, ``x - backbone``.
+        rank (int | None): a common rank instead of the policy's choice: keep ``min(rank, exact)``
+            directions, pad with zero directions to ``rank``.
 
     Returns:
         Cut with the exact Eckart-Young error of the cut.
     """
     if policy.kind == "keep-base":
-        return _keep_base(x, backbone, step)
+        return _padded(_keep_base(x, backbone, step), rank)
     if isinstance(x, LowRank):
         s = x.svd()
         k, exact = policy.choose(s.S, s.floor)
+        k = k if rank is None else min(rank, exact)
         norm = float((s.S**2).sum().sqrt())
-        return Cut(s.truncate(k), k, exact, s.dropped_error(k), norm)
+        return _padded(Cut(s.truncate(k), k, exact, s.dropped_error(k), norm), rank)
     U, S, Vh = torch.linalg.svd(x.C, full_matrices=False)
     k, exact = policy.choose(S, x.floor)
+    k = k if rank is None else min(rank, exact)
     root = torch.sqrt(S[:k])
     factors = LowRank(x.space.left(U[:, :k] * root), x.space.right(root[:, None] * Vh[:k]), 1.0)
     kept = (U[:, :k] * S[:k]) @ Vh[:k]
-    return Cut(factors, k, exact, float(torch.sqrt((S[k:] ** 2).sum())), float(torch.linalg.vector_norm(S)), kept)
+    c = Cut(factors, k, exact, float(torch.sqrt((S[k:] ** 2).sum())), float(torch.linalg.vector_norm(S)), kept)
+    return _padded(c, rank)

@@ -52,6 +52,13 @@ def render_inspect(infos: list[dict]) -> str:
         if d["base_layer_copies"]:
             facts.append(("note", f"{len(d['base_layer_copies'])} saved base-layer copies ignored (not the update)"))
         norms = table([(t, g(n, 6)) for t, n in d["norm_by_type"].items()], ["module type", "norm"])
+        if d.get("experts"):
+            ex = d["experts"].values()
+            facts.append(("experts", f"{sum(e['experts'] for e in ex)} expert modules in {len(d['experts'])} "
+                                     f"parameters (target_parameters {d['target_parameters']})"))
+            rows = [(e["layer"], e["parameter"], e["experts"], e["rank"], "x".join(map(str, e["shape"])),
+                     g(e["norm"], 6)) for e in ex]
+            norms += "\n\n" + table(rows, ["layer", "parameter", "experts", "rank per expert", "out x in", "norm"])
         blocks.append(table(facts, ["", ""], "plain") + "\n\n" + norms)
     return "\n\n".join(blocks)
 
@@ -103,11 +110,32 @@ def render_merge(rep) -> str:
     out.append(table(rows, ["dose", "alpha", "step", "survival", "residual", "dtype effect", "ranks", "out",
                             "sha256"]))
     for o in rep.outputs:
+        if "experts" in o.figures:
+            out.append(experts_line(o.figures))
+    for o in rep.outputs:
         for w in o.warnings:
             out.append(f"warning: {o.path or 'dry run'}: {w}")
     if rep.dry_run:
         out.append("dry run: nothing written")
     return "\n\n".join(out)
+
+
+def experts_line(fig: dict) -> str:
+    """What one rank per MoE parameter costs in one output: padding, storage, and the per-expert cut's figures."""
+    x = fig["experts"]
+    ps = x["parameters"].values()
+    ranks = sorted({p["rank"] for p in ps})
+    padded = sum(p["padded_experts"] for p in ps)
+    line = (f"experts: one rank per MoE parameter (PEFT's layout), {len(x['parameters'])} parameters "
+            f"at rank {ranks[0]}..{ranks[-1]}; {padded} of {sum(p['experts'] for p in ps)} experts padded with "
+            f"{x['zero_directions']} zero directions; {x['stored_directions']} directions stored where the "
+            f"experts' own ranks need {x['own_directions']}")
+    if "own_cut" in x:
+        own = x["own_cut"]
+        line += f"; with their own ranks: rel error {g(own['rel_error'])} (written: {g(fig['rel_error'])})"
+        if "survival" in own:
+            line += f", survival {own['survival']:.6f} (written: {fig['survival']:.6f})"
+    return line
 
 
 def render_modules(rep, limit: int | None = None) -> str:

@@ -3,6 +3,9 @@
 Views of a ref/dir audit: ``module`` (one row per module), ``layer`` and ``type`` (modules pooled:
 ``cosine = sum inner / sqrt(sum ||ref||^2 sum ||dir||^2)`` over the group), and ``grid`` (layers x
 module types, each cell the module cosine and its mark: ``+`` agree, ``x`` disagree, ``~`` chance).
+The experts of a MoE parameter are one row each in the ``module`` view; their ``type`` is the
+parameter (gate_up_proj), so ``layer`` and ``type`` pool them, and a grid cell holding several experts
+shows their pooled cosine, marked by the pooled z (``|z| < 1.96``: chance).
 Only this module (and cli.py) imports tabulate; matplotlib is imported lazily by ``plot``.
 """
 
@@ -14,12 +17,15 @@ import math
 import re
 import statistics
 
+from .audit import Z_CRIT
 from .errors import VecmergeError
 from .report import g, table, to_json
 
-TYPE_ORDER = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+TYPE_ORDER = ("q_proj", "k_proj", "v_proj", "o_proj", "gate", "gate_up_proj", "gate_proj", "up_proj", "down_proj")
 SYMBOL = {"agree": "+", "disagree": "x", "chance": "~"}
 LEGEND = "+ agree, x disagree (both beyond chance), ~ within the chance band"
+EXPERT_LEGEND = ("cells of several experts: pooled cosine sum(inner) / sqrt(sum ||ref||^2 sum ||dir||^2), "
+                 "~ when the pooled |z| < 1.96")
 _FMT = {"table": "simple", "markdown": "github"}
 
 
@@ -76,13 +82,20 @@ def group(rows: list[dict], by: str) -> list[dict]:
     return out
 
 
+def _pooled(rows: list[dict]) -> tuple[float, str]:
+    """Cosine and mark of the rows in one grid cell (a MoE parameter's experts), pooled as in ``group``."""
+    x = group(rows, "type")[0]
+    return x["cosine"], "chance" if abs(x["z"]) < Z_CRIT else ("agree" if x["inner"] > 0 else "disagree")
+
+
 def grid(rows: list[dict]) -> dict:
     """``{layers, types, cosine, mark, unplaced}``: rows = layers, columns = module types (null where absent).
 
     Args:
         rows (list[dict]): audit rows. Modules without a layer index are listed in ``unplaced``.
     Returns:
-        dict with ``cosine`` and ``mark`` as (len(layers), len(types)) nested lists.
+        dict with ``cosine`` and ``mark`` as (len(layers), len(types)) nested lists; where a cell holds
+        several rows (experts), their pooled cosine and mark, and ``pooled`` (the row count per cell).
     """
     placed = [r for r in rows if r["layer"] is not None]
     rank = _type_rank({r["type"] for r in placed})
@@ -91,11 +104,19 @@ def grid(rows: list[dict]) -> dict:
     li = {layer: i for i, layer in enumerate(layers)}
     cos = [[None] * len(types) for _ in layers]
     mark = [[None] * len(types) for _ in layers]
+    cells: dict = {}
     for r in placed:
-        cos[li[r["layer"]]][rank[r["type"]]] = r["cosine"]
-        mark[li[r["layer"]]][rank[r["type"]]] = r["mark"]
-    return {"layers": layers, "types": types, "cosine": cos, "mark": mark,
-            "unplaced": [r["module"] for r in rows if r["layer"] is None]}
+        cells.setdefault((li[r["layer"]], rank[r["type"]]), []).append(r)
+    for (i, j), rs in cells.items():
+        cos[i][j], mark[i][j] = (rs[0]["cosine"], rs[0]["mark"]) if len(rs) == 1 else _pooled(rs)
+    out = {"layers": layers, "types": types, "cosine": cos, "mark": mark,
+           "unplaced": [r["module"] for r in rows if r["layer"] is None]}
+    if any(len(rs) > 1 for rs in cells.values()):
+        counts = [[None] * len(types) for _ in layers]
+        for (i, j), rs in cells.items():
+            counts[i][j] = len(rs)
+        out["pooled"] = counts
+    return out
 
 
 def _summary_lines(res: dict) -> list[str]:
@@ -115,6 +136,11 @@ def _summary_lines(res: dict) -> list[str]:
     within = len(s["disagreeing"]) - s["disagree_significant"]
     if within:
         lines[-1] += f" ({within} of them within the chance band)"
+    if s.get("experts"):
+        x = s["experts"]
+        lines.append(f"experts: {x['agree']}/{x['rows']} expert rows ({x['parameters']} parameters) agree; "
+                     f"{x['chance']} within the chance band, beyond it {x['agree_significant']} agree, "
+                     f"{x['disagree_significant']} disagree")
     for label, ms in res.get("missing", {}).items():
         lines.append(f"missing in {label} (treated as zero): {len(ms)} module(s)")
     return lines
@@ -211,6 +237,8 @@ def render(result: dict, by: str = "module", sort: str = "module", fmt: str = "t
     lines = _summary_lines(result)
     if by == "grid":
         lines.insert(1, LEGEND)
+        if any("expert" in r for r in result["rows"]):
+            lines.insert(2, EXPERT_LEGEND)
     if fmt == "markdown":
         return "\n".join(f"- {x}" for x in lines) + "\n\n" + text
     return text + "\n\n" + "\n".join(lines)

@@ -101,6 +101,11 @@ def align(vectors: list[TaskVector], labels: list[str], allow_missing: bool = Fa
                     f"module {m}: {lab} has shape {spec.weight_shape} but {ref_label} has {ref.weight_shape}; "
                     "these adapters are for different base models and cannot be combined"
                 )
+            if spec.experts != ref.experts:
+                raise AlignmentError(
+                    f"module {m}: an expert of {spec.experts} in {lab} but of {ref.experts} in {ref_label}; "
+                    "these adapters are for different base models and cannot be combined"
+                )
     for (la, va), (lb, vb) in zip(zip(labels, vectors), list(zip(labels, vectors))[1:]):
         if va.modules and vb.modules and not set(va.modules) & set(vb.modules):
             raise AlignmentError(f"{la} and {lb} share no module ({next(iter(va.modules))} vs "

@@ -28,7 +28,7 @@ from .adapter import Adapter
 from .checks import check, within
 from .errors import VecmergeError, few
 from .options import RankPolicy
-from .peft_format import CONFIG_NAME, pattern_key, peft_scale, targeted
+from .peft_format import CONFIG_NAME, param_targeted, pattern_key, peft_scale, targeted
 from .rankcut import cut
 from .taskvector import TaskVector
 
@@ -89,7 +89,8 @@ def config_checks(out: Adapter, manifest: dict, base_config) -> list[dict]:
                         f"{base_config.base_model!r}")
     if cfg.use_rslora:
         problems.append("use_rslora is on, but vecmerge writes alpha/r scales")
-    untargeted = [m for m in out.modules if not targeted(raw, m)]
+    untargeted = [m for m, s in out.specs.items()
+                  if not (param_targeted(raw, s.target) if s.param else targeted(raw, m))]
     if untargeted:
         problems.append(f"target_modules {raw.get('target_modules')!r} misses {few(untargeted)}")
     if raw.get("modules_to_save"):
@@ -106,7 +107,7 @@ def config_checks(out: Adapter, manifest: dict, base_config) -> list[dict]:
                  {"modules": len(out.modules), "recorded": len(recorded)})
     bad, scales = [], set()
     for m, spec in out.specs.items():
-        r, alpha = cfg.resolve(m)
+        r, alpha = cfg.resolve(spec.target)
         want = recorded.get(m, {}).get("rank", spec.rank)
         scale = peft_scale(alpha, r, cfg.use_rslora)
         if r != spec.rank or r != want:
@@ -149,12 +150,12 @@ def scale_rule_check(label: str, a: Adapter) -> dict:
     """
     cfg, bad, dead = a.config, [], []
     for m, spec in a.specs.items():
-        r, alpha = cfg.resolve(m)
+        r, alpha = cfg.resolve(spec.target)
         want = peft_scale(alpha, r, cfg.use_rslora)
         if r != spec.rank or not want == spec.scale or not math.isfinite(want):
             bad.append(f"{m}: r={r} alpha={alpha!r} -> {want!r}, read {spec.scale!r} at rank {spec.rank}")
     for key in (*cfg.rank_pattern, *cfg.alpha_pattern):
-        if not any(pattern_key([key], m) for m in a.modules):
+        if not any(pattern_key([key], s.target) for s in a.specs.values()):
             dead.append(key)
     scales = sorted({s.scale for s in a.specs.values()})
     note = f"; pattern keys matching no module: {few(dead)}" if dead else ""

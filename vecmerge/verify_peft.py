@@ -17,11 +17,15 @@ formed densely only here):
   <= MERGE_RTOL`` (1e-6: float32 rounding of the sum, u = 6e-8).
 
 The model is loaded in float32 whatever its stored dtype. peft and transformers are imported here only.
+A parameter adapted through ``target_parameters`` is one PEFT layer (a ``ParamWrapper``) holding all its
+experts: its ``get_delta_weight`` is (E, out, in), or (E, in, out) where the experts are stored transposed,
+and is compared with ours expert by expert; the hand patch and the merge act on the 3-D parameter.
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,7 +33,7 @@ import torch
 from .adapter import Adapter
 from .checks import check, not_run, within
 from .errors import few
-from .peft_format import PREFIX
+from .peft_format import PREFIX, entry_name, unwrap
 
 PEFT_DELTA_RTOL = 1e-5
 LOGITS_RTOL = 1e-4
@@ -55,11 +59,59 @@ def _worst(errs: dict, tol: float, name: str, what: str) -> dict:
                  {"max_rel_error": worst, "worst_module": m, "tolerance": tol})
 
 
+@dataclass(frozen=True)
+class Target:
+    """One PEFT LoRA layer and the modules of ours it holds (one, or one per expert of a 3-D parameter).
+
+    Args:
+        path (str): its module path (``base_layer`` included for a nested ParamWrapper). layer: the LoraLayer.
+        entries (tuple[str]): our module names, in expert order. param (str | None): the wrapped parameter.
+    """
+
+    path: str
+    layer: object
+    entries: tuple
+    param: str | None
+
+    def weight(self):
+        """The base parameter PEFT adds the delta to (a 3-D one for experts)."""
+        return self.layer.get_param() if self.param else self.layer.get_base_layer().weight
+
+    def merged(self, model):
+        """The same parameter in ``model`` after ``merge_and_unload``."""
+        holder = unwrap(self.path)[0]
+        return getattr(model.get_submodule(holder), self.param or "weight")
+
+    def layout(self, per_entry: dict, specs: dict) -> torch.Tensor:
+        """Our (out, in) updates of its entries in the base parameter's layout: (E, out, in) or (E, in, out)."""
+        if len(self.entries) > 1:
+            d = torch.stack([per_entry[m] for m in self.entries])
+            return d if self.layer._did_swap_in_out_features else d.transpose(1, 2)
+        m = self.entries[0]
+        return per_entry[m].T if specs[m].transposed else per_entry[m]
+
+    def split(self, x: torch.Tensor) -> dict:
+        """``{entry: its slice}`` of a tensor in this layout."""
+        return dict(zip(self.entries, x)) if len(self.entries) > 1 else {self.entries[0]: x}
+
+
 def _lora_layers(model) -> dict:
+    """``{path: Target}`` of every PEFT LoRA layer holding adapter ``default``."""
     from peft.tuners.lora import LoraLayer
 
-    return {name.removeprefix(PREFIX): mod for name, mod in model.named_modules()
-            if isinstance(mod, LoraLayer) and ("default" in mod.lora_A or "default" in mod.lora_embedding_A)}
+    out = {}
+    for name, mod in model.named_modules():
+        if not (isinstance(mod, LoraLayer) and ("default" in mod.lora_A or "default" in mod.lora_embedding_A)):
+            continue
+        path, param = name.removeprefix(PREFIX), getattr(mod, "parameter_name", None)
+        if param is None:
+            entries = (path,)
+        else:
+            holder, experts = unwrap(path)[0], getattr(mod, "num_experts", 1)
+            entries = tuple(entry_name(holder, param, e) for e in range(experts)) if experts > 1 \
+                else (entry_name(holder, param),)
+        out[path] = Target(path, mod, entries, param)
+    return out
 
 
 def _logits(model, ids: torch.Tensor) -> torch.Tensor:
@@ -68,16 +120,20 @@ def _logits(model, ids: torch.Tensor) -> torch.Tensor:
 
 
 def _patched_logits(peft_model, layers: dict, W: dict, deltas: dict, ids) -> torch.Tensor:
-    """Logits of the base with ``W_m + delta_m`` written into each base weight (adapter disabled)."""
+    """Logits of the base with ``W_t + delta_t`` written into each base parameter (adapter disabled).
+
+    Args:
+        layers (dict[str, Target]). W, deltas (dict[str, Tensor]): per target, in the parameter's layout.
+    """
     try:
-        for m, layer in layers.items():
-            w = layer.get_base_layer().weight
-            w.data.copy_((W[m].double() + deltas[m]).to(w.dtype))
+        for t, target in layers.items():
+            w = target.weight()
+            w.data.copy_((W[t].double() + deltas[t]).to(w.dtype))
         with peft_model.disable_adapter():
             return _logits(peft_model, ids)
     finally:
-        for m, layer in layers.items():
-            layer.get_base_layer().weight.data.copy_(W[m])
+        for t, target in layers.items():
+            target.weight().data.copy_(W[t])
 
 
 def _load(base_model: Path, path: Path):
@@ -119,22 +175,26 @@ def peft_checks(path: Path, out: Adapter, base_model: Path, expected: dict | Non
     checks = [check("peft load", True, f"PeftModel.from_pretrained loads {path.name} on {base_model.name}",
                     {"warnings": notes[:5]})]
     layers = _lora_layers(model)
-    missing, extra = sorted(set(out.modules) - set(layers)), sorted(set(layers) - set(out.modules))
-    scale_off = [m for m in set(layers) & set(out.modules)
-                 if abs(layers[m].scaling["default"] - out.specs[m].scale) > SCALE_RTOL * abs(out.specs[m].scale)]
+    held = {m: t for t, target in layers.items() for m in target.entries}
+    missing, extra = sorted(set(out.modules) - set(held)), sorted(set(held) - set(out.modules))
+    scale_off = [m for m in set(held) & set(out.modules)
+                 if abs(layers[held[m]].layer.scaling["default"] - out.specs[m].scale)
+                 > SCALE_RTOL * abs(out.specs[m].scale)]
     why = ([f"not wrapped by PEFT: {few(missing)}"] if missing else []) + (
         [f"wrapped but not written: {few(extra)}"] if extra else []) + (
         [f"PEFT scale differs from ours in {few(scale_off)}"] if scale_off else [])
     checks.append(check("peft modules", not why, "; ".join(why) or
-                        f"PEFT wraps exactly the {len(layers)} written modules, with our scales",
-                        {"wrapped": len(layers), "written": len(out.modules)}))
-    common = [m for m in out.modules if m in layers]
+                        f"PEFT wraps exactly the {len(held)} written modules, with our scales",
+                        {"wrapped": len(held), "written": len(out.modules)}))
+    common = [t for t, target in layers.items() if all(m in out.specs for m in target.entries)]
     W, ours, errs = {}, {}, {}
-    for m in progress(common) if progress else common:
-        W[m] = layers[m].get_base_layer().weight.detach().clone()
-        ours[m] = out.weight_delta(m)
+    for t in progress(common) if progress else common:
+        target = layers[t]
+        W[t] = target.weight().detach().clone()
+        ours[t] = target.layout({m: out.factors(m).dense() for m in target.entries}, out.specs)
         with torch.no_grad():
-            errs[m] = _rel(layers[m].get_delta_weight("default"), ours[m])
+            theirs = target.split(target.layer.get_delta_weight("default"))
+        errs.update((m, _rel(theirs[m], d)) for m, d in target.split(ours[t]).items())
     checks.append(_worst(errs, PEFT_DELTA_RTOL, "peft delta", "PEFT get_delta_weight against ours"))
     if not common:
         return checks + [not_run("logits", "no module in common")]
@@ -144,7 +204,8 @@ def peft_checks(path: Path, out: Adapter, base_model: Path, expected: dict | Non
     got = _logits(model, ids)
     with model.disable_adapter():
         plain = _logits(model, ids)
-    ref = _patched_logits(model, {m: layers[m] for m in common}, W, ours, ids)
+    patched = {t: layers[t] for t in common}
+    ref = _patched_logits(model, patched, W, ours, ids)
     top = max(float(ref.abs().max()), 1e-30)
     diff, effect = float((got - ref).abs().max()) / top, float((got - plain).abs().max()) / top
     checks.append(check("logits", within(diff, LOGITS_RTOL),
@@ -153,8 +214,8 @@ def peft_checks(path: Path, out: Adapter, base_model: Path, expected: dict | Non
                         f"{PROMPT_SHAPE} seed {PROMPT_SEED}",
                         {"rel_max_diff": diff, "tolerance": LOGITS_RTOL, "adapter_effect": effect, "max_logit": top}))
     if expected is not None:
-        dense = {m: (expected[m].dense().T if out.specs[m].transposed else expected[m].dense()) for m in common}
-        ref_e = _patched_logits(model, {m: layers[m] for m in common}, W, dense, ids)
+        dense = {t: layers[t].layout({m: expected[m].dense() for m in layers[t].entries}, out.specs) for t in common}
+        ref_e = _patched_logits(model, patched, W, dense, ids)
         de = float((got - ref_e).abs().max()) / top
         lt = LOGITS_RTOL + tol["logits"] * effect
         checks.append(check("logits vs intended", within(de, lt),
@@ -163,8 +224,9 @@ def peft_checks(path: Path, out: Adapter, base_model: Path, expected: dict | Non
                             {"rel_max_diff": de, "tolerance": lt, "adapter_effect": effect}))
     merged = model.merge_and_unload()
     merr = {}
-    for m in common:
-        want = W[m].double() + ours[m]
-        merr[m] = _rel(merged.get_submodule(m).weight.detach(), want)
+    for t in common:
+        want = layers[t].split(W[t].double() + ours[t])
+        got_w = layers[t].split(layers[t].merged(merged).detach())
+        merr.update((m, _rel(got_w[m], want[m])) for m in layers[t].entries)
     checks.append(_worst(merr, MERGE_RTOL, "merge_and_unload", "merged weights against W + our delta"))
     return checks

@@ -6,7 +6,9 @@ For every module m (one at a time, so a large model holds one module's bases)::
     R_m = cut(T_m, rank policy)             (rankcut.cut: factors of the chosen rank)
     W_m = R_m rounded to the output dtype   (export.prepare_modules: the tensors to store)
 
-and ``figures`` measures what survived (see ``figures.py``). Nothing is written here.
+and ``figures`` measures what survived (see ``figures.py``). Nothing is written here. The experts of a
+MoE parameter share one stored rank: they are cut again at their common rank (``experts.py``) and
+packed into PEFT's layout (``export.pack_params``).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..export import WrittenModule, prepare_modules
+from ..export import WrittenModule, pack_params, prepare_modules
 from ..kernels import map_modules
 from ..rankcut import Cut, cut
 from ..subspace import InSpan
 from .evaluation import Evaluation, intended_core
+from .experts import common_ranks, expert_figures
 from .figures import figures, rounding
 
 
@@ -74,9 +77,9 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
     backbone = ev.vectors[ev.base_name]
     tensors = {}
 
-    def one(m: str) -> ModuleBuild:
+    def one(m: str, rank: int | None = None) -> ModuleBuild:
         target, step_m = intended_core(ev, m, multiple)
-        c = cut(target, policy, backbone=backbone.modules.get(m), step=step_m)
+        c = cut(target, policy, backbone=backbone.modules.get(m), step=step_m, rank=rank)
         t, w = prepare_modules({m: c.factors}, ev.specs, recipe.dtype, keep)
         tensors.update(t)
         e_norm, e_core = rounding(w[m].lowrank, c.factors, target.space)
@@ -84,4 +87,14 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
         return ModuleBuild(c, w[m], e_norm, e_core, target, step_m)
 
     rows = map_modules(one, list(ev.names), progress)
-    return BuiltOutput(multiple, tensors, rows, figures(ev, rows))
+    if not any(s.param for s in ev.specs.values()):  # no target_parameters: nothing to group
+        return BuiltOutput(multiple, tensors, rows, figures(ev, rows))
+    common = common_ranks(rows, ev.specs)
+    own = {m: rows[m] for m in common}
+    own_fig = figures(ev, rows) if common else None
+    rows.update(map_modules(lambda m: one(m, common[m]), list(common)))
+    tensors.update(pack_params({m: b.written for m, b in rows.items()}, ev.specs))
+    fig = figures(ev, rows)
+    if any(s.kind == "expert" for s in ev.specs.values()):
+        fig["experts"] = expert_figures(own, rows, ev.specs, own_fig)
+    return BuiltOutput(multiple, tensors, rows, fig)
