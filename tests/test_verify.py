@@ -307,3 +307,17 @@ def test_verify_with_base_model_on_embedding_lora(tiny_base, peft_adapter, run_c
     res = run_cli("verify", "o", "--base-model", tiny_base)
     assert res.exit_code == 0, res.output
     assert "PASSED" in res.output
+
+
+def test_identities_use_the_names_the_user_typed(tmp_path, monkeypatch, run_cli):
+    """Issue 12 item 13: workspace names label the checks, not the folders' names."""
+    toy_adapter(tmp_path / "runs" / "ck1")
+    toy_adapter(tmp_path / "runs" / "ck3", seed=1)
+    (tmp_path / "vecmerge.yaml").write_text("adapters: {p1: runs/ck1, p3: runs/ck3}\n")
+    monkeypatch.chdir(tmp_path)
+    data = json.loads(run_cli("verify", "--identities", "p1", "p3", "p3", "--json").stdout)
+    assert data["target"] == "p1; p3; p3"
+    labels = {c["name"].split("[", 1)[1].rstrip("]") for c in data["checks"]}
+    assert labels == {"p1", "p3", "p3#3"}
+    data = json.loads(run_cli("verify", "--identities", "runs/ck1", "--json").stdout)
+    assert data["target"] == "ck1"
