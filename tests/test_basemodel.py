@@ -135,3 +135,37 @@ def test_model_folder_problem(tmp_path):
     assert "no weights" in model_folder_problem(tmp_path / "m")
     (tmp_path / "m" / "model-00001-of-00002.safetensors").write_bytes(b"")
     assert model_folder_problem(Path(tmp_path / "m")) is None
+
+
+@pytest.mark.slow
+def test_verify_reads_a_relative_declared_base_from_the_workspace(tmp_path, monkeypatch, hf_base, peft_on, run_cli):
+    """PEFT records the base path as the trainer typed it (often relative): verify from another folder still
+    recognises it, starting from the workspace the output was made in."""
+    import shutil
+
+    ws = tmp_path / "ws"
+    (ws / "models").mkdir(parents=True)
+    shutil.copytree(hf_base("llama"), ws / "models" / "llama")
+    monkeypatch.chdir(ws)
+    for name, seed in (("a", 1), ("b", 2)):
+        peft_on(Path("models/llama"), ws / name, seed, target_modules=TARGETS)
+    assert json.loads((ws / "a" / "adapter_config.json").read_text())["base_model_name_or_path"] == "models/llama"
+    assert run_cli("project", "--base", "a", "--dir", "b - a", "--trust", "0.01", "--out", "out/o").exit_code == 0
+    monkeypatch.chdir(tmp_path)
+    res = run_cli("verify", ws / "out" / "o", "--base-model", ws / "models" / "llama", "--json")
+    checks = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
+    assert res.exit_code == 0 and checks["base model"]["passed"] and checks["peft load"]["passed"]
+
+
+def test_a_relative_declared_base_starts_from_the_workspace(tmp_path, monkeypatch, run_cli):
+    """A base declared relative (as the trainer typed it) and one declared absolute are the same model when the
+    relative one resolves from the workspace folder, even when the command runs elsewhere."""
+    ws = tmp_path / "ws"
+    (ws / "models" / "base").mkdir(parents=True)
+    toy_adapter(ws / "a", base_model="models/base")
+    toy_adapter(ws / "b", base_model=str(ws / "models" / "base"), seed=1)
+    toy_adapter(ws / "c", base_model="models/other", seed=2)
+    (ws / "vecmerge.yaml").write_text("adapters: {a: a, b: b, c: c}\n")
+    monkeypatch.chdir(tmp_path)
+    assert run_cli("--workspace", ws / "vecmerge.yaml", "refactor", "a - b", "--out", "o").exit_code == 0
+    assert run_cli("--workspace", ws / "vecmerge.yaml", "refactor", "a - c", "--out", "o2").exit_code == 2

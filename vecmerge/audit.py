@@ -169,7 +169,8 @@ def _vectors(ws, exprs: list[str], allow_missing: bool, modules_to_save: str = "
         [per expression: the set of modules every adapter of it has]).
     """
     adapters = dict.fromkeys(n for e in exprs for n in parse(e).names())
-    declared = same_base_model({n: ws.adapter(n, modules_to_save) for n in adapters}, allow_base_mismatch)
+    declared = same_base_model({n: ws.adapter(n, modules_to_save) for n in adapters}, allow_base_mismatch,
+                               (ws.home,))
     vecs = [ws.evaluate(e, allow_missing, modules_to_save) for e in exprs]
     names = align(vecs, exprs, allow_missing)
     shapes = {m: next(v[m].shape for v in vecs if m in v.modules) for m in names}
@@ -252,7 +253,7 @@ def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False
     summary = summarize(rows)
     summary.update(null_method="sampled" if samples else "analytic", samples=samples, level=LEVEL)
     return {"kind": "audit", "ref": ref, "dir": direction, "missing": missing, "summary": summary, "rows": rows,
-            "base_models": declared, "base_models_differ": differ(declared)}
+            "base_models": declared, "base_models_differ": differ(declared, (ws.home,))}
 
 
 def audit_pairwise(ws, adapters: list[str], allow_missing: bool = False, progress=None, *,
@@ -268,4 +269,4 @@ def audit_pairwise(ws, adapters: list[str], allow_missing: bool = False, progres
                                                        allow_base_mismatch)
     res = pairwise(vecs, list(adapters), names, progress, present)
     return {"kind": "pairwise", "missing": missing, "pairwise": {k: v for k, v in res.items() if k != "pairs"},
-            "pairs": res["pairs"], "base_models": declared, "base_models_differ": differ(declared)}
+            "pairs": res["pairs"], "base_models": declared, "base_models_differ": differ(declared, (ws.home,))}

@@ -26,11 +26,13 @@ MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_m
 ALLOW_FLAG = "--allow-base-mismatch"
 
 
-def canonical(name) -> str | None:
+def canonical(name, roots=()) -> str | None:
     """The comparable form of a declared base model: a resolved path for a local folder, else the text.
 
     Args:
         name (str | Path | None): ``base_model_name_or_path`` as declared (None or empty: undeclared).
+        roots (iterable[Path]): folders a relative path may start from when it is no folder from here
+            (the workspace: PEFT records the path as the trainer typed it).
     """
     if name is None or not str(name).strip():
         return None
@@ -38,10 +40,13 @@ def canonical(name) -> str | None:
     path = Path(text).expanduser()
     if path.is_absolute() or path.is_dir():
         return str(path.resolve())
+    for root in roots:
+        if (Path(root) / path).is_dir():
+            return str((Path(root) / path).resolve())
     return text.rstrip("/") or text
 
 
-def same_base_model(adapters: dict, allow: bool = False) -> dict[str, str | None]:
+def same_base_model(adapters: dict, allow: bool = False, roots=()) -> dict[str, str | None]:
     """``{label: declared base model}``; AlignmentError when two declared ones differ and ``allow`` is False.
 
     Adapters that declare no base model are not compared (nothing to compare).
@@ -49,31 +54,27 @@ def same_base_model(adapters: dict, allow: bool = False) -> dict[str, str | None
     Args:
         adapters (dict[str, Adapter]): label (a workspace name) -> opened adapter.
         allow (bool): combine them anyway (``--allow-base-mismatch``); the caller reports it.
+        roots (iterable[Path]): where relative declared paths may start (see ``canonical``).
     """
     declared = {label: a.config.base_model for label, a in adapters.items()}
-    groups: dict[str, list[str]] = {}
-    for label, name in declared.items():
-        key = canonical(name)
-        if key is not None:
-            groups.setdefault(key, []).append(label)
-    if len(groups) > 1 and not allow:
-        raise AlignmentError(f"{mismatch_text(declared)}; adapters of different base models cannot be combined, "
-                             f"even when their shapes match; pass {ALLOW_FLAG} (recipe: allow_base_mismatch: true) "
-                             "only if these models really share their weights")
+    if differ(declared, roots) and not allow:
+        raise AlignmentError(f"{mismatch_text(declared, roots)}; adapters of different base models cannot be "
+                             f"combined, even when their shapes match; pass {ALLOW_FLAG} (recipe: "
+                             "allow_base_mismatch: true) only if these models really share their weights")
     return declared
 
 
-def differ(declared: dict) -> bool:
+def differ(declared: dict, roots=()) -> bool:
     """Whether ``{label: base model}`` names more than one base model (undeclared ones aside)."""
-    return len({canonical(v) for v in declared.values()} - {None}) > 1
+    return len({canonical(v, roots) for v in declared.values()} - {None}) > 1
 
 
-def mismatch_text(declared: dict) -> str:
-    """``"the inputs declare different base models: v54, v51: /m/llama; p2: /m/mistral"``."""
+def mismatch_text(declared: dict, roots=()) -> str:
+    """``"the inputs declare different base models: v54, v51 name /m/llama; p2 names /m/mistral"``."""
     groups: dict[str, list[str]] = {}
     shown: dict[str, str] = {}
     for label, name in declared.items():
-        key = canonical(name)
+        key = canonical(name, roots)
         if key is not None:
             groups.setdefault(key, []).append(label)
             shown.setdefault(key, str(name))
@@ -99,16 +100,18 @@ def model_folder_problem(folder) -> str | None:
     return None
 
 
-def folder_is(folder, declared, aliases: dict | None = None) -> bool:
+def folder_is(folder, declared, aliases: dict | None = None, roots=()) -> bool:
     """Whether the local model ``folder`` is the declared base model.
 
-    True when the two are the same folder, or ``declared`` is a hub id ``ORG/NAME`` and ``folder`` is a
-    hub cache snapshot of it (a path component ``models--ORG--NAME``), or ``aliases`` ({local folder:
-    hub id}, e.g. a workspace's ``base_model`` and ``base_model_id``) maps the folder to that id.
+    True when the two are the same folder (a relative ``declared`` also read from each of ``roots``,
+    e.g. the workspace an output was made in), or ``declared`` is a hub id ``ORG/NAME`` and ``folder``
+    is a hub cache snapshot of it (a path component ``models--ORG--NAME``), or ``aliases`` ({local
+    folder: hub id}, e.g. a workspace's ``base_model`` and ``base_model_id``) maps the folder to that id.
 
     Args:
         folder (str | Path): a local model folder. declared (str | None): ``base_model_name_or_path``.
         aliases (dict | None): local folder -> the hub id it is a copy of.
+        roots (iterable[Path]): folders a relative declared path may start from (besides the current one).
     """
     key = canonical(declared)
     if key is None:
@@ -116,6 +119,9 @@ def folder_is(folder, declared, aliases: dict | None = None) -> bool:
     here = str(Path(folder).resolve())
     if here == key:
         return True
+    if not Path(str(declared)).expanduser().is_absolute():
+        if any(str((Path(r) / str(declared).strip()).resolve()) == here for r in roots):
+            return True
     if "models--" + key.replace("/", "--") in Path(here).parts:
         return True
     return any(canonical(local) == here and canonical(hub) == key for local, hub in (aliases or {}).items())

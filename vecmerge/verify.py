@@ -43,7 +43,7 @@ from .export import read_manifest
 from .lowrank import LowRank, combine
 from .peft_format import CONFIG_NAME, LoraConfig
 from .pipeline import evaluate, intended
-from .recipe import Recipe, with_absolute_inputs
+from .recipe import Recipe, manifest_root, with_absolute_inputs
 from .verify_adapter import config_checks, identity_checks, open_output
 from .verify_peft import peft_checks
 from .workspace import Workspace
@@ -235,7 +235,7 @@ def _figures_check(manifest: dict, rows: dict, rel_error: float, checks: list) -
 
 
 def base_model_check(base_model: Path, out: Adapter | None, manifest: dict, allow: bool = False,
-                     aliases: dict | None = None) -> dict:
+                     aliases: dict | None = None, root: Path | None = None) -> dict:
     """``--base-model`` is the model the output declares: the output's ``base_model_name_or_path``, or
     the base model one of its inputs declares (``basemodel.folder_is``).
 
@@ -244,11 +244,12 @@ def base_model_check(base_model: Path, out: Adapter | None, manifest: dict, allo
         manifest (dict): vecmerge.json (its inputs record their declared base models).
         allow (bool): ``--allow-base-mismatch``: pass, saying loudly that it is another model.
         aliases (dict | None): local folder -> hub id (the workspace's ``base_model`` and ``base_model_id``).
+        root (Path | None): the workspace the output was made in (a relative declared path starts there).
     """
     declared = [out.config.base_model] if out is not None else []
     declared += [i.get("base_model") for i in (manifest.get("inputs") or {}).values() if isinstance(i, dict)]
     declared = [str(d) for d in dict.fromkeys(declared) if d]
-    if any(folder_is(base_model, d, aliases) for d in declared):
+    if any(folder_is(base_model, d, aliases, [root] if root else []) for d in declared):
         return check("base model", True, f"{shown(base_model)} is the base model the output declares",
                      {"declared": declared})
     said = (f"{shown(base_model)} is NOT the base model the output declares "
@@ -317,7 +318,8 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
         else:
             checks.append(not_run("update", "nothing to compare with: the recipe was not re-evaluated"))
     if base_model is not None:
-        same = base_model_check(Path(base_model), out, manifest, allow_base_mismatch, base_model_aliases)
+        same = base_model_check(Path(base_model), out, manifest, allow_base_mismatch, base_model_aliases,
+                                manifest_root(path, manifest) if "workspace" in manifest else None)
         checks.append(same)
         if out is None:
             checks.append(not_run("peft load", "the output cannot be opened"))

@@ -50,7 +50,7 @@ def open_inputs(recipe: Recipe, ws: Workspace, names: list[str]) -> tuple[Worksp
     """
     ws = ws.with_inputs({n: e["path"] for n, e in recipe.inputs.items()})
     same_base_model({n: ws.adapter(n, recipe.modules_to_save) for n in dict.fromkeys(names)},
-                    recipe.allow_base_mismatch)
+                    recipe.allow_base_mismatch, (ws.home,))
     inputs, problems = {}, []
     for name in names:
         if name in inputs:

@@ -116,8 +116,10 @@ class RunReport:
         return d
 
 
-def warnings_for(ev: Evaluation, built: BuiltOutput) -> list[str]:
-    """Plain-words warnings about one output: little of the step survived, dtype rounding, idle modules."""
+def warnings_for(ev: Evaluation, built: BuiltOutput, roots=()) -> list[str]:
+    """Plain-words warnings about one output: little of the step survived, dtype rounding, idle modules,
+    a step far outside a trust region, an all-zero update, inputs of different base models (``roots``:
+    where their relative declared paths start, see ``basemodel.canonical``)."""
     recipe, fig, st = ev.recipe, built.figures, ev.step
     out = []
     if "survival" in fig and fig["survival"] < SURVIVAL_WARN:
@@ -146,8 +148,8 @@ def warnings_for(ev: Evaluation, built: BuiltOutput) -> list[str]:
         out.append("the written update is zero in every module (the expression cancels), so the adapter "
                    "changes nothing")
     declared = {n: i.base_model for n, i in ev.inputs.items()}
-    if differ(declared):
-        out.append(f"{mismatch_text(declared)}; combined anyway (allow_base_mismatch)")
+    if differ(declared, roots):
+        out.append(f"{mismatch_text(declared, roots)}; combined anyway (allow_base_mismatch)")
     return out
 
 
@@ -195,7 +197,7 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     for multiple, path in plan:
         b = build_output(ev, multiple, progress)
         st = ev.step
-        entry = OutputReport(multiple, path, b.figures, warnings_for(ev, b),
+        entry = OutputReport(multiple, path, b.figures, warnings_for(ev, b, (ws.home,)),
                              None if st is None or st.alpha is None else st.alpha * multiple,
                              None if st is None else st.realized(multiple))
         built.append((b, entry))
