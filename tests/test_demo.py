@@ -94,6 +94,8 @@ def test_demo_prints_paths_relative_to_its_folder(small_demo):
     body = "\n".join(x for x in text.splitlines() if not x.startswith(("# training", "uploadable adapter:")))
     assert str(out.resolve()) not in body and str(out.parent.resolve()) not in body
     assert "path                v54" in text and "base model          base" in text
+    manifest = (out / "out" / "v58" / "vecmerge.json").read_text()  # item 9: portable, base model included
+    assert str(out.resolve()) not in manifest and json.loads(manifest)["inputs"]["v54"]["base_model"] == "base"
     readme = (ROOT / "README.md").read_text().split("<!-- demo-output:start -->")[0]
     assert "BLAS" in readme and "round-off" in readme and "What varies" in readme
 

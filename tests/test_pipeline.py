@@ -276,6 +276,12 @@ def test_a_local_base_model_path_is_noted_not_uploaded(tmp_path, monkeypatch, ru
     assert res.exit_code == 0 and "note: adapter_config.json names the base model by the local path models/base" \
         in res.output and "--base-model-id" in res.output
     assert "base_model:" not in (tmp_path / "o" / "README.md").read_text()
+    man = json.loads((tmp_path / "o" / "vecmerge.json").read_text())
+    assert man["inputs"]["v54"]["base_model"] == str(tmp_path / "models" / "base")  # outside the workspace t/
+    assert run_cli("--workspace", "t/vecmerge.yaml", "project", "--base", "v54", "--dir", "v51-v28", "--trust",
+                   "0.01", "--out", "t/o").exit_code == 0
+    man = json.loads((tmp_path / "t" / "o" / "vecmerge.json").read_text())
+    assert man["workspace"] == ".." and man["inputs"]["v54"] == {**man["inputs"]["v54"], "path": "v54"}
 
 
 def test_step_energy_rank_against_dense(toy, run_cli, dense_expr):

@@ -4,8 +4,9 @@ The manifest is what makes an output re-derivable: ``vecmerge verify`` re-evalua
 from its pinned ``inputs`` and compares the result with the stored weights and these figures.
 
 Local paths stay portable: ``workspace`` is the workspace folder relative to the output folder, and
-every input path is relative to that workspace (absolute only for an input outside it), so the
-workspace can move or be shared with its outputs (``recipe.manifest_root`` reads them back).
+every input path (and an input's declared base model, when it is a folder inside the workspace) is
+relative to that workspace (absolute only outside it), so the workspace can move or be shared with
+its outputs (``recipe.manifest_root`` reads them back).
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ def portable(path, home: Path) -> str:
         return str(p)
 
 
+def _portable_base(name, home: Path):
+    """A declared base model as recorded: an absolute folder inside the workspace relative to it, else as declared."""
+    if isinstance(name, str) and Path(name).is_absolute():
+        rel = portable(name, home)
+        return name if Path(rel).is_absolute() else rel
+    return name
+
+
 def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Path | None = None) -> dict:
     """The ``vecmerge.json`` content for one output (``export.write_adapter`` adds ``output``).
 
@@ -45,7 +54,8 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
         home = Path(home).resolve()
         out = Path(path).resolve()
         where = {"workspace": Path(os.path.relpath(home, out)).as_posix() if home in out.parents else str(home)}
-        inputs = {n: {**i, "path": portable(i["path"], home)} for n, i in inputs.items()}
+        inputs = {n: {**i, "path": portable(i["path"], home), "base_model": _portable_base(i["base_model"], home)}
+                  for n, i in inputs.items()}
     d["inputs"] = inputs
     resolved = {"modules": len(ev.names)}
     if ev.step is not None:
