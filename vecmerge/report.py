@@ -53,7 +53,7 @@ def render_inspect(infos: list[dict]) -> str:
             facts.append(("embedding LoRA", ", ".join(d["embedding_modules"])))
         if d.get("modules_to_save") or d.get("saved_modules"):
             facts.append(("modules_to_save", f"{', '.join(d['modules_to_save']) or '?'}: full trained weights "
-                          f"({len(d['saved_modules'])} tensors), not LoRA, left out of the norms; project, refactor "
+                          f"({len(d['saved_modules'])} tensor(s)), not LoRA, left out of the norms; project, refactor "
                           "and audit refuse them unless --modules-to-save drop"))
         if d["base_layer_copies"]:
             facts.append(("note", f"{len(d['base_layer_copies'])} saved base-layer copies ignored (not the update)"))
