@@ -16,7 +16,7 @@ DEMO_OUT ?= demo-out
 install: $(VENV)/.installed
 
 $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
-	@echo "== creating $(VENV) and installing $(TORCH_SPEC)$(if $(TORCH_INDEX), from $(TORCH_INDEX)), then vecmerge with its dev tools (constraints.txt)"
+	@echo "== creating $(VENV) and installing $(TORCH_SPEC)$(if $(TORCH_INDEX), from $(TORCH_INDEX), from PyPI (pip picks the build: CUDA on Linux x86_64; TORCH_INDEX=https://download.pytorch.org/whl/cpu for CPU only)), then vecmerge with its dev tools (constraints.txt); pip shows its progress"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
@@ -24,6 +24,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 	touch $@
 
 demo: install
+	@echo "== vecmerge demo: training toy trajectories in $(DEMO_OUT), then inspect, audit, project, verify"
 	$(VENV)/bin/vecmerge demo --out $(DEMO_OUT) --force
 
 test: install

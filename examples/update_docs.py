@@ -3,6 +3,7 @@
 - README.md, between the demo-output markers: what `make demo` prints.
 - examples/WALKTHROUGH.md, between the walkthrough-output markers: what examples/walkthrough.py prints
   in that demo folder.
+- docs/RECIPES.md: the recipe keys (``vecmerge.recipe.recipe_markdown``), the same as ``vecmerge run --help``.
 
 tests/test_demo.py checks that the pasted README transcript still matches a demo run (numbers masked,
 since training round-off may differ between machines; hashes masked too).
@@ -30,6 +31,10 @@ def paste(doc: Path, name: str, text: str, header: str = "") -> None:
 
 
 def main() -> int:
+    from vecmerge.recipe import recipe_markdown
+
+    (ROOT / "docs" / "RECIPES.md").write_text(recipe_markdown())
+    print(f"updated {ROOT / 'docs' / 'RECIPES.md'}", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "demo-out"
         buf = io.StringIO()

@@ -11,6 +11,10 @@ Fixtures:
     dense_updates dense_updates(folder) -> {module: scale * B @ A in float64, the LoRA layout (out, in)},
                  read with safetensors and PEFT's own pattern rule: a reference independent of vecmerge.
     dense_expr   dense_expr({"v54": 1, "v51": c, ...}) -> {module: sum of c * dense update} (names in ./).
+    hf_base      hf_base(kind) -> a tiny random transformers model saved to disk (session-wide): "llama" and
+                 "mistral" (two architectures of equal shapes), "gpt2" (Conv1D attn.c_proj and mlp.c_proj).
+    peft_on      peft_on(base, folder, seed=0, **LoraConfig kwargs) saves a real PEFT adapter of ``base``
+                 (random non-zero factors; modules_to_save weights moved off the base) and returns the folder.
 
 Tests that train a model or load one through PEFT/transformers carry ``@pytest.mark.slow``.
 """
@@ -82,6 +86,59 @@ def peft_adapter(tiny_base, tmp_path_factory):
         (out / "adapter_config.json").write_text(json.dumps(cfg))
         made[name] = out
         return out
+
+    return make
+
+
+TINY_DECODER = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=8, max_position_embeddings=64, tie_word_embeddings=False)
+
+
+@pytest.fixture(scope="session")
+def hf_base(tmp_path_factory):
+    """Factory of tiny random transformers models saved to disk: llama, mistral (equal shapes), gpt2."""
+    made = {}
+
+    def make(kind: str) -> Path:
+        if kind in made:
+            return made[kind]
+        import transformers as tf
+
+        torch.manual_seed(0)
+        if kind == "gpt2":
+            model = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=32,
+                                                     bos_token_id=0, eos_token_id=0))
+        else:
+            cls, cfg = {"llama": (tf.LlamaForCausalLM, tf.LlamaConfig),
+                        "mistral": (tf.MistralForCausalLM, tf.MistralConfig)}[kind]
+            model = cls(cfg(**TINY_DECODER))
+        path = tmp_path_factory.mktemp(f"base_{kind}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.save_pretrained(path)
+        made[kind] = path
+        return path
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def peft_on():
+    """``peft_on(base, folder, seed=0, **LoraConfig kwargs)``: a real PEFT adapter of ``base``, saved by PEFT."""
+    def make(base: Path, folder: Path, seed: int = 0, **lora_kwargs) -> Path:
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
+                                   LoraConfig(r=4, lora_alpha=8, init_lora_weights=False, **lora_kwargs))
+            for name, prm in model.named_parameters():
+                if "modules_to_save" in name:  # a trained head differs from the base
+                    prm.data += 0.01
+            model.save_pretrained(folder)
+        return Path(folder)
 
     return make
 

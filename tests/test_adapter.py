@@ -182,3 +182,46 @@ def test_nan_shape_and_dtype_refusals(tmp_path):
                                           torch.ones(48)))
     with pytest.raises(AdapterError, match="DoRA magnitude"):
         Adapter(p)
+
+
+GPT2_TARGETS = ["c_attn", "attn.c_proj", "mlp.c_proj", "c_fc"]
+
+
+@pytest.mark.slow
+def test_modules_to_save_as_peft_saves_them(tmp_path, monkeypatch, hf_base, peft_on, peft_deltas, dense_updates,
+                                            run_cli):
+    """Issue 12 item 3: a trained lm_head saved by PEFT (0.21: ``base_model.model.lm_head.weight``)."""
+    gpt2 = hf_base("gpt2")
+    for name, seed in (("h1", 1), ("h2", 2)):
+        peft_on(gpt2, tmp_path / name, seed, target_modules=GPT2_TARGETS, fan_in_fan_out=True,
+                modules_to_save=["lm_head"])
+    keys = set(load_file(tmp_path / "h1" / "adapter_model.safetensors"))
+    full = sorted(k for k in keys if "lora_" not in k)
+    assert full and all(k.startswith("base_model.model.lm_head") for k in full)  # what PEFT really writes
+    with pytest.raises(AdapterError, match=r"--modules-to-save drop \(project, refactor, audit"):
+        Adapter(tmp_path / "h1")
+    a = Adapter(tmp_path / "h1", modules_to_save="drop")
+    assert a.saved_modules == full and len(a.modules) == 8
+    for m, ref in load_deltas(gpt2, tmp_path / "h1", peft_deltas)[0].items():
+        torch.testing.assert_close(a.weight_delta(m), ref, rtol=1e-5, atol=1e-7)
+
+    monkeypatch.chdir(tmp_path)
+    res = run_cli("inspect", "h1")  # inspect shows them instead of refusing, and names no flag of its own
+    assert res.exit_code == 0 and "modules_to_save" in res.output and "lm_head" in res.output
+    res = run_cli("refactor", "0.5*h1 + 0.5*h2", "--out", "avg")
+    assert res.exit_code == 2 and "--modules-to-save drop" in res.output
+    res = run_cli("refactor", "0.5*h1 + 0.5*h2", "--out", "avg", "--modules-to-save", "drop")
+    assert res.exit_code == 0, res.output
+    out_keys = set(load_file(tmp_path / "avg" / "adapter_model.safetensors"))
+    assert not any("lm_head" in k for k in out_keys)
+    assert json.loads((tmp_path / "avg" / "adapter_config.json").read_text())["modules_to_save"] is None
+    d1, d2, got = dense_updates("h1"), dense_updates("h2"), dense_updates("avg")
+    assert set(got) == set(d1)
+    for m in got:  # relative Frobenius error of fp32 storage: ~4e-8
+        want = 0.5 * d1[m] + 0.5 * d2[m]
+        assert float(torch.linalg.norm(got[m] - want) / torch.linalg.norm(want)) < 1e-6
+    res = run_cli("verify", "avg", "--base-model", gpt2)
+    assert res.exit_code == 0, res.output
+    assert run_cli("audit", "h1", "h2").exit_code == 2
+    assert run_cli("audit", "h1", "h2", "--modules-to-save", "drop").exit_code == 0
+    assert run_cli("verify", "--identities", "h1", "h2").exit_code == 0

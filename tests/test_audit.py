@@ -155,12 +155,13 @@ def test_grid_layout_and_views(tmp_path, monkeypatch, run_cli):
     assert rows[0][:3] == ["layer", "q_proj", "q_proj_mark"] and len(rows) == 4 and rows[3][12] == "disagree"
     for by, n in (("layer", 3), ("type", 7)):
         body = list(csv.DictReader(io.StringIO(report_audit.render(res, by=by, fmt="csv"))))
-        assert len(body) == n and sum(int(b["agree"]) for b in body) == res["summary"]["agree_significant"]
+        assert len(body) == n and sum(int(b["agree"]) for b in body) == res["summary"]["agree"]
+        assert sum(int(b["agree_significant"]) for b in body) == res["summary"]["agree_significant"]
     by_cos = list(csv.DictReader(io.StringIO(report_audit.render(res, sort="cosine", fmt="csv"))))
     cos = [float(b["cosine"]) for b in by_cos]
     assert cos == sorted(cos) and by_cos[0]["module"] == "model.layers.2.mlp.up_proj"
     md = report_audit.render(res, by="type", fmt="markdown")
-    assert "| type" in md and "|--" in md and "- 20/21 modules agree" in md
+    assert "| type" in md and "|--" in md and "- 20/21 modules agree in sign" in md
 
 
 def test_json_schema(toy, run_cli):
@@ -262,3 +263,78 @@ def test_zero_module_is_chance(toy):
     audit.mark_chance(rows, spectra, samples=50)
     assert (rows[0]["cosine"], rows[0]["agree"], rows[0]["mark"]) == (0.0, False, "chance")
     assert all(r["mark"] == "agree" for r in rows[1:])
+
+
+@pytest.mark.slow
+def test_grid_keeps_every_module_of_a_real_gpt2(tmp_path, monkeypatch, hf_base, peft_on, dense_updates, run_cli):
+    """Issue 12 item 4: attn.c_proj and mlp.c_proj are two columns, embedding LoRA a row; each cell is the
+    dense float64 cosine of its one module (rtol 1e-9)."""
+    gpt2 = hf_base("gpt2")
+    targets = ["c_attn", "attn.c_proj", "mlp.c_proj", "c_fc", "wte"]
+    for name, seed in (("g1", 1), ("g2", 2), ("g3", 3)):
+        peft_on(gpt2, tmp_path / name, seed, target_modules=targets, fan_in_fan_out=True)
+    monkeypatch.chdir(tmp_path)
+    res = audit.audit_trajectories(Workspace(), "g1 - g3", "g2 - g3", samples=0)
+    gr = report_audit.grid(res["rows"])
+    assert gr["types"] == ["c_attn", "attn.c_proj", "c_fc", "mlp.c_proj", "wte"]
+    assert gr["layers"] == [0, 1, None] and gr["unplaced"] == ["transformer.wte"]
+    d1, d2, d3 = (dense_updates(n) for n in ("g1", "g2", "g3"))
+    cells = {}
+    for i, layer in enumerate(gr["layers"]):
+        for j, t in enumerate(gr["types"]):
+            if gr["cosine"][i][j] is not None:
+                cells[(layer, t)] = gr["cosine"][i][j]
+    assert len(cells) == len(res["rows"]) == 9  # no module dropped, none sharing a cell
+    for r in res["rows"]:
+        m = r["module"]
+        R, D = d1[m] - d3[m], d2[m] - d3[m]
+        want = float((R * D).sum() / (R.norm() * D.norm()))
+        assert cells[(r["layer"], r["type"])] == pytest.approx(want, rel=1e-9)
+    text = run_cli("audit", "--ref", "g1 - g3", "--dir", "g2 - g3", "--by", "grid", "--samples", "0").output
+    head = text.splitlines()[0].split()
+    assert head == ["layer", *gr["types"]] and "no layer" in text
+    types = list(csv.DictReader(io.StringIO(report_audit.render(res, by="type", fmt="csv"))))
+    assert [t["type"] for t in types] == gr["types"] and sum(int(t["modules"]) for t in types) == 9
+    assert run_cli("audit", "--ref", "g1 - g3", "--dir", "g2 - g3", "--plot", tmp_path / "h.png").exit_code == 0
+    info = json.loads(run_cli("inspect", "g1", "--json").stdout)
+    assert set(info["norm_by_type"]) == set(gr["types"])
+
+
+def test_missing_modules_are_counted_apart(toy, run_cli):
+    """Issue 12 item 6: modules an input lacks are neither agreeing nor disagreeing; the sign test runs over the
+    compared modules (p-value against scipy's exact binomial test)."""
+    ws = Workspace()
+    v = ws.vector("v54")
+    gone = ["model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj", "model.layers.1.self_attn.q_proj",
+            "model.layers.1.mlp.gate_proj"]
+    write_peft_folder("v54part", {m: (v[m].B, v[m].A) for m in v.names() if m not in gone}, r=8, lora_alpha=8)
+    res = _audit(ref="v54part - v54e2", direction=DIR, allow_missing=True)
+    s = res["summary"]
+    assert (s["modules"], s["not_compared"], s["agree"] + s["disagree"]) == (14, 4, 10)
+    assert s["agree"] == 10 and s["disagree"] == 0 and s["disagreeing"] == []
+    assert s["binom_p"] == pytest.approx(binomtest(10, 10, 0.5, alternative="greater").pvalue, rel=1e-12)
+    assert sorted(r["module"] for r in res["rows"] if r["mark"] == "missing") == sorted(gone)
+    text = run_cli("audit", "--ref", "v54part - v54e2", "--dir", DIR, "--allow-missing", "--by", "grid").output
+    assert "10/10 modules agree in sign" in text and "not compared: 4 module(s)" in text and "? missing" in text
+    pairs = _audit(adapters=["v54part", "v54"], allow_missing=True)["pairs"]
+    assert (pairs[0]["compared"], pairs[0]["agree"], pairs[0]["modules"]) == (10, 10, 14)
+    assert "10/10" in run_cli("audit", "v54part", "v54", "--allow-missing").output
+
+
+def test_sign_agreement_and_agreement_beyond_chance_have_different_names(tmp_path, monkeypatch, run_cli):
+    """Issue 12 item 8: same sign (``agree``) and beyond chance (``agree_significant``) are two columns that add
+    up to the summary's two counts; the heatmap title reads ref before dir, like the summary."""
+    _at(tmp_path / "u", monkeypatch, unrelated=True, shapes=llm_shapes(3, 16, 24, 2, 1, 8))
+    res = _audit(ref=REF, direction=DIR)
+    s = res["summary"]
+    assert s["agree"] != s["agree_significant"]  # unrelated steps: many same-sign modules lie within chance
+    body = list(csv.DictReader(io.StringIO(report_audit.render(res, by="type", fmt="csv"))))
+    assert sum(int(b["agree"]) for b in body) == s["agree"]
+    assert sum(int(b["agree_significant"]) for b in body) == s["agree_significant"]
+    assert sum(int(b["chance"]) for b in body) == s["chance"]
+    head = run_cli("audit", "--ref", REF, "--dir", DIR, "--by", "layer").output.splitlines()[0].split()
+    assert head[:6] == ["layer", "modules", "same_sign", "agree_beyond", "disagree_beyond", "chance"]
+    text = run_cli("audit", "--ref", REF, "--dir", DIR).output
+    assert f"{s['agree']}/21 modules agree in sign" in text and f"beyond chance {s['agree_significant']} agree" in text
+    title = report_audit.heatmap_title(res)
+    assert title.startswith(f"ref {REF} vs dir {DIR}: {s['agree']}/21 same sign")

@@ -3,12 +3,15 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 from vecmerge.testing import llm_shapes, toy_adapter
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_inspect_table_and_json(toy, run_cli):
@@ -123,3 +126,62 @@ def test_device_flag(toy, run_cli):
     if not torch.cuda.is_available():
         res = run_cli("--device", "cuda", "inspect", "v54")
         assert res.exit_code == 2 and "no CUDA device" in res.output
+
+
+def test_global_options_after_the_subcommand(toy, run_cli, tmp_path):
+    """Issue 12 item 10: -q, --workspace, --debug and --device work after the subcommand too."""
+    res = run_cli("inspect", "v54", "--json", "-q", "--device", "cpu")
+    assert res.exit_code == 0 and json.loads(res.stdout)["modules"] == 14
+    (tmp_path / "other.yaml").write_text(f"adapters: {{backbone: {toy / 'v54'}}}\n")
+    res = run_cli("inspect", "backbone", "--workspace", tmp_path / "other.yaml", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["path"] == str(toy / "v54")
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--out", "o", "-q")
+    assert res.exit_code == 0, res.output
+    with pytest.raises(Exception, match="v16"):  # --debug: the traceback instead of one line
+        run_cli("refactor", "v16", "--out", "x", "--debug")
+    if not torch.cuda.is_available():
+        res = run_cli("inspect", "v54", "--device", "cuda")
+        assert res.exit_code == 2 and "no CUDA device" in res.output
+
+
+def test_every_option_has_help_and_the_recipe_is_documented():
+    """Issue 12 item 11: help for every option, the modes explained, the recipe keys in run --help and
+    docs/RECIPES.md (generated), refactor offering neither keep-base nor step-energy."""
+    import click
+    from click.testing import CliRunner
+
+    from vecmerge.cli import main
+    from vecmerge.recipe import recipe_markdown, schema
+
+    for name, cmd in main.commands.items():
+        for prm in cmd.params:
+            if isinstance(prm, click.Option) and prm.name != "help":
+                assert prm.help and len(prm.help) > 10, (name, prm.name)
+    runner = CliRunner()
+    project = runner.invoke(main, ["project", "--help"]).output
+    assert "99%" in project and "99%%" not in project
+    assert "dir_m - (<dir_m, base_m> / ||base_m||^2) base_m" in " ".join(project.split())
+    assert "step-energy:E" in project and "keep-base" in project
+    refactor = runner.invoke(main, ["refactor", "--help"]).output
+    assert "keep-base" not in refactor and "step-energy" not in refactor
+    run_help = runner.invoke(main, ["run", "--help"]).output
+    for key, _, _ in schema():
+        assert f"  {key}: " in run_help, key
+    assert {"base", "dir", "consensus", "rank", "base_model_id", "allow_base_mismatch"} <= {k for k, _, _ in schema()}
+    assert (ROOT / "docs" / "RECIPES.md").read_text() == recipe_markdown()  # `make readme` regenerates it
+
+
+@pytest.mark.parametrize("args, flag_msg", [
+    (["--mode", "onto-ref"], "--mode onto-ref: needs --consensus-ref (the reference trajectory)"),
+    (["--trust-scope", "module", "--alpha", "0.1"], "--trust-scope module: needs --trust"),
+    (["--alpha", "0.1", "--rank", "energy:2"], "--rank 'energy:2': use 'exact'"),
+])
+def test_errors_name_the_flags_the_user_typed(toy, run_cli, args, flag_msg):
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", *args, "--out", "o")
+    assert res.exit_code == 2 and flag_msg in res.output, res.output
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--out", "o")
+    assert "--trust or --alpha: one is needed with --dir" in res.output
+    (toy / "r.yaml").write_text("base: v54\ndir: v51-v28\ntrust: 0.01\nmode: onto-ref\nout: o\n")
+    assert "mode=onto-ref: needs consensus.ref" in run_cli("run", "r.yaml").output  # a recipe names its keys
+    res = run_cli("refactor", "v54", "--rank", "step-energy:0.9", "--out", "o")
+    assert res.exit_code == 2 and "refactor: --rank step-energy" in res.output

@@ -51,3 +51,23 @@ def test_str_round_trips():
 def test_out_of_range_number_in_an_expression(toy, run_cli):
     res = run_cli("refactor", "1e400*v28", "--out", "n")
     assert res.exit_code == 2 and "out of range" in res.output
+
+
+@pytest.mark.parametrize("text, path", [
+    ("runs/plain/ck3", "runs/plain/ck3"),
+    ("v54 - runs/plain/ck3", "runs/plain/ck3"),
+    ("/data/runs/ck3 - v28", "/data/runs/ck3"),
+    ("./runs/ck3", "./runs/ck3"),
+])
+def test_a_folder_path_says_to_name_it_in_the_workspace(text, path):
+    """Issue 12 item 12: a path is not 'division by a number'; the message names the fix."""
+    with pytest.raises(ExpressionError) as e:
+        parse(text)
+    msg = str(e.value)
+    assert f"{path!r} is a folder path" in msg and "vecmerge.yaml" in msg and f"ck3: {path}" in msg
+    assert "can only divide" not in msg
+
+
+def test_division_by_an_adapter_is_still_named_as_such():
+    with pytest.raises(ExpressionError, match="can only divide by a number"):
+        parse("v54 / v28")

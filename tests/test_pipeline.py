@@ -196,3 +196,128 @@ def test_out_may_not_be_an_input_or_inside_one(toy, run_cli):
 def test_duplicate_doses_are_refused_before_writing(toy, run_cli):
     res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.01", "--dose", "1,1.0", "--out", "d")
     assert res.exit_code == 2 and "same folder" in res.output and not (toy / "d-x1").exists()
+
+
+MANY = tuple(f"model.layers.{i}.{t}" for i in (0, 1) for t in ("mlp.up_proj", "mlp.down_proj", "mlp.gate_proj",
+                                                                "self_attn.o_proj"))
+
+
+def test_modules_without_a_step_are_reported_with_their_reason(tmp_path, monkeypatch, run_cli, dense_expr):
+    """Issue 12 items 5 and 7: onto-ref's zero steps are named with the reason (text, JSON, manifest), apart
+    from the consensus's drops; long lists end in "and N more". The zeroed set is checked against a dense
+    float64 sign of <dir_m, ref_m>."""
+    root = tmp_path / "many"
+    toy_trajectory(root, disagree=MANY)
+    monkeypatch.chdir(root)
+    ref, d = dense_expr({"v54": 1.0, "v54e2": -1.0}), dense_expr({"v51": 1.0, "v28": -1.0})
+    against = sorted(m for m in d if float((ref[m] * d[m]).sum()) <= 0)
+    assert against == sorted(MANY)
+    args = ["project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.01", "--consensus-ref", "v54-v54e2"]
+    res = run_cli(*args, "--mode", "onto-ref", "--on-disagree", "keep", "--out", "o")
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("no step from mode onto-ref"))
+    assert "8: " in line and "and 2 more" in line and "points against the reference" in line
+    man = json.loads((root / "o" / "vecmerge.json").read_text())["resolved"]
+    assert man["dropped_by_consensus"] == [] and sorted(man["zeroed_by_method"]) == against
+    assert "points against the reference" in man["zeroed_reason"] and "dropped" not in man
+    rep = json.loads(run_cli(*args, "--mode", "onto-ref", "--on-disagree", "keep", "--dry-run", "--json").stdout)
+    assert sorted(rep["step"]["zeroed_by_method"]) == against and rep["step"]["dropped_by_consensus"] == []
+    assert run_cli("verify", "o").exit_code == 0
+
+    res = run_cli(*args, "--on-disagree", "drop", "--out", "o2")
+    line = next(x for x in res.output.splitlines() if x.startswith("dropped by consensus"))
+    assert "8: " in line and "and 2 more" in line and "on_disagree=drop" in line
+    man = json.loads((root / "o2" / "vecmerge.json").read_text())["resolved"]
+    assert sorted(man["dropped_by_consensus"]) == against and man["zeroed_by_method"] == []
+
+
+def test_large_steps_and_zero_outputs_warn(toy, run_cli):
+    """Issue 12 item 15: a 500% step and an all-zero adapter are written with a warning (and --strict refuses)."""
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "5", "--out", "big")
+    assert res.exit_code == 0 and "warning: big: the step is 500% of the backbone's norm" in res.output
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "5", "--out", "big2", "--strict")
+    assert res.exit_code == 1 and not (toy / "big2").exists()
+    res = run_cli("refactor", "0*v54", "--out", "zero", "--json")
+    assert res.exit_code == 0
+    out = json.loads(res.stdout)["outputs"][0]
+    assert out["figures"]["norm"] == 0.0 and any("zero in every module" in w for w in out["warnings"])
+    assert all(float(t.abs().max()) == 0.0 for t in load_file(toy / "zero" / "adapter_model.safetensors").values())
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--dry-run")
+    assert "warning" not in res.output  # a trust region of 1.13% is quiet
+
+
+def test_output_ready_to_upload_and_portable(tmp_path, monkeypatch, run_cli):
+    """Issue 12 item 9: the hub id goes into adapter_config.json and the card; vecmerge.json holds no absolute
+    path of the workspace, and the output verifies and re-runs bit for bit from another folder and after the
+    whole workspace moved."""
+    ws = tmp_path / "ws"
+    toy_trajectory(ws)
+    (ws / "vecmerge.yaml").write_text((ws / "vecmerge.yaml").read_text() + "base_model_id: Org/tiny-base\n")
+    monkeypatch.chdir(ws)
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--out", "out/v58")
+    assert res.exit_code == 0, res.output
+    out = ws / "out" / "v58"
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == "Org/tiny-base"
+    assert "base_model: Org/tiny-base" in (out / "README.md").read_text()
+    text = (out / "vecmerge.json").read_text()
+    man = json.loads(text)
+    assert str(tmp_path) not in text and man["workspace"] == "../.."
+    assert man["recipe"]["base_model_id"] == "Org/tiny-base"
+    assert {n: i["path"] for n, i in man["inputs"].items()} == {n: n for n in ("v54", "v51", "v28")}
+    assert run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--out", "o2",
+                   "--base-model-id", "Org/other").exit_code == 0
+    assert json.loads((ws / "o2" / "adapter_config.json").read_text())["base_model_name_or_path"] == "Org/other"
+    res = run_cli("refactor", "v54", "--out", "o3", "--base-model-id", "./models/base")
+    assert res.exit_code == 2 and "--base-model-id './models/base': a hub id" in res.output
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert run_cli("verify", out).exit_code == 0
+    assert run_cli("run", out / "vecmerge.json", "--out", "again").exit_code == 0
+    sha = json.loads((elsewhere / "again" / "vecmerge.json").read_text())["output"]["sha256"]
+    assert sha == man["output"]["sha256"]
+
+    moved = tmp_path / "moved"
+    shutil.move(str(ws), str(moved))
+    assert run_cli("verify", moved / "out" / "v58").exit_code == 0
+
+
+def test_a_local_base_model_path_is_noted_not_uploaded(tmp_path, monkeypatch, run_cli):
+    """Without a hub id the report says the config names a local path, and the card claims no base model."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "base").mkdir(parents=True)
+    toy_trajectory(tmp_path / "t")
+    for name in ("v54", "v51", "v28"):
+        cfg = tmp_path / "t" / name / "adapter_config.json"
+        cfg.write_text(cfg.read_text().replace('"toy-base"', json.dumps(str(tmp_path / "models" / "base"))))
+    res = run_cli("--workspace", "t/vecmerge.yaml", "project", "--base", "v54", "--dir", "v51-v28", "--trust",
+                  "0.01", "--out", "o")
+    assert res.exit_code == 0 and "note: adapter_config.json names the base model by the local path models/base" \
+        in res.output and "--base-model-id" in res.output
+    assert "base_model:" not in (tmp_path / "o" / "README.md").read_text()
+    man = json.loads((tmp_path / "o" / "vecmerge.json").read_text())
+    assert man["inputs"]["v54"]["base_model"] == str(tmp_path / "models" / "base")  # outside the workspace t/
+    assert run_cli("--workspace", "t/vecmerge.yaml", "project", "--base", "v54", "--dir", "v51-v28", "--trust",
+                   "0.01", "--out", "t/o").exit_code == 0
+    man = json.loads((tmp_path / "t" / "o" / "vecmerge.json").read_text())
+    assert man["workspace"] == ".." and man["inputs"]["v54"] == {**man["inputs"]["v54"], "path": "v54"}
+
+
+def test_step_energy_rank_against_dense(toy, run_cli, dense_expr):
+    """Issue 12 item 14: --rank step-energy:E keeps, per module, the smallest rank whose cut loses at most
+    1 - E of the step's squared norm (dense SVD of base + alpha*dir); energy:E is documented as the whole update."""
+    rep = json.loads(run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--rank",
+                             "step-energy:0.999", "--dry-run", "--json").stdout)
+    alpha = rep["step"]["alpha"]
+    base, d = dense_expr({"v54": 1.0}), dense_expr({"v51": 1.0, "v28": -1.0})
+    for m, f in rep["outputs"][0]["figures"]["modules"].items():
+        s2 = torch.linalg.svdvals(base[m] + alpha * d[m]) ** 2
+        step_sq = float((alpha * d[m]).pow(2).sum())
+        want = next(k for k in range(len(s2) + 1) if float(s2[k:].sum()) <= 0.001 * step_sq)
+        assert f["rank"] == want and f["cut_error"] ** 2 <= 0.001 * step_sq * (1 + 1e-6)
+        assert f["step_norm"] == pytest.approx(step_sq ** 0.5, rel=1e-9)
+    assert rep["outputs"][0]["figures"]["residual"] <= 0.001 ** 0.5
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--rank", "energy:0.99",
+                  "--dry-run")
+    assert "step-energy:0.99 measures the step" in res.output  # the warning names the other measure

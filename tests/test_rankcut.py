@@ -97,3 +97,32 @@ def test_common_rank_pads_with_zero_directions():
     c = cut(core, RankPolicy("exact"), rank=3)
     assert c.rank == 3 and bool((c.factors.A[2:] == 0).all())
     assert_close(c.factors.dense(), dense, rtol=1e-9, atol=1e-12)
+
+def _dense_step_energy_rank(dense, step_norm, e):
+    """Smallest k with sum_{i>=k} S_i^2 <= (1 - e) ||step||^2, from a dense SVD."""
+    s2 = torch.linalg.svdvals(dense) ** 2
+    tails = [float(s2[k:].sum()) for k in range(len(s2) + 1)]
+    return next(k for k, t in enumerate(tails) if t <= (1 - e) * step_norm**2)
+
+
+def test_step_energy_keeps_the_step_where_energy_cuts_it():
+    """Issue 12 item 14: a small step on a large backbone; energy:E measures the whole update and may drop the
+    step, step-energy:E bounds the cut's loss by (1 - E) ||step||^2 (ranks and errors against a dense SVD)."""
+    base = rand_lr(24, 20, 6, 11, scale=10.0)
+    step = rand_lr(24, 20, 3, 12, scale=0.05)
+    x = combine([(1.0, base), (1.0, step)])
+    dense, sn = x.dense(), float(torch.linalg.norm(step.dense()))
+    for e in (0.9, 0.99, 0.999):
+        c = cut(x, RankPolicy.parse(f"step-energy:{e}"), step=step)
+        assert c.rank == _dense_step_energy_rank(dense, sn, e)
+        assert c.error**2 <= (1 - e) * sn**2 * (1 + 1e-9)
+        assert_close(torch.tensor(float(torch.linalg.norm(c.factors.dense() - dense))), torch.tensor(c.error),
+                     rtol=1e-6, atol=1e-12 * float(torch.linalg.norm(dense)))
+    whole = cut(x, RankPolicy.parse("energy:0.999"))
+    assert whole.error**2 > (1 - 0.999) * sn**2  # the whole-update measure loses more of the step than 0.1%
+    _, (b_core, s_core) = Subspace.of([base, step], (24, 20))  # the pipeline's path: cores of one basis
+    c = cut(b_core + s_core, RankPolicy.parse("step-energy:0.999"), step=s_core)
+    assert c.rank == _dense_step_energy_rank(dense, sn, 0.999)
+    assert_close(c.factors.dense(), cut(x, RankPolicy.parse("step-energy:0.999"), step=step).factors.dense(),
+                 rtol=1e-9, atol=1e-9 * float(torch.linalg.norm(dense)))
+    assert str(RankPolicy.parse("step-energy:0.999")) == "step-energy:0.999"

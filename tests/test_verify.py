@@ -342,3 +342,33 @@ def test_verify_with_base_model_on_embedding_lora(tiny_base, peft_adapter, run_c
     res = run_cli("verify", "o", "--base-model", tiny_base)
     assert res.exit_code == 0, res.output
     assert "PASSED" in res.output
+
+
+def test_identities_use_the_names_the_user_typed(tmp_path, monkeypatch, run_cli):
+    """Issue 12 item 13: workspace names label the checks, not the folders' names."""
+    toy_adapter(tmp_path / "runs" / "ck1")
+    toy_adapter(tmp_path / "runs" / "ck3", seed=1)
+    (tmp_path / "vecmerge.yaml").write_text("adapters: {p1: runs/ck1, p3: runs/ck3}\n")
+    monkeypatch.chdir(tmp_path)
+    data = json.loads(run_cli("verify", "--identities", "p1", "p3", "p3", "--json").stdout)
+    assert data["target"] == "p1; p3; p3"
+    labels = {c["name"].split("[", 1)[1].rstrip("]") for c in data["checks"]}
+    assert labels == {"p1", "p3", "p3#3"}
+    data = json.loads(run_cli("verify", "--identities", "runs/ck1", "--json").stdout)
+    assert data["target"] == "ck1"
+
+
+@pytest.mark.slow
+def test_embedding_lora_on_tied_weights_verifies(tmp_path, monkeypatch, hf_base, peft_on, run_cli):
+    """GPT-2 ties lm_head to wte: the hand-patched reference must not move the head when wte's LoRA is patched
+    (PEFT's embedding LoRA changes the input embedding only); logits then agree to float32 round-off."""
+    gpt2 = hf_base("gpt2")
+    for name, seed in (("g1", 1), ("g2", 2)):
+        peft_on(gpt2, tmp_path / name, seed, target_modules=["c_attn", "attn.c_proj", "mlp.c_proj", "wte"],
+                fan_in_fan_out=True)
+    monkeypatch.chdir(tmp_path)
+    assert run_cli("project", "--base", "g1", "--dir", "g2 - g1", "--trust", "0.02", "--out", "o").exit_code == 0
+    res = run_cli("verify", "o", "--base-model", gpt2, "--json")
+    checks = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
+    assert res.exit_code == 0, [c for c in checks.values() if not c["passed"]]
+    assert checks["logits"]["figures"]["rel_max_diff"] < 1e-5

@@ -28,6 +28,7 @@ from .peft_format import (
     BIN_NAME,
     CONFIG_NAME,
     KEY,
+    PREFIX,
     SAFETENSORS_DTYPES,
     SAFETENSORS_NAME,
     STORED_DTYPES,
@@ -113,10 +114,20 @@ class Adapter:
             what = self.config.modules_to_save or sorted({k.split(".modules_to_save")[0] for k in saved})
             raise AdapterError(
                 f"{self.path}: modules_to_save {what} are full trained weights, not a LoRA update, and have no "
-                "meaningful sum; pass --modules-to-save drop to merge the LoRA part only (the output saves none)"
+                "meaningful sum; to use the LoRA part only pass --modules-to-save drop (project, refactor, audit; "
+                "modules_to_save: drop in a recipe); the output then saves none"
             )
         self.base_layer_copies: list[str] = []
+        self.saved_modules: list[str] = []  # keys of full saved modules left out (modules_to_save: drop)
         self.specs = self._index()
+
+    def _is_saved_module(self, key: str) -> bool:
+        """A full weight of a ``modules_to_save`` module: ``...modules_to_save...`` (older PEFT) or, as
+        peft 0.21 saves it, ``base_model.model.<module>.<param>`` for a module the config lists."""
+        if "modules_to_save" in key:
+            return True
+        mod = key.removeprefix(PREFIX).rsplit(".", 1)[0]
+        return any(mod == n or mod.endswith(f".{n}") for n in self.config.modules_to_save)
 
     # -- opening ----------------------------------------------------------------------------
     def _find_weights(self) -> Path:
@@ -157,8 +168,9 @@ class Adapter:
         for key in self._tensors[0]:
             m = KEY.match(key)
             if m is None:
-                if "modules_to_save" in key:
-                    continue  # reported through the config's modules_to_save
+                if self._is_saved_module(key):
+                    self.saved_modules.append(key)  # refused in __init__ unless the policy is drop
+                    continue
                 if key.endswith(".base_layer.weight"):
                     # PEFT saves a copy of a targeted embedding's base weight (save_embedding_layers);
                     # it is the base model's weight, not part of the update.

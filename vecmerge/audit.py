@@ -27,19 +27,27 @@ it assumes the modules' signs are independent coin tosses, which layers trained 
 so it overstates the evidence. ``binom_p_significant`` repeats it over non-chance modules only.
 ``global_z = sum_m inner_m / sqrt(sum_m (||ref_m|| ||dir_m|| null_std_m)^2)`` (independent rotations).
 
+**Missing modules** (``--allow-missing``): a module some input lacks is read as zero but *not compared*:
+its row is marked ``missing`` and it counts neither as agreeing nor as disagreeing (``not_compared``),
+nor in the sign tests; the whole-vector figures (``global_*``) keep it as zero.
+
 **JSON** (``audit_trajectories`` and ``audit_pairwise``; stable, keys are only ever added). ``kind: "audit"``,
-``ref``, ``dir``, ``missing`` ({adapter name: [modules it lacks, counted as zero]}), ``summary``: ``modules,
-agree, disagree, agree_energy, cosine_median, cosine_min, cosine_max, disagreeing`` (list of module names),
-``chance, agree_significant, disagree_significant, binom_p, binom_p_significant, global_inner, global_cosine,
-global_z, null_method`` ("sampled"|"analytic"), ``samples, level``; ``rows``: one per module with ``module,
-layer`` (int|null), ``type, shape`` ([out, in]), ``inner, cosine, ref_norm, dir_norm, agree`` (bool),
-``null_std, z, null_band, chance`` (bool), ``mark`` ("agree"|"disagree"|"chance"); an expert of a MoE
-parameter also has ``expert`` (its index; ``type`` is the parameter) and the summary ``experts`` (``rows,
-parameters, agree, chance, agree_significant, disagree_significant``). Pairwise (``kind:
-"pairwise"``): ``pairwise``: ``labels``, ``modules``, ``norm`` (per label), ``cosine``, ``agree``,
-``significant`` (label x label matrices: global cosine, modules with ``inner > 0``, modules with ``inner > 0``
-and ``|z| >= 1.96``), and ``pairs``: one object per pair ``a, b, cosine, agree, significant, modules,
-cosine_median``.
+``ref``, ``dir``, ``missing`` ({adapter name: [modules it lacks, read as zero]}), ``base_models`` ({adapter
+name: declared base model}), ``base_models_differ`` (bool, only with ``--allow-base-mismatch``),
+``summary``: ``modules, agree, disagree`` (same sign / opposite sign, over compared modules),
+``not_compared, agree_energy, cosine_median, cosine_min, cosine_max, disagreeing`` (list of module names),
+``chance, agree_significant, disagree_significant`` (beyond chance), ``binom_p, binom_p_significant,
+global_inner, global_cosine, global_z, null_method`` ("sampled"|"analytic"), ``samples, level``; ``rows``:
+one per module with ``module, layer`` (int|null), ``type`` (shortest unambiguous suffix, e.g.
+``attn.c_proj``), ``shape`` ([out, in]), ``inner, cosine, ref_norm, dir_norm, agree`` (bool), ``missing``
+(inputs lacking it), ``null_std, z, null_band, chance`` (bool), ``mark``
+("agree"|"disagree"|"chance"|"missing"); an expert of a MoE parameter also has ``expert`` (its index; ``type``
+is the parameter) and the summary ``experts`` (``rows, parameters, agree, chance, agree_significant,
+disagree_significant``). Pairwise (``kind: "pairwise"``): ``pairwise``: ``labels``,
+``modules``, ``norm`` (per label), ``cosine``, ``agree``, ``significant``, ``compared`` (label x label
+matrices: global cosine, compared modules with ``inner > 0``, those also with ``|z| >= 1.96``, modules
+every input of both sides has), and ``pairs``: one object per pair ``a, b, cosine, agree, significant,
+modules, compared, cosine_median``.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ import statistics
 import numpy as np
 import torch
 
+from .basemodel import differ, same_base_model
 from .consensus import measure, summarize
 from .errors import VecmergeError
 from .expr import parse
@@ -148,31 +157,45 @@ def mark_chance(rows: list[dict], spectra: list, samples: int = 200, seed: int =
             band = float(torch.quantile(nulls[i].abs(), 1.0 - LEVEL))
         live = r["ref_norm"] > 0 and r["dir_norm"] > 0
         chance = not live or abs(r["cosine"]) < band
-        r.update(null_std=std, z=r["cosine"] / std, null_band=band, chance=chance,
-                 mark="chance" if chance else ("agree" if r["agree"] else "disagree"))
+        mark = "missing" if r.get("missing") else "chance" if chance else ("agree" if r["agree"] else "disagree")
+        r.update(null_std=std, z=r["cosine"] / std, null_band=band, chance=chance, mark=mark)
     return rows
 
 
-def _vectors(ws, exprs: list[str], allow_missing: bool):
-    """Evaluate and align expressions; missing modules become zeros and are listed per adapter name."""
-    vecs = [ws.evaluate(e, allow_missing) for e in exprs]
+def _vectors(ws, exprs: list[str], allow_missing: bool, modules_to_save: str = "refuse",
+             allow_base_mismatch: bool = False):
+    """Evaluate and align expressions; missing modules become zeros and are listed per adapter name.
+
+    Returns:
+        (task vectors with every module, module names, {adapter: [modules it lacks]},
+        [per expression: the set of modules every adapter of it has]).
+    """
+    adapters = dict.fromkeys(n for e in exprs for n in parse(e).names())
+    declared = same_base_model({n: ws.adapter(n, modules_to_save) for n in adapters}, allow_base_mismatch,
+                               (ws.home,))
+    vecs = [ws.evaluate(e, allow_missing, modules_to_save) for e in exprs]
     names = align(vecs, exprs, allow_missing)
     shapes = {m: next(v[m].shape for v in vecs if m in v.modules) for m in names}
-    adapters = dict.fromkeys(n for e in exprs for n in parse(e).names())
-    missing = {n: [m for m in names if m not in ws.adapter(n).specs] for n in adapters}
+    missing = {n: [m for m in names if m not in ws.adapter(n, modules_to_save).specs] for n in adapters}
     full = [TaskVector({m: v.modules.get(m) or LowRank.zeros(shapes[m]) for m in names}, v.specs) for v in vecs]
-    return full, names, {n: ms for n, ms in missing.items() if ms}
+    present = [set(names).difference(*(missing[n] for n in parse(e).names())) for e in exprs]
+    return full, names, {n: ms for n, ms in missing.items() if ms}, present, declared
 
 
-def pairwise(vectors: list[TaskVector], labels: list[str], names: list[str], progress=None) -> dict:
+def pairwise(vectors: list[TaskVector], labels: list[str], names: list[str], progress=None,
+             present: list | None = None) -> dict:
     """Global cosines and per-module agreement counts between every pair of task vectors.
 
-    ``cosine[a][b] = sum_m <a_m, b_m> / (||a|| ||b||)``; ``agree[a][b] = #{m: <a_m, b_m> > 0}``;
-    ``significant[a][b]`` also needs ``|cos_m| >= 1.96 / sqrt(out in)`` (analytic band).
+    ``cosine[a][b] = sum_m <a_m, b_m> / (||a|| ||b||)`` (missing modules as zero);
+    ``agree[a][b] = #{m compared: <a_m, b_m> > 0}``; ``significant[a][b]`` also needs
+    ``|cos_m| >= 1.96 / sqrt(out in)`` (analytic band). A module is *compared* for a pair when every
+    input of both sides has it (``compared[a][b]`` counts them; a missing module is not a disagreement).
 
     Args:
         vectors (list[TaskVector]): aligned, every module present. labels (list[str]): their names.
+        present (list[set] | None): per vector, the modules its inputs all have (default: every module).
     """
+    present = present or [set(names)] * len(vectors)
     k = len(vectors)
     norms = [[0.0] * len(names) for _ in vectors]
     inner = {(a, b): [0.0] * len(names) for a in range(k) for b in range(a, k)}
@@ -187,38 +210,47 @@ def pairwise(vectors: list[TaskVector], labels: list[str], names: list[str], pro
     cosine = [[0.0] * k for _ in range(k)]
     agree = [[0] * k for _ in range(k)]
     sig = [[0] * k for _ in range(k)]
+    compared = [[0] * k for _ in range(k)]
     for (a, b), ips in inner.items():
         cs = [ip / (norms[a][j] * norms[b][j]) if norms[a][j] * norms[b][j] > 0 else 0.0 for j, ip in enumerate(ips)]
-        cos_m[a, b] = cs
+        both = [m in present[a] and m in present[b] for m in names]
+        cos_m[a, b] = [c for c, ok in zip(cs, both) if ok]
         g = sum(ips) / (total[a] * total[b]) if total[a] * total[b] > 0 else 0.0
-        n_agree = sum(ip > 0 for ip in ips)
-        n_sig = sum(ip > 0 and abs(c) >= Z_CRIT * s for ip, c, s in zip(ips, cs, std))
+        n_agree = sum(ip > 0 for ip, ok in zip(ips, both) if ok)
+        n_sig = sum(ip > 0 and abs(c) >= Z_CRIT * s for ip, c, s, ok in zip(ips, cs, std, both) if ok)
         cosine[a][b] = cosine[b][a] = g
         agree[a][b] = agree[b][a] = n_agree
         sig[a][b] = sig[b][a] = n_sig
+        compared[a][b] = compared[b][a] = sum(both)
     pairs = [{"a": labels[a], "b": labels[b], "cosine": cosine[a][b], "agree": agree[a][b],
-              "significant": sig[a][b], "modules": len(names),
-              "cosine_median": statistics.median(cos_m[a, b]) if names else 0.0}
+              "significant": sig[a][b], "modules": len(names), "compared": compared[a][b],
+              "cosine_median": statistics.median(cos_m[a, b]) if cos_m[a, b] else 0.0}
              for a in range(k) for b in range(a + 1, k)]
     return {"labels": list(labels), "modules": len(names), "norm": total, "cosine": cosine, "agree": agree,
-            "significant": sig, "pairs": pairs}
+            "significant": sig, "compared": compared, "pairs": pairs}
 
 
 def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False, samples: int = 200,
-                       progress=None) -> dict:
+                       progress=None, *, modules_to_save: str = "refuse", allow_base_mismatch: bool = False) -> dict:
     """``vecmerge audit --ref R --dir D``: per-module agreement of two expressions, against chance.
 
     Args:
         ws (Workspace): resolves names. ref, direction (str): expressions, e.g. ``v54 - v54e2``, ``v51 - v28``.
-        allow_missing (bool): missing modules count as zero. samples (int): draws for the chance band (0: analytic).
-        progress: optional callable wrapping the module iterable.
+        allow_missing (bool): missing modules read as zero (and are not compared, see ``summarize``).
+        samples (int): draws for the chance band (0: analytic). progress: optional callable wrapping the modules.
+        modules_to_save (str): refuse | drop adapters' full saved modules.
+        allow_base_mismatch (bool): audit adapters whose declared base models differ.
     Returns:
         A JSON-ready dict (schema in the module docstring).
     """
     if samples < 0:
         raise VecmergeError(f"samples={samples}: give 0 (analytic band) or a positive number of draws")
-    (rv, dv), names, missing = _vectors(ws, [ref, direction], allow_missing)
+    (rv, dv), names, missing, _, declared = _vectors(ws, [ref, direction], allow_missing, modules_to_save,
+                                                     allow_base_mismatch)
     rows, spectra = measure(rv, dv, names, progress)
+    lacking = {n: set(ms) for n, ms in missing.items()}
+    for r in rows:
+        r["missing"] = [n for n, ms in lacking.items() if r["module"] in ms]
     mark_chance(rows, spectra, samples)
     summary = summarize(rows)
     summary.update(null_method="sampled" if samples else "analytic", samples=samples, level=LEVEL)
@@ -229,17 +261,21 @@ def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False
                               "agree": sum(bool(r["agree"]) for r in experts), "chance": marks.count("chance"),
                               "agree_significant": marks.count("agree"),
                               "disagree_significant": marks.count("disagree")}
-    return {"kind": "audit", "ref": ref, "dir": direction, "missing": missing, "summary": summary, "rows": rows}
+    return {"kind": "audit", "ref": ref, "dir": direction, "missing": missing, "summary": summary, "rows": rows,
+            "base_models": declared, "base_models_differ": differ(declared, (ws.home,))}
 
 
-def audit_pairwise(ws, adapters: list[str], allow_missing: bool = False, progress=None) -> dict:
+def audit_pairwise(ws, adapters: list[str], allow_missing: bool = False, progress=None, *,
+                   modules_to_save: str = "refuse", allow_base_mismatch: bool = False) -> dict:
     """``vecmerge audit A B C...``: global cosines and per-module agreement between every pair.
 
     Args:
         ws (Workspace): resolves names. adapters (list[str]): two or more expressions.
-        allow_missing (bool): missing modules count as zero. progress: optional iterable wrapper.
+        allow_missing (bool): missing modules read as zero (not compared). progress: optional iterable wrapper.
+        modules_to_save (str), allow_base_mismatch (bool): as for ``audit_trajectories``.
     """
-    vecs, names, missing = _vectors(ws, list(adapters), allow_missing)
-    res = pairwise(vecs, list(adapters), names, progress)
+    vecs, names, missing, present, declared = _vectors(ws, list(adapters), allow_missing, modules_to_save,
+                                                       allow_base_mismatch)
+    res = pairwise(vecs, list(adapters), names, progress, present)
     return {"kind": "pairwise", "missing": missing, "pairwise": {k: v for k, v in res.items() if k != "pairs"},
-            "pairs": res["pairs"]}
+            "pairs": res["pairs"], "base_models": declared, "base_models_differ": differ(declared, (ws.home,))}

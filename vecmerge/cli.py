@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 
 import click
 
 from . import __version__, methods
 from .options import (
+    ALLOW_BASE_MISMATCH_HELP,
+    ALLOW_MISSING_HELP,
     AUDIT_SORT_HELP,
     AUDIT_SORTS,
     AUDIT_VIEW_HELP,
     AUDIT_VIEWS,
+    BASE_MODEL_ID_HELP,
     DTYPE_HELP,
     DTYPE_NAMES,
     KEEP_BASE_HELP,
@@ -28,10 +32,13 @@ from .options import (
     ON_DISAGREE,
     ON_DISAGREE_HELP,
     RANK_HELP,
+    REPORT_FORMAT_HELP,
     REPORT_FORMATS,
     SCOPE_HELP,
     SCOPES,
+    STEP_RANK_HELP,
 )
+from .recipe import recipe_help
 
 
 class Ctx:
@@ -101,16 +108,51 @@ def _usage(msg: str):
     raise UsageError(msg)
 
 
+WORKSPACE_HELP = "Workspace file naming adapters (default: ./vecmerge.yaml if present)."
+DEBUG_HELP = "Show tracebacks instead of one error line."
+QUIET_HELP = "No progress bars."
+DEVICE_HELP = "Device for the factored kernels: cpu, cuda or cuda:N."
+
+
+def _late(attr: str):
+    """Callback of a global option given after the subcommand: it overrides the group's value."""
+    def set_it(ctx, param, value):
+        if value not in (None, False):
+            setattr(ctx.find_object(Ctx), attr, value)
+        return value
+
+    return set_it
+
+
+def global_options(fn):
+    """The group's options, accepted after the subcommand too (``vecmerge project ... -q``)."""
+    for opt in reversed([
+        click.option("--workspace", type=click.Path(dir_okay=False), default=None, expose_value=False,
+                     callback=_late("workspace"), help=WORKSPACE_HELP),
+        click.option("--debug", is_flag=True, default=False, expose_value=False, callback=_late("debug"),
+                     help=DEBUG_HELP),
+        click.option("--quiet", "-q", is_flag=True, default=False, expose_value=False, callback=_late("quiet"),
+                     help=QUIET_HELP),
+        click.option("--device", default=None, expose_value=False, callback=_late("device"),
+                     help=DEVICE_HELP + " [default: cpu]"),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="vecmerge")
-@click.option("--workspace", type=click.Path(dir_okay=False), default=None,
-              help="Workspace file naming adapters (default: ./vecmerge.yaml if present).")
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
-@click.option("--device", default="cpu", show_default=True, help="Device for the factored kernels (cpu, cuda).")
+@click.option("--workspace", type=click.Path(dir_okay=False), default=None, help=WORKSPACE_HELP)
+@click.option("--debug", is_flag=True, help=DEBUG_HELP)
+@click.option("--quiet", "-q", is_flag=True, help=QUIET_HELP)
+@click.option("--device", default="cpu", show_default=True, help=DEVICE_HELP)
 @click.pass_context
 def main(ctx, workspace, debug, quiet, device):
-    """Surgery on LoRA adapters: exact factored algebra, audits, trust-region steps, verified PEFT output."""
+    """Surgery on LoRA adapters: exact factored algebra, audits, trust-region steps, verified PEFT output.
+
+    The options above may also follow the command: vecmerge project ... -q. Each command's --help
+    says more; vecmerge run --help documents the recipe keys.
+    """
     # Small LAPACK calls are far slower multi-threaded (see kernels.py); torch is not imported yet.
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
@@ -120,6 +162,7 @@ def main(ctx, workspace, debug, quiet, device):
 @main.command()
 @click.argument("adapters", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@global_options
 @click.pass_obj
 @handled
 def inspect(obj: Ctx, adapters, as_json):
@@ -135,13 +178,21 @@ def inspect(obj: Ctx, adapters, as_json):
 @click.option("--dir", "direction", help="Direction expression, e.g. 'v51 - v28'.")
 @click.option("--by", type=click.Choice(AUDIT_VIEWS), default="module", show_default=True, help=AUDIT_VIEW_HELP)
 @click.option("--sort", type=click.Choice(AUDIT_SORTS), default="module", show_default=True, help=AUDIT_SORT_HELP)
-@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True)
-@click.option("--plot", type=click.Path(dir_okay=False), help="Write a cosine heatmap PNG (needs matplotlib).")
-@click.option("--allow-missing", is_flag=True, help="Treat modules missing from an adapter as zero.")
-@click.option("--samples", type=int, default=200, show_default=True, help="Random rotations for the chance band.")
+@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True,
+              help=REPORT_FORMAT_HELP)
+@click.option("--plot", type=click.Path(dir_okay=False),
+              help="Also write a cosine heatmap PNG, layers x module types (needs matplotlib).")
+@click.option("--allow-missing", is_flag=True, help=ALLOW_MISSING_HELP + " Audits count them apart (not compared).")
+@click.option("--samples", type=int, default=200, show_default=True,
+              help="Random rotations per module for the chance band; 0 for the analytic band 1.96/sqrt(out*in).")
+@click.option("--modules-to-save", type=click.Choice(MODULES_TO_SAVE), default="refuse", show_default=True,
+              help=MODULES_TO_SAVE_HELP)
+@click.option("--allow-base-mismatch", is_flag=True, help=ALLOW_BASE_MISMATCH_HELP)
+@global_options
 @click.pass_obj
 @handled
-def audit(obj: Ctx, adapters, ref, direction, by, sort, fmt, plot, allow_missing, samples):
+def audit(obj: Ctx, adapters, ref, direction, by, sort, fmt, plot, allow_missing, samples, modules_to_save,
+          allow_base_mismatch):
     """Per-module sign consensus and cosine: --ref EXPR --dir EXPR, or pairwise over ADAPTERS."""
     if (ref is None) != (direction is None):
         given, lacking = ("--ref", "--dir") if ref is not None else ("--dir", "--ref")
@@ -156,28 +207,32 @@ def audit(obj: Ctx, adapters, ref, direction, by, sort, fmt, plot, allow_missing
     from . import commands
 
     commands.audit(obj.ws(), ref=ref, direction=direction, adapters=adapters, by=by, sort=sort, fmt=fmt, plot=plot,
-                   allow_missing=allow_missing, samples=samples, echo=_echo, progress=obj.bars())
+                   allow_missing=allow_missing, samples=samples, modules_to_save=modules_to_save,
+                   allow_base_mismatch=allow_base_mismatch, echo=_echo, progress=obj.bars())
 
 
-def _merge_options(keep_base: bool):
+def _merge_options(stepped: bool):
     def deco(fn):
         opts = [
             click.option("--rank", default="exact", show_default=True,
-                         help=RANK_HELP + (KEEP_BASE_HELP if keep_base else "") + "."),
+                         help=RANK_HELP + (STEP_RANK_HELP + KEEP_BASE_HELP if stepped else "") + "."),
             click.option("--dtype", type=click.Choice(DTYPE_NAMES), default="fp32", show_default=True,
-                         help=DTYPE_HELP + "."),
-            click.option("--out", type=click.Path(file_okay=False), help="Output adapter folder."),
+                         help=DTYPE_HELP),
+            click.option("--out", type=click.Path(file_okay=False),
+                         help="Output adapter folder (written whole or not at all)."),
             click.option("--force", is_flag=True, help="Replace an existing --out."),
-            click.option("--allow-missing", is_flag=True, help="Treat modules missing from an adapter as zero."),
+            click.option("--allow-missing", is_flag=True, help=ALLOW_MISSING_HELP),
             click.option("--modules-to-save", type=click.Choice(MODULES_TO_SAVE), default="refuse", show_default=True,
-                         help=MODULES_TO_SAVE_HELP + "."),
+                         help=MODULES_TO_SAVE_HELP),
+            click.option("--allow-base-mismatch", is_flag=True, help=ALLOW_BASE_MISMATCH_HELP),
+            click.option("--base-model-id", help=BASE_MODEL_ID_HELP),
             click.option("--dry-run", is_flag=True, help="Print the plan and report; write nothing."),
             click.option("--json", "as_json", is_flag=True, help="Machine-readable report."),
             click.option("--modules", "show_modules", is_flag=True, help="Also print the per-module table."),
         ]
         for o in reversed(opts):
             fn = o(fn)
-        return fn
+        return global_options(fn)
 
     return deco
 
@@ -202,82 +257,147 @@ def _method_help(stepped: bool) -> str:
     return "; ".join(f"{m}: {methods.get(m).summary}" for m in methods.names(stepped=stepped))
 
 
+_RECIPE_KEY_OF = {"direction": "dir", "consensus_ref": "consensus.ref", "on_disagree": "consensus.on_disagree",
+                  "min_agree": "consensus.min_agree"}
+
+
+def _flag_names(command: click.Command) -> dict[str, str]:
+    """``{recipe key: what the user typed}`` for a command whose flags build a recipe (``--consensus-ref``...)."""
+    names = {}
+    for prm in command.params:
+        if isinstance(prm, click.Argument):
+            names["base"] = prm.human_readable_name
+        elif prm.expose_value and prm.name:
+            names[_RECIPE_KEY_OF.get(prm.name, prm.name)] = max(prm.opts, key=len)
+    if "mode" in names:
+        names["method"] = names["mode"]
+    return names
+
+
+def as_flags(problem: str, names: dict[str, str]) -> str:
+    """A recipe problem worded with the flags the user typed: ``mode=onto-ref: needs consensus.ref`` becomes
+    ``--mode onto-ref: needs --consensus-ref``.
+
+    Args:
+        problem (str): one message naming recipe keys. names (dict[str, str]): recipe key -> flag (``_flag_names``).
+    """
+    for key in sorted(names, key=len, reverse=True):
+        k = re.escape(key)
+        problem = re.sub(rf"(?<![\w.-]){k}=", lambda _m, f=names[key]: f + " ", problem)
+        problem = re.sub(rf"(?<![\w.-]){k}(?=:|\s\(|\s+or\b|$)", lambda _m, f=names[key]: f, problem)
+    return re.sub(r"(--[\w-]+): (?=[\d'\"])", r"\1 ", problem)
+
+
 def _run_recipe(obj: Ctx, data: dict, *, force, dry_run, as_json, show_modules, source="options"):
     from . import commands
+    from .errors import RecipeError
     from .recipe import Recipe
 
-    recipe = Recipe.from_dict({k: v for k, v in data.items() if v is not None}, source)
-    commands.merge(obj.ws(), recipe, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules,
-                   echo=_echo, progress=obj.bars())
+    try:
+        recipe = Recipe.from_dict({k: v for k, v in data.items() if v is not None}, source)
+        commands.merge(obj.ws(), recipe, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules,
+                       echo=_echo, progress=obj.bars())
+    except RecipeError as e:
+        if e.source not in (source, "recipe"):
+            raise
+        names = _flag_names(click.get_current_context().command)
+        raise RecipeError([as_flags(q, names) for q in e.problems], source) from None
 
 
 @main.command()
-@click.option("--base", required=True, help="Backbone expression, e.g. v54.")
+@click.option("--base", required=True, help="Backbone expression, e.g. v54 (the adapter you step from).")
 @click.option("--dir", "direction", required=True, help="Direction expression, e.g. 'v51 - v28'.")
-@click.option("--trust", type=float, help="Relative step T: alpha = T*||base||/||dir||.")
-@click.option("--trust-scope", type=click.Choice(SCOPES), default="global", show_default=True, help=SCOPE_HELP + ".")
-@click.option("--alpha", type=float, help="Alpha directly; with --trust, trust is a bound.")
-@click.option("--consensus-ref", help="Sign each module by <ref_m, dir_m>, e.g. 'v54 - v54e2'.")
+@click.option("--trust", type=float, help="Relative step T: alpha = T*||base||/||dir|| (0.0113 moves 1.13% of the "
+              "backbone's norm).")
+@click.option("--trust-scope", type=click.Choice(SCOPES), default="global", show_default=True, help=SCOPE_HELP)
+@click.option("--alpha", type=float, help="Alpha directly; with --trust, trust is a bound on it.")
+@click.option("--consensus-ref", help="Reference trajectory, e.g. 'v54 - v54e2': each module agrees when "
+              "<ref_m, dir_m> > 0; see --on-disagree.")
 @click.option("--on-disagree", type=click.Choice(ON_DISAGREE), default="fail", show_default=True,
-              help=ON_DISAGREE_HELP + ".")
-@click.option("--min-agree", type=float, help="Fail below this share of agreeing modules.")
+              help=ON_DISAGREE_HELP)
+@click.option("--min-agree", type=float, help="Fail below this share (0..1) of modules agreeing in sign.")
 @click.option("--mode", type=click.Choice(methods.names(stepped=True)), default="add", show_default=True,
-              help=_method_help(stepped=True) + ".")
-@click.option("--dose", help="Comma-separated multiples of alpha, one output each at OUT-x<k>.")
-@click.option("--strict", is_flag=True, help="Fail (exit 1, nothing written) when less than 99% of the step "
-              "survives or the written update misses it by over 10% of the step.")
+              help="How each module's direction is shaped before alpha is chosen. " + _method_help(stepped=True)
+              + ".")
+@click.option("--dose", help="Comma-separated multiples of alpha, one output each at OUT-x<k>, e.g. 0.5,1,1.456.")
+@click.option("--strict", is_flag=True, help="Fail (exit 1, nothing written) on any warning: less than 99% of the "
+              "step survives, the written update misses it by over 10% of the step, dtype rounding, a step over "
+              "half the backbone's norm, inputs of different base models.")
 @_method_options(stepped=True)
-@_merge_options(keep_base=True)
+@_merge_options(stepped=True)
 @click.pass_obj
 @handled
 def project(obj: Ctx, base, direction, trust, trust_scope, alpha, consensus_ref, on_disagree, min_agree, mode,
-            dose, strict, rank, dtype, out, force, allow_missing, modules_to_save, dry_run, as_json, show_modules,
-            **method_fields):
-    """A trust-region step BASE + alpha*DIR, gated by consensus, written as a PEFT LoRA."""
+            dose, strict, rank, dtype, out, force, allow_missing, modules_to_save, allow_base_mismatch,
+            base_model_id, dry_run, as_json, show_modules, **method_fields):
+    """A trust-region step BASE + alpha*DIR, gated by consensus, written as a PEFT LoRA.
+
+    Example: vecmerge project --base v54 --dir 'v51 - v28' --trust 0.0113 --consensus-ref 'v54 - v54e2' --out out/v58
+    """
     cons = None
     if consensus_ref:
         cons = {"ref": consensus_ref, "on_disagree": on_disagree, "min_agree": min_agree}
     data = {"base": base, "dir": direction, "trust": trust, "trust_scope": trust_scope, "alpha": alpha,
             "consensus": cons, "mode": mode, "rank": rank, "dose": dose, "out": out, "dtype": dtype,
-            "allow_missing": allow_missing, "modules_to_save": modules_to_save, "strict": strict, **method_fields}
+            "allow_missing": allow_missing, "modules_to_save": modules_to_save, "strict": strict,
+            "allow_base_mismatch": allow_base_mismatch or None, "base_model_id": base_model_id, **method_fields}
     _run_recipe(obj, data, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules)
 
 
 @main.command()
 @click.argument("expression")
-@_merge_options(keep_base=False)
+@_merge_options(stepped=False)
 @click.pass_obj
 @handled
-def refactor(obj: Ctx, expression, rank, dtype, out, force, allow_missing, modules_to_save, dry_run, as_json,
-             show_modules):
-    """Any EXPRESSION of adapters, re-factored to a LoRA of the chosen --rank."""
+def refactor(obj: Ctx, expression, rank, dtype, out, force, allow_missing, modules_to_save, allow_base_mismatch,
+             base_model_id, dry_run, as_json, show_modules):
+    """Any EXPRESSION of adapters, re-factored to a LoRA of the chosen --rank.
+
+    Example: vecmerge refactor '0.5*v16 + 0.5*v28' --rank 32 --out out/avg
+    """
     if str(rank).strip().lower() == "keep-base":
         _usage("refactor: --rank keep-base keeps a backbone's factors under a step; use 'vecmerge project' for "
                "that, or --rank exact")
+    if str(rank).strip().lower().startswith("step-energy"):
+        _usage("refactor: --rank step-energy:E measures a step's energy, and refactor has no step; use --rank "
+               "energy:E (the share of the whole update's energy)")
     data = {"base": expression, "rank": rank, "out": out, "dtype": dtype, "allow_missing": allow_missing,
-            "modules_to_save": modules_to_save}
+            "modules_to_save": modules_to_save, "allow_base_mismatch": allow_base_mismatch or None,
+            "base_model_id": base_model_id}
     _run_recipe(obj, data, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules)
 
 
-@main.command("run")
+@main.command("run", epilog=recipe_help())
 @click.argument("recipe", type=click.Path(exists=True))
 @click.option("--out", type=click.Path(file_okay=False), help="Override the recipe's out.")
 @click.option("--force", is_flag=True, help="Replace existing outputs.")
+@click.option("--base-model-id", help="Override the recipe's base_model_id. " + BASE_MODEL_ID_HELP)
 @click.option("--dry-run", is_flag=True, help="Print the plan and report; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
 @click.option("--modules", "show_modules", is_flag=True, help="Also print the per-module table.")
+@global_options
 @click.pass_obj
 @handled
-def run_cmd(obj: Ctx, recipe, out, force, dry_run, as_json, show_modules):
-    """Run a YAML RECIPE (or re-run an output's vecmerge.json manifest)."""
+def run_cmd(obj: Ctx, recipe, out, force, base_model_id, dry_run, as_json, show_modules):
+    """Run a YAML RECIPE (or re-run an output's vecmerge.json manifest, from any folder).
+
+    The recipe's keys are listed below (the same as docs/RECIPES.md).
+    """
     import dataclasses
 
     from . import commands
+    from .errors import RecipeError
+    from .options import is_hub_id
     from .recipe import load
 
     r = load(recipe)
     if out:
         r = dataclasses.replace(r, out=out)
+    if base_model_id:
+        if not is_hub_id(base_model_id):
+            raise RecipeError([f"--base-model-id {base_model_id!r}: a hub id such as Qwen/Qwen3-0.6B (ORG/NAME)"],
+                              "options")
+        r = dataclasses.replace(r, base_model_id=base_model_id)
     commands.merge(obj.ws(), r, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules,
                    echo=_echo, progress=obj.bars())
 
@@ -285,13 +405,17 @@ def run_cmd(obj: Ctx, recipe, out, force, dry_run, as_json, show_modules):
 @main.command()
 @click.argument("target", nargs=-1, required=True)
 @click.option("--base-model", type=click.Path(exists=True, file_okay=False),
-              help="Local transformers model folder: load through PEFT and compare logits "
-                   "(default: the workspace's base_model).")
+              help="Local transformers model folder (config.json and weights) of the model the output declares: "
+                   "load through PEFT and compare deltas, logits and merge_and_unload (default: the workspace's "
+                   "base_model).")
+@click.option("--allow-base-mismatch", is_flag=True,
+              help="Run the PEFT checks even when --base-model is not the model the output declares.")
 @click.option("--identities", is_flag=True, help="Check algebraic identities of TARGET adapters (no manifest).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
+@global_options
 @click.pass_obj
 @handled
-def verify(obj: Ctx, target, base_model, identities, as_json):
+def verify(obj: Ctx, target, base_model, allow_base_mismatch, identities, as_json):
     """Re-derive an output from its manifest and check every identity; exit 1 if any check fails."""
     if identities and base_model:
         _usage("verify: --base-model needs an output folder with a manifest; drop it with --identities")
@@ -300,13 +424,15 @@ def verify(obj: Ctx, target, base_model, identities, as_json):
     from . import commands
 
     commands.verify(obj.ws(), list(target), base_model=base_model, identities=identities, as_json=as_json,
-                    echo=_echo, progress=obj.bars())
+                    allow_base_mismatch=allow_base_mismatch, echo=_echo, progress=obj.bars())
 
 
 @main.command()
-@click.option("--out", type=click.Path(file_okay=False), default="demo-out", show_default=True)
-@click.option("--force", is_flag=True, help="Replace an existing --out.")
+@click.option("--out", type=click.Path(file_okay=False), default="demo-out", show_default=True,
+              help="The demo folder (the toy checkpoints, vecmerge.yaml, the audit plot and out/v58).")
+@click.option("--force", is_flag=True, help="Replace an existing --out (only one a demo made).")
 @click.option("--small", is_flag=True, help="Smallest settings (for tests).")
+@global_options
 @click.pass_obj
 @handled
 def demo(obj: Ctx, out, force, small):

@@ -8,6 +8,8 @@ writes through ``echo(text, err=False)`` and raises ``VecmergeError`` subclasses
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from . import report_audit, report_verify
 from .audit import audit_pairwise, audit_trajectories
 from .describe import describe
@@ -30,26 +32,28 @@ def inspect(ws: Workspace, adapters: list[str], *, as_json: bool = False, echo=p
         ws (Workspace): resolves names. adapters (list[str]): names or folders. as_json (bool): JSON output.
         echo (callable): where text goes. progress (callable | None): ``progress(desc)`` -> iterable wrapper.
     """
-    infos = [describe(ws.adapter(a), _bar(progress, f"inspect {a}")) for a in adapters]
+    infos = [describe(ws.adapter(a, "drop"), _bar(progress, f"inspect {a}")) for a in adapters]  # shows any
     echo(to_json(infos if len(infos) > 1 else infos[0]) if as_json else render_inspect(infos))
     return infos
 
 
 def audit(ws: Workspace, *, ref: str | None = None, direction: str | None = None, adapters=(), by: str = "module",
           sort: str = "module", fmt: str = "table", plot=None, allow_missing: bool = False, samples: int = 200,
-          echo=print, progress=None) -> dict:
+          modules_to_save: str = "refuse", allow_base_mismatch: bool = False, echo=print, progress=None) -> dict:
     """``vecmerge audit``: ``ref``/``direction`` agreement, or the pairwise matrix of ``adapters``.
 
     Args:
         ws (Workspace). ref, direction (str | None): expressions (given together). adapters (list[str]):
         two or more expressions (pairwise). by, sort, fmt (str): the view (see ``report_audit.render``).
         plot (str | Path | None): a heatmap PNG to write. allow_missing (bool). samples (int): chance-band draws.
+        modules_to_save (str): refuse | drop. allow_base_mismatch (bool): audit adapters of different base models.
     """
     bar = _bar(progress, "audit")
+    more = {"modules_to_save": modules_to_save, "allow_base_mismatch": allow_base_mismatch}
     if ref is not None:
-        result = audit_trajectories(ws, ref, direction, allow_missing, samples, bar)
+        result = audit_trajectories(ws, ref, direction, allow_missing, samples, bar, **more)
     else:
-        result = audit_pairwise(ws, list(adapters), allow_missing, bar)
+        result = audit_pairwise(ws, list(adapters), allow_missing, bar, **more)
     echo(report_audit.render(result, by=by, sort=sort, fmt=fmt))
     if plot:
         report_audit.plot(result, plot)
@@ -73,19 +77,24 @@ def merge(ws: Workspace, recipe: Recipe, *, force: bool = False, dry_run: bool =
 
 
 def verify(ws: Workspace, targets: list[str], *, base_model=None, identities: bool = False, as_json: bool = False,
-           echo=print, progress=None) -> dict:
+           allow_base_mismatch: bool = False, echo=print, progress=None) -> dict:
     """``vecmerge verify``: re-derive an output from its manifest (or check identities); CheckFailed if any fails.
 
     Args:
-        ws (Workspace): names for ``identities``; its ``base_model`` is the default ``base_model``.
-        targets (list[str]): one output folder, or adapters with ``identities``.
+        ws (Workspace): names for ``identities``; its ``base_model`` is the default ``base_model`` (and its
+            ``base_model_id`` the hub id that folder stands for).
+        targets (list[str]): one output folder, or adapters (names or folders) with ``identities``.
         base_model (str | Path | None): a local transformers model folder: also load through PEFT.
+        allow_base_mismatch (bool): run the PEFT checks on a base model the output does not declare.
     """
     bar = _bar(progress, "verify")
     if identities:
-        result = verify_identities([ws.adapter(t) for t in targets], progress=bar)
+        labels = [t if t in ws.adapters else Path(t).name or t for t in targets]  # workspace names as typed
+        result = verify_identities([ws.adapter(t, "drop") for t in targets], progress=bar, labels=labels)
     else:
-        result = verify_output(targets[0], base_model=base_model or ws.base_model, progress=bar)
+        aliases = {ws.base_model: ws.base_model_id} if ws.base_model and ws.base_model_id else None
+        result = verify_output(targets[0], base_model=base_model or ws.base_model, progress=bar,
+                               allow_base_mismatch=allow_base_mismatch, base_model_aliases=aliases)
     echo(to_json(result) if as_json else report_verify.render(result))
     if not result["passed"]:
         failed = [c["name"] for c in result["checks"] if not c["passed"]]

@@ -17,7 +17,7 @@ from fractions import Fraction
 import torch
 
 from .errors import CheckFailed, few
-from .peft_format import module_layer, module_type
+from .peft_format import module_layer, module_types
 
 
 def measure(ref, direction, names, progress=None) -> tuple[list[dict], list[tuple]]:
@@ -29,6 +29,7 @@ def measure(ref, direction, names, progress=None) -> tuple[list[dict], list[tupl
     """
     rows, spectra = [], []
     specs = getattr(direction, "specs", None) or {}
+    types = module_types(names, specs)
     for m in progress(names) if progress else names:
         r, d = ref[m], direction[m]
         sr, sd = r.singular_values(), d.singular_values()
@@ -38,8 +39,8 @@ def measure(ref, direction, names, progress=None) -> tuple[list[dict], list[tupl
         out, inn = d.shape
         spec = specs.get(m)
         expert = spec.expert if spec is not None else None
-        row = {"module": m, "layer": module_layer(m), "type": module_type(m) if expert is None else spec.param,
-               "shape": [out, inn], "inner": inner, "cosine": cos, "ref_norm": rn, "dir_norm": dn, "agree": inner > 0}
+        row = {"module": m, "layer": module_layer(m), "type": types[m], "shape": [out, inn],
+               "inner": inner, "cosine": cos, "ref_norm": rn, "dir_norm": dn, "agree": inner > 0}
         if expert is not None:  # one row per expert; ``type`` is the parameter (gate_up_proj), pooled in the grid
             row["expert"] = expert
         rows.append(row)
@@ -74,36 +75,43 @@ def binom_tail(k: int, n: int) -> float:
 def summarize(rows: list[dict]) -> dict:
     """``modules, agree, disagree, agree_energy, cosine_median/min/max, disagreeing``, plus chance figures.
 
-    ``agree_energy = sum_{agree} ||dir_m||^2 / sum ||dir_m||^2``. Chance figures (only when rows carry
-    ``chance``, see ``audit.mark_chance``): ``chance, agree_significant, disagree_significant, binom_p,
-    binom_p_significant, global_inner, global_cosine, global_z``.
+    ``agree`` counts *sign agreement* (``inner_m > 0``); ``agree_energy = sum_{agree} ||dir_m||^2 /
+    sum ||dir_m||^2``. Rows marked ``missing`` (a module some input lacks, read as zero by
+    ``--allow-missing``) are not compared: they are counted in ``not_compared`` and left out of every
+    per-module figure (counts, energy share, cosine median/min/max, sign tests), so
+    ``agree + disagree + not_compared = modules``. Chance figures (only when rows carry ``chance``,
+    see ``audit.mark_chance``): ``chance, agree_significant, disagree_significant`` (agreement
+    *beyond chance*), ``binom_p, binom_p_significant``, and the whole-vector ``global_inner,
+    global_cosine, global_z`` (over every module, missing ones as zero).
 
     Args:
         rows (list[dict]): from ``agreement_rows`` (and ``audit.mark_chance``).
     """
-    energy = sum(r["dir_norm"] ** 2 for r in rows)
-    agree_energy = sum(r["dir_norm"] ** 2 for r in rows if r["agree"])
-    cos = [r["cosine"] for r in rows]
-    agree = sum(bool(r["agree"]) for r in rows)
+    counted = [r for r in rows if not r.get("missing")]
+    energy = sum(r["dir_norm"] ** 2 for r in counted)
+    agree_energy = sum(r["dir_norm"] ** 2 for r in counted if r["agree"])
+    cos = [r["cosine"] for r in counted]
+    agree = sum(bool(r["agree"]) for r in counted)
     out = {
         "modules": len(rows),
         "agree": agree,
-        "disagree": len(rows) - agree,
+        "disagree": len(counted) - agree,
         "agree_energy": agree_energy / energy if energy > 0 else 0.0,
         "cosine_median": statistics.median(cos) if cos else 0.0,
         "cosine_min": min(cos) if cos else 0.0,
         "cosine_max": max(cos) if cos else 0.0,
-        "disagreeing": [r["module"] for r in rows if not r["agree"]],
+        "disagreeing": [r["module"] for r in counted if not r["agree"]],
+        "not_compared": len(rows) - len(counted),
     }
     if rows and "chance" in rows[0]:
-        sig_a = sum(r["mark"] == "agree" for r in rows)
-        sig_d = sum(r["mark"] == "disagree" for r in rows)
+        sig_a = sum(r["mark"] == "agree" for r in counted)
+        sig_d = sum(r["mark"] == "disagree" for r in counted)
         inner = sum(r["inner"] for r in rows)
         rn = math.sqrt(sum(r["ref_norm"] ** 2 for r in rows))
-        dn = math.sqrt(energy)
+        dn = math.sqrt(sum(r["dir_norm"] ** 2 for r in rows))
         var = sum((r["ref_norm"] * r["dir_norm"] * r["null_std"]) ** 2 for r in rows)
-        out.update(chance=len(rows) - sig_a - sig_d, agree_significant=sig_a, disagree_significant=sig_d,
-                   binom_p=binom_tail(agree, len(rows)), binom_p_significant=binom_tail(sig_a, sig_a + sig_d),
+        out.update(chance=len(counted) - sig_a - sig_d, agree_significant=sig_a, disagree_significant=sig_d,
+                   binom_p=binom_tail(agree, len(counted)), binom_p_significant=binom_tail(sig_a, sig_a + sig_d),
                    global_inner=inner, global_cosine=inner / (rn * dn) if rn > 0 and dn > 0 else 0.0,
                    global_z=inner / math.sqrt(var) if var > 0 else 0.0)
     return out

@@ -12,14 +12,15 @@ import math
 from collections import Counter, defaultdict
 
 from .adapter import Adapter
-from .peft_format import module_layer, module_type
+from .peft_format import module_layer, module_types
 
 
 def describe(adapter: Adapter, progress=None) -> dict:
     """A JSON-ready summary of ``adapter``.
 
     Args:
-        adapter (Adapter): an opened PEFT LoRA folder.
+        adapter (Adapter): an opened PEFT LoRA folder (``modules_to_save: drop`` to describe one that
+            also saves full modules: they are listed, and left out of the norms).
         progress: optional callable wrapping the module iterable.
     """
     cfg = adapter.config
@@ -28,10 +29,11 @@ def describe(adapter: Adapter, progress=None) -> dict:
     it = progress(names) if progress else names
     norms = {m: adapter.factors(m).norm() for m in it}
     by_type: dict[str, float] = defaultdict(float)
+    types = module_types(names, specs)
     experts: dict[str, dict] = {}
     for m, n in norms.items():
         s = specs[m]
-        by_type[s.param if s.kind == "expert" else module_type(m)] += n * n
+        by_type[types[m]] += n * n
         if s.kind == "expert":
             e = experts.setdefault(s.target, {"layer": module_layer(s.holder), "parameter": s.param,
                                               "experts": s.experts, "rank": s.rank, "shape": list(s.shape),
@@ -66,6 +68,8 @@ def describe(adapter: Adapter, progress=None) -> dict:
         "norm_by_type": {t: math.sqrt(v) for t, v in sorted(by_type.items())},
         "module_norms": norms,
         "base_layer_copies": adapter.base_layer_copies,
+        "modules_to_save": list(cfg.modules_to_save),
+        "saved_modules": adapter.saved_modules,
         "sha256": adapter.sha256,
         "config_sha256": adapter.config_sha256,
     }

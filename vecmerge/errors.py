@@ -6,11 +6,30 @@ Exit codes (see DESIGN.md section 4): ``VecmergeError.exit_code`` is 2 for bad i
 
 from __future__ import annotations
 
+from pathlib import Path
 
-def few(items, n: int = 6) -> str:
-    """``"a, b, c and 4 more"``: a list shortened for a one-line message."""
+
+def few(items, n: int = 6, sep: str = ", ") -> str:
+    """``"a, b, c and 4 more"``: a list shortened for a one-line message (never cut without saying so).
+
+    Args:
+        items (iterable): what to list. n (int): how many to show. sep (str): between them.
+    """
     items = [str(x) for x in items]
-    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+    return sep.join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def shown(path) -> str:
+    """A path as a report shows it: relative to the current folder when it lies inside it, else as given."""
+    text = str(path)
+    p = Path(text)
+    if p.is_absolute():
+        for here, there in ((Path.cwd(), p), (Path.cwd().resolve(), p.resolve())):
+            try:
+                return there.relative_to(here).as_posix() or "."
+            except ValueError:
+                continue
+    return text
 
 
 class VecmergeError(Exception):

@@ -59,6 +59,25 @@ def _fail(text: str, pos: int, why: str) -> ExpressionError:
     return ExpressionError(f"cannot parse expression: {why} at column {pos + 1}\n  {text}\n  {' ' * pos}^")
 
 
+def _path_at(text: str, pos: int) -> str | None:
+    """The folder path written at ``pos`` (a run of name characters with a ``/`` in it), if any."""
+    for m in re.finditer(r"[\w.~/-]*/[\w.~/-]*", text):
+        if (m.start() <= pos < m.end() or pos == m.end()) and re.search(r"\w", m.group()):
+            return m.group().strip("-")
+    return None
+
+
+def _path_error(text: str, pos: int) -> ExpressionError | None:
+    """A path typed where a name belongs: say that names with ``/`` go in vecmerge.yaml."""
+    path = _path_at(text, pos)
+    if path is None:
+        return None
+    last = path.rstrip("/").rsplit("/", 1)[-1]
+    name = last if re.fullmatch(NAME_RE, last) else "ck"
+    return _fail(text, text.index(path), f"{path!r} is a folder path, and '/' divides; expressions take adapter "
+                 f"names: name the folder in vecmerge.yaml (adapters: {{{name}: {path}}}) and write {name}")
+
+
 class _Parser:
     def __init__(self, text: str):
         self.text = text
@@ -70,7 +89,7 @@ class _Parser:
             m = _TOKEN.match(text, pos)
             if m is None or m.end() == pos:
                 bad = pos + (len(text[pos:]) - len(text[pos:].lstrip()))
-                raise _fail(text, bad, f"unexpected character {text[bad]!r}")
+                raise _path_error(text, bad) or _fail(text, bad, f"unexpected character {text[bad]!r}")
             kind = m.lastgroup
             start = m.start(kind)
             self.tokens.append((kind, m.group(kind), start))
@@ -124,7 +143,7 @@ class _Parser:
             right = self.unary()
             if op == "/":
                 if not right.is_number:
-                    raise _fail(self.text, rpos, "can only divide by a number")
+                    raise _path_error(self.text, pos) or _fail(self.text, rpos, "can only divide by a number")
                 if right.const == 0:
                     raise _fail(self.text, rpos, "division by zero")
                 left = left.scaled(1.0 / right.const)
@@ -159,8 +178,8 @@ class _Parser:
                 raise _fail(self.text, p2, "expected ')'")
             return inner
         if kind == "end":
-            raise _fail(self.text, pos, "expression ends too early")
-        raise _fail(self.text, pos, f"unexpected {val!r}")
+            raise _path_error(self.text, pos - 1) or _fail(self.text, pos, "expression ends too early")
+        raise (_path_error(self.text, pos) if val == "/" else None) or _fail(self.text, pos, f"unexpected {val!r}")
 
 
 def parse(text: str) -> LinearForm:

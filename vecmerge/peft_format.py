@@ -166,8 +166,45 @@ def module_layer(name: str) -> int | None:
 
 
 def module_type(name: str) -> str:
-    """The module type: the last path component (``q_proj``)."""
+    """The last path component (``q_proj``); ``module_types`` tells apart types that share it."""
     return name.rsplit(".", 1)[-1]
+
+
+def type_path(name: str) -> str:
+    """What a module is within its layer: the components after the layer index (``attn.c_proj``).
+
+    A module without a layer index (``transformer.wte``, ``lm_head``) is its whole name.
+    """
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit() and i + 1 < len(parts):
+            return ".".join(parts[i + 1:])
+    return name
+
+
+def module_types(names, specs: dict | None = None) -> dict[str, str]:
+    """``{module: type label}``: the shortest suffix of its ``type_path`` that no other type path ends with.
+
+    ``q_proj`` stays ``q_proj``; GPT-2's ``attn.c_proj`` and ``mlp.c_proj`` stay apart (both end in
+    ``c_proj``); ``transformer.wte`` becomes ``wte``. Distinct type paths always get distinct labels.
+    An expert of a MoE parameter (``specs[m].expert`` set) is labelled by its parameter's target
+    (``mlp.experts.gate_up_proj`` -> ``gate_up_proj``), so all experts of a parameter share a type.
+
+    Args:
+        names (iterable[str]): module names, e.g. ``transformer.h.0.attn.c_proj``.
+        specs (dict[str, ModuleSpec] | None): layouts, to recognise experts.
+    """
+    names = list(names)
+    specs = specs or {}
+    key = {m: specs[m].target if m in specs and getattr(specs[m], "expert", None) is not None else m for m in names}
+    paths = {m: type_path(key[m]) for m in names}
+    split = {p: p.split(".") for p in set(paths.values())}
+    label = {}
+    for p, parts in split.items():
+        others = [q for o, q in split.items() if o != p]
+        k = next((k for k in range(1, len(parts)) if not any(q[-k:] == parts[-k:] for q in others)), len(parts))
+        label[p] = ".".join(parts[-k:])
+    return {m: label[paths[m]] for m in names}
 
 
 def targeted(raw: dict, module: str) -> bool:

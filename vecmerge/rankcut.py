@@ -8,7 +8,11 @@ For an update with thin SVD ``U S V^T`` (from its small core: ``C = Uc S Vh``, `
 - ``exact``: the smallest rank whose cut error is below ``EXACT_RTOL`` (1e-9) of the update's scale:
   only float64 round-off is dropped;
 - ``N``: the best rank-N approximation, never above the exact rank;
-- ``energy:E``: the smallest rank keeping a share ``E`` of ``||update||^2``;
+- ``energy:E``: the smallest rank keeping a share ``E`` of ``||update||^2`` (the whole written
+  update, backbone included: a small step can fall below the cut);
+- ``step-energy:E``: the smallest rank whose cut loses at most ``1 - E`` of ``||step||^2`` (the cut's
+  squared error is the dropped tail ``sum_{i>=k} S_i^2``, so the step keeps ``>= E`` of its energy in
+  the sense ``||written - intended||^2 <= (1 - E) ||step||^2``); only where there is a step;
 - ``keep-base``: the backbone's own factors bit for bit, with the step's exact factors appended
   (the step must come from one backbone adapter).
 
@@ -95,7 +99,7 @@ def cut(x, policy: RankPolicy, *, backbone: LowRank | None = None, step=None, ra
         x (InSpan | LowRank): the update, (out, in): a core in a module's basis, or factors of any rank.
         policy (RankPolicy): the rank rule.
         backbone (LowRank | None): keep-base only: the backbone adapter's own factors of this module.
-        step (InSpan | None): keep-base only: the step, ``x - backbone``.
+        step (InSpan | LowRank | None): the step in ``x`` (keep-base appends it; step-energy measures it).
         rank (int | None): a common rank instead of the policy's choice: keep ``min(rank, exact)``
             directions, pad with zero directions to ``rank``.
 
@@ -104,14 +108,15 @@ def cut(x, policy: RankPolicy, *, backbone: LowRank | None = None, step=None, ra
     """
     if policy.kind == "keep-base":
         return _padded(_keep_base(x, backbone, step), rank)
+    step_norm = None if step is None else step.norm()
     if isinstance(x, LowRank):
         s = x.svd()
-        k, exact = policy.choose(s.S, s.floor)
+        k, exact = policy.choose(s.S, s.floor, step_norm)
         k = k if rank is None else min(rank, exact)
         norm = float((s.S**2).sum().sqrt())
         return _padded(Cut(s.truncate(k), k, exact, s.dropped_error(k), norm), rank)
     U, S, Vh = torch.linalg.svd(x.C, full_matrices=False)
-    k, exact = policy.choose(S, x.floor)
+    k, exact = policy.choose(S, x.floor, step_norm)
     k = k if rank is None else min(rank, exact)
     root = torch.sqrt(S[:k])
     factors = LowRank(x.space.left(U[:, :k] * root), x.space.right(root[:, None] * Vh[:k]), 1.0)

@@ -7,7 +7,7 @@ A YAML recipe mirrors the flags of ``vecmerge project``::
     trust: 0.0113
     consensus: {ref: v54 - v54e2, on_disagree: fail, min_agree: 1.0}
     mode: add                 # a stepped method: add | onto-ref | orthogonal (vecmerge methods)
-    rank: exact               # exact | N | energy:E | keep-base
+    rank: exact               # exact | N | energy:E | step-energy:E | keep-base
     dose: [0.5, 1, 1.456]     # optional ladder: one output per multiple of alpha, at OUT-x<k>;
                               # a single number (dose: 1.456) writes that multiple at OUT itself
     out: out/v58
@@ -16,7 +16,8 @@ A YAML recipe mirrors the flags of ``vecmerge project``::
 
 Without ``dir`` a recipe re-factors ``base`` (any expression) at the given rank: ``vecmerge refactor``
 (method ``expression``). ``method:`` and ``mode:`` name the same thing (a registered method, see
-``methods/``); a method's own fields are keys of the recipe too. This module imports no torch.
+``methods/``); a method's own fields are keys of the recipe too. Every key is documented for users by
+``schema()`` (``vecmerge run --help`` and docs/RECIPES.md). This module imports no torch.
 """
 
 from __future__ import annotations
@@ -33,10 +34,28 @@ import yaml
 from . import methods
 from .errors import RecipeError
 from .expr import parse
-from .options import DTYPE_NAMES, MODULES_TO_SAVE, ON_DISAGREE, SCOPES, RankPolicy
+from .options import (
+    ALLOW_BASE_MISMATCH_HELP,
+    ALLOW_MISSING_HELP,
+    BASE_MODEL_ID_HELP,
+    DTYPE_HELP,
+    DTYPE_NAMES,
+    KEEP_BASE_HELP,
+    MODULES_TO_SAVE,
+    MODULES_TO_SAVE_HELP,
+    ON_DISAGREE,
+    ON_DISAGREE_HELP,
+    RANK_HELP,
+    SCOPE_HELP,
+    SCOPES,
+    STEP_RANK_HELP,
+    RankPolicy,
+    is_hub_id,
+)
 
 _KEYS = ("base", "dir", "trust", "trust_scope", "alpha", "consensus", "method", "mode", "rank", "dose", "multiple",
-         "out", "dtype", "inputs", "allow_missing", "modules_to_save", "strict", "name")
+         "out", "dtype", "inputs", "allow_missing", "modules_to_save", "strict", "name", "allow_base_mismatch",
+         "base_model_id")
 
 
 @dataclass
@@ -60,8 +79,10 @@ class Recipe:
         without). params (dict): the method's own fields. rank (str), dose (list[float] | None),
         multiple (float): alpha multiplier of this output. out (str | None), dtype (str),
         inputs (dict[str, dict]): name -> {path, sha256?}. allow_missing (bool),
-        modules_to_save (str): refuse|drop. strict (bool): fail when < 99% of the step survives.
+        modules_to_save (str): refuse|drop. strict (bool): fail (write nothing) on any warning.
         name (str | None): a title for the output (its model card).
+        allow_base_mismatch (bool): combine adapters whose declared base models differ (recorded).
+        base_model_id (str | None): the base model's hub id, written to the output's config and card.
     """
 
     base: str
@@ -82,6 +103,8 @@ class Recipe:
     modules_to_save: str = "refuse"
     strict: bool = False
     name: str | None = None
+    allow_base_mismatch: bool = False
+    base_model_id: str | None = None
 
     @property
     def kind(self) -> str:
@@ -97,7 +120,8 @@ class Recipe:
         """The recipe as YAML/JSON keys (``from_dict`` reads it back); method fields at the top level."""
         d = asdict(self)
         params = d.pop("params")
-        d = {k: v for k, v in d.items() if v is not None and v != {} and k in _KEYS}
+        d = {k: v for k, v in d.items() if v is not None and v != {} and k in _KEYS
+             and not (k == "allow_base_mismatch" and v is False)}
         return {**d, **params}
 
     @classmethod
@@ -184,7 +208,7 @@ class Recipe:
                     raise ValueError
             except (TypeError, ValueError):
                 p.append(f"dose={data.get('dose')!r}: positive multiples of alpha, e.g. [0.5, 1, 1.456]")
-        for key in ("allow_missing", "strict"):
+        for key in ("allow_missing", "strict", "allow_base_mismatch"):
             if key in data and data[key] is not None:
                 if not isinstance(data[key], bool):
                     p.append(f"{key}={data[key]!r}: true or false")
@@ -193,6 +217,12 @@ class Recipe:
         for key in ("out", "name"):
             if data.get(key) is not None:
                 kw[key] = str(data[key])
+        hub = data.get("base_model_id")
+        if hub is not None:
+            if not is_hub_id(hub):
+                p.append(f"base_model_id={hub!r}: a hub id such as Qwen/Qwen3-0.6B (ORG/NAME), not a local path")
+            else:
+                kw["base_model_id"] = hub
         kw["inputs"] = _inputs(data.get("inputs"), p, root)
         p += _semantics(data, kw, method)
         if p:
@@ -252,6 +282,8 @@ def _semantics(data: dict, kw: dict, method) -> list[str]:
                          f"{', '.join(methods.names(stepped=True))}")
     if kw.get("trust_scope") == "module" and data.get("trust") is None:
         p.append("trust_scope=module: needs trust")
+    if str(kw.get("rank", "")).strip().lower().startswith("step-energy:") and not kw.get("dir"):
+        p.append("rank=step-energy: needs dir (it keeps a share of the step's energy; use energy:E without a step)")
     if kw.get("rank") == "keep-base":
         if not kw.get("dir"):
             p.append("rank=keep-base: needs dir (it keeps the backbone and appends the step)")
@@ -303,6 +335,111 @@ def load(path) -> Recipe:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise RecipeError([f"cannot parse: {str(e).splitlines()[0]}"], str(path)) from None
+    root = path.parent
     if isinstance(data, dict) and "recipe" in data and "output" in data:
+        root = manifest_root(path.parent, data)
         data = data["recipe"]  # a manifest: re-run its recipe
-    return Recipe.from_dict(data, str(path), root=path.parent)
+    return Recipe.from_dict(data, str(path), root=root)
+
+
+def manifest_root(folder, manifest: dict) -> Path:
+    """The folder a manifest's input paths start from: ``folder / manifest["workspace"]``.
+
+    ``workspace`` is the workspace folder relative to the output folder (or absolute); a manifest
+    without it has absolute input paths, and its own folder is returned.
+
+    Args:
+        folder (str | Path): the output folder holding ``vecmerge.json``. manifest (dict): its content.
+    """
+    ws = manifest.get("workspace") if isinstance(manifest, dict) else None
+    return (Path(folder) / ws).resolve() if isinstance(ws, str) else Path(folder).resolve()
+
+
+def with_absolute_inputs(manifest: dict, folder) -> dict:
+    """A copy of ``manifest`` whose input paths (``inputs`` and ``recipe.inputs``) are absolute.
+
+    Args:
+        manifest (dict): a ``vecmerge.json``. folder (str | Path): the output folder it was read from.
+    """
+    root = manifest_root(folder, manifest)
+
+    def fix(entries):
+        if not isinstance(entries, dict):
+            return entries
+        return {n: {**e, "path": str(root / e["path"])} if isinstance(e, dict) and isinstance(e.get("path"), str)
+                else e for n, e in entries.items()}
+
+    out = dict(manifest, inputs=fix(manifest.get("inputs")))
+    if isinstance(manifest.get("recipe"), dict):
+        out["recipe"] = dict(manifest["recipe"], inputs=fix(manifest["recipe"].get("inputs")))
+    return out
+
+
+# -- the schema for users (``vecmerge run --help``, docs/RECIPES.md) -------------------------------------
+def schema() -> list[tuple[str, str, str]]:
+    """``[(key, values, meaning)]`` of every recipe key, the registered methods' own fields included."""
+    stepped = methods.names(stepped=True)
+    rows = [
+        ("base", "expression", "The backbone of a step (project), or the whole update to re-factor (refactor): "
+         "adapter names and numbers with + - * / ( ), e.g. v54 or 0.5*v16 + 0.5*v28. Names resolve through "
+         "vecmerge.yaml (or inputs); a name that is not listed is a folder of that name."),
+        ("dir", "expression", "The direction to step along, e.g. v51 - v28; with it the recipe is a step "
+         "(written = base + alpha * dir')."),
+        ("trust", "number > 0", "Relative step T: alpha = T*||base||/||dir'||, e.g. 0.0113 (1.13% of the "
+         "backbone's norm). trust or alpha is needed with dir."),
+        ("trust_scope", " | ".join(SCOPES), SCOPE_HELP),
+        ("alpha", "number", "Alpha directly; with trust, trust bounds it (the report says when it clipped)."),
+        ("consensus", "{ref, on_disagree, min_agree}", "The consensus gate: ref, an expression such as v54 - v54e2 "
+         "(a module agrees when <ref_m, dir_m> > 0); on_disagree: " + ON_DISAGREE_HELP[0].lower()
+         + ON_DISAGREE_HELP[1:] + " min_agree: fail below "
+         "this share (0..1) of agreeing modules. A plain expression is read as {ref: ...}."),
+        ("mode (or method)", " | ".join(stepped), "How each module's direction is shaped before alpha is "
+         "chosen (default add): " + "; ".join(f"{m}: {methods.get(m).summary}" for m in stepped) + "."),
+        ("rank", "exact | N | energy:E | step-energy:E | keep-base", RANK_HELP + STEP_RANK_HELP + KEEP_BASE_HELP
+         + ". step-energy and keep-base need dir."),
+        ("dose", "[k, ...] or k", "Multiples of alpha: a list writes one output per multiple at OUT-x<k>; a single "
+         "number writes that multiple at out itself."),
+        ("out", "folder", "Where to write the adapter (a dry run needs none)."),
+        ("dtype", " | ".join(DTYPE_NAMES), DTYPE_HELP + " Default fp32."),
+        ("inputs", "{name: path} or {name: {path, sha256, config_sha256}}", "Names for this recipe, with paths "
+         "relative to the recipe file; a pinned sha256 that no longer matches is an error. Manifests record "
+         "every input this way."),
+        ("allow_missing", "true | false", ALLOW_MISSING_HELP),
+        ("modules_to_save", " | ".join(MODULES_TO_SAVE), MODULES_TO_SAVE_HELP + " Default refuse."),
+        ("allow_base_mismatch", "true | false", ALLOW_BASE_MISMATCH_HELP),
+        ("base_model_id", "ORG/NAME", BASE_MODEL_ID_HELP),
+        ("strict", "true | false", "Fail (exit 1, write nothing) on any warning of the report."),
+        ("name", "text", "Title of the output's model card (default: the folder name)."),
+        ("multiple", "number", "Alpha multiplier of this output (manifests record it; use dose in recipes)."),
+    ]
+    for name, owners in methods.all_fields().items():
+        f = owners[0].fields[[x.name for x in owners[0].fields].index(name)]
+        values = " | ".join(map(str, f.choices)) if f.choices else f.kind
+        default = "" if f.default is None else f" Default {f.default}."
+        rows.append((name, values, f"{f.help} (mode {', '.join(m.name for m in owners)}).{default}"))
+    return rows
+
+
+def recipe_help(width: int = 100) -> str:
+    """The schema as plain text for ``vecmerge run --help`` (click keeps ``\\b`` blocks as they are)."""
+    import textwrap
+
+    lines = ["Recipe keys (YAML; the flags of vecmerge project and refactor build the same recipe):", "", "\b"]
+    for key, values, meaning in schema():
+        lines.append(f"  {key}: {values}")
+        lines += textwrap.wrap(meaning, width, initial_indent="      ", subsequent_indent="      ")
+    lines += ["", "\b", "Example (recipes/v58.yaml):", "  base: v54", "  dir: v51 - v28", "  trust: 0.0113",
+              "  consensus: {ref: v54 - v54e2, on_disagree: fail}", "  out: out/v58"]
+    return "\n".join(lines)
+
+
+def recipe_markdown() -> str:
+    """The schema as the markdown page docs/RECIPES.md (``make readme`` writes it; a test keeps it current)."""
+    head = ["# Recipe keys", "", "Generated from `vecmerge/recipe.py` and the registered methods by `make readme`; "
+            "`vecmerge run --help` prints the same. A recipe is a YAML mapping; the flags of `vecmerge project` "
+            "and `vecmerge refactor` build the same recipe, and every output's `vecmerge.json` holds its recipe "
+            "(`vecmerge run OUT/vecmerge.json` re-runs it).", "", "| key | values | meaning |", "|---|---|---|"]
+    body = [f"| `{k}` | {v.replace('|', '&#124;')} | {m.replace('|', '&#124;')} |" for k, v, m in schema()]
+    example = ["", "Example (`recipes/v58.yaml`):", "", "```yaml", "base: v54", "dir: v51 - v28", "trust: 0.0113",
+               "consensus: {ref: v54 - v54e2, on_disagree: fail}", "out: out/v58", "```", ""]
+    return "\n".join(head + body + example)

@@ -10,6 +10,7 @@ import json
 
 from tabulate import tabulate
 
+from .errors import few, shown
 from .export import jsonable
 
 
@@ -35,7 +36,8 @@ def render_inspect(infos: list[dict]) -> str:
     blocks = []
     for d in infos:
         facts = [
-            ("path", d["path"]), ("peft type", d["peft_type"]), ("base model", d["base_model"] or "-"),
+            ("path", shown(d["path"])), ("peft type", d["peft_type"]),
+            ("base model", shown(d["base_model"]) if d["base_model"] else "-"),
             ("modules", f"{d['modules']} ({d['layers']} layers x {len(d['module_types'])} types)"),
             ("target modules", ", ".join(d["module_types"])),
             ("ranks", ", ".join(f"r={k}: {v}" for k, v in d["ranks"].items())),
@@ -49,6 +51,10 @@ def render_inspect(infos: list[dict]) -> str:
                                       f"alpha_pattern {len(d['alpha_pattern'])} keys"))
         if d["embedding_modules"]:
             facts.append(("embedding LoRA", ", ".join(d["embedding_modules"])))
+        if d.get("modules_to_save") or d.get("saved_modules"):
+            facts.append(("modules_to_save", f"{', '.join(d['modules_to_save']) or '?'}: full trained weights "
+                          f"({len(d['saved_modules'])} tensor(s)), not LoRA, left out of the norms; project, refactor "
+                          "and audit refuse them unless --modules-to-save drop"))
         if d["base_layer_copies"]:
             facts.append(("note", f"{len(d['base_layer_copies'])} saved base-layer copies ignored (not the update)"))
         norms = table([(t, g(n, 6)) for t, n in d["norm_by_type"].items()], ["module type", "norm"])
@@ -84,12 +90,16 @@ def render_merge(rep) -> str:
                  ("per module min/median/max", " / ".join(g(st["realized"][k]) for k in
                                                           ("module_min", "module_median", "module_max")))]
         if st["dropped"]:
-            facts.append(("dropped (disagree)", f"{len(st['dropped'])}: " + ", ".join(st["dropped"][:6])))
+            facts.append(("dropped by consensus", f"{len(st['dropped'])}: {few(st['dropped'])} (they disagree "
+                                                  "with the reference; on_disagree=drop)"))
+        if st["zeroed"]:
+            why = ev.method.zero_reason or "the mode gives them none"
+            facts.append((f"no step from mode {st['mode']}", f"{len(st['zeroed'])}: {few(st['zeroed'])} ({why})"))
         out.append(table(facts, ["", ""], "plain"))
         if ev.consensus is not None:
             c = ev.consensus
             s = c.summary
-            out.append(f"consensus vs {c.ref}: {s['agree']}/{s['modules']} modules agree, "
+            out.append(f"consensus vs {c.ref}: {s['agree']}/{s['modules']} modules agree in sign, "
                        f"{s['agree_energy']:.2%} of the direction's energy, median cosine {s['cosine_median']:.4f}, "
                        f"min {s['cosine_min']:.4f} (on_disagree={c.on_disagree})")
     elif ev.method.name == "expression":
@@ -115,6 +125,8 @@ def render_merge(rep) -> str:
     for o in rep.outputs:
         for w in o.warnings:
             out.append(f"warning: {o.path or 'dry run'}: {w}")
+    for n in getattr(rep, "notes", ()):
+        out.append(f"note: {n}")
     if rep.dry_run:
         out.append("dry run: nothing written")
     return "\n\n".join(out)
@@ -147,4 +159,5 @@ def render_modules(rep, limit: int | None = None) -> str:
     f = rep.outputs[0].figures["modules"]
     rows = [[m, e["rank"], e["exact_rank"], g(e["rel_error"]), g(e.get("survival"))]
             for m, e in list(f.items())[:limit]]
-    return table(rows, ["module", "rank", "exact rank", "rel error", "survival"])
+    more = f"\n... and {len(f) - len(rows)} more modules" if len(rows) < len(f) else ""
+    return table(rows, ["module", "rank", "exact rank", "rel error", "survival"]) + more

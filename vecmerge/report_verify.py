@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
+from .errors import few
 from .report import g, table
 
 # Figures shown in the table, in this order; the rest are JSON only.
@@ -27,7 +28,7 @@ def _figure(key: str, value) -> str | None:
     if isinstance(value, list):
         if key == "bad_modules":
             return f"{key}={len(value)}"
-        return f"{key}=" + ",".join(g(v) if isinstance(v, float) else str(v) for v in value[:4])
+        return f"{key}=" + few([g(v) if isinstance(v, float) else str(v) for v in value], 4, ",")
     return f"{key}={value}"
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from .errors import few
 from .lowrank import LowRank, relative_error
 from .peft_format import CONFIG_NAME, DTYPES, SAFETENSORS_NAME, factor_keys, peft_scale
 from .taskvector import TaskVector
@@ -162,8 +163,8 @@ def assert_delta_close(actual, expected, rtol: float = 1e-6, atol: float = 0.0) 
 
     a, e = as_dict(actual), as_dict(expected)
     if set(a) != set(e):
-        raise AssertionError(f"module sets differ: only actual {sorted(set(a) - set(e))[:5]}, "
-                             f"only expected {sorted(set(e) - set(a))[:5]}")
+        raise AssertionError(f"module sets differ: only actual [{few(sorted(set(a) - set(e)), 5)}], "
+                             f"only expected [{few(sorted(set(e) - set(a)), 5)}]")
     for m in e:
         x, y = a[m], e[m]
         if isinstance(x, LowRank) and isinstance(y, LowRank):

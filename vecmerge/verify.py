@@ -31,17 +31,19 @@ through ``pipeline.evaluate`` and the very method object the output's recipe nam
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 from .adapter import Adapter
+from .basemodel import folder_is, model_folder_problem
 from .checks import check, close, not_run, result, within
-from .errors import OutputError, VecmergeError, few
+from .errors import OutputError, UsageError, VecmergeError, few, shown
 from .export import read_manifest
 from .lowrank import LowRank, combine
 from .peft_format import CONFIG_NAME, LoraConfig
 from .pipeline import evaluate, intended
-from .recipe import Recipe
+from .recipe import Recipe, manifest_root, with_absolute_inputs
 from .verify_adapter import config_checks, identity_checks, open_output
 from .verify_peft import peft_checks
 from .workspace import Workspace
@@ -115,9 +117,12 @@ def recompute(manifest: dict, root: Path, progress=None) -> tuple[dict, dict]:
         figs = {"module_alpha_mismatches": len(off)}
         if off:
             problems.append(f"module alpha differs from the manifest's in {few(off)}")
-    if sorted(ev.dropped) != sorted(res.get("dropped") or []):
-        problems.append(f"consensus drops [{few(ev.dropped)}], the manifest recorded "
-                        f"[{few(res.get('dropped') or [])}]")
+    dropped = res.get("dropped_by_consensus", res.get("dropped")) or []  # "dropped" in manifests of vecmerge 0.1.0
+    if sorted(ev.dropped) != sorted(dropped):
+        problems.append(f"consensus drops [{few(ev.dropped)}], the manifest recorded [{few(dropped)}]")
+    if "zeroed_by_method" in res and sorted(ev.zeroed) != sorted(res["zeroed_by_method"] or []):
+        problems.append(f"the method gives no step to [{few(ev.zeroed)}], the manifest recorded "
+                        f"[{few(res['zeroed_by_method'] or [])}]")
     what = f"alpha = {figs['alpha']!r}" if "alpha" in figs else "every module's alpha"
     return ev, check("recompute", not problems, "; ".join(problems) or
                         f"{what} as recorded (rel {ALPHA_RTOL:g})", figs)
@@ -184,7 +189,7 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple
     if bad or shape_bad:
         hints = {m: _scale_hint(rows[m]["W"], rows[m]["target"], tu) for m in bad}
         m0 = bad[0] if bad else None
-        detail = "; ".join(shape_bad[:3]) if shape_bad else (
+        detail = few(shape_bad, 3, "; ") if shape_bad else (
             f"{len(bad)}/{len(rows)} modules differ from the recomputed update, e.g. {m0}: relative error "
             f"{rows[m0]['rel_error']:.3e} > {tu:g}" + (f" (recorded {rec.get(m0, {}).get('rel_error')!r})" if cut
                                                         else ""))
@@ -225,17 +230,48 @@ def _figures_check(manifest: dict, rows: dict, rel_error: float, checks: list) -
     off += [f"{m} rel_error {r['rel_error']:.6g} (recorded {rec.get(m, {}).get('rel_error')!r})"
             for m, r in rows.items() if not isinstance(rec.get(m, {}).get("rel_error"), (int, float))
             or not close(r["rel_error"], rec[m]["rel_error"], FIGURES_RTOL)]
-    return check("figures", not off, "; ".join(off[:4]) or f"recorded figures reproduce (rtol {FIGURES_RTOL:g})",
+    return check("figures", not off, few(off, 4, "; ") or f"recorded figures reproduce (rtol {FIGURES_RTOL:g})",
                  {k: v for k, v in got.items()})
 
 
-def verify_output(path, base_model=None, progress=None) -> dict:
+def base_model_check(base_model: Path, out: Adapter | None, manifest: dict, allow: bool = False,
+                     aliases: dict | None = None, root: Path | None = None) -> dict:
+    """``--base-model`` is the model the output declares: the output's ``base_model_name_or_path``, or
+    the base model one of its inputs declares (``basemodel.folder_is``).
+
+    Args:
+        base_model (Path): the local model folder given. out (Adapter | None): the output, opened.
+        manifest (dict): vecmerge.json (its inputs record their declared base models).
+        allow (bool): ``--allow-base-mismatch``: pass, saying loudly that it is another model.
+        aliases (dict | None): local folder -> hub id (the workspace's ``base_model`` and ``base_model_id``).
+        root (Path | None): the workspace the output was made in (a relative declared path starts there).
+    """
+    declared = [out.config.base_model] if out is not None else []
+    declared += [i.get("base_model") for i in (manifest.get("inputs") or {}).values() if isinstance(i, dict)]
+    declared = [str(d) for d in dict.fromkeys(declared) if d]
+    if any(folder_is(base_model, d, aliases, [root] if root else []) for d in declared):
+        return check("base model", True, f"{shown(base_model)} is the base model the output declares",
+                     {"declared": declared})
+    said = (f"{shown(base_model)} is NOT the base model the output declares "
+            f"({few([shown(d) for d in declared]) or 'none declared'})")
+    if allow:
+        return check("base model", True, f"{said}; checked against it anyway (--allow-base-mismatch)",
+                     {"declared": declared, "mismatch_allowed": True})
+    return check("base model", False, f"{said}; give that model with --base-model, or pass --allow-base-mismatch "
+                 "if this folder really holds the same weights", {"declared": declared})
+
+
+def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: bool = False,
+                  base_model_aliases: dict | None = None) -> dict:
     """Re-derive the output at ``path`` from its manifest and run every check (see the module docstring).
 
     Args:
         path (str | Path): an output folder with ``vecmerge.json``.
-        base_model (str | Path | None): a local ``transformers`` model folder: also load through PEFT.
+        base_model (str | Path | None): a local ``transformers`` model folder: also load through PEFT
+            (after checking that it is the model the output declares, see ``base_model_check``).
         progress: optional callable wrapping iterables (tqdm).
+        allow_base_mismatch (bool): run the PEFT checks on a base model the output does not declare.
+        base_model_aliases (dict | None): local folder -> hub id, e.g. the workspace's pair.
 
     Returns:
         ``{target, passed, checks: [{name, passed, detail, figures}], dtype, tolerances}``; raises
@@ -245,6 +281,11 @@ def verify_output(path, base_model=None, progress=None) -> dict:
     manifest = read_manifest(path)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("recipe"), dict) or "output" not in manifest:
         raise OutputError(f"{path / 'vecmerge.json'}: lacks 'recipe' or 'output'; not a vecmerge manifest")
+    manifest = with_absolute_inputs(manifest, path)  # input paths are stored relative to the workspace
+    problem = model_folder_problem(base_model) if base_model is not None else None
+    if problem:
+        raise UsageError(f"--base-model {base_model}: {problem}; give the local transformers model folder "
+                         "the adapter was trained on")
     dtype = (manifest.get("output") or {}).get("dtype", "fp32")
     tol = TOLERANCES.get(dtype, TOLERANCES["bf16"])
     checks = [input_check(manifest)]
@@ -266,6 +307,8 @@ def verify_output(path, base_model=None, progress=None) -> dict:
         base_cfg = None
         if ev is not None:
             base_cfg = LoraConfig.read(Path(ev.inputs[ev.base_name].path) / CONFIG_NAME)
+            if ev.recipe.base_model_id:  # the output names the base model by this hub id
+                base_cfg = dataclasses.replace(base_cfg, base_model=ev.recipe.base_model_id)
         checks += config_checks(out, manifest, base_cfg)
         if ev is not None:
             more, expected = compare(out, ev, manifest, tol, progress)
@@ -275,23 +318,29 @@ def verify_output(path, base_model=None, progress=None) -> dict:
         else:
             checks.append(not_run("update", "nothing to compare with: the recipe was not re-evaluated"))
     if base_model is not None:
+        same = base_model_check(Path(base_model), out, manifest, allow_base_mismatch, base_model_aliases,
+                                manifest_root(path, manifest) if "workspace" in manifest else None)
+        checks.append(same)
         if out is None:
             checks.append(not_run("peft load", "the output cannot be opened"))
+        elif not same["passed"]:
+            checks.append(not_run("peft load", "the base model is not the one the output declares (see base model)"))
         else:
             checks += peft_checks(path, out, Path(base_model), expected, tol, progress)
     return result(str(path), checks, kind="output", dtype=dtype, tolerances=tol,
                   recipe={k: manifest["recipe"].get(k) for k in ("base", "dir", "rank", "multiple")})
 
 
-def verify_identities(adapters: list, progress=None) -> dict:
+def verify_identities(adapters: list, progress=None, labels: list[str] | None = None) -> dict:
     """Algebraic identities of adapters that have no manifest (see ``verify_adapter``).
 
     Args:
         adapters (list[Adapter]): opened adapters. progress: optional iterable wrapper (tqdm).
+        labels (list[str] | None): what the user called them (workspace names); default: folder names.
 
     Returns:
         ``{target, passed, checks, kind: "identities", adapters: [paths]}``.
     """
-    checks = identity_checks(list(adapters), progress)
-    return result("; ".join(a.name for a in adapters), checks, kind="identities",
-                  adapters=[str(a.path) for a in adapters])
+    labels = list(labels) if labels is not None else [a.name for a in adapters]
+    checks = identity_checks(list(adapters), progress, labels)
+    return result("; ".join(labels), checks, kind="identities", adapters=[str(a.path) for a in adapters])

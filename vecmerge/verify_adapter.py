@@ -26,7 +26,7 @@ import torch
 
 from .adapter import Adapter
 from .checks import check, within
-from .errors import VecmergeError, few
+from .errors import VecmergeError, few, shown
 from .options import RankPolicy
 from .peft_format import CONFIG_NAME, param_targeted, pattern_key, peft_scale, targeted
 from .rankcut import cut
@@ -69,7 +69,7 @@ def open_output(path: Path, manifest: dict) -> tuple[Adapter | None, list[dict]]
             out.factors(m)
         except VecmergeError as e:
             bad.append(str(e))
-    checks.append(check("finite", not bad, "; ".join(bad[:3]) or "no NaN/Inf in any factor",
+    checks.append(check("finite", not bad, few(bad, 3, "; ") or "no NaN/Inf in any factor",
                         {"bad_modules": len(bad)}))
     return out, checks
 
@@ -97,7 +97,7 @@ def config_checks(out: Adapter, manifest: dict, base_config) -> list[dict]:
         problems.append(f"modules_to_save {raw['modules_to_save']!r} would replace base weights")
     conf = check("config", not problems,
                  "; ".join(problems) + f" in {out.path / CONFIG_NAME}" if problems else
-                 f"plain LoRA for {cfg.base_model}; target_modules cover all {len(out.modules)} modules",
+                 f"plain LoRA for {shown(cfg.base_model)}; target_modules cover all {len(out.modules)} modules",
                  {"base_model": cfg.base_model, "target_modules": str(raw.get("target_modules"))})
     missing, extra = sorted(set(recorded) - set(out.modules)), sorted(set(out.modules) - set(recorded))
     why = ([f"missing {few(missing)}"] if missing else []) + ([f"unexpected {few(extra)}"] if extra else []) \
@@ -115,7 +115,7 @@ def config_checks(out: Adapter, manifest: dict, base_config) -> list[dict]:
         elif not math.isfinite(scale) or scale == 0.0:
             bad.append(f"{m}: lora_alpha {alpha!r} gives scale {scale!r}")
         scales.add(scale)
-    ranks = check("ranks and scales", not bad, "; ".join(bad[:4]) + f" ({out.path / CONFIG_NAME})" if bad else
+    ranks = check("ranks and scales", not bad, few(bad, 4, "; ") + f" ({out.path / CONFIG_NAME})" if bad else
                   f"rank_pattern ({len(cfg.rank_pattern)} keys) and alpha_pattern ({len(cfg.alpha_pattern)}) "
                   f"resolve to the stored ranks; PEFT applies {cfg.scale_rule}",
                   {"r": cfg.r, "lora_alpha": cfg.lora_alpha, "scales": sorted(scales)[:8]})
@@ -159,7 +159,7 @@ def scale_rule_check(label: str, a: Adapter) -> dict:
             dead.append(key)
     scales = sorted({s.scale for s in a.specs.values()})
     note = f"; pattern keys matching no module: {few(dead)}" if dead else ""
-    return check(f"scale rule [{label}]", not bad, "; ".join(bad[:3]) or
+    return check(f"scale rule [{label}]", not bad, few(bad, 3, "; ") or
                  f"{cfg.scale_rule} with r={cfg.r}, lora_alpha={cfg.lora_alpha:g}, {len(cfg.rank_pattern)} rank "
                  f"and {len(cfg.alpha_pattern)} alpha patterns resolve as stored{note}",
                  {"rule": cfg.scale_rule, "scales": scales[:8], "unused_pattern_keys": dead})
@@ -187,15 +187,17 @@ def dense_check(label: str, a: Adapter, x: TaskVector, y: TaskVector, seed: int 
     return _law(f"dense = factored [{label}]", errs, DENSE_RTOL, f"dense norms/inner products ({few(picked)})")
 
 
-def identity_checks(adapters: list[Adapter], progress=None) -> list[dict]:
+def identity_checks(adapters: list[Adapter], progress=None, labels: list[str] | None = None) -> list[dict]:
     """All identities of the module docstring for each adapter (see there for tolerances).
 
     Args:
         adapters (list[Adapter]): opened adapters. progress: optional iterable wrapper (tqdm).
+        labels (list[str] | None): names to show (workspace names); default: the folder names.
     """
     checks, vecs = [], {}
     for i, a in enumerate(adapters):
-        label = a.name if a.name not in vecs else f"{a.name}#{i + 1}"
+        name = labels[i] if labels is not None else a.name
+        label = name if name not in vecs else f"{name}#{i + 1}"
         try:
             vecs[label] = (a, TaskVector.from_adapter(a))
             checks.append(check(f"finite [{label}]", True, f"{len(a.modules)} modules, no NaN/Inf",

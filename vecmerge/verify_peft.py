@@ -119,13 +119,31 @@ def _logits(model, ids: torch.Tensor) -> torch.Tensor:
         return model(input_ids=ids).logits.double()
 
 
+def _untied_head(peft_model, layers: dict):
+    """The output head when it shares its weight with a patched module (GPT-2's ``wte``/``lm_head``), else None.
+
+    PEFT's embedding LoRA changes the input embedding only; patching a tied weight by hand would move the
+    output head too, so the head gets its own copy while the reference logits are computed.
+    """
+    head = peft_model.get_base_model().get_output_embeddings()
+    head = head.get_base_layer() if hasattr(head, "get_base_layer") else head
+    if head is None or any(t.param is None and t.layer.get_base_layer() is head for t in layers.values()):
+        return None
+    tied = any(t.weight() is head.weight for t in layers.values())
+    return head if tied else None
+
+
 def _patched_logits(peft_model, layers: dict, W: dict, deltas: dict, ids) -> torch.Tensor:
     """Logits of the base with ``W_t + delta_t`` written into each base parameter (adapter disabled).
 
     Args:
         layers (dict[str, Target]). W, deltas (dict[str, Tensor]): per target, in the parameter's layout.
     """
+    head = _untied_head(peft_model, layers)
+    shared = head.weight if head is not None else None
     try:
+        if head is not None:
+            head.weight = torch.nn.Parameter(shared.detach().clone(), requires_grad=False)
         for t, target in layers.items():
             w = target.weight()
             w.data.copy_((W[t].double() + deltas[t]).to(w.dtype))
@@ -134,6 +152,8 @@ def _patched_logits(peft_model, layers: dict, W: dict, deltas: dict, ids) -> tor
     finally:
         for t, target in layers.items():
             target.weight().data.copy_(W[t])
+        if head is not None:
+            head.weight = shared
 
 
 def _load(base_model: Path, path: Path):

@@ -3,6 +3,7 @@
 ``vecmerge.yaml``::
 
     base_model: base            # optional: a local transformers folder, for verify --base-model
+    base_model_id: Qwen/Qwen3-0.6B   # optional: its hub id, written into outputs (ready to upload)
     adapters:
       v54: runs/v54/checkpoint-3
       v51: runs/v51
@@ -22,6 +23,7 @@ import yaml
 from .adapter import Adapter
 from .errors import ExpressionError, WorkspaceError
 from .expr import NAME_RE, LinearForm, parse
+from .options import is_hub_id
 from .taskvector import TaskVector, linear_combination
 
 WORKSPACE_NAME = "vecmerge.yaml"
@@ -40,6 +42,7 @@ class Workspace:
         self.root = Path(root) if root is not None else Path.cwd()
         self.adapters: dict[str, Path] = {}
         self.base_model: Path | None = None
+        self.base_model_id: str | None = None
         self.file: Path | None = None
         self.device = device
         if path is None and (self.root / WORKSPACE_NAME).is_file():
@@ -63,9 +66,10 @@ class Workspace:
             raise WorkspaceError(f"{path}: not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
         if not isinstance(data, dict):
             raise WorkspaceError(f"{path}: expected a mapping with an 'adapters' key")
-        unknown = set(data) - {"adapters", "base_model"}
+        unknown = set(data) - {"adapters", "base_model", "base_model_id"}
         if unknown:
-            raise WorkspaceError(f"{path}: unknown key(s) {sorted(unknown)}; expected 'adapters' and 'base_model'")
+            raise WorkspaceError(f"{path}: unknown key(s) {sorted(unknown)}; expected 'adapters', 'base_model' "
+                                 "and 'base_model_id'")
         adapters = data.get("adapters") or {}
         if not isinstance(adapters, dict):
             raise WorkspaceError(f"{path}: 'adapters' must map names to folders, e.g. 'v54: runs/v54'")
@@ -77,6 +81,17 @@ class Workspace:
         self.adapters = {str(k): (base / str(v)).resolve() for k, v in adapters.items()}
         if data.get("base_model"):
             self.base_model = (base / str(data["base_model"])).resolve()
+        hub = data.get("base_model_id")
+        if hub is not None:
+            if not is_hub_id(hub):
+                raise WorkspaceError(f"{path}: base_model_id {hub!r} is not a hub id; write it as ORG/NAME, "
+                                     "e.g. Qwen/Qwen3-0.6B (the local folder goes under base_model)")
+            self.base_model_id = hub
+
+    @property
+    def home(self) -> Path:
+        """The folder the workspace's relative paths start from: the workspace file's, else ``root``."""
+        return self.file.parent.resolve() if self.file is not None else self.root.resolve()
 
     def path_of(self, name: str) -> Path:
         """The folder a name stands for."""
@@ -104,15 +119,16 @@ class Workspace:
         """The task vector of one adapter, read onto the workspace's device."""
         return TaskVector.from_adapter(self.adapter(name, modules_to_save), self.device)
 
-    def evaluate(self, expr, allow_missing: bool = False) -> TaskVector:
+    def evaluate(self, expr, allow_missing: bool = False, modules_to_save: str = "refuse") -> TaskVector:
         """The task vector of an expression (string or LinearForm), exact, in float64 factors."""
         form = parse(expr) if isinstance(expr, str) else expr
-        return evaluate_form(form, self, allow_missing)
+        return evaluate_form(form, self, allow_missing, modules_to_save)
 
 
-def evaluate_form(form: LinearForm, ws: Workspace, allow_missing: bool = False) -> TaskVector:
+def evaluate_form(form: LinearForm, ws: Workspace, allow_missing: bool = False,
+                  modules_to_save: str = "refuse") -> TaskVector:
     """``sum_i c_i * adapter_i`` per module by stacking; zero coefficients are dropped after alignment."""
     names = form.names()
-    vecs = [ws.vector(n) for n in names]
+    vecs = [ws.vector(n, modules_to_save) for n in names]
     return linear_combination([(form.coeffs[n], v) for n, v in zip(names, vecs)], labels=names,
                               allow_missing=allow_missing)

@@ -17,11 +17,12 @@ class OntoRef(Method):
     """``dir'_m = max(<dir_m, ref_m> / ||ref_m||^2, 0) * ref_m``: dir's component along ref, positive part only."""
 
     name = "onto-ref"
-    summary = ("step along the consensus reference REF only: each module takes dir's component along ref_m, "
-               "and no step where that component is negative")
+    summary = ("step along the consensus reference only (needs --consensus-ref): each module takes dir's "
+               "component along ref_m, (<dir_m, ref_m> / ||ref_m||^2) ref_m, and no step where it is negative")
     operands = ("base", "dir", "ref")
     stepped = True
-    zero_reason = "its direction points against the reference (<dir_m, ref_m> <= 0), so onto-ref gives it no step"
+    zero_reason = ("there the direction points against the reference, <dir_m, ref_m> <= 0, and onto-ref keeps "
+                   "only a positive component along ref_m")
 
     def validate(self, recipe):
         return [] if recipe.consensus else ["mode=onto-ref: needs consensus.ref (the reference trajectory)"]

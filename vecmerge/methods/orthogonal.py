@@ -12,7 +12,8 @@ class Orthogonal(Method):
     """``dir'_m = dir_m - (<dir_m, base_m> / ||base_m||^2) * base_m``, module by module."""
 
     name = "orthogonal"
-    summary = "step along the part of DIR orthogonal to the backbone, module by module (v60's residual)"
+    summary = ("step along the part of DIR orthogonal to the backbone, module by module: "
+               "dir_m - (<dir_m, base_m> / ||base_m||^2) base_m (v60's residual)")
     operands = ("base", "dir")
     stepped = True
 

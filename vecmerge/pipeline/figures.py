@@ -47,7 +47,8 @@ def figures(ev, rows: dict) -> dict:
 
     Returns:
         ``{modules: {m: {rank, exact_rank, rel_error, cut_error[, step_norm, survival]}}, rank: {min, median,
-        max}, rel_error, dtype_effect[, survival, residual, dtype_effect_on_step]}``.
+        max}, rel_error, dtype_effect, norm (||T||, the intended update)[, survival, residual,
+        dtype_effect_on_step]}``.
     """
     base = ev.operands["base"]
     has_step = ev.step is not None
@@ -77,7 +78,8 @@ def figures(ev, rows: dict) -> dict:
     fig = {"modules": per,
            "rank": {"min": min(ranks), "median": statistics.median(ranks), "max": max(ranks)},
            "rel_error": math.sqrt(resid_sq / target_sq) if target_sq > 0 else math.sqrt(resid_sq),
-           "dtype_effect": math.sqrt(dtype_sq / target_sq) if target_sq > 0 else 0.0}
+           "dtype_effect": math.sqrt(dtype_sq / target_sq) if target_sq > 0 else 0.0,
+           "norm": math.sqrt(target_sq)}
     if has_step:
         fig["survival"] = inner_sum / step_sq if step_sq > 0 else 1.0
         fig["residual"] = math.sqrt(resid_sq / step_sq) if step_sq > 0 else 0.0

@@ -2,7 +2,8 @@
 
 Every name in the recipe's expressions resolves through the workspace (``inputs:`` entries of the
 recipe take precedence); each adapter's weights and config are hashed, and a pinned sha256 that no
-longer matches is an error naming the input (``RecipeError``, exit 2).
+longer matches is an error naming the input (``RecipeError``, exit 2). Inputs whose declared base
+models differ are refused (``basemodel.same_base_model``) unless the recipe has ``allow_base_mismatch``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..basemodel import same_base_model
 from ..errors import OutputError, RecipeError
 from ..peft_format import CONFIG_NAME
 from ..recipe import Recipe
@@ -22,14 +24,17 @@ class InputRecord:
 
     Args:
         path (str): its folder. sha256 (str): of the weights file. config_sha256 (str): of adapter_config.json.
+        base_model (str | None): the base model its config declares (``base_model_name_or_path``).
     """
 
     path: str
     sha256: str
     config_sha256: str
+    base_model: str | None = None
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "sha256": self.sha256, "config_sha256": self.config_sha256}
+        return {"path": self.path, "sha256": self.sha256, "config_sha256": self.config_sha256,
+                "base_model": self.base_model}
 
 
 def open_inputs(recipe: Recipe, ws: Workspace, names: list[str]) -> tuple[Workspace, dict[str, InputRecord]]:
@@ -40,9 +45,12 @@ def open_inputs(recipe: Recipe, ws: Workspace, names: list[str]) -> tuple[Worksp
         ws (Workspace): resolves the other names. names (list[str]): adapter names, in first-use order.
 
     Returns:
-        (the workspace the pipeline reads through, {name: InputRecord}); RecipeError on a changed pin.
+        (the workspace the pipeline reads through, {name: InputRecord}); RecipeError on a changed pin,
+        AlignmentError when the inputs declare different base models (unless allowed).
     """
     ws = ws.with_inputs({n: e["path"] for n, e in recipe.inputs.items()})
+    same_base_model({n: ws.adapter(n, recipe.modules_to_save) for n in dict.fromkeys(names)},
+                    recipe.allow_base_mismatch, (ws.home,))
     inputs, problems = {}, []
     for name in names:
         if name in inputs:
@@ -54,7 +62,7 @@ def open_inputs(recipe: Recipe, ws: Workspace, names: list[str]) -> tuple[Worksp
             if pins.get(key) and pins[key] != actual:
                 problems.append(f"inputs.{name}: {path} has sha256 {actual[:12]}..., the recipe pins "
                                 f"{pins[key][:12]}...; the adapter changed since the recipe was written")
-        inputs[name] = InputRecord(str(a.path), a.sha256, a.config_sha256)
+        inputs[name] = InputRecord(str(a.path), a.sha256, a.config_sha256, a.config.base_model)
     if problems:
         raise RecipeError(problems, "inputs")
     return ws, inputs

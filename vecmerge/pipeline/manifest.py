@@ -2,21 +2,46 @@
 
 The manifest is what makes an output re-derivable: ``vecmerge verify`` re-evaluates its ``recipe``
 from its pinned ``inputs`` and compares the result with the stored weights and these figures.
+
+Local paths stay portable: ``workspace`` is the workspace folder relative to the output folder, and
+every input path (and an input's declared base model, when it is a folder inside the workspace) is
+relative to that workspace (absolute only outside it), so the workspace can move or be shared with
+its outputs (``recipe.manifest_root`` reads them back).
 """
 
 from __future__ import annotations
 
 import datetime
+import os
+from pathlib import Path
 
 from .build import BuiltOutput
 from .evaluation import Evaluation
 
 
-def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None) -> dict:
+def portable(path, home: Path) -> str:
+    """``path`` relative to ``home`` (POSIX separators) when it lies inside it, else absolute."""
+    p = Path(path).resolve()
+    try:
+        return p.relative_to(home).as_posix() or "."
+    except ValueError:
+        return str(p)
+
+
+def _portable_base(name, home: Path):
+    """A declared base model as recorded: an absolute folder inside the workspace relative to it, else as declared."""
+    if isinstance(name, str) and Path(name).is_absolute():
+        rel = portable(name, home)
+        return name if Path(rel).is_absolute() else rel
+    return name
+
+
+def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Path | None = None) -> dict:
     """The ``vecmerge.json`` content for one output (``export.write_adapter`` adds ``output``).
 
     Args:
         ev (Evaluation): the evaluated recipe. built (BuiltOutput): this output. path (str | None): its folder.
+        home (Path | None): the workspace folder (``Workspace.home``); input paths are written relative to it.
     """
     recipe = ev.recipe
     d = recipe.to_dict()
@@ -24,18 +49,27 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None) -> dict:
     d["multiple"] = built.multiple
     d["out"] = path
     inputs = {n: i.to_dict() for n, i in ev.inputs.items()}
+    where = {}
+    if home is not None and path is not None:
+        home = Path(home).resolve()
+        out = Path(path).resolve()
+        where = {"workspace": Path(os.path.relpath(home, out)).as_posix() if home in out.parents else str(home)}
+        inputs = {n: {**i, "path": portable(i["path"], home), "base_model": _portable_base(i["base_model"], home)}
+                  for n, i in inputs.items()}
     d["inputs"] = inputs
     resolved = {"modules": len(ev.names)}
     if ev.step is not None:
         st, k = ev.step, built.multiple
         resolved.update(alpha=None if st.alpha is None else st.alpha * k, alpha_chosen=st.alpha,
-                        clipped=st.clipped, dropped=list(ev.dropped), zeroed=list(ev.zeroed),
+                        clipped=st.clipped, dropped_by_consensus=list(ev.dropped),
+                        zeroed_by_method=list(ev.zeroed), zeroed_reason=ev.method.zero_reason if ev.zeroed else None,
                         realized=st.realized(k))
         if st.alpha is None:
             resolved["module_alpha"] = {m: a * k for m, a in st.module_alpha.items()}
     fig = built.figures
     return {"tool": "vecmerge", "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "kind": recipe.kind, "method": ev.method.name, "recipe": d, "resolved": resolved, "inputs": inputs,
+            "kind": recipe.kind, "method": ev.method.name, **where, "recipe": d, "resolved": resolved,
+            "inputs": inputs,
             "missing_modules": ev.missing,
             "figures": {k: v for k, v in fig.items() if k != "modules"},
             "modules": {m: {k: e[k] for k in ("rank", "exact_rank", "rel_error", "survival") if k in e}

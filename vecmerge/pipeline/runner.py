@@ -12,12 +12,15 @@ The report (``RunReport``) says how much of the step survived:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from ..errors import CheckFailed, RecipeError, few
+from ..basemodel import canonical, differ, mismatch_text
+from ..errors import CheckFailed, RecipeError, few, shown
 from ..export import MANIFEST_NAME, check_out, model_card, write_adapter
+from ..options import is_hub_id
 from ..recipe import Recipe
 from ..workspace import Workspace
 from .build import BuiltOutput, build_output
@@ -28,6 +31,7 @@ from .manifest import card_body, manifest_for
 SURVIVAL_WARN = 0.99  # warn (and fail with --strict) when less of the step survives
 RESIDUAL_WARN = 0.10  # ... or when the written update misses the intended one by more than this x ||step||
 DTYPE_WARN = 0.01  # ... or when dtype rounding alone moves the update by more than this share of its norm
+STEP_WARN = 0.5  # warn when the step is more than half the backbone's norm (a trust region is a few percent)
 
 
 @dataclass
@@ -65,12 +69,13 @@ class RunReport:
 
     Args:
         evaluation (Evaluation): inputs, consensus, step. dry_run (bool): nothing was written.
-        outputs (list[OutputReport]).
+        outputs (list[OutputReport]). notes (list[str]): things to know before uploading (not warnings).
     """
 
     evaluation: Evaluation
     dry_run: bool
     outputs: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
 
     @property
     def recipe(self) -> Recipe:
@@ -93,14 +98,17 @@ class RunReport:
             return None
         return {"alpha": st.alpha, "trust": st.trust, "scope": st.scope, "requested_alpha": st.requested_alpha,
                 "clipped": st.clipped, "base_norm": st.base_norm, "dir_norm": st.dir_norm, "mode": ev.method.name,
-                "dropped": list(ev.dropped), "zeroed": list(ev.zeroed), "realized": st.realized()}
+                "dropped": list(ev.dropped), "zeroed": list(ev.zeroed), "realized": st.realized(),
+                "dropped_by_consensus": list(ev.dropped), "zeroed_by_method": list(ev.zeroed),
+                "zeroed_reason": ev.method.zero_reason if ev.zeroed else None}
 
     def to_dict(self) -> dict:
         """The JSON report (``--json``); keys are only ever added."""
         ev = self.evaluation
         d = {"command": self.command, "vecmerge_version": __version__, "recipe": self.recipe.to_dict(),
              "inputs": {n: i.to_dict() for n, i in ev.inputs.items()}, "modules": len(ev.names),
-             "missing_modules": ev.missing, "dry_run": self.dry_run, "outputs": [o.to_dict() for o in self.outputs]}
+             "missing_modules": ev.missing, "dry_run": self.dry_run, "outputs": [o.to_dict() for o in self.outputs],
+             "notes": self.notes}
         if ev.consensus is not None:
             d["consensus"] = ev.consensus.to_dict()
         if ev.step is not None:
@@ -108,13 +116,18 @@ class RunReport:
         return d
 
 
-def warnings_for(ev: Evaluation, built: BuiltOutput) -> list[str]:
-    """Plain-words warnings about one output: little of the step survived, dtype rounding, idle modules."""
+def warnings_for(ev: Evaluation, built: BuiltOutput, roots=()) -> list[str]:
+    """Plain-words warnings about one output: little of the step survived, dtype rounding, idle modules,
+    a step far outside a trust region, an all-zero update, inputs of different base models (``roots``:
+    where their relative declared paths start, see ``basemodel.canonical``)."""
     recipe, fig, st = ev.recipe, built.figures, ev.step
     out = []
     if "survival" in fig and fig["survival"] < SURVIVAL_WARN:
+        policy = recipe.rank_policy
+        measure = (f" (energy:E measures the whole update; --rank step-energy:{policy.value:g} measures the step)"
+                   if policy.kind == "energy" else "")
         out.append(f"only {fig['survival']:.2%} of the step survives (rank {recipe.rank}, "
-                   f"dtype {recipe.dtype}); use --rank exact or a wider dtype")
+                   f"dtype {recipe.dtype}); use --rank exact or a wider dtype{measure}")
     if st is not None and st.scope == "module":
         idle = [m for m in ev.names if st.base_module_norms[m] == 0 and st.dir_module_norms[m] > 0]
         if idle:
@@ -128,7 +141,31 @@ def warnings_for(ev: Evaluation, built: BuiltOutput) -> list[str]:
     if fig["dtype_effect"] > DTYPE_WARN:
         out.append(f"rounding to {recipe.dtype} moved the update by {fig['dtype_effect']:.1%} of its norm "
                    "(entries under- or overflow); use --dtype fp32")
+    if st is not None and st.realized(built.multiple)["global"] > STEP_WARN:
+        out.append(f"the step is {st.realized(built.multiple)['global']:.0%} of the backbone's norm: far outside "
+                   "a trust region (the user's v58 stepped 1.13%); --trust is a share, e.g. 0.0113 for 1.13%")
+    if fig.get("norm") == 0.0:
+        out.append("the written update is zero in every module (the expression cancels), so the adapter "
+                   "changes nothing")
+    declared = {n: i.base_model for n, i in ev.inputs.items()}
+    if differ(declared, roots):
+        out.append(f"{mismatch_text(declared, roots)}; combined anyway (allow_base_mismatch)")
     return out
+
+
+def _base_model_for(recipe: Recipe, ev: Evaluation) -> tuple[str | None, list[str]]:
+    """The base model the output declares (hub id when known) and a note when it is a local path."""
+    if recipe.base_model_id:
+        return recipe.base_model_id, []
+    name = ev.template.config.base_model
+    key = canonical(name)
+    if key is None:
+        return None, ["the output names no base model (its template config has none); pass --base-model-id "
+                      "ORG/NAME (or base_model_id: in vecmerge.yaml) before uploading"]
+    if is_hub_id(name) and not Path(key).is_dir():
+        return name, []
+    return name, [f"adapter_config.json names the base model by the local path {shown(name)}; pass --base-model-id "
+                  "ORG/NAME (or base_model_id: in vecmerge.yaml) to write its hub id before uploading"]
 
 
 def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, force: bool = False,
@@ -144,6 +181,8 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
         RunReport; raises CheckFailed (exit 1) for a failed gate or ``--strict``.
     """
     ws = ws or Workspace()
+    if recipe.base_model_id is None and ws.base_model_id is not None:
+        recipe = dataclasses.replace(recipe, base_model_id=ws.base_model_id)  # recorded in the manifest
     plan = output_plan(recipe)
     if not dry_run:
         if any(p is None for _, p in plan):
@@ -158,7 +197,7 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     for multiple, path in plan:
         b = build_output(ev, multiple, progress)
         st = ev.step
-        entry = OutputReport(multiple, path, b.figures, warnings_for(ev, b),
+        entry = OutputReport(multiple, path, b.figures, warnings_for(ev, b, (ws.home,)),
                              None if st is None or st.alpha is None else st.alpha * multiple,
                              None if st is None else st.realized(multiple))
         built.append((b, entry))
@@ -166,12 +205,17 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     if recipe.strict and failing:
         raise CheckFailed(f"--strict: {failing[0].warnings[0]}; nothing written")
     same = set(ev.names) == set(ev.vectors[ev.base_name].modules)
+    base_model, report.notes = _base_model_for(recipe, ev)
+    template = ev.template.config
+    if base_model != template.base_model:
+        template = dataclasses.replace(template, base_model=base_model,
+                                       raw={**template.raw, "base_model_name_or_path": base_model})
     for b, entry in built:
         if not dry_run:
-            manifest = manifest_for(ev, b, entry.path)
+            manifest = manifest_for(ev, b, entry.path, ws.home)
             title = recipe.name or Path(entry.path).name
-            card = model_card(ev.template.config.base_model, title, card_body(manifest))
-            res = write_adapter(entry.path, (b.tensors, b.written), ev.specs, template=ev.template.config,
+            card = model_card(base_model if not report.notes else None, title, card_body(manifest))
+            res = write_adapter(entry.path, (b.tensors, b.written), ev.specs, template=template,
                                 manifest=manifest, card=card, dtype=recipe.dtype, force=force, same_modules=same)
             entry.sha256 = res["sha256"]
             entry.manifest = str(Path(entry.path) / MANIFEST_NAME)
