@@ -1,0 +1,418 @@
+"""The evaluation ledger: one SQLite file of scores, each tied to the content sha256 of the weights it measured.
+
+Evidence follows the weights, not the name. A record keeps the adapter's content hash at the time it was
+recorded; when the caller passes the models' current hashes, records of other weights are *stale* and left
+out unless asked for. Every write is one transaction (``BEGIN IMMEDIATE`` on a WAL database with a busy
+timeout), so two processes may write at once and neither loses a record.
+
+    ledger = Ledger("vecmerge-evidence.db")
+    ledger.set_direction("official_total", higher_is_better=True)
+    ledger.add("v51", sha, "official_total", [1.0180, 0.9895, 1.0004, 1.0105, 1.0142])
+    current = ledger.records(metric="official_total", current_sha={"v51": sha})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+import re
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..errors import few
+from . import EvidenceError
+
+SCHEMA_VERSION = 1
+DEFAULT_NAME = "vecmerge-evidence.db"
+SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    model TEXT NOT NULL,
+    sha256 TEXT,
+    metric TEXT NOT NULL,
+    value REAL NOT NULL,
+    subs TEXT NOT NULL DEFAULT '{}',
+    stderr REAL,
+    item TEXT,
+    cluster TEXT,
+    source TEXT NOT NULL,
+    note TEXT,
+    created TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS records_metric_model ON records (metric, model);
+CREATE TABLE IF NOT EXISTS directions (
+    metric TEXT PRIMARY KEY,
+    higher_is_better INTEGER NOT NULL,
+    created TEXT NOT NULL
+);
+"""
+_COLUMNS = "id, model, sha256, metric, value, subs, stderr, item, cluster, source, note, created"
+
+
+def utc_now() -> str:
+    """The current time as ``2026-05-01T12:00:00Z`` (UTC, seconds)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def finite_number(value, what: str) -> float:
+    """``float(value)`` for a real, finite number; raises EvidenceError naming ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise EvidenceError(f"{what}: {value!r} is not a number")
+    out = float(value)
+    if not math.isfinite(out):
+        raise EvidenceError(f"{what}: {value!r} is not finite (NaN and infinities cannot be recorded)")
+    return out
+
+
+def _name_problem(value, what: str) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        return f"{what}: {value!r} must be a non-empty string"
+    if value != value.strip() or "\n" in value:
+        return f"{what}: {value!r} has surrounding spaces or a line break"
+    return None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One evaluation to record; ``Ledger.write`` checks it and stores it with a time and an id.
+
+    Args:
+        model (str): the model's name (a workspace entry, a folder name).
+        metric (str): what was measured, e.g. ``official_total`` or ``toy_mc/acc``.
+        value (float): the score, finite.
+        sha256 (str | None): the adapter's content sha256 (64 hex) when recorded; None when no adapter
+            could be hashed (published scores of weights not on disk).
+        subs (Mapping[str, float] | tuple): sub-scores, key -> finite float (kept as sorted pairs).
+        stderr (float | None): a standard error the source reported with the value (lm-eval ``*_stderr``).
+        item (str | None): the item (document) id for item-level records; None for a whole run.
+        cluster (str | None): the item's cluster key (a passage, a topic), for clustered errors.
+        source (str): where it came from: ``manual``, ``csv:FILE``, ``lm-eval:FILE``.
+        note (str | None): free text.
+    """
+
+    model: str
+    metric: str
+    value: float
+    sha256: str | None = None
+    subs: tuple[tuple[str, float], ...] = ()
+    stderr: float | None = None
+    item: str | None = None
+    cluster: str | None = None
+    source: str = "manual"
+    note: str | None = None
+
+    def __post_init__(self):
+        if isinstance(self.subs, Mapping):
+            object.__setattr__(self, "subs", tuple(sorted(self.subs.items())))
+        if isinstance(self.item, int) and not isinstance(self.item, bool):
+            object.__setattr__(self, "item", str(self.item))
+
+    def problems(self) -> list[str]:
+        """Every problem with this entry, one short phrase each (empty when it can be recorded)."""
+        out = [p for p in (_name_problem(self.model, "model"), _name_problem(self.metric, "metric"),
+                           _name_problem(self.source, "source")) if p]
+        if self.sha256 is not None and not (isinstance(self.sha256, str) and SHA_RE.match(self.sha256)):
+            out.append(f"sha256: {self.sha256!r} is not 64 lowercase hex digits")
+        for what, value in [("value", self.value), ("stderr", self.stderr)] + [
+                (f"sub.{k}", v) for k, v in self.subs]:
+            if value is None and what == "stderr":
+                continue
+            try:
+                finite_number(value, what)
+            except EvidenceError as err:
+                out.append(str(err))
+        out += [p for k, _ in self.subs if (p := _name_problem(k, "sub-score key"))]
+        for what in ("item", "cluster"):
+            value = getattr(self, what)
+            if value is not None and (p := _name_problem(value, what)):
+                out.append(p)
+        if self.cluster is not None and self.item is None:
+            out.append("cluster: only item-level records (with an item id) carry a cluster key")
+        if self.stderr is not None and isinstance(self.stderr, numbers.Real) and self.stderr < 0:
+            out.append(f"stderr: {self.stderr!r} is negative")
+        return out
+
+
+@dataclass(frozen=True)
+class Record:
+    """A stored evaluation: an Entry with its id and UTC time, and whether it is stale for this query.
+
+    ``stale`` is True when the caller passed the model's current sha256 and this record measured other
+    weights (or weights that were never hashed).
+    """
+
+    id: int
+    model: str
+    sha256: str | None
+    metric: str
+    value: float
+    subs: tuple[tuple[str, float], ...] = ()
+    stderr: float | None = None
+    item: str | None = None
+    cluster: str | None = None
+    source: str = "manual"
+    note: str | None = None
+    created: str = ""
+    stale: bool = field(default=False, compare=False)
+
+    @property
+    def sub_scores(self) -> dict[str, float]:
+        return dict(self.subs)
+
+    @property
+    def is_item(self) -> bool:
+        """True for an item-level record (one document), False for a whole run."""
+        return self.item is not None
+
+    def as_dict(self) -> dict:
+        """A flat JSON-ready dict: the columns, then ``sub.KEY`` for each sub-score."""
+        out = {"id": self.id, "model": self.model, "sha256": self.sha256, "metric": self.metric,
+               "value": self.value, "stderr": self.stderr, "item": self.item, "cluster": self.cluster,
+               "source": self.source, "note": self.note, "created": self.created, "stale": self.stale}
+        out.update({f"sub.{k}": v for k, v in self.subs})
+        return out
+
+
+def is_stale(record: Record, current_sha: Mapping[str, str | None] | None) -> bool:
+    """Whether ``record`` measured other weights than the model's current ones.
+
+    Rule: with no ``current_sha`` nothing is stale. For a model named in it with a hash, a record is
+    current only if its sha256 equals that hash (a record without a hash is stale: it cannot be tied to
+    these weights). A model absent from ``current_sha`` or mapped to None has nothing to compare
+    against, so its records are not stale.
+    """
+    if not current_sha:
+        return False
+    now = current_sha.get(record.model)
+    return now is not None and record.sha256 != now
+
+
+class Ledger:
+    """An evaluation ledger in one SQLite file (created on the first write; reads of a missing file are empty).
+
+    Args:
+        path (str | Path): the database file, ``vecmerge-evidence.db`` beside the workspace by default.
+        timeout (float): seconds a writer waits for another writer's transaction to finish.
+    """
+
+    def __init__(self, path: str | Path = DEFAULT_NAME, timeout: float = 30.0):
+        self.path = Path(path)
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"Ledger({str(self.path)!r})"
+
+    # -- connections -------------------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            con = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            con.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            con.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.Error as err:
+            raise EvidenceError(f"{self.path}: cannot open the evidence ledger ({err})") from err
+        return con
+
+    def _check_version(self, con: sqlite3.Connection) -> None:
+        try:
+            rows = con.execute("SELECT version FROM schema_version").fetchall()
+        except sqlite3.DatabaseError as err:
+            raise EvidenceError(f"{self.path}: not a vecmerge evidence ledger ({err}); "
+                                "point `evidence:` in vecmerge.yaml at another file") from err
+        if not rows or rows[0][0] > SCHEMA_VERSION:
+            found = rows[0][0] if rows else "none"
+            raise EvidenceError(f"{self.path}: ledger schema version {found}, this vecmerge reads "
+                                f"{SCHEMA_VERSION}; upgrade vecmerge")
+
+    def _write(self, work) -> list[int]:
+        """Run ``work(con)`` inside one BEGIN IMMEDIATE transaction (schema created on first use)."""
+        con = self._connect()
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_version'").fetchone():
+                    for statement in filter(str.strip, _SCHEMA.split(";")):  # not executescript: it COMMITs
+                        con.execute(statement)
+                    con.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+                self._check_version(con)
+                out = work(con)
+                con.execute("COMMIT")
+                return out
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as err:
+            raise EvidenceError(f"{self.path}: could not write to the evidence ledger ({err})") from err
+        finally:
+            con.close()
+
+    def _read(self, sql: str, args: Sequence = ()) -> list[tuple]:
+        if not self.path.exists():
+            return []
+        con = self._connect()
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not tables:
+                return []
+            self._check_version(con)
+            return con.execute(sql, args).fetchall()
+        except sqlite3.Error as err:
+            raise EvidenceError(f"{self.path}: could not read the evidence ledger ({err})") from err
+        finally:
+            con.close()
+
+    # -- writes ------------------------------------------------------------------------------------
+    def write(self, entries: Iterable[Entry], directions: Mapping[str, bool] | None = None) -> list[int]:
+        """Record every entry (and metric directions) in ONE transaction, or nothing at all.
+
+        Args:
+            entries (Iterable[Entry]): what to record; all are checked before anything is written.
+            directions (Mapping[str, bool] | None): metric -> higher_is_better to declare alongside; a
+                declaration that contradicts the ledger raises and nothing is written.
+
+        Returns:
+            list[int]: the new records' ids, in the order given.
+        """
+        entries = list(entries)
+        problems = [f"entry {i + 1} ({e.model!r}, {e.metric!r}): {p}"
+                    for i, e in enumerate(entries) for p in e.problems()]
+        if problems:
+            raise EvidenceError(f"nothing recorded: {len(problems)} problem(s): {few(problems, 3)}")
+        now = utc_now()
+
+        def work(con):
+            for metric, higher in (directions or {}).items():
+                self._declare(con, metric, higher, replace=False, now=now)
+            ids = []
+            for e in entries:
+                cur = con.execute(
+                    "INSERT INTO records (model, sha256, metric, value, subs, stderr, item, cluster, source,"
+                    " note, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (e.model, e.sha256, e.metric, float(e.value), json.dumps({k: float(v) for k, v in e.subs}),
+                     None if e.stderr is None else float(e.stderr), e.item, e.cluster, e.source, e.note, now))
+                ids.append(cur.lastrowid)
+            return ids
+
+        return self._write(work)
+
+    def add(self, model: str, sha256: str | None, metric: str, values: float | Iterable[float], *,
+            subs: Mapping[str, float] | Sequence[Mapping[str, float]] | None = None, stderr: float | None = None,
+            source: str = "manual", note: str | None = None) -> list[int]:
+        """Record one or more whole-run scores of one model on one metric (one transaction).
+
+        Args:
+            values (float | Iterable[float]): one value per run.
+            subs: sub-scores; one mapping for a single value, or a list of mappings, one per value.
+
+        Returns:
+            list[int]: the new ids.
+        """
+        values = [values] if isinstance(values, numbers.Real) else list(values)
+        if not values:
+            raise EvidenceError(f"{model}: no value to record for {metric}")
+        if subs is None:
+            subs_list = [{}] * len(values)
+        elif isinstance(subs, Mapping):
+            if len(values) != 1:
+                raise EvidenceError(f"{model}: sub-scores given once for {len(values)} values; "
+                                    "record the runs one at a time, or give one mapping per value")
+            subs_list = [subs]
+        else:
+            subs_list = list(subs)
+            if len(subs_list) != len(values):
+                raise EvidenceError(f"{model}: {len(subs_list)} sub-score mappings for {len(values)} values")
+        return self.write(Entry(model, metric, v, sha256, s, stderr=stderr, source=source, note=note)
+                          for v, s in zip(values, subs_list))
+
+    def add_items(self, model: str, sha256: str | None, metric: str,
+                  items: Mapping[str, float] | Iterable[tuple[str, float]], *,
+                  clusters: Mapping[str, str] | None = None, source: str = "manual",
+                  note: str | None = None) -> list[int]:
+        """Record item-level scores (one per document) of one model on one metric (one transaction).
+
+        Args:
+            items: item id -> score, or (item id, score) pairs (an item may repeat: one per run).
+            clusters (Mapping[str, str] | None): item id -> cluster key.
+        """
+        pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
+        clusters = clusters or {}
+        return self.write(Entry(model, metric, v, sha256, item=str(i), cluster=clusters.get(str(i)),
+                                source=source, note=note) for i, v in pairs)
+
+    def _declare(self, con, metric: str, higher: bool, *, replace: bool, now: str) -> None:
+        if (p := _name_problem(metric, "metric")) or not isinstance(higher, bool):
+            raise EvidenceError(p or f"{metric}: higher_is_better must be true or false, not {higher!r}")
+        row = con.execute("SELECT higher_is_better FROM directions WHERE metric = ?", (metric,)).fetchone()
+        if row is not None and bool(row[0]) != higher and not replace:
+            said = "higher" if row[0] else "lower"
+            raise EvidenceError(f"{metric}: the ledger already says {said} is better; "
+                                "replace the declaration explicitly to change it")
+        con.execute("INSERT OR REPLACE INTO directions (metric, higher_is_better, created) VALUES (?, ?, ?)",
+                    (metric, int(higher), now))
+
+    def set_direction(self, metric: str, higher_is_better: bool, *, replace: bool = False) -> None:
+        """Declare once per metric whether higher or lower is better (a conflicting second one raises)."""
+        self._write(lambda con: self._declare(con, metric, higher_is_better, replace=replace, now=utc_now()))
+
+    # -- reads -------------------------------------------------------------------------------------
+    def direction(self, metric: str) -> bool | None:
+        """True if higher is better, False if lower is, None if never declared."""
+        return self.directions().get(metric)
+
+    def directions(self) -> dict[str, bool]:
+        """Every declared metric -> higher_is_better."""
+        return {m: bool(h) for m, h in self._read("SELECT metric, higher_is_better FROM directions ORDER BY metric")}
+
+    def records(self, models: Iterable[str] | None = None, metric: str | None = None, *,
+                current_sha: Mapping[str, str | None] | None = None, include_stale: bool = False,
+                level: str = "all") -> list[Record]:
+        """Records in id order, filtered; stale ones (see ``is_stale``) left out unless ``include_stale``.
+
+        Args:
+            models (Iterable[str] | None): only these models (all when None).
+            metric (str | None): only this metric.
+            current_sha (Mapping[str, str | None] | None): each model's current content sha256.
+            include_stale (bool): keep stale records (each carries ``stale=True``).
+            level (str): ``"all"``, ``"run"`` (whole runs only) or ``"item"`` (item-level only).
+        """
+        if level not in ("all", "run", "item"):
+            raise EvidenceError(f"level={level!r}: use all, run or item")
+        sql, args = f"SELECT {_COLUMNS} FROM records WHERE 1=1", []
+        if models is not None:
+            models = list(models)
+            sql += f" AND model IN ({', '.join('?' * len(models))})"
+            args += models
+        if metric is not None:
+            sql += " AND metric = ?"
+            args.append(metric)
+        if level != "all":
+            sql += " AND item IS NULL" if level == "run" else " AND item IS NOT NULL"
+        out = []
+        for row in self._read(sql + " ORDER BY id", args):
+            rid, model, sha, met, value, subs, stderr, item, cluster, source, note, created = row
+            rec = Record(rid, model, sha, met, value, tuple(sorted(json.loads(subs).items())), stderr, item,
+                         cluster, source, note, created)
+            stale = is_stale(rec, current_sha)
+            if stale and not include_stale:
+                continue
+            out.append(dataclasses.replace(rec, stale=stale))
+        return out
+
+    def metrics(self) -> list[str]:
+        """Every metric with at least one record, sorted."""
+        return [r[0] for r in self._read("SELECT DISTINCT metric FROM records ORDER BY metric")]
+
+    def models(self) -> list[str]:
+        """Every model with at least one record, sorted."""
+        return [r[0] for r in self._read("SELECT DISTINCT model FROM records ORDER BY model")]
+
+    def export(self, current_sha: Mapping[str, str | None] | None = None) -> list[dict]:
+        """Every record (stale ones included, flagged) as flat JSON-ready dicts (see ``Record.as_dict``)."""
+        return [r.as_dict() for r in self.records(current_sha=current_sha, include_stale=True)]
