@@ -199,3 +199,15 @@ def test_detect_kind():
     assert [detect_kind(p) for p in ("a.csv", "r.json", "s.jsonl")] == ["csv", "results", "samples"]
     with pytest.raises(EvidenceError, match="unknown kind"):
         detect_kind("scores.xlsx")
+
+
+def test_the_users_published_scores_import_and_match_the_stated_figures(ledger):
+    """examples/evidence/scores.csv: the account states v51's mean 1.00652 and range 0.0285; the file must
+    reproduce them (a check of the transcription), and every row must import."""
+    examples = Path(__file__).parent.parent / "examples" / "evidence"
+    out = import_files(ledger, [examples / "scores.csv", examples / "history.csv"])
+    assert out["records"] == 12 + 15 and out["metrics"] == ["official_total"]
+    v51 = [r.value for r in ledger.records(models=["v51"])]
+    assert sum(v51) / 5 == pytest.approx(1.00652, abs=1e-12) and max(v51) - min(v51) == pytest.approx(0.0285)
+    assert {r.sub_scores.get("item_understanding") for r in ledger.records(models=["v51"])} == {0.2453}
+    assert "v54" not in ledger.models()  # only its mean of three runs is published
