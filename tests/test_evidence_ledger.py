@@ -139,6 +139,12 @@ def test_schema_version_is_checked(tmp_path, ledger):
     con.close()
     with pytest.raises(EvidenceError, match="not a vecmerge evidence ledger"):
         Ledger(other).records()
+    with pytest.raises(EvidenceError, match="not a vecmerge evidence ledger"):
+        Ledger(other).add("v51", None, "m", 1.0)  # never writes into someone else's database
+    con = sqlite3.connect(other)
+    assert con.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    assert [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["t"]
+    con.close()
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"this is not sqlite at all" * 100)
     with pytest.raises(EvidenceError, match="junk.db"):

@@ -211,21 +211,29 @@ class Ledger:
         return f"Ledger({str(self.path)!r})"
 
     # -- connections -------------------------------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, write: bool) -> sqlite3.Connection:
         try:
             con = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
             con.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-            con.execute("PRAGMA journal_mode = WAL")
+            if write:  # only a ledger (or an empty file) is switched to WAL; readers leave the file alone
+                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if tables and "schema_version" not in tables:
+                    con.close()
+                    raise self._not_a_ledger("no schema_version table")
+                con.execute("PRAGMA journal_mode = WAL")
         except sqlite3.Error as err:
             raise EvidenceError(f"{self.path}: cannot open the evidence ledger ({err})") from err
         return con
+
+    def _not_a_ledger(self, why) -> EvidenceError:
+        return EvidenceError(f"{self.path}: not a vecmerge evidence ledger ({why}); "
+                             "point `evidence:` in vecmerge.yaml at another file")
 
     def _check_version(self, con: sqlite3.Connection) -> None:
         try:
             rows = con.execute("SELECT version FROM schema_version").fetchall()
         except sqlite3.DatabaseError as err:
-            raise EvidenceError(f"{self.path}: not a vecmerge evidence ledger ({err}); "
-                                "point `evidence:` in vecmerge.yaml at another file") from err
+            raise self._not_a_ledger(err) from None
         if not rows or rows[0][0] > SCHEMA_VERSION:
             found = rows[0][0] if rows else "none"
             raise EvidenceError(f"{self.path}: ledger schema version {found}, this vecmerge reads "
@@ -233,11 +241,12 @@ class Ledger:
 
     def _write(self, work) -> list[int]:
         """Run ``work(con)`` inside one BEGIN IMMEDIATE transaction (schema created on first use)."""
-        con = self._connect()
+        con = self._connect(write=True)
         try:
             con.execute("BEGIN IMMEDIATE")
             try:
-                if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_version'").fetchone():
+                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if not tables:  # a new file: create the ledger (never inside someone else's database)
                     for statement in filter(str.strip, _SCHEMA.split(";")):  # not executescript: it COMMITs
                         con.execute(statement)
                     con.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
@@ -256,7 +265,7 @@ class Ledger:
     def _read(self, sql: str, args: Sequence = ()) -> list[tuple]:
         if not self.path.exists():
             return []
-        con = self._connect()
+        con = self._connect(write=False)
         try:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if not tables:
