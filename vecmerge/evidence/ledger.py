@@ -19,6 +19,7 @@ import math
 import numbers
 import re
 import sqlite3
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -220,10 +221,24 @@ class Ledger:
                 if tables and "schema_version" not in tables:
                     con.close()
                     raise self._not_a_ledger("no schema_version table")
-                con.execute("PRAGMA journal_mode = WAL")
+                self._use_wal(con)
         except sqlite3.Error as err:
             raise EvidenceError(f"{self.path}: cannot open the evidence ledger ({err})") from err
         return con
+
+    def _use_wal(self, con: sqlite3.Connection) -> None:
+        """Switch to WAL (once per file). SQLite answers "locked" at once, without its busy handler, when two
+        processes switch a new file together, so this retries until ``timeout``."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    con.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
 
     def _not_a_ledger(self, why) -> EvidenceError:
         return EvidenceError(f"{self.path}: not a vecmerge evidence ledger ({why}); "
