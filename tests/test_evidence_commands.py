@@ -89,3 +89,17 @@ def test_calibrate_needs_known_metrics(ledger):
     commands.add(ledger, "v28", [0.5], metric="local_cv", sha256=SHA28)
     out = commands.calibrate_metrics(ledger, "local_cv", M, current_sha=CURRENT)
     assert out["verdict"] == "too few models" and out["models"] == ["v28"]
+
+
+def test_the_examples_walkthrough_figures(capsys):
+    """examples/evidence/README.md quotes these verdicts and repeat counts; keep them true."""
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "examples" / "evidence" / "walkthrough.py"
+    out = runpy.run_path(str(script))["main"]()
+    assert out[("v51", "v28")].verdict_code == "a_better" and out[("v51", "v28")].repeats_needed == 5
+    assert out[("v59", "v58")].verdict_code == "not_enough_runs" and out[("v59", "v58")].repeats_needed == 4
+    assert out[("v58", "v51")].verdict_code == "within_noise" and out[("v58", "v51")].repeats_needed == 8
+    assert out[("v58", "v51")].welch.p == pytest.approx(0.0558, abs=5e-5)
+    assert "pooled within-model noise: sd 0.0096 over v51, v28, v58 (7 df)" in capsys.readouterr().out

@@ -114,18 +114,18 @@ def test_paired_against_scipy_ttest_rel():
 
 
 def test_clustered_se_against_millers_double_sum():
-    """Miller (2024): SE_C² = SE_CLT² + (1/n²) Σ_c Σ_i Σ_{j≠i} (d_i - d̄)(d_j - d̄) (same cluster c),
-    with SE_CLT² = (1/n²) Σ_i (d_i - d̄)². Computed here by explicit loops, independently of clustered_se."""
+    """Miller (2024): SE_C² = SE_CLT² + (1/n²) Σ_c Σ_i Σ_{j≠i} (d_i - d̄)(d_j - d̄) (i, j in the same cluster c),
+    SE_CLT² = s²/n with s² the sample variance. Computed here by explicit loops, independently of clustered_se."""
     rng = np.random.default_rng(1)
     keys = [f"c{k}" for k in rng.integers(0, 6, 30)]
     d = rng.normal(0.02, 0.1, 30)
     mean, n = d.mean(), len(d)
-    clt2 = sum((x - mean) ** 2 for x in d) / n**2
+    clt2 = np.var(d, ddof=1) / n
     cross = sum((d[i] - mean) * (d[j] - mean) for i in range(n) for j in range(n)
                 if i != j and keys[i] == keys[j]) / n**2
     assert clustered_se(list(d), keys) == pytest.approx(math.sqrt(clt2 + cross), rel=1e-12)
-    # one item per cluster: the clustered SE is the iid SE with a 1/n (not 1/(n-1)) variance
-    assert clustered_se(list(d), range(n)) == pytest.approx(np.std(d, ddof=0) / math.sqrt(n), rel=1e-12)
+    # one item per cluster: no cross terms, the clustered SE is the paired (iid) SE exactly
+    assert clustered_se(list(d), range(n)) == pytest.approx(stats.sem(d), rel=1e-12)
 
 
 def test_clustered_errors_are_wider_for_correlated_items_and_decide():

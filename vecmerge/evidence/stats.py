@@ -10,8 +10,9 @@ The plain, well-known statistics (Evan Miller, "Adding Error Bars to Evals", 202
                 ν = SE⁴ / ((s_A²/n_A)²/(n_A-1) + (s_B²/n_B)²/(n_B-1)),  t = Δ/SE,  p = 2·P(T_ν > |t|)
     paired      d_i = ā_i - b̄_i over the items both models scored (ā_i: the mean of A's records of item i),
                 Δ = d̄, SE = s_d / sqrt(n), ν = n - 1
-    clustered   SE_C = sqrt(Σ_c (Σ_{i∈c} (d_i - d̄))²) / n,  ν = C - 1         (Miller 2024, eq. for
-                clustered standard errors; an item without a cluster key is its own cluster)
+    clustered   SE_C² = SE_CLT² + (1/n²) Σ_c Σ_{i∈c} Σ_{j∈c, j≠i} (d_i - d̄)(d_j - d̄),  SE_CLT² = s_d²/n,
+                ν = C - 1 (Miller 2024, "clustered standard errors"; an item without a cluster key is its
+                own cluster, so with no clusters SE_C is the paired SE exactly)
     pooled      s_p² = Σ_m (n_m - 1) s_m² / Σ_m (n_m - 1) over models with n_m ≥ 2 runs
 
 Everything here is numpy/scipy on plain floats; records come from ``ledger.Ledger.records``.
@@ -173,10 +174,13 @@ def welch(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> T
 
 
 def clustered_se(d: Sequence[float], clusters: Sequence) -> float:
-    """Miller's clustered standard error of the mean of ``d``: sqrt(Σ_c (Σ_{i∈c} (d_i - d̄))²) / n.
+    """Miller's clustered standard error of the mean of ``d``:
+
+    SE_C² = s²/n + (1/n²) Σ_c Σ_{i≠j ∈ c} (d_i - d̄)(d_j - d̄)
+          = s²/n + (1/n²) (Σ_c (Σ_{i∈c} (d_i - d̄))² - Σ_i (d_i - d̄)²),   s² the sample variance (ddof=1).
 
     Args:
-        d (Sequence[float]): per-item values (n).
+        d (Sequence[float]): per-item values (n ≥ 2).
         clusters (Sequence): the cluster key of each item (n).
     """
     n = len(d)
@@ -184,7 +188,9 @@ def clustered_se(d: Sequence[float], clusters: Sequence) -> float:
     sums: dict = {}
     for x, c in zip(d, clusters):
         sums[c] = sums.get(c, 0.0) + (x - mean)
-    return math.sqrt(math.fsum(s * s for s in sums.values())) / n
+    squares = math.fsum((x - mean) ** 2 for x in d)
+    cross = math.fsum(s * s for s in sums.values()) - squares
+    return math.sqrt(max(squares / (n - 1) / n + cross / n**2, 0.0))
 
 
 def item_means(records: Iterable[Record]) -> tuple[dict[str, float], dict[str, str]]:
