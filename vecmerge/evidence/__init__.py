@@ -8,6 +8,7 @@ Pure library code (no torch, no click): the CLI and the pipeline are thin layers
     calibrate.py   is a proxy metric able to rank candidates on the target? (Spearman, Kendall, bootstrap)
     lineage.py     how two models relate through their declared parents
     gate.py        the six-condition gate over facts the caller gathers
+    commands.py    one JSON-ready function per CLI command (the CLI only parses flags and prints)
 """
 
 from __future__ import annotations
