@@ -170,7 +170,7 @@ print(start, time.time())
 def test_two_concurrent_writer_processes_lose_no_record(tmp_path):
     """Both processes start writing at the same moment (a go file), one transaction per record, then one
     batch each; every record of both arrives, ids are unique, and the two writing windows overlapped."""
-    db, go, n = tmp_path / "shared.db", tmp_path / "go", 200
+    db, go, n = tmp_path / "shared.db", tmp_path / "go", 100
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), name, str(n), str(go)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in ("p1", "p2")]
     time.sleep(0.3)  # both imported and waiting
