@@ -123,7 +123,7 @@ def summarize_records(records: Iterable[Record], *, confidence: float = 0.95) ->
 
 
 @dataclass(frozen=True)
-class TestResult:
+class DiffResult:
     """A difference A - B with its standard error, t statistic, p-value and t interval.
 
     kind: ``welch`` (repeated runs), ``paired`` (per item) or ``clustered`` (per item, clustered SE).
@@ -150,16 +150,16 @@ class TestResult:
         return {**asdict(self), "n": list(self.n), "beyond_noise": self.beyond_noise}
 
 
-def _test(kind, diff, se, df, n, confidence, clusters=None) -> TestResult | None:
+def _test(kind, diff, se, df, n, confidence, clusters=None) -> DiffResult | None:
     if not se > 0 or not df > 0:
         return None  # no spread: noise cannot be estimated from these values
     t = diff / se
     p = float(2 * _t().sf(abs(t), df))
     lo, hi = t_interval(diff, se, df, confidence)
-    return TestResult(kind, diff, se, float(df), t, p, lo, hi, tuple(n), clusters)
+    return DiffResult(kind, diff, se, float(df), t, p, lo, hi, tuple(n), clusters)
 
 
-def welch(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> TestResult | None:
+def welch(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> DiffResult | None:
     """Welch's unequal-variance t comparison of two models' repeated runs (module docstring formulas).
 
     Returns None when either has fewer than 2 runs, or neither varies (SE = 0).
@@ -212,7 +212,7 @@ def item_means(records: Iterable[Record]) -> tuple[dict[str, float], dict[str, s
 
 
 def paired(a: Mapping[str, float], b: Mapping[str, float], clusters: Mapping[str, str] | None = None, *,
-           confidence: float = 0.95, min_items: int = 2) -> tuple[TestResult | None, TestResult | None]:
+           confidence: float = 0.95, min_items: int = 2) -> tuple[DiffResult | None, DiffResult | None]:
     """Paired per-item difference A - B over the items both scored, and its clustered version.
 
     Args:
@@ -329,9 +329,9 @@ class Comparison:
     confidence: float
     a_summary: Summary | None
     b_summary: Summary | None
-    welch: TestResult | None
-    paired: TestResult | None
-    clustered: TestResult | None
+    welch: DiffResult | None
+    paired: DiffResult | None
+    clustered: DiffResult | None
     pooled: PooledNoise | None
     detect: float | None
     noise_sd: float | None
