@@ -12,11 +12,12 @@ from .build import BuiltOutput
 from .evaluation import Evaluation
 
 
-def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None) -> dict:
+def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, gate: dict | None = None) -> dict:
     """The ``vecmerge.json`` content for one output (``export.write_adapter`` adds ``output``).
 
     Args:
         ev (Evaluation): the evaluated recipe. built (BuiltOutput): this output. path (str | None): its folder.
+        gate (dict | None): the gate it passed (``GateCheck.as_dict``), kept as ``gate``.
     """
     recipe = ev.recipe
     d = recipe.to_dict()
@@ -39,7 +40,8 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None) -> dict:
             "missing_modules": ev.missing,
             "figures": {k: v for k, v in fig.items() if k != "modules"},
             "modules": {m: {k: e[k] for k in ("rank", "exact_rank", "rel_error", "survival") if k in e}
-                        for m, e in fig["modules"].items()}}
+                        for m, e in fig["modules"].items()},
+            **({} if gate is None else {"gate": gate})}
 
 
 def card_body(manifest: dict) -> str:
@@ -61,5 +63,21 @@ def card_body(manifest: dict) -> str:
                  f"relative error {fig['rel_error']:.3e}")
     lines += ["", "Inputs (sha256 of adapter_model):", ""]
     lines += [f"- {n}: `{i['sha256']}`" for n, i in manifest["inputs"].items()]
+    if manifest.get("gate"):
+        lines += ["", *gate_markdown(manifest["gate"])]
     lines += ["", "`vecmerge.json` holds the full recipe; `vecmerge verify <this folder>` re-derives it."]
     return "\n".join(lines)
+
+
+def gate_markdown(gate: dict) -> list[str]:
+    """The gate's table as markdown lines, for the model card (``GateCheck.as_dict``)."""
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    g = gate
+    lines = [f"Gate before writing ({g['backbone']} + alpha * ({g['x']} - {g['y']}), metric "
+             f"`{g.get('metric') or '-'}`): {'PASSED' if g['passed'] else 'NOT PASSED'}", "",
+             "| condition | result | detail | threshold | from |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['condition']} | {r['status']} | {cell(r['detail'])} | {cell(r['threshold'])} | "
+              f"{cell(r['source'])} |" for r in g["rows"]]
+    return lines
