@@ -7,7 +7,7 @@ content sha256, so stale records are left out) and, for ``ls``, the workspace en
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from . import EvidenceError
 from .calibrate import calibrate_records
@@ -38,10 +38,14 @@ def add(ledger: Ledger, name: str, values: Sequence[float], *, metric: str, sha2
             "direction": ledger.direction(metric)}
 
 
-def import_(ledger: Ledger, paths: Iterable[str], *, current_sha: Mapping[str, str | None] | None = None,
-            model: str | None = None, cluster_field: str | None = None, task: str | None = None) -> dict:
-    """``vecmerge evidence import FILE... [--model NAME] [--cluster-field KEY]``: ``importers.import_files``."""
-    return import_files(ledger, paths, sha_of=current_sha or {}, model=model, cluster_field=cluster_field, task=task)
+def import_(ledger: Ledger, paths: Iterable[str], *,
+            current_sha: Mapping[str, str | None] | Callable[[str], str | None] | None = None,
+            model: str | None = None, cluster_field: str | None = None, task: str | None = None,
+            directions: Mapping[str, bool] | None = None) -> dict:
+    """``vecmerge evidence import FILE... [--model NAME] [--cluster-field KEY] [--higher-is-better M]``:
+    ``importers.import_files`` (``current_sha``: a mapping or a function of the model name)."""
+    return import_files(ledger, paths, sha_of=current_sha or {}, model=model, cluster_field=cluster_field, task=task,
+                        directions=directions)
 
 
 def export(ledger: Ledger, fmt: str = "csv", *, current_sha: Mapping[str, str | None] | None = None) -> str:

@@ -147,7 +147,8 @@ def parse_files(paths: Iterable[str | Path], *, model: str | None = None, cluste
 
 def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
                  sha_of: Mapping[str, str | None] | Callable[[str], str | None] | None = None,
-                 model: str | None = None, cluster_field: str | None = None, task: str | None = None) -> dict:
+                 model: str | None = None, cluster_field: str | None = None, task: str | None = None,
+                 directions: Mapping[str, bool] | None = None) -> dict:
     """Parse all ``paths``, fill each entry's sha256 from ``sha_of`` (where the file carried none) and
     write everything in one transaction.
 
@@ -156,12 +157,19 @@ def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
         paths: the files (.csv, lm-eval results .json, samples .jsonl).
         sha_of: model name -> its current content sha256 (a mapping or a function); None leaves them unhashed.
         model, cluster_field, task: see ``parse_files``.
+        directions (Mapping[str, bool] | None): metric -> higher_is_better to declare in the same transaction
+            (a CSV carries none); one that contradicts a file's own declaration raises, nothing written.
 
     Returns:
         dict: ``{"files": [...], "records": int, "ids": [first, last], "models": [...], "metrics": [...],
         "item_level": int, "directions": {metric: higher_is_better}}``.
     """
     parsed = parse_files(paths, model=model, cluster_field=cluster_field, task=task)
+    for metric, higher in (directions or {}).items():
+        if parsed.directions.get(metric, higher) != higher:
+            raise EvidenceError(f"{metric}: the files say {'higher' if parsed.directions[metric] else 'lower'} "
+                                "is better, the option the opposite; nothing was recorded")
+        parsed.directions[metric] = higher
     look = sha_of.get if isinstance(sha_of, Mapping) else (sha_of or (lambda name: None))
     entries = [e if e.sha256 is not None else replace(e, sha256=look(e.model)) for e in parsed.entries]
     ids = ledger.write(entries, parsed.directions)
