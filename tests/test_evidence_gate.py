@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from vecmerge.evidence import EvidenceError
+from vecmerge.evidence.compare import compare
 from vecmerge.evidence.gate import (
     CONDITIONS,
     FAIL,
@@ -19,7 +20,7 @@ from vecmerge.evidence.gate import (
 )
 from vecmerge.evidence.ledger import Record
 from vecmerge.evidence.lineage import relation
-from vecmerge.evidence.stats import compare, pooled_noise
+from vecmerge.evidence.noise import pooled_noise
 
 V51 = [1.0180, 0.9895, 1.0004, 1.0105, 1.0142]
 V28 = [0.9836, 0.9890]

@@ -9,18 +9,10 @@ import pytest
 from scipy import stats
 
 from vecmerge.evidence import EvidenceError
+from vecmerge.evidence.compare import compare
 from vecmerge.evidence.ledger import Record
-from vecmerge.evidence.stats import (
-    clustered_se,
-    compare,
-    paired,
-    pooled_noise,
-    power_two_sample,
-    repeats_needed,
-    summarize,
-    summarize_records,
-    welch,
-)
+from vecmerge.evidence.noise import pooled_noise, power_two_sample, repeats_needed
+from vecmerge.evidence.stats import clustered_se, paired, summarize, summarize_records, welch
 
 V51 = [1.0180, 0.9895, 1.0004, 1.0105, 1.0142]  # the user's five official runs of v51
 V28 = [0.9836, 0.9890]  # and v28's two

@@ -73,8 +73,8 @@ def test_entries_with_parents_evidence_metric_and_gate(tmp_path):
 
 def test_every_bad_entry_is_reported_at_once(tmp_path):
     (tmp_path / "vecmerge.yaml").write_text(
-        "adapters:\n  a: {path: x, parnet: b}\n  b: {parent: a}\n  c: {path: y, parent: c-1}\n  d: {path: z, parent: d}\n"
-        "  e: 3\nmetric: ''\ngate: 5\n")
+        "adapters:\n  a: {path: x, parnet: b}\n  b: {parent: a}\n  c: {path: y, parent: c-1}\n"
+        "  d: {path: z, parent: d}\n  e: 3\nmetric: ''\ngate: 5\n")
     with pytest.raises(WorkspaceError) as info:
         Workspace(root=tmp_path)
     msg = str(info.value)

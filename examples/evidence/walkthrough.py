@@ -8,9 +8,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from vecmerge.evidence.compare import compare
 from vecmerge.evidence.importers import import_files
 from vecmerge.evidence.ledger import Ledger
-from vecmerge.evidence.stats import compare, pooled_noise, runs_by_model, summarize_records
+from vecmerge.evidence.noise import pooled_noise
+from vecmerge.evidence.stats import runs_by_model, summarize_records
 
 HERE = Path(__file__).parent
 METRIC = "official_total"

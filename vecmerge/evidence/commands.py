@@ -11,10 +11,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from . import EvidenceError
 from .calibrate import calibrate_records
+from .compare import compare
 from .gate import GateConfig
 from .importers import export_csv_text, import_files
 from .ledger import Entry, Ledger
-from .stats import compare, pooled_noise, runs_by_model, summarize_records
+from .noise import pooled_noise
+from .stats import runs_by_model, summarize_records
 
 __all__ = ["add", "import_", "export", "show", "compare_models", "calibrate_metrics", "ls_rows", "gate_evidence"]
 
@@ -116,7 +118,7 @@ def _one_metric(ledger: Ledger, names: Sequence[str], metric: str | None, curren
 def compare_models(ledger: Ledger, a: str, b: str, metric: str | None = None, *,
                    current_sha: Mapping[str, str | None] | None = None, include_stale: bool = False,
                    confidence: float = 0.95, detect: float | None = None, min_runs: int = 2) -> dict:
-    """``vecmerge evidence compare A B [--metric M] [--detect D]``: ``stats.compare`` over the ledger.
+    """``vecmerge evidence compare A B [--metric M] [--detect D]``: ``compare.compare`` over the ledger.
 
     The pooled noise is over every model's current runs of the metric. Returns ``Comparison.as_dict()``.
     """

@@ -7,7 +7,7 @@ once; this is a PURE function over facts the caller gathers (workspace, ledger, 
     common parent        X and Y lie on one recorded lineage (one descends from the other, or a shared ancestor)
     stable backbone      BASE has >= min_repeats runs and its sample std is no larger than the limit: the set
                          ``max_backbone_sd``, else ``backbone_noise_factor`` x the ledger's pooled noise
-    repeated evidence    X is better than Y beyond eval noise on the metric (stats.compare's verdict)
+    repeated evidence    X is better than Y beyond eval noise on the metric (compare.compare's verdict)
     module consensus     the share of modules agreeing with the reference >= min_agree
     small trust region   the relative step size trust <= max_trust
 
@@ -23,8 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 from . import EvidenceError
+from .compare import Comparison
 from .lineage import Relation
-from .stats import Comparison, PooledNoise, summarize
+from .noise import PooledNoise
+from .stats import summarize
 
 PASS, FAIL, UNKNOWN = "PASS", "FAIL", "UNKNOWN"
 CONDITIONS = ("common base", "common parent", "stable backbone", "repeated evidence", "module consensus",
@@ -128,8 +130,8 @@ class GateFacts:
         closeness (Mapping[str, float] | None): supporting parameter-space figures of X to Y (shown, not judged).
         backbone_runs (Sequence[float]): the backbone's current whole-run values on the metric.
         typical_noise (PooledNoise | None): the ledger's pooled within-model noise on the metric, best over
-            the OTHER models (``stats.pooled_noise`` of the runs without the backbone).
-        comparison (Comparison | None): ``stats.compare(x, y, ...)`` on the metric with the config's confidence.
+            the OTHER models (``noise.pooled_noise`` of the runs without the backbone).
+        comparison (Comparison | None): ``compare.compare(x, y, ...)`` on the metric with the config's confidence.
         consensus (tuple[int, int] | None): (modules agreeing, modules) in the audit against the reference.
         consensus_ref (str | None): the reference expression (e.g. ``v54 - v54e2``), for the report.
         trust (float | None): the step's relative size ||alpha*(X-Y)|| / ||BASE||.

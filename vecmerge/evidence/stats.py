@@ -1,4 +1,4 @@
-"""Error bars for evaluations: summaries, two-model comparisons, the ledger's noise, and repeats needed.
+"""Error bars for evaluations: summaries of repeated runs, and the tests of a difference A - B.
 
 The plain, well-known statistics (Evan Miller, "Adding Error Bars to Evals", 2024, is the anchor):
 
@@ -13,9 +13,13 @@ The plain, well-known statistics (Evan Miller, "Adding Error Bars to Evals", 202
     clustered   SE_C² = SE_CLT² + (1/n²) Σ_c Σ_{i∈c} Σ_{j∈c, j≠i} (d_i - d̄)(d_j - d̄),  SE_CLT² = s_d²/n,
                 ν = C - 1 (Miller 2024, "clustered standard errors"; an item without a cluster key is its
                 own cluster, so with no clusters SE_C is the paired SE exactly)
-    pooled      s_p² = Σ_m (n_m - 1) s_m² / Σ_m (n_m - 1) over models with n_m ≥ 2 runs
 
-Everything here is numpy/scipy on plain floats; records come from ``ledger.Ledger.records``.
+The clustered formula is Miller's as the paper writes it, ``SE_clustered = sqrt(SE_CLT² + (1/n²)
+Σ_c Σ_i Σ_{j≠i} (s_{i,c} - s̄)(s_{j,c} - s̄))`` (checked against the formula as quoted from arXiv 2411.00640;
+the paper's PDF was not reachable from here), with ``SE_CLT`` from the sample variance.
+
+``noise.py`` holds the ledger's pooled noise and the repeats a difference needs; ``compare.py`` the
+verdict built on these tests. Everything is scipy on plain floats; records come from ``Ledger.records``.
 """
 
 from __future__ import annotations
@@ -26,15 +30,6 @@ from dataclasses import asdict, dataclass
 
 from . import EvidenceError
 from .ledger import Record
-
-VERDICTS = {
-    "a_better": "{a} is better beyond eval noise",
-    "b_better": "{b} is better beyond eval noise",
-    "a_higher": "{a} scores higher beyond eval noise (no direction recorded for {metric})",
-    "b_higher": "{b} scores higher beyond eval noise (no direction recorded for {metric})",
-    "within_noise": "within noise",
-    "not_enough_runs": "not enough runs",
-}
 
 
 def _t():
@@ -238,180 +233,3 @@ def paired(a: Mapping[str, float], b: Mapping[str, float], clusters: Mapping[str
         if count >= 2:
             clustered = _test("clustered", s.mean, clustered_se(d, keys), count - 1, (n,), confidence, count)
     return iid, clustered
-
-
-@dataclass(frozen=True)
-class PooledNoise:
-    """The ledger's typical within-model noise on one metric: s_p over models with ≥ 2 runs."""
-
-    sd: float
-    var: float
-    df: int
-    models: tuple[str, ...]
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "models": list(self.models)}
-
-
-def pooled_noise(runs: Mapping[str, Sequence[float]]) -> PooledNoise | None:
-    """Pooled sample variance s_p² = Σ (n_m - 1) s_m² / Σ (n_m - 1) over models with n_m ≥ 2.
-
-    Args:
-        runs (Mapping[str, Sequence[float]]): model -> its run values on one metric.
-
-    Returns:
-        PooledNoise, or None when no model has two runs.
-    """
-    num, df, used = 0.0, 0, []
-    for model, xs in runs.items():
-        if len(xs) >= 2:
-            s = summarize(xs)
-            num += (s.n - 1) * s.std**2
-            df += s.n - 1
-            used.append(model)
-    if df == 0:
-        return None
-    return PooledNoise(math.sqrt(num / df), num / df, df, tuple(used))
-
-
-def power_two_sample(n: int, delta: float, sd: float, alpha: float = 0.05) -> float:
-    """Power of the two-sided two-sample t test with n runs per model, equal noise sd, true difference delta:
-
-    P(|T| > t_{1-α/2, 2n-2}) with T ~ noncentral t(df = 2n - 2, ncp = δ / (σ·sqrt(2/n))).
-    """
-    from scipy import stats
-
-    df = 2 * n - 2
-    ncp = abs(delta) / (sd * math.sqrt(2.0 / n))
-    crit = stats.t.ppf(1 - alpha / 2, df)
-    return float(stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp))
-
-
-def repeats_needed(delta: float, sd: float, *, alpha: float = 0.05, power: float = 0.8,
-                   max_n: int = 100_000) -> int | None:
-    """The fewest runs per model (n ≥ 2) for which ``power_two_sample(n, delta, sd, alpha) ≥ power``.
-
-    Starts from the normal approximation n ≈ 2 (z_{1-α/2} + z_{power})² σ² / δ² and steps to the exact
-    noncentral-t answer. Returns None when delta is 0 or more than ``max_n`` runs would be needed.
-    """
-    from scipy import stats
-
-    if not sd > 0:
-        raise EvidenceError(f"sd={sd!r}: the noise must be > 0 to plan repeats")
-    if delta == 0:
-        return None
-    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
-    n = max(2, math.ceil(2 * (z * sd / delta) ** 2))
-    if n > max_n:
-        return None
-    while n > 2 and power_two_sample(n - 1, delta, sd, alpha) >= power:
-        n -= 1
-    while power_two_sample(n, delta, sd, alpha) < power:
-        n += 1
-        if n > max_n:
-            return None
-    return n
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Model A against model B on one metric: the tests, the ledger's noise, repeats needed and a verdict.
-
-    verdict_code is one of ``a_better``, ``b_better``, ``a_higher``, ``b_higher`` (no direction recorded),
-    ``within_noise``, ``not_enough_runs``; ``verdict`` is the same in words with the names filled in.
-    decided_by is the kind of the test the verdict rests on (None when there is none).
-    """
-
-    a: str
-    b: str
-    metric: str
-    higher_is_better: bool | None
-    confidence: float
-    a_summary: Summary | None
-    b_summary: Summary | None
-    welch: DiffResult | None
-    paired: DiffResult | None
-    clustered: DiffResult | None
-    pooled: PooledNoise | None
-    detect: float | None
-    noise_sd: float | None
-    repeats_needed: int | None
-    decided_by: str | None
-    verdict_code: str
-    verdict: str
-    reasons: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict:
-        out = {}
-        for key, value in self.__dict__.items():
-            out[key] = value.as_dict() if hasattr(value, "as_dict") else list(value) if key == "reasons" else value
-        return out
-
-
-def compare(a: str, b: str, records: Iterable[Record], *, metric: str | None = None,
-            higher_is_better: bool | None = None, confidence: float = 0.95, min_runs: int = 2,
-            min_items: int = 2, detect: float | None = None, alpha: float = 0.05,
-            power: float = 0.8) -> Comparison:
-    """Compare A and B on one metric; the verdict rule is exact:
-
-    1. Tests: ``clustered`` (item-level records of both, with cluster keys, ≥ 2 clusters), ``paired``
-       (≥ ``min_items`` items scored by both), ``welch`` (≥ ``min_runs`` whole runs each, some spread).
-    2. The verdict rests on the first available of clustered, paired, welch; none -> "not enough runs".
-    3. If that test's ``confidence`` interval for A - B excludes 0, the side the metric's direction favours
-       "is better beyond eval noise" (without a recorded direction: "scores higher/lower"); otherwise
-       "within noise".
-
-    Also reported: the pooled within-model noise of every model in ``records`` (the ledger's typical run
-    noise) and the runs per model a two-sample t test would need to detect ``detect`` (default: the observed
-    difference of run means) with ``power`` at ``alpha``, using the pooled sd (else A's and B's own).
-
-    Args:
-        a, b (str): model names.
-        records (Iterable[Record]): current records of the metric (any models; stale ones already left out).
-        metric (str | None): the metric; None when ``records`` hold exactly one.
-        higher_is_better (bool | None): the metric's direction (``Ledger.direction``).
-    """
-    records = list(records)
-    metrics = {r.metric for r in records}
-    if metric is None:
-        if len(metrics) > 1:
-            raise EvidenceError(f"records of several metrics ({', '.join(sorted(metrics))}); name the metric")
-        metric = next(iter(metrics), "")
-    records = [r for r in records if r.metric == metric]
-    runs = runs_by_model(records)
-    sa = summarize(runs[a], model=a, metric=metric, confidence=confidence) if runs.get(a) else None
-    sb = summarize(runs[b], model=b, metric=metric, confidence=confidence) if runs.get(b) else None
-    w = welch(runs.get(a, []), runs.get(b, []), confidence)
-    ia, ca = item_means(r for r in records if r.model == a)
-    ib, cb = item_means(r for r in records if r.model == b)
-    for item in set(ca) & set(cb):
-        if ca[item] != cb[item]:
-            raise EvidenceError(f"item {item!r}: cluster {ca[item]!r} for {a} but {cb[item]!r} for {b}")
-    pr, cl = paired(ia, ib, {**cb, **ca}, confidence=confidence, min_items=min_items)
-    reasons = []
-    if min(len(runs.get(a, [])), len(runs.get(b, []))) < max(min_runs, 2):
-        reasons.append(f"runs: {a} {len(runs.get(a, []))}, {b} {len(runs.get(b, []))} (Welch needs "
-                       f"{max(min_runs, 2)} each)")
-    elif w is None:
-        reasons.append(f"the runs of {a} and {b} do not vary: run noise cannot be estimated from them")
-    if not (ia and ib):
-        reasons.append("no item-level records for both: no paired test")
-    decided = cl or pr or w
-    if decided is None:
-        code = "not_enough_runs"
-    elif not decided.beyond_noise:
-        code = "within_noise"
-    else:
-        a_up = decided.diff > 0
-        code = (("a_higher" if a_up else "b_higher") if higher_is_better is None
-                else "a_better" if a_up == higher_is_better else "b_better")
-    pooled = pooled_noise(runs)
-    noise = pooled.sd if pooled else None
-    if noise is None and w is not None:
-        noise = math.sqrt((sa.std**2 + sb.std**2) / 2)
-    if detect is None and sa and sb:
-        detect = abs(sa.mean - sb.mean)
-    needed = repeats_needed(detect, noise, alpha=alpha, power=power) if noise and detect else None
-    return Comparison(a, b, metric, higher_is_better, confidence, sa, sb, w, pr, cl, pooled, detect, noise,
-                      needed, decided.kind if decided else None, code,
-                      VERDICTS[code].format(a=a, b=b, metric=metric), tuple(reasons))
