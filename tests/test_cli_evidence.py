@@ -237,3 +237,22 @@ def test_ls_lists_lineage_hashes_and_runs(ws, run_cli):
         "base_model_name_or_path"]
     text = ok(run_cli("ls")).stdout
     assert "(root)" in text and "(unreadable)" in text and Adapter(ws / "v51").content_sha256[:12] in text
+
+
+def test_the_readme_evidence_example_is_what_the_cli_prints(tmp_path, monkeypatch, run_cli):
+    """README.md pastes `import`, `show` and `compare v51 v28` on the user's scores; run them and compare."""
+    import shlex
+    import shutil
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    block = (root / "README.md").read_text().split("<!-- evidence-example:start -->")[1].split(
+        "<!-- evidence-example:end -->")[0].split("```text\n", 1)[1].rsplit("```", 1)[0]
+    shutil.copy(root / "examples" / "evidence" / "scores.csv", tmp_path / "scores.csv")
+    monkeypatch.chdir(tmp_path)
+    chunks = block.split("$ vecmerge ")[1:]
+    assert len(chunks) == 3
+    for chunk in chunks:
+        command, expected = chunk.split("\n", 1)
+        res = ok(run_cli(*shlex.split(command)))
+        assert res.stdout.rstrip() == expected.rstrip(), command

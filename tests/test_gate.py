@@ -263,3 +263,18 @@ def test_a_recipe_gate_runs_the_gate_and_overrides_thresholds(gate_ws, run_cli):
     assert res.exit_code == 0
     res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.01", "--metric", M, "--out", "o")
     assert res.exit_code == 2 and "--metric only means something with --gate" in res.stderr
+
+
+def test_a_local_base_model_is_one_model_however_it_is_written(gate_ws, run_cli, tmp_path):
+    """``base`` and its absolute path name one folder: the same base; a hub id stays as written."""
+    from vecmerge.pipeline.gate import declared_base
+
+    (gate_ws / "base").mkdir()
+    _edit_config(gate_ws, "v28", base_model_name_or_path=str(gate_ws / "base"))
+    for name in ("v51", "v54e2", "v54"):
+        _edit_config(gate_ws, name, base_model_name_or_path="base")
+    record(gate_ws, RUNS)  # the configs changed: record the runs of these weights
+    rows = rows_of(run_cli(*GATE, "--json"))
+    assert rows["common base"]["status"] == "PASS" and rows["common base"]["detail"] == "all on base, shapes match"
+    assert declared_base("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B" and declared_base(None) is None
+    assert declared_base(str(tmp_path)) == str(tmp_path.resolve())

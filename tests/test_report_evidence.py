@@ -32,3 +32,15 @@ def test_render_gate_wraps_and_names_what_did_not_pass():
     assert max(len(line) for line in text.splitlines()) < 160
     assert text.splitlines()[-1] == ("NOT PASSED: small trust region FAIL, module consensus UNKNOWN "
                                      "(UNKNOWN is not a pass)")
+
+
+def test_write_atomic_makes_an_ordinary_file(tmp_path):
+    import os
+    import stat
+
+    umask = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "a.png", b"x")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "a.png").stat().st_mode) == 0o644

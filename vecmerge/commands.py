@@ -18,7 +18,7 @@ from .errors import CheckFailed, UsageError, VecmergeError
 from .evidence import commands as evidence
 from .evidence.ledger import Ledger
 from .pipeline import run
-from .pipeline.gate import GateFailed, check_gate
+from .pipeline.gate import GateFailed, check_gate, declared_base
 from .recipe import Consensus, Recipe
 from .report import render_inspect, render_merge, render_modules, to_json
 from .verify import verify_identities, verify_output
@@ -74,7 +74,7 @@ def merge(ws: Workspace, recipe: Recipe, *, force: bool = False, dry_run: bool =
     try:
         rep = run(recipe, ws, dry_run=dry_run, force=force, progress=_bar(progress, recipe.kind))
     except GateFailed as e:  # the gate's table, then the error line
-        echo(to_json({"gate": e.check.as_dict()}) if as_json else report_evidence.render_gate(e.check.as_dict()))
+        echo(to_json({"gate": _gate_dict(e.check)}) if as_json else report_evidence.render_gate(_gate_dict(e.check)))
         raise
     if rep.gate is not None and not as_json:
         g = rep.gate
@@ -217,9 +217,14 @@ def evidence_calibrate(ws: Workspace, proxy: str, target: str, *, min_models: in
 
 def _base_model_of(folder: Path) -> str | None:
     try:
-        return json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    except (OSError, ValueError, AttributeError):
+        return declared_base(json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path"))
+    except (OSError, ValueError, AttributeError, TypeError):
         return None
+
+
+def _gate_dict(check) -> dict:
+    """``GateCheck.as_dict`` with the ledger shown relative to the current folder (the manifest keeps it whole)."""
+    return {**check.as_dict(), "ledger": _show_path(check.ledger)}
 
 
 def ls(ws: Workspace, *, metric: str | None = None, as_json: bool = False, echo=print) -> list[dict]:
@@ -262,7 +267,7 @@ def gate(ws: Workspace, base: str, direction: str, *, consensus_ref: str | None 
                     consensus=Consensus(consensus_ref, "keep") if consensus_ref else None,
                     gate={"metric": metric} if metric else True)
     check = check_gate(recipe, ws, _bar(progress, "gate"))
-    out = {**check.as_dict(), "ledger": _show_path(check.ledger)}
+    out = _gate_dict(check)
     echo(to_json(out) if as_json else report_evidence.render_gate(out))
     if not check.passed:
         bad = [f"{r['condition']} {r['status']}" for r in out["rows"] if r["status"] != "PASS"]

@@ -1,8 +1,8 @@
 """Text for the evidence commands (``vecmerge evidence ...``, ``ls``, ``gate``) and the ``show --plot`` figure.
 
 Every renderer takes the JSON-ready dict the command returns (``--json`` prints that dict itself), so
-the table and the JSON never disagree. Numbers: 4 significant digits in tables, more where a
-difference of runs is the point (means, differences, intervals: 5 significant digits).
+the table and the JSON never disagree. Numbers: 4 significant digits for spreads, 6 for means,
+minima and maxima, 5 for intervals and differences (a difference of runs is the point).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from .errors import OutputError
 from .report import g, table
 
 
-def _f(x, digits: int = 5) -> str:
+def _f(x, digits: int = 6) -> str:
     return "-" if x is None else f"{x:.{digits}g}"
 
 
@@ -186,6 +186,9 @@ def write_atomic(path, data: bytes, *, inputs=()) -> Path:
         raise OutputError(f"{path}: the folder {path.parent} does not exist; create it first")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=target.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as an ordinary new file (mkstemp makes it 0600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
