@@ -75,6 +75,7 @@ def test_add_ties_runs_to_the_content_sha256(ws, run_cli):
     (["evidence", "compare", "v51", "v5l"], "no records of v5l"),
     (["evidence", "show", "--metric", "acc"], "metric 'acc': no records"),
     (["evidence", "calibrate", "--proxy", "p", "--target", "official_total", "--min-models", "2"], "at least 3"),
+    (["evidence", "calibrate", "--proxy", "official_total", "--target", "official_total"], "both official_total"),
 ])
 def test_bad_input_is_one_error_line(ws, run_cli, args, match):
     ok(run_cli("evidence", "add", "v51", *V51))

@@ -158,6 +158,7 @@ def test_shapes_that_differ_fail_the_common_base(gate_ws, run_cli, monkeypatch):
     rows = rows_of(run_cli(*GATE, "--json"))
     assert rows["common base"]["status"] == "FAIL" and "shapes differ" in rows["common base"]["detail"]
     assert rows["module consensus"]["status"] == "UNKNOWN"  # not computed on mismatched adapters
+    assert rows["small trust region"]["numbers"]["trust"] == 0.0113  # the recipe's own, no step to realize
 
 
 @pytest.mark.parametrize("extra, match", [

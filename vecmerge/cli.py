@@ -357,7 +357,8 @@ def evidence_add(obj: Ctx, name, values, metric, subs, note, higher, as_json):
 @evidence.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--model", help="The model name for lm-eval files (default: from their model_args).")
-@click.option("--cluster-field", help="A --log_samples doc field to cluster items by (e.g. doc.passage_id).")
+@click.option("--cluster-field", help="A field of each --log_samples doc to cluster items by (e.g. topic; "
+              "dotted for nested).")
 @click.option("--task", help="Only this lm-eval task of the samples files.")
 @click.option("--higher-is-better", "higher", multiple=True, metavar="METRIC",
               help="Declare that higher METRIC is better (repeatable; lm-eval files declare their own).")
@@ -439,6 +440,8 @@ def evidence_calibrate(obj: Ctx, proxy, target, min_models, as_json):
     """Can PROXY rank candidates like TARGET? Spearman, Kendall (bootstrap CIs), pairwise accuracy, noise ceiling."""
     if min_models is not None and min_models < 3:
         _usage(f"--min-models {min_models}: at least 3 (a rank correlation needs 3 models)")
+    if proxy == target:
+        _usage(f"evidence calibrate: --proxy and --target are both {proxy}; calibrate one metric against another")
     from . import commands
 
     commands.evidence_calibrate(obj.ws(), proxy, target, min_models=min_models, as_json=as_json, echo=_echo)

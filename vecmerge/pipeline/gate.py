@@ -11,8 +11,8 @@ from a second implementation:
     repeated evidence   content sha256), ``evidence.commands.gate_evidence``
     module consensus    ``consensus_rows`` of ``evaluate_cores``: the rows project's consensus gate decides on
     small trust region  the realized relative step ``||alpha dir'|| / ||base||`` of the recipe's outputs
-                        (``StepSize.realized``, the largest dose); when the consensus decision stops the step,
-                        the recipe's trust x its largest dose (what the step would have realized)
+                        (``StepSize.realized``, the largest dose); when no step is computed (the consensus
+                        decision stops it, or the adapters do not align), the recipe's trust x its largest dose
 
 ``check_gate`` returns the result and the completed evaluation, so ``run`` writes from the very
 evaluation the gate judged.
@@ -179,7 +179,9 @@ def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
     if metric is not None:
         evidence = gate_evidence(ledger, backbone, x, y, metric, current_sha=pinned.current_shas(ledger.models()),
                                  config=config)
-    consensus = closeness = trust = ev = error = None
+    consensus = closeness = ev = error = None
+    multiples = [k for k, _ in output_plan(recipe)]
+    trust = recipe.trust * max(multiples) if recipe.trust is not None else None  # until the step is computed
     if not mismatches:
         cores = evaluate_cores(recipe, ws, progress)
         rows = consensus_rows(cores)
@@ -189,14 +191,12 @@ def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
         vx, vy = cores.vectors[x], cores.vectors[y]
         closeness = {"cosine": vx.cosine(vy), "relative_distance": cores.operands["dir"].norm() / vy.norm()
                      if vy.norm() > 0 else None}
-        multiples = [k for k, _ in output_plan(recipe)]
         if recipe.trust is not None or recipe.alpha is not None:
             try:
                 ev = complete(cores, rows)
                 trust = max(ev.step.realized(k)["global"] for k in multiples)
             except CheckFailed as e:  # the consensus decision: the gate's table shows why first
                 error = e
-                trust = recipe.trust * max(multiples) if recipe.trust is not None else None
     facts = GateFacts(backbone, x, y, base_models={n: declared_base(a.config.base_model) for n, a in adapters.items()},
                       shape_mismatches=mismatches, lineage=relation(x, y, parents, roots=roots),
                       closeness=closeness, consensus=consensus,
