@@ -22,6 +22,7 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, gate: dic
     recipe = ev.recipe
     d = recipe.to_dict()
     d.pop("dose", None)
+    d.pop("gate", None)  # its result is kept as ``gate``; re-running the manifest reproduces, it does not re-decide
     d["multiple"] = built.multiple
     d["out"] = path
     inputs = {n: i.to_dict() for n, i in ev.inputs.items()}
