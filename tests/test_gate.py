@@ -9,6 +9,7 @@ manifest's realized step exactly.
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -212,7 +213,7 @@ def test_project_gate_passes_and_the_output_carries_the_table(gate_ws, run_cli):
     assert man["gate"]["passed"] and len(man["gate"]["rows"]) == 6 and "gate" not in man["recipe"]
     card = (gate_ws / "out" / "v58" / "README.md").read_text()
     assert "Gate before writing (v54 + alpha * (v51 - v28), metric `official_total`): PASSED" in card
-    assert card.count("| PASS |") == 6
+    assert card.count("| PASS |") == 6 and "Closeness of v51 to v28: cosine 0." in card
     assert run_cli("verify", "out/v58").exit_code == 0
     rep = json.loads(run_cli(*PROJECT, "--force", "--json").stdout)
     assert rep["gate"]["passed"] and rep["gate"]["rows"] == man["gate"]["rows"]
@@ -282,3 +283,19 @@ def test_a_local_base_model_is_one_model_however_it_is_written(gate_ws, run_cli,
     assert rows["common base"]["status"] == "PASS" and rows["common base"]["detail"] == "all on base, shapes match"
     assert declared_base("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B" and declared_base(None) is None
     assert declared_base(str(tmp_path)) == str(tmp_path.resolve())
+
+
+def test_the_closeness_of_x_to_y_is_shown_and_exact(gate_ws, run_cli, dense_updates):
+    """cos(v51, v28) and ||v51 - v28|| / ||v28|| against dense float64 updates (rel 1e-9)."""
+    import torch
+
+    rows = rows_of(run_cli(*GATE, "--json"))
+    close = rows["common parent"]["numbers"]["closeness"]
+    a, b = dense_updates(gate_ws / "v51"), dense_updates(gate_ws / "v28")
+    inner = sum(float((a[m] * b[m]).sum()) for m in a)
+    na, nb = (math.sqrt(sum(float((x[m] ** 2).sum()) for m in x)) for x in (a, b))
+    dist = math.sqrt(sum(float(torch.sum((a[m] - b[m]) ** 2)) for m in a))
+    assert close["cosine"] == pytest.approx(inner / (na * nb), rel=1e-9)
+    assert close["relative_distance"] == pytest.approx(dist / nb, rel=1e-9)
+    text = run_cli(*GATE).stdout
+    assert "cos(v51, v28)" in text and f"= {close['cosine']:.4f}," in text  # (the cell wraps)

@@ -150,14 +150,24 @@ def gate_verdict(d: dict) -> str:
             f"NOT PASSED: {', '.join(r['condition'] + ' ' + r['status'] for r in bad)} (UNKNOWN is not a pass)")
 
 
+def _detail(row: dict, d: dict) -> str:
+    """A row's detail; the common parent's adds the closeness of X to Y (supporting figures, not judged)."""
+    close = (row.get("numbers") or {}).get("closeness") or {}
+    if row["condition"] != "common parent" or close.get("cosine") is None:
+        return row["detail"]
+    x, y = d["x"], d["y"]
+    return (f"{row['detail']}; cos({x}, {y}) = {close['cosine']:.4f}, ||{x} - {y}|| / ||{y}|| = "
+            f"{close['relative_distance']:.4g}")
+
+
 def render_gate(d: dict) -> str:
     """``vecmerge gate``: one row per condition with PASS / FAIL / UNKNOWN, the numbers, the threshold, its source.
 
     Args:
         d (dict): ``pipeline.gate.GateCheck.as_dict()``.
     """
-    rows = [[r["condition"], r["status"], _wrap(r["detail"], 52), _wrap(r["threshold"], 36), _wrap(r["source"], 22)]
-            for r in d["rows"]]
+    rows = [[r["condition"], r["status"], _wrap(_detail(r, d), 52), _wrap(r["threshold"], 36),
+             _wrap(r["source"], 22)] for r in d["rows"]]
     head = (f"gate: {d['backbone']} + alpha * ({d['x']} - {d['y']}); metric {d['metric'] or '-'}; "
             f"ledger {d['ledger']}")
     return "\n".join([head, "", table(rows, ["condition", "result", "detail", "threshold", "from"], "simple"), "",

@@ -153,6 +153,15 @@ def shape_mismatches(adapters: dict) -> list[str]:
     return out
 
 
+def _closeness(vx, vy, dist: float) -> dict:
+    """``cos(X, Y) = <X, Y> / (||X|| ||Y||)`` (shared modules; a missing one counts as zero) and
+    ``||X - Y|| / ||Y||`` (``dist``: the norm of the direction's cores), the gate's supporting figures."""
+    nx, ny = vx.norm(), vy.norm()
+    inner = sum(vx[m].inner(vy[m]) for m in vx.modules if m in vy.modules)
+    return {"cosine": inner / (nx * ny) if nx > 0 and ny > 0 else None,
+            "relative_distance": dist / ny if ny > 0 else None}
+
+
 def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
     """Gather the six facts for the recipe's step and evaluate the gate (see the module docstring).
 
@@ -188,9 +197,7 @@ def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
         if rows is not None:
             s = summarize_consensus(rows)
             consensus = (s["agree"], s["modules"])
-        vx, vy = cores.vectors[x], cores.vectors[y]
-        closeness = {"cosine": vx.cosine(vy), "relative_distance": cores.operands["dir"].norm() / vy.norm()
-                     if vy.norm() > 0 else None}
+        closeness = _closeness(cores.vectors[x], cores.vectors[y], cores.operands["dir"].norm())
         if recipe.trust is not None or recipe.alpha is not None:
             try:
                 ev = complete(cores, rows)

@@ -81,4 +81,8 @@ def gate_markdown(gate: dict) -> list[str]:
              "| condition | result | detail | threshold | from |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {r['condition']} | {r['status']} | {cell(r['detail'])} | {cell(r['threshold'])} | "
               f"{cell(r['source'])} |" for r in g["rows"]]
+    close = next((r["numbers"].get("closeness") for r in g["rows"] if r["condition"] == "common parent"), None)
+    if close and close.get("cosine") is not None:
+        lines += ["", f"Closeness of {g['x']} to {g['y']}: cosine {close['cosine']!r}, "
+                      f"||{g['x']} - {g['y']}|| / ||{g['y']}|| = {close['relative_distance']!r}."]
     return lines
