@@ -32,6 +32,8 @@ SECTIONS = [
     ("Without safeguards 4: a direction the backbone's own training disagrees with is refused (exit 1)",
      [["project", "--base", "v54", "--dir", "v28-v51", "--consensus-ref", "v54-v54e2", "--trust", "0.0113",
        "--out", "out/wrong-way"]]),
+    ("The gate: v59's dose (45.6% further) leaves the trust region, so --gate writes nothing (exit 1)",
+     [[*STEP, "--trust", "0.0113", "--dose", "1.456", "--gate", "--out", "out/v59-gated"]]),
 ]
 
 

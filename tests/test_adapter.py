@@ -225,3 +225,22 @@ def test_modules_to_save_as_peft_saves_them(tmp_path, monkeypatch, hf_base, peft
     assert run_cli("audit", "h1", "h2").exit_code == 2
     assert run_cli("audit", "h1", "h2", "--modules-to-save", "drop").exit_code == 0
     assert run_cli("verify", "--identities", "h1", "h2").exit_code == 0
+
+
+def test_content_sha256_is_weights_and_config(tmp_path):
+    """The ledger's key, recomputed with hashlib from the two files; a change to either changes it."""
+    import hashlib
+
+    from vecmerge.adapter import folder_content_sha256
+
+    path = toy_adapter(tmp_path / "a")
+    w = hashlib.sha256((path / "adapter_model.safetensors").read_bytes()).hexdigest()
+    c = hashlib.sha256((path / "adapter_config.json").read_bytes()).hexdigest()
+    want = hashlib.sha256(f"weights {w}\nconfig {c}\n".encode()).hexdigest()
+    assert Adapter(path).content_sha256 == folder_content_sha256(path) == want
+    cfg = json.loads((path / "adapter_config.json").read_text())
+    (path / "adapter_config.json").write_text(json.dumps({**cfg, "lora_alpha": cfg["lora_alpha"] * 2}))
+    assert folder_content_sha256(path) != want and Adapter(path).sha256 == w  # same weights, other scale
+    (path / "adapter_model.safetensors").unlink()
+    with pytest.raises(AdapterError, match="no adapter_model.safetensors or adapter_model.bin"):
+        folder_content_sha256(path)

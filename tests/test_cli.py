@@ -144,6 +144,24 @@ def test_global_options_after_the_subcommand(toy, run_cli, tmp_path):
         assert res.exit_code == 2 and "no CUDA device" in res.output
 
 
+def test_every_command_takes_the_global_options():
+    """A command added later (e.g. evidence show, ls, gate) gets -q/--workspace/--debug/--device after it too."""
+    import click
+
+    from vecmerge.cli import main
+
+    def walk(group, path=()):
+        for name, cmd in group.commands.items():
+            if isinstance(cmd, click.Group):
+                yield from walk(cmd, (*path, name))
+            else:
+                yield " ".join((*path, name)), cmd
+
+    for name, cmd in walk(main):
+        flags = {f for p in cmd.params for f in getattr(p, "opts", [])}
+        assert {"--workspace", "--debug", "--quiet", "-q", "--device"} <= flags, name
+
+
 def test_every_option_has_help_and_the_recipe_is_documented():
     """Issue 12 item 11: help for every option, the modes explained, the recipe keys in run --help and
     docs/RECIPES.md (generated), refactor offering neither keep-base nor step-energy."""

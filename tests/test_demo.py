@@ -41,6 +41,39 @@ def test_demo_runs_end_to_end(small_demo):
     assert "uploadable adapter:" in text
 
 
+@pytest.mark.slow
+def test_demo_records_real_evaluations_and_gates_the_merge(small_demo):
+    """Five runs per checkpoint, each the mean of its own 64 item records; the gate passes before project.
+
+    Each run's value is recomputed from the item records that follow it (exact mean, rel 1e-12).
+    """
+    from vecmerge.evidence.ledger import Ledger
+
+    out, text, _ = small_demo
+    for cmd in ("$ vecmerge evidence import evals.csv", "$ vecmerge ls", "$ vecmerge evidence show",
+                "$ vecmerge evidence compare v51 v28", "$ vecmerge gate --base v54 --dir v51-v28",
+                "--gate --out out/v58"):
+        assert cmd in text
+    records = Ledger(out / "vecmerge-evidence.db").records(metric="toy_acc")
+    assert {r.model for r in records} == {"v28", "v51", "v54e2", "v54"}
+    for model in ("v28", "v51", "v54e2", "v54"):
+        mine = [r for r in records if r.model == model]
+        runs = [i for i, r in enumerate(mine) if not r.is_item]
+        assert len(runs) == 5 and len(mine) == 5 * 65
+        for i in runs:
+            items = [r.value for r in mine[i + 1:i + 65]]
+            assert all(r.is_item for r in mine[i + 1:i + 65]) and len(set(r.item for r in mine[i + 1:i + 65])) == 64
+            assert mine[i].value == pytest.approx(sum(items) / 64, rel=1e-12)
+        values = [mine[i].value for i in runs]
+        assert len(set(values)) > 1 and all(0 <= v <= 1 for v in values)  # fresh subsets: real spread
+    assert "PASSED: all 6 conditions" in text
+    man = json.loads((out / "out" / "v58" / "vecmerge.json").read_text())
+    assert man["gate"]["passed"] and [r["status"] for r in man["gate"]["rows"]] == ["PASS"] * 6
+    assert "gate" not in man["recipe"]  # a re-run of the manifest reproduces; it does not re-decide
+    card = (out / "out" / "v58" / "README.md").read_text()
+    assert "Gate before writing" in card and card.count("| PASS |") == 6
+
+
 def test_demo_refuses_foreign_folders(tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "thesis.tex").write_text("precious")
@@ -83,6 +116,8 @@ def test_walkthrough_runs_in_the_demo_folder(small_demo):
     assert re.search(r"clipped by trust\s+yes", text)
     assert "7/7 module(s) disagree" in text and "(exit 1)" in text
     assert not (out / "out" / "wrong-way").exists()
+    assert re.search(r"small trust region\s+FAIL\s+step 0\.01645", text)
+    assert not (out / "out" / "v59-gated").exists()
     assert "Traceback" not in text
 
 

@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from safetensors import safe_open  # noqa: E402
 
-from vecmerge.trajectories import make_trajectories  # noqa: E402
+from vecmerge.trajectories import LINEAGE, make_trajectories  # noqa: E402
 
 SMALL = dict(seed=0, layers=1, steps=10)  # a few seconds on a 2-core CPU
 NAMES = ("v28", "v51", "v54e2", "v54")
@@ -66,7 +66,7 @@ def test_layout_and_manifest(toy):
         }
     yaml = pytest.importorskip("yaml")
     manifest = yaml.safe_load((out / "vecmerge.yaml").read_text())
-    assert manifest == {"base_model": "base", "adapters": {n: n for n in NAMES}}
+    assert manifest == {"base_model": "base", "adapters": {n: {"path": n, "parent": LINEAGE[n]} for n in NAMES}}
 
 
 def test_rslora_and_dtypes(toy):

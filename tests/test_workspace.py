@@ -54,3 +54,59 @@ def test_different_bases_and_missing_modules(tmp_path, monkeypatch):
     tv = ws.evaluate("a - c", allow_missing=True)
     m = "model.layers.1.mlp.up_proj"
     torch.testing.assert_close(tv[m].dense(), ws.adapter("a").factors(m).dense(), rtol=0, atol=0)
+
+
+def test_entries_with_parents_evidence_metric_and_gate(tmp_path):
+    (tmp_path / "vecmerge.yaml").write_text(
+        "adapters:\n  v28: {path: runs/v28, parent: null}\n  v51: {path: runs/v51, parent: v28}\n  v54: runs/v54\n"
+        "evidence: data/ledger.db\nmetric: official_total\ngate: {max_trust: 0.02}\n")
+    ws = Workspace(root=tmp_path)
+    assert ws.adapters["v51"] == (tmp_path / "runs" / "v51").resolve() and ws.adapters["v54"].name == "v54"
+    assert ws.parents == {"v28": None, "v51": "v28"}
+    assert ws.lineage() == ({"v51": "v28"}, {"v28"})
+    assert ws.ledger_path == (tmp_path / "data" / "ledger.db").resolve()
+    assert (ws.metric, ws.gate) == ("official_total", {"max_trust": 0.02})
+    (tmp_path / "vecmerge.yaml").write_text("adapters: {a: x}\n")
+    assert Workspace(root=tmp_path).ledger_path == tmp_path / "vecmerge-evidence.db"  # beside the workspace
+    assert Workspace(root=tmp_path / "elsewhere").ledger_path == tmp_path / "elsewhere" / "vecmerge-evidence.db"
+
+
+def test_every_bad_entry_is_reported_at_once(tmp_path):
+    (tmp_path / "vecmerge.yaml").write_text(
+        "adapters:\n  a: {path: x, parnet: b}\n  b: {parent: a}\n  c: {path: y, parent: c-1}\n"
+        "  d: {path: z, parent: d}\n  e: 3\nmetric: ''\ngate: 5\n")
+    with pytest.raises(WorkspaceError) as info:
+        Workspace(root=tmp_path)
+    msg = str(info.value)
+    assert "7 problems" in msg and "\n" not in msg
+    for part in ("adapters.a: unknown key(s) ['parnet']", "adapters.b: path: None", "adapters.c: parent: 'c-1'",
+                 "adapters.d: parent: d is its own parent", "adapters.e: 3 must be a folder", "metric: ''",
+                 "gate: 5 must be a mapping"):
+        assert part in msg
+
+
+def test_lineage_of_vecmerge_outputs_comes_from_their_manifest(toy):
+    from vecmerge.pipeline import run
+    from vecmerge.recipe import Recipe
+
+    ws = Workspace()
+    run(Recipe.from_dict({"base": "v54", "dir": "v51 - v28", "trust": 0.01, "out": "v58"}), ws)
+    run(Recipe.from_dict({"base": "v58", "dir": "v51 - v28", "trust": 0.01, "out": "v61"}), ws)
+    run(Recipe.from_dict({"base": "0.5*v28 + 0.5*v54", "out": "avg"}), ws)
+    parents, roots = Workspace().lineage(["v61", "avg"])
+    assert (parents["v61"], parents["v58"]) == ("v58", "v54") and "avg" not in parents and roots == set()
+    (toy / "vecmerge.yaml").write_text("adapters:\n  v58: {path: v58, parent: v51}\n")  # declared wins
+    assert Workspace().lineage(["v61"])[0] == {"v58": "v51", "v61": "v58"}
+
+
+def test_content_sha_and_current_shas(toy):
+    from vecmerge.adapter import Adapter
+    from vecmerge.workspace import UNREADABLE
+
+    ws = Workspace()
+    assert ws.content_sha("v51") == Adapter(toy / "v51").content_sha256
+    assert ws.content_sha("v59") is None  # no such folder: published scores of weights not on disk
+    (toy / "v54" / "adapter_config.json").unlink()
+    ws = Workspace()
+    assert ws.current_shas(["v54", "v51", "v59"]) == {"v54": UNREADABLE, "v51": Adapter(toy / "v51").content_sha256,
+                                                      "v59": None}

@@ -52,6 +52,40 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def content_sha256(weights_sha256: str, config_sha256: str) -> str:
+    """The content hash of an adapter: what the evidence ledger ties a score to.
+
+    ``sha256("weights <hex>\nconfig <hex>\n")`` over the sha256 of the weights file and of
+    ``adapter_config.json``: other weights, or the same weights under another config (scale, targets),
+    give another hash.
+    """
+    return hashlib.sha256(f"weights {weights_sha256}\nconfig {config_sha256}\n".encode()).hexdigest()
+
+
+def weights_file(folder: Path) -> Path | None:
+    """The adapter's weights file in ``folder`` (safetensors first, as PEFT loads it), or None."""
+    for name in (SAFETENSORS_NAME, BIN_NAME):
+        if (Path(folder) / name).is_file():
+            return Path(folder) / name
+    return None
+
+
+def folder_content_sha256(folder) -> str:
+    """``content_sha256`` of an adapter folder, read from its files without validating the LoRA.
+
+    Equal to ``Adapter(folder).content_sha256``; works for adapters vecmerge refuses to merge (DoRA,
+    modules_to_save), whose scores the ledger may still keep. Raises AdapterError when the config or
+    the weights file is missing.
+    """
+    folder = Path(folder)
+    weights = weights_file(folder)
+    if not (folder / CONFIG_NAME).is_file() or weights is None:
+        what = CONFIG_NAME if not (folder / CONFIG_NAME).is_file() else f"{SAFETENSORS_NAME} or {BIN_NAME}"
+        raise AdapterError(f"{folder}: no {what}, so its content sha256 (what evidence is tied to) cannot be "
+                           "computed; fix the path in vecmerge.yaml")
+    return content_sha256(sha256_file(weights), sha256_file(folder / CONFIG_NAME))
+
+
 @dataclass(frozen=True)
 class ModuleSpec:
     """What a module is, without its tensors.
@@ -131,9 +165,9 @@ class Adapter:
 
     # -- opening ----------------------------------------------------------------------------
     def _find_weights(self) -> Path:
-        for name in (SAFETENSORS_NAME, BIN_NAME):
-            if (self.path / name).is_file():
-                return self.path / name
+        found = weights_file(self.path)
+        if found is not None:
+            return found
         raise AdapterError(f"{self.path}: no {SAFETENSORS_NAME} or {BIN_NAME}; copy the weights next to the config")
 
     def _open(self):
@@ -333,7 +367,13 @@ class Adapter:
 
     @cached_property
     def config_sha256(self) -> str:
+        """sha256 of ``adapter_config.json``."""
         return sha256_file(self.path / CONFIG_NAME)
+
+    @property
+    def content_sha256(self) -> str:
+        """sha256 of the weights and the config together (``content_sha256``): the ledger's key."""
+        return content_sha256(self.sha256, self.config_sha256)
 
     def __repr__(self) -> str:
         return f"Adapter({str(self.path)!r}, modules={len(self.specs)})"

@@ -1,11 +1,18 @@
 """``vecmerge demo``: the user's v58 story end to end on toy trajectories it trains itself.
 
 It trains a tiny random Qwen3 with LoRA (v28, its continuation v51, a backbone v54e2 -> v54; see
-``trajectories.py``), then runs the very commands a user types, printing each one first::
+``trajectories.py``), evaluates each checkpoint several times on fresh random subsets of held-out
+sequences of the toy task (``evals.csv``), then runs the very commands a user types, printing each
+one first::
 
     vecmerge inspect v54 v51
     vecmerge audit --ref v54-v54e2 --dir v51-v28 --plot audit.png
-    vecmerge project --base v54 --dir v51-v28 --trust 0.0113 --consensus-ref v54-v54e2 --out out/v58
+    vecmerge evidence import evals.csv --higher-is-better toy_acc
+    vecmerge ls
+    vecmerge evidence show
+    vecmerge evidence compare v51 v28
+    vecmerge gate --base v54 --dir v51-v28 --consensus-ref v54-v54e2 --trust 0.0113
+    vecmerge project --base v54 --dir v51-v28 --trust 0.0113 --consensus-ref v54-v54e2 --gate --out out/v58
     vecmerge verify out/v58 --base-model base
 
 and ends with the folder to upload and its sha256. Every command runs in the demo folder, whose
@@ -16,6 +23,7 @@ calls the same ``commands`` function the CLI calls for that command line.
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import shlex
@@ -26,23 +34,33 @@ from pathlib import Path
 from . import commands
 from .errors import CheckFailed, OutputError, VecmergeError
 from .recipe import Recipe
-from .trajectories import make_trajectories
+from .trajectories import METRIC, evaluate_checkpoints, make_trajectories
 from .workspace import Workspace
 
 MARKER = ".vecmerge-demo"
-V58 = {"base": "v54", "dir": "v51-v28", "trust": 0.0113, "consensus": {"ref": "v54-v54e2"}, "out": "out/v58"}
+V58 = {"base": "v54", "dir": "v51-v28", "trust": 0.0113, "consensus": {"ref": "v54-v54e2"}, "gate": True,
+       "out": "out/v58"}
+EVALS = "evals.csv"
 STEPS = [  # (the command line shown, the call it stands for)
     (["inspect", "v54", "v51"], lambda ws, echo: commands.inspect(ws, ["v54", "v51"], echo=echo)),
     (["audit", "--ref", "v54-v54e2", "--dir", "v51-v28", "--by", "grid", "--plot", "audit.png"],
      lambda ws, echo: commands.audit(ws, ref="v54-v54e2", direction="v51-v28", by="grid", plot="audit.png",
                                      echo=echo)),
+    (["evidence", "import", EVALS, "--higher-is-better", METRIC],
+     lambda ws, echo: commands.evidence_import(ws, [EVALS], directions={METRIC: True}, echo=echo)),
+    (["ls"], lambda ws, echo: commands.ls(ws, echo=echo)),
+    (["evidence", "show"], lambda ws, echo: commands.evidence_show(ws, echo=echo)),
+    (["evidence", "compare", "v51", "v28"], lambda ws, echo: commands.evidence_compare(ws, "v51", "v28", echo=echo)),
+    (["gate", "--base", "v54", "--dir", "v51-v28", "--consensus-ref", "v54-v54e2", "--trust", "0.0113"],
+     lambda ws, echo: commands.gate(ws, "v54", "v51-v28", consensus_ref="v54-v54e2", trust=0.0113, echo=echo)),
     (["project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--consensus-ref", "v54-v54e2",
-      "--out", "out/v58"],
+      "--gate", "--out", "out/v58"],
      lambda ws, echo: commands.merge(ws, Recipe.from_dict(V58), echo=echo)),
     (["verify", "out/v58", "--base-model", "base"],
      lambda ws, echo: commands.verify(ws, ["out/v58"], base_model="base", echo=echo)),
 ]
-SMALL = {"layers": 1, "steps": 12, "hidden": 64, "rank": 4}
+SMALL = {"layers": 1, "steps": 40, "hidden": 64, "rank": 4}
+RUNS, SUBSET, POOL = 5, 64, 512  # evaluations per checkpoint, items per run, held-out sequences
 
 
 @contextlib.contextmanager
@@ -70,9 +88,18 @@ def prepare_folder(out, force: bool) -> Path:
     return out
 
 
+def write_evals(path: Path, rows: list[dict]) -> None:
+    """The evaluations as a ledger CSV (``model,metric,value,item,note``; ``vecmerge evidence import`` reads it)."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, ["model", "metric", "value", "item", "note"], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({**r, "value": repr(r["value"])} for r in rows)
+
+
 def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet: bool = False,
              echo=print, seed: int = 0) -> dict:
-    """Train toy trajectories in ``out`` and run inspect, audit, project and verify there.
+    """Train toy trajectories in ``out``, evaluate them, and run inspect, audit, the evidence commands, the
+    gate, project and verify there.
 
     Args:
         out (str | Path): the demo folder. force (bool): replace an earlier demo folder.
@@ -88,6 +115,12 @@ def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet:
     echo(f"# training toy trajectories (tiny random Qwen3 + LoRA on q/k/v/o/gate/up/down) in {out}")
     make_trajectories(folder, seed=seed, progress=not quiet, **(SMALL if small else {}))
     seconds["train"] = time.perf_counter() - t0
+    t = time.perf_counter()
+    echo(f"# evaluating each checkpoint {RUNS} times, each time on {SUBSET} fresh random sequences of {POOL} "
+         f"held-out ones ({METRIC}: next-token accuracy), into {EVALS}")
+    write_evals(folder / EVALS, evaluate_checkpoints(folder, ["v28", "v51", "v54e2", "v54"], seed=seed, runs=RUNS,
+                                                     subset=SUBSET, pool=POOL))
+    seconds["evaluate"] = time.perf_counter() - t
     with _cwd(folder):
         ws = Workspace()
         for args, call in STEPS:
@@ -100,7 +133,7 @@ def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet:
                 echo("\n".join(lines + [f"error: {e}"]))
                 raise CheckFailed(f"demo step 'vecmerge {shlex.join(args)}' exited {e.exit_code}; see above") from None
             echo("\n".join(lines).rstrip())
-            seconds[args[0]] = time.perf_counter() - t
+            seconds[" ".join(args[:2])] = time.perf_counter() - t
     adapter = folder / "out" / "v58"
     sha = json.loads((adapter / "vecmerge.json").read_text())["output"]["sha256"]
     echo(f"\nuploadable adapter: {Path(out) / 'out' / 'v58'}")

@@ -11,6 +11,8 @@ A YAML recipe mirrors the flags of ``vecmerge project``::
     dose: [0.5, 1, 1.456]     # optional ladder: one output per multiple of alpha, at OUT-x<k>;
                               # a single number (dose: 1.456) writes that multiple at OUT itself
     out: out/v58
+    gate: true                # optional: run the six-condition gate first (vecmerge gate); a mapping
+                              # ({metric: acc, max_trust: 0.02}) also overrides vecmerge.yaml's gate: thresholds
     inputs:                   # optional; paths relative to the recipe; pins are checked
       v54: {path: runs/v54, sha256: "9f0c...", config_sha256: "41aa..."}
 
@@ -33,6 +35,7 @@ import yaml
 
 from . import methods
 from .errors import RecipeError
+from .evidence.gate import GateConfig, GateConfigError
 from .expr import parse
 from .options import (
     ALLOW_BASE_MISMATCH_HELP,
@@ -55,7 +58,7 @@ from .options import (
 
 _KEYS = ("base", "dir", "trust", "trust_scope", "alpha", "consensus", "method", "mode", "rank", "dose", "multiple",
          "out", "dtype", "inputs", "allow_missing", "modules_to_save", "strict", "name", "allow_base_mismatch",
-         "base_model_id")
+         "base_model_id", "gate")
 
 
 @dataclass
@@ -83,6 +86,7 @@ class Recipe:
         name (str | None): a title for the output (its model card).
         allow_base_mismatch (bool): combine adapters whose declared base models differ (recorded).
         base_model_id (str | None): the base model's hub id, written to the output's config and card.
+        gate (bool | dict | None): run the gate before writing (a mapping: threshold overrides, ``metric``).
     """
 
     base: str
@@ -105,6 +109,7 @@ class Recipe:
     name: str | None = None
     allow_base_mismatch: bool = False
     base_model_id: str | None = None
+    gate: bool | dict | None = None
 
     @property
     def kind(self) -> str:
@@ -223,6 +228,8 @@ class Recipe:
                 p.append(f"base_model_id={hub!r}: a hub id such as Qwen/Qwen3-0.6B (ORG/NAME), not a local path")
             else:
                 kw["base_model_id"] = hub
+        if data.get("gate") is not None:
+            kw["gate"] = _gate(data["gate"], p)
         kw["inputs"] = _inputs(data.get("inputs"), p, root)
         p += _semantics(data, kw, method)
         if p:
@@ -266,6 +273,21 @@ def _consensus(cons, problems: list) -> Consensus | None:
     return Consensus(str(cons["ref"]), od, None if ma is None else float(ma))
 
 
+def _gate(value, problems: list):
+    """``gate:`` is true/false, or a mapping of thresholds checked by ``GateConfig.from_dict``."""
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, dict):
+        problems.append(f"gate: {value!r}: true, or a mapping of thresholds such as {{max_trust: 0.015}}")
+        return None
+    try:
+        GateConfig.from_dict(value, source="recipe")
+    except GateConfigError as e:
+        problems.append(str(e).removeprefix("recipe "))
+        return None
+    return dict(value)
+
+
 def _semantics(data: dict, kw: dict, method) -> list[str]:
     """Rules across keys: what a stepped method needs, what only a step may have, keep-base, the method's own."""
     p = []
@@ -275,8 +297,8 @@ def _semantics(data: dict, kw: dict, method) -> list[str]:
         elif data.get("trust") is None and data.get("alpha") is None:
             p.append("trust or alpha: one is needed with dir (e.g. trust: 0.0113)")
     elif method is not None:
-        for key in ("dir", "trust", "alpha", "consensus", "dose"):
-            if data.get(key) is not None:
+        for key in ("dir", "trust", "alpha", "consensus", "dose", "gate"):
+            if data.get(key) is not None and not (key == "gate" and data[key] is False):
                 p.append(f"{key}: only meaningful with dir" if key != "dir" else
                          f"dir: method {method.name} takes no direction; use one of "
                          f"{', '.join(methods.names(stepped=True))}")

@@ -12,6 +12,9 @@ user's story (``v58 = v54 + alpha * (v51 - v28)``):
 Both differences ``v51 - v28`` and ``v54 - v54e2`` are descent steps on the same task from
 the same base, so their effective updates ``scale * B @ A`` agree in sign module by module
 (with the defaults: 14 of 14 modules, cosines about 0.1 to 0.35).
+
+:func:`evaluate_checkpoints` measures them on the toy task the way an eval with a random subset
+does: several runs per checkpoint, each on fresh random held-out sequences (the demo's evidence).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["make_trajectories"]
+__all__ = ["make_trajectories", "evaluate_checkpoints", "LINEAGE", "METRIC"]
 
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 _VOCAB = 128  # synthetic vocabulary size
@@ -34,6 +37,8 @@ _BATCH = 16  # sequences per step
 _SEQ_LEN = 32  # tokens per sequence
 _NOISE = 0.1  # probability that a token breaks the rule
 _LR = 1e-3  # AdamW learning rate of v28 and of the backbone run; v51 uses 3x
+LINEAGE = {"v28": None, "v51": "v28", "v54e2": None, "v54": "v54e2"}  # parent: keys of vecmerge.yaml (None: a root)
+METRIC = "toy_acc"  # evaluate_checkpoints' metric: next-token accuracy on held-out sequences
 
 
 def _check_args(layers: int, hidden: int, rank: int, steps: int) -> None:
@@ -70,19 +75,29 @@ def _quiet_and_deterministic(seed: int) -> Iterator[None]:
                 hf_logging.enable_progress_bar()
 
 
-def _make_data(seed: int, n_batches: int) -> list[torch.Tensor]:
-    """Token batches following ``next = (a * tok + b) mod V``, with a token in ten random."""
-    gen = torch.Generator().manual_seed(seed)
+def _rule(gen: torch.Generator) -> tuple[int, int]:
+    """The toy task's rule ``next = (a * tok + b) mod V``: ``(a, b)`` drawn from ``gen`` (a odd)."""
     a = 2 * int(torch.randint(1, _VOCAB // 2, (1,), generator=gen)) + 1  # odd, so invertible mod V
     b = int(torch.randint(0, _VOCAB, (1,), generator=gen))
-    n = n_batches * _BATCH
+    return a, b
+
+
+def _sequences(gen: torch.Generator, a: int, b: int, n: int) -> torch.Tensor:
+    """``n`` sequences of the rule, with a token in ten random: a (n, SEQ_LEN) long tensor."""
     x = torch.empty(n, _SEQ_LEN, dtype=torch.long)
     x[:, 0] = torch.randint(0, _VOCAB, (n,), generator=gen)
     for t in range(1, _SEQ_LEN):
         noisy = torch.rand(n, generator=gen) < _NOISE
         random_tok = torch.randint(0, _VOCAB, (n,), generator=gen)
         x[:, t] = torch.where(noisy, random_tok, (a * x[:, t - 1] + b) % _VOCAB)
-    return list(x.split(_BATCH))
+    return x
+
+
+def _make_data(seed: int, n_batches: int) -> list[torch.Tensor]:
+    """Token batches following ``next = (a * tok + b) mod V``, with a token in ten random."""
+    gen = torch.Generator().manual_seed(seed)
+    a, b = _rule(gen)
+    return list(_sequences(gen, a, b, n_batches * _BATCH).split(_BATCH))
 
 
 def _train(model, data: list[torch.Tensor], start: int, n_steps: int, optimizer, bar) -> int:
@@ -125,7 +140,8 @@ def make_trajectories(
     Everything runs on the CPU from configs with random weights (no hub access). The base
     model is saved to ``out/base``, each adapter to ``out/<name>`` with PEFT's
     ``save_pretrained`` (``base_model_name_or_path`` is the absolute ``out/base``), and a
-    manifest ``out/vecmerge.yaml`` lists them with paths relative to ``out``. An epoch is
+    manifest ``out/vecmerge.yaml`` lists them with paths relative to ``out`` and their lineage
+    (``LINEAGE``: v51's parent is v28, v54's is v54e2, v28 and v54e2 are roots). An epoch is
     ``ceil(steps / 2)`` batches of a fixed synthetic data set; ``v28`` trains ``steps`` steps
     with rsLoRA (``lora_alpha = rank``), ``v51`` reloads ``v28`` and trains one more epoch at
     three times the learning rate, and the backbone run (``lora_alpha = 2 * rank``, other
@@ -227,8 +243,70 @@ def make_trajectories(
         _train(model, data, nxt, epoch, optimizer, bar)
         _save_adapter(model, paths["v54"], base_path, torch.bfloat16)
 
-    manifest = "base_model: base\nadapters:\n" + "".join(
-        f"  {name}: {name}\n" for name in ("v28", "v51", "v54e2", "v54")
+    (root / "vecmerge.yaml").write_text(
+        "base_model: base\nadapters:\n"
+        + "".join(f"  {name}: {{path: {name}, parent: {parent or 'null'}}}\n" for name, parent in LINEAGE.items()),
+        encoding="utf-8",
     )
-    (root / "vecmerge.yaml").write_text(manifest, encoding="utf-8")
     return paths
+
+
+def evaluate_checkpoints(
+    out: str | os.PathLike,
+    names: list[str],
+    *,
+    seed: int = 0,
+    runs: int = 5,
+    subset: int = 64,
+    pool: int = 512,
+    metric: str = METRIC,
+) -> list[dict]:
+    """Evaluate each adapter ``runs`` times on fresh random subsets of held-out sequences of the toy task.
+
+    The held-out pool is ``pool`` new sequences of the training rule (the rule of ``make_trajectories``'
+    data for the same ``seed``, other sequences). An item is one sequence; its score is the next-token
+    accuracy over its ``SEQ_LEN - 1`` positions (argmax of the logits of base + adapter, loaded by PEFT).
+    Each run draws ``subset`` items without replacement, afresh for every run of every model; the run's
+    value is the mean over its items. The models are deterministic, so the spread from run to run is
+    the eval's own noise: which items a run happens to draw (real noise, as with a random eval subset).
+
+    Args:
+        out (str | os.PathLike): the folder ``make_trajectories`` wrote (its ``base`` and adapters).
+        names (list[str]): adapter folders in ``out`` to evaluate, in order.
+        seed (int): the trajectories' seed (the rule), also seeding the pool and the subsets. Default: 0
+        runs (int): runs per model (>= 1). Default: 5
+        subset (int): items per run (1 <= subset <= pool). Default: 64
+        pool (int): held-out sequences. Default: 512
+        metric (str): the metric name of the records. Default: ``toy_acc``
+
+    Returns:
+        list[dict]: ledger CSV rows ``{"model", "metric", "value", "item", "note"}``: one row per run
+        (``item`` None), then one per item of that run (``item`` ``seqN``).
+    """
+    if not (isinstance(runs, int) and runs >= 1 and isinstance(subset, int) and 1 <= subset <= pool):
+        raise ValueError(f"runs >= 1 and 1 <= subset <= pool are needed, got runs={runs}, subset={subset}, "
+                         f"pool={pool}")
+    root = pathlib.Path(out).resolve()
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    rows = []
+    with _quiet_and_deterministic(seed):
+        gen = torch.Generator().manual_seed(seed + 1)  # the training data's rule
+        a, b = _rule(gen)
+        held_out = _sequences(torch.Generator().manual_seed(seed + 1000), a, b, pool)
+        draws = torch.Generator().manual_seed(seed + 2000)
+        for name in names:
+            base = AutoModelForCausalLM.from_pretrained(str(root / "base"), dtype=torch.float32)
+            model = PeftModel.from_pretrained(base, str(root / name)).eval()
+            with torch.no_grad():
+                logits = model(input_ids=held_out).logits
+            per_item = (logits[:, :-1].argmax(-1) == held_out[:, 1:]).double().mean(1).tolist()
+            for r in range(runs):
+                picked = torch.randperm(pool, generator=draws)[:subset].tolist()
+                note = f"run {r + 1} of {runs}: {subset} random items of {pool} held-out sequences"
+                rows.append({"model": name, "metric": metric, "value": sum(per_item[i] for i in picked) / subset,
+                             "item": None, "note": note})
+                rows += [{"model": name, "metric": metric, "value": per_item[i], "item": f"seq{i}", "note": None}
+                         for i in picked]
+    return rows

@@ -84,12 +84,24 @@ def operand_forms(recipe: Recipe, method: Method) -> dict:
 def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
     """Inputs, the shared basis and cores per module, the consensus gate, the method and the step.
 
+    ``evaluate_cores`` then ``complete``.
+
     Args:
         recipe (Recipe): the validated recipe. ws (Workspace): name resolution and the device.
         progress: optional callable wrapping the module iterable (a tqdm bar).
 
     Returns:
         Evaluation; raises CheckFailed (exit 1) when the consensus gate fails.
+    """
+    return complete(evaluate_cores(recipe, ws, progress))
+
+
+def evaluate_cores(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
+    """Inputs and the operands as cores of one shared basis per module: no consensus decision, no step yet.
+
+    Args:
+        recipe (Recipe): the validated recipe. ws (Workspace): name resolution and the device.
+        progress: optional callable wrapping the module iterable (a tqdm bar).
     """
     method = methods.get(recipe.method)
     forms = operand_forms(recipe, method)
@@ -120,15 +132,35 @@ def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
 
     per = map_modules(module_cores, names, progress)
     operands = {k: TaskVector({m: per[m][k] for m in names}, specs) for k in forms}
-    ev = Evaluation(recipe, method, inputs, tuple(names), specs, operands, vecs,
-                    {k: v for k, v in missing.items() if v}, ws.adapter(order[0], recipe.modules_to_save))
+    return Evaluation(recipe, method, inputs, tuple(names), specs, operands, vecs,
+                      {k: v for k, v in missing.items() if v}, ws.adapter(order[0], recipe.modules_to_save))
+
+
+def consensus_rows(ev: Evaluation) -> list[dict] | None:
+    """``consensus.agreement_rows`` of the reference against the direction (None without a reference):
+    what the consensus gate decides on, and what ``vecmerge gate`` counts."""
+    if "ref" not in ev.operands or "dir" not in ev.operands:
+        return None
+    return agreement_rows(ev.operands["ref"], ev.operands["dir"], list(ev.names))
+
+
+def complete(ev: Evaluation, rows: list[dict] | None = None) -> Evaluation:
+    """The consensus decision, the method and the step on evaluated cores (a stepped method; else ``ev``).
+
+    Args:
+        ev (Evaluation): from ``evaluate_cores``. rows (list[dict] | None): ``consensus_rows(ev)`` when the
+            caller has them already.
+
+    Returns:
+        Evaluation; raises CheckFailed (exit 1) when the consensus gate fails.
+    """
+    recipe, method, operands, names = ev.recipe, ev.method, ev.operands, ev.names
     if not method.stepped:
         return ev
     consensus = None
     if recipe.consensus:
         c = recipe.consensus
-        consensus = decide(c.ref, agreement_rows(operands["ref"], operands["dir"], names), c.on_disagree,
-                           c.min_agree)
+        consensus = decide(c.ref, rows if rows is not None else consensus_rows(ev), c.on_disagree, c.min_agree)
     drop = set(consensus.dropped if consensus else ())
     params = recipe.params
 
@@ -141,7 +173,7 @@ def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
     direction = operands["dir"].map(shaped)
     zeroed = tuple(m for m in names if m not in drop and direction[m].norm() == 0.0 and operands["dir"][m].norm() > 0)
     step = choose_step(operands["base"], direction, trust=recipe.trust, alpha=recipe.alpha, scope=recipe.trust_scope)
-    return Evaluation(recipe, method, inputs, tuple(names), specs, operands, vecs, ev.missing, ev.template,
+    return Evaluation(recipe, method, ev.inputs, names, ev.specs, operands, ev.vectors, ev.missing, ev.template,
                       consensus, direction, step, zeroed)
 
 

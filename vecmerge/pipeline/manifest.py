@@ -36,16 +36,19 @@ def _portable_base(name, home: Path):
     return name
 
 
-def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Path | None = None) -> dict:
+def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Path | None = None,
+                 gate: dict | None = None) -> dict:
     """The ``vecmerge.json`` content for one output (``export.write_adapter`` adds ``output``).
 
     Args:
         ev (Evaluation): the evaluated recipe. built (BuiltOutput): this output. path (str | None): its folder.
         home (Path | None): the workspace folder (``Workspace.home``); input paths are written relative to it.
+        gate (dict | None): the gate it passed (``GateCheck.as_dict``), kept as ``gate``.
     """
     recipe = ev.recipe
     d = recipe.to_dict()
     d.pop("dose", None)
+    d.pop("gate", None)  # its result is kept as ``gate``; re-running the manifest reproduces, it does not re-decide
     d["multiple"] = built.multiple
     d["out"] = path
     inputs = {n: i.to_dict() for n, i in ev.inputs.items()}
@@ -73,7 +76,8 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
             "missing_modules": ev.missing,
             "figures": {k: v for k, v in fig.items() if k != "modules"},
             "modules": {m: {k: e[k] for k in ("rank", "exact_rank", "rel_error", "survival") if k in e}
-                        for m, e in fig["modules"].items()}}
+                        for m, e in fig["modules"].items()},
+            **({} if gate is None else {"gate": gate})}
 
 
 def card_body(manifest: dict) -> str:
@@ -95,5 +99,25 @@ def card_body(manifest: dict) -> str:
                  f"relative error {fig['rel_error']:.3e}")
     lines += ["", "Inputs (sha256 of adapter_model):", ""]
     lines += [f"- {n}: `{i['sha256']}`" for n, i in manifest["inputs"].items()]
+    if manifest.get("gate"):
+        lines += ["", *gate_markdown(manifest["gate"])]
     lines += ["", "`vecmerge.json` holds the full recipe; `vecmerge verify <this folder>` re-derives it."]
     return "\n".join(lines)
+
+
+def gate_markdown(gate: dict) -> list[str]:
+    """The gate's table as markdown lines, for the model card (``GateCheck.as_dict``)."""
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    g = gate
+    lines = [f"Gate before writing ({g['backbone']} + alpha * ({g['x']} - {g['y']}), metric "
+             f"`{g.get('metric') or '-'}`): {'PASSED' if g['passed'] else 'NOT PASSED'}", "",
+             "| condition | result | detail | threshold | from |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['condition']} | {r['status']} | {cell(r['detail'])} | {cell(r['threshold'])} | "
+              f"{cell(r['source'])} |" for r in g["rows"]]
+    close = next((r["numbers"].get("closeness") for r in g["rows"] if r["condition"] == "common parent"), None)
+    if close and close.get("cosine") is not None:
+        lines += ["", f"Closeness of {g['x']} to {g['y']}: cosine {close['cosine']!r}, "
+                      f"||{g['x']} - {g['y']}|| / ||{g['y']}|| = {close['relative_distance']!r}."]
+    return lines

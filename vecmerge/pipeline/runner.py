@@ -25,6 +25,7 @@ from ..recipe import Recipe
 from ..workspace import Workspace
 from .build import BuiltOutput, build_output
 from .evaluation import Evaluation, evaluate
+from .gate import GateCheck, GateFailed, check_gate
 from .inputs import check_not_inputs, output_plan
 from .manifest import card_body, manifest_for
 
@@ -70,12 +71,14 @@ class RunReport:
     Args:
         evaluation (Evaluation): inputs, consensus, step. dry_run (bool): nothing was written.
         outputs (list[OutputReport]). notes (list[str]): things to know before uploading (not warnings).
+        gate (GateCheck | None): the gate it passed (recipes with ``gate``).
     """
 
     evaluation: Evaluation
     dry_run: bool
     outputs: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    gate: GateCheck | None = None
 
     @property
     def recipe(self) -> Recipe:
@@ -113,6 +116,8 @@ class RunReport:
             d["consensus"] = ev.consensus.to_dict()
         if ev.step is not None:
             d["step"] = self.step_dict()
+        if self.gate is not None:
+            d["gate"] = self.gate.as_dict()
         return d
 
 
@@ -178,7 +183,8 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
         progress: optional callable wrapping iterables (tqdm) for long loops.
 
     Returns:
-        RunReport; raises CheckFailed (exit 1) for a failed gate or ``--strict``.
+        RunReport; raises CheckFailed (exit 1) for a failed consensus gate or ``--strict``, and GateFailed
+        (exit 1, with the table) when the recipe asks for the six-condition gate and it does not pass.
     """
     ws = ws or Workspace()
     if recipe.base_model_id is None and ws.base_model_id is not None:
@@ -189,10 +195,17 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
             raise RecipeError(["out: missing (where to write the adapter), or use --dry-run"])
         for _, p in plan:
             check_out(p, force)
-    ev = evaluate(recipe, ws, progress)
+    gate = None
+    if recipe.gate:  # the six conditions first: nothing is written unless every one passes
+        gate = check_gate(recipe, ws, progress)
+        if not gate.passed:
+            raise GateFailed(gate)
+        if gate.error is not None:
+            raise gate.error
+    ev = gate.evaluation if gate is not None and gate.evaluation is not None else evaluate(recipe, ws, progress)
     if not dry_run:
         check_not_inputs(plan, ev.inputs)
-    report = RunReport(ev, dry_run)
+    report = RunReport(ev, dry_run, gate=gate)
     built = []
     for multiple, path in plan:
         b = build_output(ev, multiple, progress)
@@ -212,7 +225,7 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
                                        raw={**template.raw, "base_model_name_or_path": base_model})
     for b, entry in built:
         if not dry_run:
-            manifest = manifest_for(ev, b, entry.path, ws.home)
+            manifest = manifest_for(ev, b, entry.path, ws.home, gate=None if gate is None else gate.as_dict())
             title = recipe.name or Path(entry.path).name
             card = model_card(base_model if not report.notes else None, title, card_body(manifest))
             res = write_adapter(entry.path, (b.tensors, b.written), ev.specs, template=template,

@@ -1,0 +1,259 @@
+"""The evidence commands through the CLI: add, import, export, show (--plot), compare, calibrate and ls.
+
+Figures printed by ``compare`` are checked against scipy (Welch: ``scipy.stats.ttest_ind(equal_var=False)``,
+rel 1e-10); summaries against numpy (rel 1e-12). Stale records: the adapter's weights are rewritten and
+the records of the old weights leave every statistic. Malformed files: one ``error:`` line naming the
+row, exit 2, and the ledger untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+from safetensors.torch import load_file, save_file
+from scipy import stats
+
+from vecmerge.evidence.ledger import Ledger
+
+V51 = [1.0180, 0.9895, 1.0004, 1.0105, 1.0142]
+V28 = [0.9836, 0.9890]
+WORKSPACE = """adapters:
+  v28: {path: v28, parent: null}
+  v51: {path: v51, parent: v28}
+  v54e2: {path: v54e2, parent: null}
+  v54: {path: v54, parent: v54e2}
+metric: official_total
+"""
+
+
+@pytest.fixture
+def ws(toy):
+    (toy / "vecmerge.yaml").write_text(WORKSPACE)
+    return toy
+
+
+def ok(res, code: int = 0):
+    assert res.exit_code == code, res.output
+    return res
+
+
+def one_error_line(res, code: int = 2) -> str:
+    assert res.exit_code == code, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert "Traceback" not in res.output
+    return lines[0]
+
+
+def record_count(folder) -> int:
+    db = folder / "vecmerge-evidence.db"
+    return 0 if not db.exists() else sqlite3.connect(db).execute("SELECT COUNT(*) FROM records").fetchone()[0]
+
+
+def test_add_ties_runs_to_the_content_sha256(ws, run_cli):
+    from vecmerge.adapter import Adapter
+
+    out = json.loads(ok(run_cli("evidence", "add", "v51", *V51, "--higher-is-better", "--json")).stdout)
+    assert out["metric"] == "official_total" and out["direction"] is True  # metric: from vecmerge.yaml
+    assert out["sha256"] == Adapter(ws / "v51").content_sha256 and out["ids"] == [1, 2, 3, 4, 5]
+    res = ok(run_cli("evidence", "add", "v59", "0.9944", "--sub", "item=0.2453", "--note", "one run"))
+    assert "no sha256: v59 is not an adapter here" in res.stdout
+    rec = Ledger(ws / "vecmerge-evidence.db").records(["v59"])[0]
+    assert (rec.sha256, rec.sub_scores, rec.note) == (None, {"item": 0.2453}, "one run")
+    ok(run_cli("evidence", "add", "v28", "--metric", "delta", "--", "-0.5"))  # negative values: after --
+    ok(run_cli("evidence", "add", "v28", "-0.25", "--metric", "delta"))  # or as they are
+    assert [r.value for r in Ledger(ws / "vecmerge-evidence.db").records(["v28"], "delta")] == [-0.5, -0.25]
+
+
+@pytest.mark.parametrize("args, match", [
+    (["evidence", "add", "v51", "1.0", "--sub", "item"], "--sub 'item': give KEY=VALUE"),
+    (["evidence", "add", "v51", "1.0", "2.0", "--sub", "a=1"], "--sub applies to one run"),
+    (["evidence", "add", "v51", "nan"], "not finite"),
+    (["evidence", "compare", "v51", "v5l"], "no records of v5l"),
+    (["evidence", "show", "--metric", "acc"], "metric 'acc': no records"),
+    (["evidence", "calibrate", "--proxy", "p", "--target", "official_total", "--min-models", "2"], "at least 3"),
+    (["evidence", "calibrate", "--proxy", "official_total", "--target", "official_total"], "both official_total"),
+])
+def test_bad_input_is_one_error_line(ws, run_cli, args, match):
+    ok(run_cli("evidence", "add", "v51", *V51))
+    before = record_count(ws)
+    line = one_error_line(run_cli(*args))
+    assert match in line
+    assert record_count(ws) == before
+
+
+def test_add_without_a_metric_needs_one(toy, run_cli):
+    assert "--metric M" in one_error_line(run_cli("evidence", "add", "v51", "1.0"))
+    assert not (toy / "vecmerge-evidence.db").exists()
+
+
+def test_show_and_compare_match_numpy_and_scipy(ws, run_cli):
+    ok(run_cli("evidence", "add", "v51", *V51, "--higher-is-better"))
+    ok(run_cli("evidence", "add", "v28", *V28))
+    shown = json.loads(ok(run_cli("evidence", "show", "--json")).stdout)
+    s51 = next(s for s in shown["summaries"] if s["model"] == "v51")
+    assert s51["mean"] == pytest.approx(np.mean(V51), rel=1e-12)
+    assert s51["std"] == pytest.approx(np.std(V51, ddof=1), rel=1e-12)
+    lo, hi = stats.t.interval(0.95, 4, loc=np.mean(V51), scale=stats.sem(V51))
+    assert (s51["ci_low"], s51["ci_high"]) == pytest.approx((lo, hi), rel=1e-12)
+    text = ok(run_cli("evidence", "show", "v51")).stdout
+    assert "v51" in text and "1.0065" in text and "v28" not in text
+    cmp = json.loads(ok(run_cli("evidence", "compare", "v51", "v28", "--json")).stdout)
+    ref = stats.ttest_ind(V51, V28, equal_var=False)
+    assert cmp["welch"]["t"] == pytest.approx(ref.statistic, rel=1e-10)
+    assert cmp["welch"]["p"] == pytest.approx(ref.pvalue, rel=1e-10)
+    assert cmp["verdict"] == "v51 is better beyond eval noise" and cmp["metric"] == "official_total"
+    text = ok(run_cli("evidence", "compare", "v51", "v28")).stdout
+    assert "verdict: v51 is better beyond eval noise (by the welch test)" in text and "pooled within-model" in text
+
+
+def test_stale_records_leave_every_statistic_after_the_adapter_changes(ws, run_cli):
+    ok(run_cli("evidence", "add", "v51", "0.90", "0.91", "--higher-is-better"))  # the first v51 weights
+    ok(run_cli("evidence", "add", "v28", *V28))
+    weights = ws / "v51" / "adapter_model.safetensors"
+    sd = load_file(weights)
+    save_file({k: v * 1.5 if "lora_B" in k else v for k, v in sd.items()}, weights)  # v51 retrained
+    ok(run_cli("evidence", "add", "v51", *V51))
+    shown = json.loads(ok(run_cli("evidence", "show", "v51", "--json")).stdout)
+    assert shown["summaries"][0]["n"] == 5 and shown["summaries"][0]["mean"] == pytest.approx(np.mean(V51), rel=1e-12)
+    assert shown["stale"][0]["records"] == 2
+    assert "stale: 2 record(s) of v51" in ok(run_cli("evidence", "show", "v51")).stdout
+    with_stale = json.loads(ok(run_cli("evidence", "show", "v51", "--stale", "--json")).stdout)
+    assert with_stale["summaries"][0]["n"] == 7
+    cmp = json.loads(ok(run_cli("evidence", "compare", "v51", "v28", "--json")).stdout)
+    assert cmp["welch"]["n"] == [5, 2]
+    assert cmp["welch"]["p"] == pytest.approx(stats.ttest_ind(V51, V28, equal_var=False).pvalue, rel=1e-10)
+    rows = {r["name"]: r for r in json.loads(ok(run_cli("ls", "--json")).stdout)["adapters"]}
+    assert (rows["v51"]["runs"], rows["v51"]["stale"]) == (5, 2)
+    exported = json.loads(ok(run_cli("evidence", "export", "--json")).stdout)["records"]
+    assert sum(r["stale"] for r in exported) == 2 and len(exported) == 9
+    (ws / "v51" / "adapter_config.json").unlink()  # unreadable now: nothing of it counts as current
+    shown = json.loads(ok(run_cli("evidence", "show", "v51", "--json")).stdout)
+    assert shown["summaries"] == [] and shown["stale"][0]["records"] == 7
+
+
+MALFORMED = [
+    ("bad.csv", "model,metric,value\nv51,official_total,1.0\nv51,official_total,abc\n",
+     "bad.csv: line 3, field 'value': 'abc' is not a number"),
+    ("bad.csv", "model,metric,value,sub.item\nv51,official_total,1.0,\nv28,official_total,0.9,x\n",
+     "bad.csv: line 3, field 'sub.item': 'x' is not a number"),
+    ("results.json", json.dumps({"model_name": "v51", "results": {"toy": {"acc,none": "oops"}}}),
+     "results.json: results.toy, field 'acc,none': 'oops' is not a number"),
+    ("broken.json", '{"results": {\n"t": {"acc,none": 1.0,}}}', "broken.json: line 2: not valid JSON"),
+]
+
+
+@pytest.mark.parametrize("name, text, match", MALFORMED)
+def test_a_malformed_file_is_one_error_line_naming_the_row_and_writes_nothing(ws, run_cli, name, text, match):
+    good = ws / "good.csv"
+    good.write_text("model,metric,value\nv51,official_total,1.0\n")
+    (ws / name).write_text(text)
+    line = one_error_line(run_cli("evidence", "import", "good.csv", name))  # the good file is not written either
+    assert match in line and line.endswith("nothing was recorded")
+    assert not (ws / "vecmerge-evidence.db").exists()
+    ok(run_cli("evidence", "add", "v28", *V28))
+    one_error_line(run_cli("evidence", "import", "good.csv", name))
+    assert record_count(ws) == 2
+
+
+def test_import_export_round_trip_and_directions(ws, run_cli):
+    (ws / "runs.csv").write_text("model,metric,value,note\n" + "".join(f"v51,official_total,{v},r\n" for v in V51)
+                                 + "v60,official_total,0.9895,published\n")
+    res = ok(run_cli("evidence", "import", "runs.csv", "--higher-is-better", "official_total"))
+    assert "imported 6 records from runs.csv" in res.stdout and "without a sha256" in res.stdout
+    assert Ledger(ws / "vecmerge-evidence.db").directions() == {"official_total": True}
+    csv_text = ok(run_cli("evidence", "export")).stdout
+    (ws / "again.csv").write_text(csv_text)
+    ok(run_cli("--workspace", "vecmerge.yaml", "evidence", "import", "again.csv"))
+    assert record_count(ws) == 12
+    line = one_error_line(run_cli("evidence", "import", "runs.csv", "--lower-is-better", "official_total"))
+    assert "already says higher is better" in line and record_count(ws) == 12
+
+
+def test_show_plot_is_a_png_and_never_overwrites_an_input(ws, run_cli):
+    ok(run_cli("evidence", "add", "v51", *V51))
+    ok(run_cli("evidence", "add", "v59", "0.9944"))
+    res = ok(run_cli("evidence", "show", "--plot", "scores.png"))
+    assert (ws / "scores.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "plot: scores.png" in res.stdout
+    assert not list(ws.glob(".scores.png.*"))
+    ledger_bytes = (ws / "vecmerge-evidence.db").read_bytes()
+    for target in ("vecmerge-evidence.db", "vecmerge.yaml", "v51/adapter_model.safetensors"):
+        before = (ws / target).read_bytes()
+        assert "would overwrite an input" in one_error_line(run_cli("evidence", "show", "--plot", target))
+        assert (ws / target).read_bytes() == before
+    assert (ws / "vecmerge-evidence.db").read_bytes() == ledger_bytes
+
+
+def _calibration_csv(path, models: int, seed: int = 3) -> None:
+    """``models`` past models: 3 target runs each; a proxy that tracks the target, and one that is noise."""
+    rng = np.random.default_rng(seed)
+    true = np.linspace(0.90, 1.02, models)
+    rows = ["model,metric,value"]
+    for i, t in enumerate(true):
+        rows += [f"m{i},official_total,{float(t + rng.normal(0, 0.004))!r}" for _ in range(3)]
+        rows.append(f"m{i},tracking,{float(t + rng.normal(0, 0.01))!r}")
+        rows.append(f"m{i},noise,{float(rng.normal(0, 1))!r}")
+    path.write_text("\n".join(rows) + "\n")
+
+
+@pytest.mark.parametrize("models, proxy, verdict", [
+    (10, "tracking", "ranks candidates"),
+    (10, "noise", "disaster detector only"),
+    (5, "tracking", "too few models"),
+])
+def test_calibration_verdicts(ws, run_cli, models, proxy, verdict):
+    _calibration_csv(ws / "past.csv", models)
+    ok(run_cli("evidence", "import", "past.csv", "--higher-is-better", "official_total",
+               "--higher-is-better", proxy))
+    out = json.loads(ok(run_cli("evidence", "calibrate", "--proxy", proxy, "--target", "official_total",
+                                "--json")).stdout)
+    assert out["verdict"] == verdict and len(out["models"]) == models
+    means = {m: np.mean([r.value for r in Ledger(ws / "vecmerge-evidence.db").records([m], k)])
+             for m in out["models"] for k in ("official_total",)}
+    prox = {m: Ledger(ws / "vecmerge-evidence.db").records([m], proxy)[0].value for m in out["models"]}
+    rho = stats.spearmanr([prox[m] for m in out["models"]], [means[m] for m in out["models"]])[0]
+    assert out["spearman"] == pytest.approx(rho, rel=1e-12)
+    text = ok(run_cli("evidence", "calibrate", "--proxy", proxy, "--target", "official_total")).stdout
+    assert f"verdict: {verdict}" in text
+
+
+def test_ls_lists_lineage_hashes_and_runs(ws, run_cli):
+    from vecmerge.adapter import Adapter
+
+    ok(run_cli("evidence", "add", "v51", *V51))
+    ok(run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.01", "--out", "v58"))
+    (ws / "v60").mkdir()  # listed, but holds no adapter
+    (ws / "vecmerge.yaml").write_text(WORKSPACE.replace("metric:", "  v58: v58\n  v60: v60\nmetric:"))
+    out = json.loads(ok(run_cli("ls", "--json")).stdout)
+    rows = {r["name"]: r for r in out["adapters"]}
+    assert rows["v51"]["sha256"] == Adapter(ws / "v51").content_sha256 and rows["v51"]["parent"] == "v28"
+    assert rows["v51"]["runs"] == 5 and rows["v51"]["mean"] == pytest.approx(np.mean(V51), rel=1e-12)
+    assert rows["v58"]["parent"] == "v54"  # from its manifest
+    assert rows["v28"]["root"] and rows["v28"]["parent"] is None
+    assert rows["v60"]["sha256"] is None and rows["v60"]["problem"] == "unreadable"
+    assert rows["v54"]["base_model"] == json.loads((ws / "v54" / "adapter_config.json").read_text())[
+        "base_model_name_or_path"]
+    text = ok(run_cli("ls")).stdout
+    assert "(root)" in text and "(unreadable)" in text and Adapter(ws / "v51").content_sha256[:12] in text
+
+
+def test_the_readme_evidence_example_is_what_the_cli_prints(tmp_path, monkeypatch, run_cli):
+    """README.md pastes `import`, `show` and `compare v51 v28` on the user's scores; run them and compare."""
+    import shlex
+    import shutil
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    block = (root / "README.md").read_text().split("<!-- evidence-example:start -->")[1].split(
+        "<!-- evidence-example:end -->")[0].split("```text\n", 1)[1].rsplit("```", 1)[0]
+    shutil.copy(root / "examples" / "evidence" / "scores.csv", tmp_path / "scores.csv")
+    monkeypatch.chdir(tmp_path)
+    chunks = block.split("$ vecmerge ")[1:]
+    assert len(chunks) == 3
+    for chunk in chunks:
+        command, expected = chunk.split("\n", 1)
+        res = ok(run_cli(*shlex.split(command)))
+        assert res.stdout.rstrip() == expected.rstrip(), command

@@ -1,0 +1,213 @@
+"""Importers: CSV, and the real lm-eval 0.4.13 output in tests/fixtures/lm_eval (see its README).
+
+A malformed file gets ONE error line naming the file, the row and the field, and nothing is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vecmerge.evidence import EvidenceError
+from vecmerge.evidence.importers import (
+    detect_kind,
+    export_csv_text,
+    import_files,
+    lm_eval_model_name,
+    parse_csv,
+    parse_lm_eval_results,
+    parse_lm_eval_samples,
+)
+from vecmerge.evidence.ledger import Ledger
+
+FIX = Path(__file__).parent / "fixtures" / "lm_eval"
+SHA = "c" * 64
+
+
+@pytest.fixture
+def ledger(tmp_path) -> Ledger:
+    return Ledger(tmp_path / "ev.db")
+
+
+def write(tmp_path, name, text) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_csv_with_every_column(tmp_path):
+    path = write(tmp_path, "scores.csv",
+                 "model,metric,value,note,sub.video,sub.item,item,cluster,stderr,sha256\n"
+                 f"v51,official_total,1.0180,run 1,0.31,0.2453,,,,{SHA}\n"
+                 "\n"
+                 "v51,official_total,0.9895,,,,,,0.01,\n"
+                 "v51,toy/acc,1,,,,doc7,topic2,,\n")
+    parsed = parse_csv(path)
+    a, b, c = parsed.entries
+    assert (a.model, a.metric, a.value, a.note, a.sha256) == ("v51", "official_total", 1.0180, "run 1", SHA)
+    assert dict(a.subs) == {"video": 0.31, "item": 0.2453}
+    assert (b.subs, b.stderr, b.sha256, b.note) == ((), 0.01, None, None)
+    assert (c.item, c.cluster, c.value) == ("doc7", "topic2", 1.0)
+    assert a.source == f"csv:{path}"
+
+
+@pytest.mark.parametrize("body, where, field", [
+    ("model,metric,value\nv51,m,1.0\nv51,m,abc\n", "line 3", "value"),
+    ("model,metric,value\nv51,m,1.0\nv51,m,nan\n", "line 3", "value"),
+    ("model,metric,value\nv51,m,1.0\nv51,m,inf\n", "line 3", "value"),
+    ("model,metric,value\n,m,1.0\n", "line 2", "model"),
+    ("model,metric,value\nv51,,1.0\n", "line 2", "metric"),
+    ("model,metric,value,sub.video\nv51,m,1.0,0.3\nv51,m,1.0,x\n", "line 3", "sub.video"),
+    ("model,metric,value,cluster\nv51,m,1.0,c1\n", "line 2", "cluster"),
+    ("model,metric,value,sha256\nv51,m,1.0,abc\n", "line 2", "sha256"),
+    ("model,metric,value,stderr\nv51,m,1.0,-0.1\n", "line 2", "stderr"),
+    ("model,metric,vaule\nv51,m,1.0\n", "line 1", "vaule"),
+    ("model,metric\nv51,m\n", "line 1", "value"),
+    ("model,metric,value,value\nv51,m,1.0,2.0\n", "line 1", "value"),
+])
+def test_malformed_csv_one_line_naming_row_and_field_writes_nothing(tmp_path, ledger, body, where, field):
+    path = write(tmp_path, "bad.csv", body)
+    with pytest.raises(EvidenceError) as info:
+        import_files(ledger, [path])
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"{path}: {where}, field '{field}'"), msg
+    assert msg.endswith("nothing was recorded")
+    assert ledger.records() == [] and not ledger.path.exists()
+
+
+def test_csv_row_with_wrong_field_count_and_the_count_of_further_problems(tmp_path):
+    path = write(tmp_path, "bad.csv", "model,metric,value\nv51,m,1.0,extra\nv51,m,x\nv51,m,y\n")
+    with pytest.raises(EvidenceError, match=r"bad.csv: line 2: 4 fields, the header has 3 "
+                                            r"\(and 2 more problems: line 3 'value', line 4 'value'\)"):
+        parse_csv(path)
+
+
+def test_csv_line_numbers_count_quoted_line_breaks(tmp_path):
+    path = write(tmp_path, "q.csv", 'model,metric,value,note\nv51,m,1.0,"two\nlines"\nv51,m,bad,\n')
+    with pytest.raises(EvidenceError, match=r"q.csv: line 4, field 'value'"):
+        parse_csv(path)
+
+
+def test_csv_export_round_trip(tmp_path, ledger):
+    ledger.add("v51", SHA, "official_total", [1.0180, 0.9895], subs=[{"item": 0.2453}, {}], note="a, b")
+    ledger.add_items("v51", SHA, "toy/acc", {"d1": 1.0}, clusters={"d1": "t"})
+    path = write(tmp_path, "out.csv", export_csv_text(ledger.export()))
+    again = Ledger(tmp_path / "again.db")
+    import_files(again, [path])
+    keys = ("model", "sha256", "metric", "value", "subs", "stderr", "item", "cluster", "note")
+    first = [tuple(getattr(r, k) for k in keys) for r in ledger.records()]
+    assert first == [tuple(getattr(r, k) for k in keys) for r in again.records()]
+    assert len(first) == 3
+
+
+def test_lm_eval_results_fixture():
+    parsed = parse_lm_eval_results(FIX / "v51_results.json")
+    raw = json.loads((FIX / "v51_results.json").read_text())["results"]
+    got = {e.metric: (e.model, e.value, e.stderr) for e in parsed.entries}
+    assert got == {
+        "toy_mc/acc": ("v51", raw["toy_mc"]["acc,none"], raw["toy_mc"]["acc_stderr,none"]),
+        "toy_mc/acc_norm": ("v51", raw["toy_mc"]["acc_norm,none"], raw["toy_mc"]["acc_norm_stderr,none"]),
+        "toy_gen/exact_match/first-word": ("v51", raw["toy_gen"]["exact_match,first-word"],
+                                           raw["toy_gen"]["exact_match_stderr,first-word"]),
+    }
+    assert parsed.directions == {"toy_mc/acc": True, "toy_mc/acc_norm": True,
+                                 "toy_gen/exact_match/first-word": True}
+    assert {e.model for e in parse_lm_eval_results(FIX / "v51_results.json", model="mine").entries} == {"mine"}
+
+
+def test_lm_eval_model_name_rules():
+    assert lm_eval_model_name({"model_name": "adapters/v51"}) == "v51"
+    assert lm_eval_model_name({"config": {"model_args": "pretrained=base,peft=runs/v28/"}}) == "v28"
+    assert lm_eval_model_name({"config": {"model_args": {"pretrained": "Qwen/Qwen3-0.6B"}}}) == "Qwen3-0.6B"
+    assert lm_eval_model_name({"config": {}}) is None
+
+
+@pytest.mark.parametrize("name", ["v28", "v51"])
+def test_lm_eval_samples_mean_equals_the_results_value(name):
+    """Independent check: lm-eval aggregated each metric itself (mean over documents); the item-level
+    records we read from --log_samples must average to exactly that value."""
+    results = {e.metric: e.value for e in parse_lm_eval_results(FIX / f"{name}_results.json").entries}
+    for task in ("toy_mc", "toy_gen"):
+        entries = parse_lm_eval_samples(FIX / f"{name}_samples_{task}.jsonl", name, cluster_field="topic").entries
+        for metric in {e.metric for e in entries}:
+            values = [e.value for e in entries if e.metric == metric]
+            assert len(values) == 12
+            assert sum(values) / len(values) == pytest.approx(results[metric], abs=1e-12)
+        assert {e.cluster for e in entries} == {"colour", "animal", "number", "yesno"}
+        assert sorted({int(e.item) for e in entries}) == list(range(12))
+
+
+def test_import_results_with_samples_in_one_transaction(ledger):
+    files = [FIX / "v51_results.json", FIX / "v51_samples_toy_mc.jsonl", FIX / "v51_samples_toy_gen.jsonl"]
+    out = import_files(ledger, files, sha_of={"v51": SHA}, cluster_field="topic")
+    assert out["records"] == 3 + 2 * 12 + 12 and out["item_level"] == 36 and out["models"] == ["v51"]
+    assert out["directions"]["toy_mc/acc"] is True and ledger.direction("toy_mc/acc") is True
+    assert {r.sha256 for r in ledger.records()} == {SHA}
+    assert {r.source for r in ledger.records(level="run")} == {f"lm-eval:{files[0]}"}
+
+
+def test_samples_need_a_model_name(ledger):
+    with pytest.raises(EvidenceError, match="does not name its model"):
+        import_files(ledger, [FIX / "v51_samples_toy_mc.jsonl"])
+    with pytest.raises(EvidenceError, match="does not name its model"):  # two results files: ambiguous
+        import_files(ledger, [FIX / "v28_results.json", FIX / "v51_results.json", FIX / "v51_samples_toy_mc.jsonl"])
+    assert ledger.records() == []
+
+
+def test_malformed_results_json(tmp_path, ledger):
+    data = json.loads((FIX / "v51_results.json").read_text())
+    data["results"]["toy_mc"]["acc_norm,none"] = "oops"
+    bad = write(tmp_path, "results.json", json.dumps(data))
+    with pytest.raises(EvidenceError, match=r"results.json: results.toy_mc, field 'acc_norm,none': 'oops' is not"):
+        import_files(ledger, [FIX / "v28_results.json", bad])  # the good file is not written either
+    broken = write(tmp_path, "broken.json", '{"results": {\n"t": {"acc,none": 1.0,}}}')
+    with pytest.raises(EvidenceError, match=r"broken.json: line 2: not valid JSON"):
+        import_files(ledger, [broken])
+    with pytest.raises(EvidenceError, match="no 'results' mapping"):
+        import_files(ledger, [write(tmp_path, "other.json", '{"a": 1}')])
+    assert ledger.records() == []
+
+
+def test_malformed_samples_line(tmp_path, ledger):
+    lines = (FIX / "v51_samples_toy_mc.jsonl").read_text().splitlines()
+    row = json.loads(lines[4])
+    row["acc"] = None
+    lines[4] = json.dumps(row)
+    lines[7] = lines[7][:50]
+    bad = write(tmp_path, "samples_toy_mc_2026-01-01T00-00-00.000.jsonl", "\n".join(lines) + "\n")
+    with pytest.raises(EvidenceError) as info:
+        import_files(ledger, [bad], model="v51")
+    assert str(info.value).startswith(f"{bad}: line 5, field 'acc': None is not a number (and 1 more problem: line 8)")
+    assert ledger.records() == []
+    row = json.loads(lines[0])
+    del row["doc"]["topic"]
+    write(tmp_path, "samples_toy_mc.jsonl", json.dumps(row) + "\n")
+    with pytest.raises(EvidenceError, match=r"line 1, field 'doc.topic'"):
+        parse_lm_eval_samples(tmp_path / "samples_toy_mc.jsonl", "v51", cluster_field="topic")
+
+
+def test_a_direction_conflict_with_the_ledger_writes_nothing(ledger):
+    ledger.set_direction("toy_mc/acc", False)
+    with pytest.raises(EvidenceError, match="already says lower is better"):
+        import_files(ledger, [FIX / "v51_results.json"])
+    assert ledger.records() == []
+
+
+def test_detect_kind():
+    assert [detect_kind(p) for p in ("a.csv", "r.json", "s.jsonl")] == ["csv", "results", "samples"]
+    with pytest.raises(EvidenceError, match="unknown kind"):
+        detect_kind("scores.xlsx")
+
+
+def test_the_users_published_scores_import_and_match_the_stated_figures(ledger):
+    """examples/evidence/scores.csv: the account states v51's mean 1.00652 and range 0.0285; the file must
+    reproduce them (a check of the transcription), and every row must import."""
+    examples = Path(__file__).parent.parent / "examples" / "evidence"
+    out = import_files(ledger, [examples / "scores.csv", examples / "history.csv"])
+    assert out["records"] == 12 + 15 and out["metrics"] == ["official_total"]
+    v51 = [r.value for r in ledger.records(models=["v51"])]
+    assert sum(v51) / 5 == pytest.approx(1.00652, abs=1e-12) and max(v51) - min(v51) == pytest.approx(0.0285)
+    assert {r.sub_scores.get("item_understanding") for r in ledger.records(models=["v51"])} == {0.2453}
+    assert "v54" not in ledger.models()  # only its mean of three runs is published

@@ -1,0 +1,194 @@
+"""The evaluation ledger: records follow the weights, one transaction per write, two writers lose nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from vecmerge.evidence import EvidenceError
+from vecmerge.evidence.ledger import SCHEMA_VERSION, Entry, Ledger, is_stale
+
+SHA_OLD, SHA_NEW = "a" * 64, "b" * 64
+
+
+@pytest.fixture
+def ledger(tmp_path) -> Ledger:
+    return Ledger(tmp_path / "vecmerge-evidence.db")
+
+
+def test_add_and_read_back(ledger):
+    ids = ledger.add("v51", SHA_OLD, "official_total", [1.0180, 0.9895], note="two runs")
+    ids += ledger.add("v51", SHA_OLD, "official_total", 1.0004, subs={"item_understanding": 0.2453})
+    assert ids == [1, 2, 3]
+    recs = ledger.records()
+    assert [r.value for r in recs] == [1.0180, 0.9895, 1.0004]
+    assert recs[0].note == "two runs" and recs[0].source == "manual" and recs[0].sha256 == SHA_OLD
+    assert recs[2].sub_scores == {"item_understanding": 0.2453}
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", r.created) for r in recs)
+    assert ledger.metrics() == ["official_total"] and ledger.models() == ["v51"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        recs[0].value = 2.0
+
+
+def test_reading_a_missing_ledger_is_empty_and_creates_nothing(tmp_path):
+    ledger = Ledger(tmp_path / "none.db")
+    assert ledger.records() == [] and ledger.directions() == {} and ledger.metrics() == []
+    assert not (tmp_path / "none.db").exists()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), "1.0", True, None])
+def test_non_finite_or_non_numbers_are_refused_and_nothing_is_written(ledger, bad):
+    ledger.add("v28", SHA_OLD, "m", 0.5)
+    with pytest.raises(EvidenceError, match=r"nothing recorded: .*'v28'.*value"):
+        ledger.add("v28", SHA_OLD, "m", [0.9836, bad])  # the good first value must not be written either
+    assert [r.value for r in ledger.records()] == [0.5]
+
+
+def test_entry_problems_name_each_field():
+    e = Entry(" v1", "", 0.5, sha256="abc", subs={"x": float("nan")}, stderr=-1.0, cluster="c")
+    text = " | ".join(e.problems())
+    for what in ("model", "metric", "sha256", "sub.x", "cluster", "stderr"):
+        assert what in text, what
+
+
+def test_sub_scores_one_mapping_per_value(ledger):
+    ledger.add("v58", None, "official_total", [1.0234, 1.0145], subs=[{"item": 0.2453}, {"item": 0.2453}])
+    assert [r.sub_scores for r in ledger.records()] == [{"item": 0.2453}] * 2
+    with pytest.raises(EvidenceError, match="sub-scores given once for 2 values"):
+        ledger.add("v58", None, "official_total", [1.0, 1.1], subs={"item": 0.2})
+    with pytest.raises(EvidenceError, match="1 sub-score mappings for 2 values"):
+        ledger.add("v58", None, "official_total", [1.0, 1.1], subs=[{"item": 0.2}])
+
+
+def test_direction_declared_once(ledger):
+    assert ledger.direction("official_total") is None
+    ledger.set_direction("official_total", True)
+    ledger.set_direction("official_total", True)  # the same declaration again is fine
+    with pytest.raises(EvidenceError, match="already says higher is better"):
+        ledger.set_direction("official_total", False)
+    assert ledger.direction("official_total") is True
+    ledger.set_direction("official_total", False, replace=True)
+    assert ledger.directions() == {"official_total": False}
+    with pytest.raises(EvidenceError, match="true or false"):
+        ledger.set_direction("loss", "lower")
+
+
+def test_a_conflicting_direction_in_a_write_writes_nothing(ledger):
+    ledger.set_direction("toy/acc", True)
+    with pytest.raises(EvidenceError, match="already says higher"):
+        ledger.write([Entry("v51", "toy/acc", 0.5)], directions={"toy/acc": False})
+    assert ledger.records() == []
+
+
+def test_stale_records_follow_the_weights(ledger):
+    """v51's name now points at new weights: its old records are stale and left out unless asked."""
+    ledger.add("v51", SHA_OLD, "official_total", [1.0180, 0.9895])
+    ledger.add("v51", SHA_NEW, "official_total", [0.9500])
+    ledger.add("v51", None, "official_total", [0.9000])  # never hashed: cannot be tied to the new weights
+    ledger.add("v28", SHA_OLD, "official_total", [0.9836])  # v28 not in the mapping: nothing to compare
+    current = {"v51": SHA_NEW}
+    assert [r.value for r in ledger.records(current_sha=current)] == [0.9500, 0.9836]
+    every = ledger.records(current_sha=current, include_stale=True)
+    assert [(r.value, r.stale) for r in every] == [(1.0180, True), (0.9895, True), (0.9500, False),
+                                                   (0.9000, True), (0.9836, False)]
+    assert len(ledger.records()) == 5  # with no current hashes nothing is stale
+    assert not is_stale(every[0], {"v51": None})
+    exported = ledger.export(current_sha=current)
+    assert [row["stale"] for row in exported] == [True, True, False, True, False]
+
+
+def test_filters_by_model_metric_and_level(ledger):
+    ledger.add("v51", None, "a", [1.0])
+    ledger.add("v28", None, "a", [2.0])
+    ledger.add("v51", None, "b", [3.0])
+    ledger.add_items("v51", None, "a", {"d1": 1.0, "d2": 0.0}, clusters={"d1": "t1", "d2": "t1"})
+    assert [r.value for r in ledger.records(models=["v51"], metric="a")] == [1.0, 1.0, 0.0]
+    assert [r.value for r in ledger.records(models=["v51"], metric="a", level="run")] == [1.0]
+    items = ledger.records(level="item")
+    assert [(r.item, r.cluster, r.is_item) for r in items] == [("d1", "t1", True), ("d2", "t1", True)]
+    with pytest.raises(EvidenceError, match="level="):
+        ledger.records(level="runs")
+
+
+def test_export_rows_are_flat(ledger):
+    ledger.add("v51", SHA_OLD, "m", 1.0, subs={"video": 0.3}, stderr=0.01, source="csv:x.csv")
+    (row,) = ledger.export()
+    assert row["sub.video"] == 0.3 and row["stderr"] == 0.01 and row["source"] == "csv:x.csv"
+    assert set(row) >= {"id", "model", "sha256", "metric", "value", "item", "cluster", "note", "created", "stale"}
+
+
+def test_schema_version_is_checked(tmp_path, ledger):
+    ledger.add("v51", None, "m", 1.0)
+    con = sqlite3.connect(ledger.path)
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    con.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    con.commit()
+    con.close()
+    with pytest.raises(EvidenceError, match="schema version 2.*upgrade vecmerge"):
+        ledger.records()
+    other = tmp_path / "other.db"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    with pytest.raises(EvidenceError, match="not a vecmerge evidence ledger"):
+        Ledger(other).records()
+    with pytest.raises(EvidenceError, match="not a vecmerge evidence ledger"):
+        Ledger(other).add("v51", None, "m", 1.0)  # never writes into someone else's database
+    con = sqlite3.connect(other)
+    assert con.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    assert [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["t"]
+    con.close()
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite at all" * 100)
+    with pytest.raises(EvidenceError, match="junk.db"):
+        Ledger(junk).records()
+
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from vecmerge.evidence.ledger import Ledger
+db, name, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+ledger = Ledger(db)
+while not go.exists():
+    time.sleep(0.002)
+start = time.time()
+for i in range(n):
+    ledger.add(name, None, "m", float(i))
+ledger.add(name, None, "batch", [float(i) for i in range(n)])
+print(start, time.time())
+"""
+
+
+def test_two_concurrent_writer_processes_lose_no_record(tmp_path):
+    """Both processes start writing at the same moment (a go file), one transaction per record, then one
+    batch each; every record of both arrives, ids are unique, and the two writing windows overlapped."""
+    db, go, n = tmp_path / "shared.db", tmp_path / "go", 100
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), name, str(n), str(go)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in ("p1", "p2")]
+    time.sleep(0.3)  # both imported and waiting
+    go.touch()
+    windows = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        windows.append(tuple(map(float, out.split())))
+    (s1, e1), (s2, e2) = windows
+    assert s1 < e2 and s2 < e1, f"the writers did not run at the same time: {windows}"
+    ledger = Ledger(db)
+    recs = ledger.records()
+    assert len(recs) == 4 * n
+    assert len({r.id for r in recs}) == 4 * n
+    for name in ("p1", "p2"):
+        for metric in ("m", "batch"):
+            assert sorted(r.value for r in recs if r.model == name and r.metric == metric) == list(map(float, range(n)))
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    con.close()

@@ -1,0 +1,220 @@
+"""Error bars: every statistic against scipy/numpy or a hand computation written in the docstring."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from vecmerge.evidence import EvidenceError
+from vecmerge.evidence.compare import compare
+from vecmerge.evidence.ledger import Record
+from vecmerge.evidence.noise import pooled_noise, power_two_sample, repeats_needed
+from vecmerge.evidence.stats import clustered_se, paired, summarize, summarize_records, welch
+
+V51 = [1.0180, 0.9895, 1.0004, 1.0105, 1.0142]  # the user's five official runs of v51
+V28 = [0.9836, 0.9890]  # and v28's two
+V58 = [1.0282, 1.0234, 1.0145]
+M = "official_total"
+
+
+def runs(model, values, metric=M, start=0, subs=None):
+    return [Record(start + i, model, None, metric, v, tuple(sorted((subs or {}).items())))
+            for i, v in enumerate(values)]
+
+
+def items(model, scores, clusters=None, metric="toy/acc"):
+    clusters = clusters or {}
+    return [Record(1000 + i, model, None, metric, v, item=k, cluster=clusters.get(k))
+            for i, (k, v) in enumerate(scores.items())]
+
+
+def test_v51_vs_v28_welch_by_hand_and_scipy():
+    """The user's v51 (5 runs) against v28 (2 runs), Welch's t, worked by hand:
+
+    v51: mean = (1.0180 + 0.9895 + 1.0004 + 1.0105 + 1.0142) / 5 = 5.0326 / 5 = 1.00652
+         deviations +0.01148, -0.01702, -0.00612, +0.00398, +0.00768
+         squares 1.317904e-4, 2.896804e-4, 3.74544e-5, 1.58404e-5, 5.89824e-5; sum = 5.33748e-4
+         s² = 5.33748e-4 / 4 = 1.33437e-4,  s = 0.0115515,  s²/n = 2.668740e-5
+    v28: mean = (0.9836 + 0.9890) / 2 = 0.9863, deviations ±0.0027
+         s² = 2 · 0.0027² / 1 = 1.458e-5,  s = 0.0038184,  s²/n = 7.29e-6
+    Δ  = 1.00652 - 0.9863 = 0.02022
+    SE = sqrt(2.668740e-5 + 7.29e-6) = sqrt(3.397740e-5) = 0.0058290
+    t  = 0.02022 / 0.0058290 = 3.4689
+    ν  = (3.397740e-5)² / ((2.668740e-5)²/4 + (7.29e-6)²/1)
+       = 1.154464e-9 / (1.780543e-10 + 5.31441e-11) = 1.154464e-9 / 2.311984e-10 = 4.9934
+    t_{0.975, 4.9934} = 2.5716 (between the table's 2.5706 at ν=5 and 2.7764 at ν=4, near 5)
+    95% CI = 0.02022 ± 2.5716 · 0.0058290 = 0.02022 ± 0.014990 = [0.00523, 0.03521]
+    p = 2 · P(T_4.9934 > 3.4689) = 0.0179  -> v51 is better beyond eval noise (CI excludes 0).
+    """
+    w = welch(V51, V28)
+    hand = dict(diff=0.02022, se=0.0058290, t=3.4689, df=4.9934, ci_low=0.00523, ci_high=0.03521, p=0.0179)
+    for key, value in hand.items():
+        assert getattr(w, key) == pytest.approx(value, abs=6e-5 if key in ("t", "df", "p") else 6e-6), key
+    ref = stats.ttest_ind(V51, V28, equal_var=False)
+    ci = ref.confidence_interval(0.95)
+    assert (w.t, w.p, w.df) == pytest.approx((ref.statistic, ref.pvalue, ref.df), rel=1e-12)
+    assert (w.ci_low, w.ci_high) == pytest.approx((ci.low, ci.high), rel=1e-12)
+    assert w.beyond_noise and w.n == (5, 2)
+    c = compare("v51", "v28", runs("v51", V51) + runs("v28", V28, start=10), higher_is_better=True)
+    assert c.verdict == "v51 is better beyond eval noise" and c.decided_by == "welch"
+
+
+def test_summary_against_numpy_and_scipy():
+    s = summarize(V51, model="v51", metric=M)
+    a = np.array(V51)
+    lo, hi = stats.t.interval(0.95, 4, loc=a.mean(), scale=stats.sem(a))
+    assert s.n == 5 and s.mean == pytest.approx(a.mean(), rel=1e-14)
+    assert (s.std, s.se) == pytest.approx((a.std(ddof=1), stats.sem(a)), rel=1e-12)
+    assert (s.ci_low, s.ci_high) == pytest.approx((lo, hi), rel=1e-12)
+    assert (s.min, s.max, s.range) == (0.9895, 1.0180, pytest.approx(0.0285, abs=1e-12))  # the user's "range 0.0285"
+    assert s.mean == pytest.approx(1.00652, abs=1e-12) and not s.single_run  # the user's "mean 1.00652"
+    one = summarize([0.9944], model="v59")
+    assert one.single_run and one.std is None and one.se is None and one.ci_low is None and one.range == 0.0
+    s90 = summarize(V51, confidence=0.90)
+    assert (s90.ci_low, s90.ci_high) == pytest.approx(stats.t.interval(0.90, 4, loc=a.mean(), scale=stats.sem(a)))
+    with pytest.raises(EvidenceError, match="no values"):
+        summarize([])
+
+
+def test_summaries_per_model_and_sub_score():
+    recs = runs("v58", V58[1:], subs={"item_understanding": 0.2453}) + runs("v58", V58[:1], start=5)
+    recs += runs("v59", [0.9944], start=9) + items("v59", {"d1": 1.0})
+    out = summarize_records(recs)
+    assert [(s.model, s.sub, s.n, s.single_run) for s in out] == [
+        ("v58", None, 3, False), ("v58", "item_understanding", 2, False), ("v59", None, 1, True)]
+    assert out[0].mean == pytest.approx(np.mean(V58), rel=1e-14)
+    assert out[1].std == 0.0
+
+
+def test_paired_against_scipy_ttest_rel():
+    rng = np.random.default_rng(0)
+    a = rng.normal(0.6, 0.2, 40)
+    b = a - 0.05 + rng.normal(0, 0.05, 40)
+    ia = {f"d{i}": float(x) for i, x in enumerate(a)}
+    ib = {f"d{i}": float(x) for i, x in enumerate(b)}
+    ib["extra"] = 1.0  # only B scored it: not paired
+    iid, clustered = paired(ia, ib)
+    ref = stats.ttest_rel(a, b)
+    ci = ref.confidence_interval(0.95)
+    assert clustered is None and iid.n == (40,) and iid.df == 39
+    assert (iid.t, iid.p, iid.ci_low, iid.ci_high) == pytest.approx((ref.statistic, ref.pvalue, ci.low, ci.high),
+                                                                    rel=1e-10)
+    assert paired({"x": 1.0}, {"x": 0.0}) == (None, None)  # one common item: no test
+
+
+def test_clustered_se_against_millers_double_sum():
+    """Miller (2024): SE_C² = SE_CLT² + (1/n²) Σ_c Σ_i Σ_{j≠i} (d_i - d̄)(d_j - d̄) (i, j in the same cluster c),
+    SE_CLT² = s²/n with s² the sample variance. Computed here by explicit loops, independently of clustered_se."""
+    rng = np.random.default_rng(1)
+    keys = [f"c{k}" for k in rng.integers(0, 6, 30)]
+    d = rng.normal(0.02, 0.1, 30)
+    mean, n = d.mean(), len(d)
+    clt2 = np.var(d, ddof=1) / n
+    cross = sum((d[i] - mean) * (d[j] - mean) for i in range(n) for j in range(n)
+                if i != j and keys[i] == keys[j]) / n**2
+    assert clustered_se(list(d), keys) == pytest.approx(math.sqrt(clt2 + cross), rel=1e-12)
+    # one item per cluster: no cross terms, the clustered SE is the paired (iid) SE exactly
+    assert clustered_se(list(d), range(n)) == pytest.approx(stats.sem(d), rel=1e-12)
+
+
+def test_clustered_errors_are_wider_for_correlated_items_and_decide():
+    """Items in 4 topics, whole topics moving together: the clustered SE exceeds the iid one and the
+    verdict rests on the clustered test (ν = C - 1 = 3)."""
+    topics = {f"d{i}": f"t{i % 4}" for i in range(24)}
+    shift = {"t0": 0.3, "t1": 0.05, "t2": 0.25, "t3": 0.0}
+    a = {k: 0.5 + shift[t] + 0.01 * (int(k[1:]) % 3) for k, t in topics.items()}
+    b = {k: 0.5 for k in topics}
+    recs = items("A", a, topics) + items("B", b, topics)
+    c = compare("A", "B", recs, higher_is_better=True)
+    assert c.decided_by == "clustered" and c.clustered.clusters == 4 and c.clustered.df == 3
+    assert c.clustered.se > 2 * c.paired.se
+    assert c.paired.beyond_noise and not c.clustered.beyond_noise
+    assert c.verdict_code == "within_noise"
+
+
+def test_pooled_noise_by_hand():
+    """v51: Σ(x-x̄)² = 5.33748e-4 (4 df); v28: 1.458e-5 (1 df); v59 has one run and is left out.
+    s_p² = (5.33748e-4 + 1.458e-5) / 5 = 1.096656e-4, s_p = 0.0104721."""
+    p = pooled_noise({"v51": V51, "v28": V28, "v59": [0.9944]})
+    assert p.models == ("v51", "v28") and p.df == 5
+    assert p.var == pytest.approx(1.096656e-4, rel=1e-9) and p.sd == pytest.approx(0.0104721, abs=1e-7)
+    assert pooled_noise({"v59": [0.9944]}) is None
+
+
+@pytest.mark.parametrize("d, n", [(0.5, 64), (0.8, 26), (1.0, 17)])
+def test_repeats_needed_matches_cohens_table(d, n):
+    """Cohen (1988), Table 2.4.1: two-sided α = 0.05, power 0.80, effect size d = δ/σ: n per group
+    64 (d=0.5), 26 (d=0.8), 17 (d=1.0). The answer is the smallest such n."""
+    assert repeats_needed(d * 0.01, 0.01) == n
+    assert power_two_sample(n, d, 1.0) >= 0.8 > power_two_sample(n - 1, d, 1.0)
+
+
+def test_power_against_a_simulation():
+    """Monte Carlo: 4000 seeded two-sample experiments with n=6, δ=1.2σ; the share rejected at 0.05
+    must match the noncentral-t power within 3 standard errors of a proportion."""
+    rng = np.random.default_rng(2)
+    a = rng.normal(1.2, 1.0, (4000, 6))
+    b = rng.normal(0.0, 1.0, (4000, 6))
+    share = float(np.mean(stats.ttest_ind(a, b, axis=1).pvalue < 0.05))
+    exact = power_two_sample(6, 1.2, 1.0)
+    assert share == pytest.approx(exact, abs=3 * math.sqrt(exact * (1 - exact) / 4000))
+    assert repeats_needed(0.0, 1.0) is None
+    with pytest.raises(EvidenceError, match="noise must be > 0"):
+        repeats_needed(0.1, 0.0)
+
+
+def test_compare_verdicts_follow_the_direction_and_the_evidence():
+    base = runs("v51", V51) + runs("v28", V28, start=10)
+    assert compare("v28", "v51", base, higher_is_better=True).verdict == "v51 is better beyond eval noise"
+    lower = compare("v51", "v28", base, higher_is_better=False)  # e.g. a loss: lower is better
+    assert lower.verdict_code == "b_better" and lower.verdict == "v28 is better beyond eval noise"
+    unknown = compare("v51", "v28", base)
+    assert unknown.verdict_code == "a_higher" and "no direction recorded" in unknown.verdict
+    near = runs("v58", V58) + runs("v51", V51, start=10)
+    within = compare("v58", "v51", near, higher_is_better=True)
+    ref = stats.ttest_ind(V58, V51, equal_var=False)
+    assert within.welch.p == pytest.approx(ref.pvalue, rel=1e-12) and ref.pvalue > 0.05
+    assert within.verdict == "within noise"
+
+
+def test_a_single_run_is_not_enough_and_the_repeats_needed_are_shown():
+    """v59's one run (0.9944) against v58's three: no Welch test is possible. The pooled noise of the
+    ledger (v58, v51, v28) sizes the experiment that would settle it."""
+    recs = runs("v59", [0.9944]) + runs("v58", V58, start=10) + runs("v51", V51, start=20) + runs("v28", V28, start=30)
+    c = compare("v59", "v58", recs, higher_is_better=True)
+    assert c.verdict == "not enough runs" and c.decided_by is None and c.welch is None
+    assert "v59 1" in c.reasons[0]
+    pooled = pooled_noise({"v58": V58, "v51": V51, "v28": V28})
+    assert c.pooled == pooled and c.noise_sd == pooled.sd
+    assert c.detect == pytest.approx(abs(0.9944 - np.mean(V58)), rel=1e-12)
+    assert c.repeats_needed == repeats_needed(c.detect, pooled.sd)
+    assert power_two_sample(c.repeats_needed, c.detect, pooled.sd) >= 0.8
+    d = c.as_dict()
+    assert d["verdict"] == "not enough runs" and d["pooled"]["models"] == ["v58", "v51", "v28"]
+
+
+def test_identical_runs_give_no_welch_test():
+    c = compare("A", "B", runs("A", [0.5, 0.5]) + runs("B", [0.4, 0.4], start=5), higher_is_better=True)
+    assert c.welch is None and c.verdict_code == "not_enough_runs" and "do not vary" in c.reasons[0]
+
+
+def test_paired_items_decide_before_runs():
+    rng = np.random.default_rng(3)
+    a = {f"d{i}": float(x) for i, x in enumerate(rng.integers(0, 2, 200))}
+    b = {k: (v if i % 10 else 0.0) for i, (k, v) in enumerate(a.items())}  # A better on some items
+    recs = items("A", a) + items("B", b) + runs("A", [0.70]) + runs("B", [0.69], start=50)
+    c = compare("A", "B", recs, metric="toy/acc", higher_is_better=True)
+    ref = stats.ttest_rel(list(a.values()), list(b.values()))
+    assert c.decided_by == "paired" and c.paired.p == pytest.approx(ref.pvalue, rel=1e-10)
+    assert c.verdict_code == ("a_better" if ref.pvalue < 0.05 else "within_noise")
+    with pytest.raises(EvidenceError, match="several metrics"):
+        compare("A", "B", recs + runs("A", [1.0], metric="other", start=90))
+
+
+def test_conflicting_cluster_keys_are_refused():
+    with pytest.raises(EvidenceError, match="item 'd1': cluster 'x' for A but 'y' for B"):
+        compare("A", "B", items("A", {"d1": 1.0, "d2": 0.0}, {"d1": "x"}) + items("B", {"d1": 0.0, "d2": 0.0},
+                                                                                 {"d1": "y"}))

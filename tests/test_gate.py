@@ -1,0 +1,301 @@
+"""``vecmerge gate`` and ``project --gate`` on constructed workspaces: each condition flips PASS <-> FAIL/UNKNOWN.
+
+The workspace is the toy trajectory (v28 -> v51, v54e2 -> v54, all agreeing in sign) with the user's
+published v51/v28 runs and three constructed v54 runs; every test changes one thing and reads the row.
+The gate's consensus and trust are the pipeline's own: they equal ``vecmerge audit``'s count and the
+manifest's realized step exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from vecmerge.evidence.ledger import Ledger
+from vecmerge.testing import llm_shapes, toy_adapter, toy_trajectory
+from vecmerge.workspace import Workspace
+
+V51 = [1.0180, 0.9895, 1.0004, 1.0105, 1.0142]
+V28 = [0.9836, 0.9890]
+V54 = [0.9940, 0.9950, 0.9946]  # constructed: the user published only their mean
+M = "official_total"
+PARENTS = {"v28": "null", "v51": "v28", "v54e2": "null", "v54": "v54e2"}
+GATE = ["gate", "--base", "v54", "--dir", "v51-v28", "--consensus-ref", "v54-v54e2", "--trust", "0.0113"]
+PROJECT = ["project", "--base", "v54", "--dir", "v51-v28", "--consensus-ref", "v54-v54e2", "--trust", "0.0113",
+           "--gate", "--out", "out/v58"]
+
+
+def workspace(root, parents=PARENTS, extra: str = "") -> None:
+    lines = ["adapters:"] + [f"  {n}: {{path: {n}, parent: {parents[n]}}}" if n in parents else f"  {n}: {n}"
+                             for n in ("v28", "v51", "v54e2", "v54")]
+    (root / "vecmerge.yaml").write_text("\n".join(lines) + f"\nmetric: {M}\n{extra}")
+
+
+def record(root, runs: dict) -> None:
+    ws = Workspace(root=root)
+    ledger = Ledger(ws.ledger_path)
+    ledger.set_direction(M, True)
+    for name, values in runs.items():
+        if values:
+            ledger.add(name, ws.content_sha(name), M, values)
+
+
+RUNS = {"v51": V51, "v28": V28, "v54": V54}
+
+
+@pytest.fixture
+def gate_ws(toy):
+    workspace(toy)
+    record(toy, RUNS)
+    return toy
+
+
+def rows_of(res) -> dict:
+    return {r["condition"]: r for r in json.loads(res.stdout)["rows"]}
+
+
+def test_the_v58_workspace_passes_all_six(gate_ws, run_cli):
+    res = run_cli(*GATE)
+    assert res.exit_code == 0, res.output
+    assert "PASSED: all 6 conditions" in res.stdout
+    for cond in ("common base", "common parent", "stable backbone", "repeated evidence", "module consensus",
+                 "small trust region"):
+        assert cond in res.stdout
+    rows = rows_of(run_cli(*GATE, "--json"))
+    assert {r["status"] for r in rows.values()} == {"PASS"}
+    assert rows["common parent"]["detail"] == "v51 descends from v28 (1 generation)"
+    assert rows["small trust region"]["numbers"]["trust"] == pytest.approx(0.0113, rel=1e-12)
+    assert rows["small trust region"]["source"] == "default"
+
+
+def _edit_config(root, name, **changes):
+    path = root / name / "adapter_config.json"
+    cfg = json.loads(path.read_text())
+    cfg.update(changes)
+    path.write_text(json.dumps(cfg))
+
+
+CASES = {  # id: (prepare(root), extra args, condition, status, words in its detail)
+    "other base model": (lambda r: _edit_config(r, "v28", base_model_name_or_path="other-base"), [],
+                         "common base", "FAIL", "different base models"),
+    "no base model declared": (lambda r: _edit_config(r, "v28", base_model_name_or_path=None), [],
+                               "common base", "UNKNOWN", "no base model declared by v28"),
+    "no lineage": (lambda r: workspace(r, parents={}), [], "common parent", "UNKNOWN", "no recorded lineage"),
+    "two roots": (lambda r: workspace(r, parents={**PARENTS, "v51": "null"}), [], "common parent", "FAIL",
+                  "unrelated"),
+    "common ancestor": (lambda r: workspace(r, parents={**PARENTS, "v51": "v16", "v28": "v16"}), [],
+                        "common parent", "PASS", "common ancestor v16"),
+    "two backbone runs": (lambda r: None, {"v54": V54[:2]}, "stable backbone", "FAIL", "2 run(s) < 3"),
+    "no backbone runs": (lambda r: None, {"v54": []}, "stable backbone", "UNKNOWN", "no runs of v54"),
+    "noisy backbone": (lambda r: None, {"v54": [0.95, 1.0, 1.05]}, "stable backbone", "FAIL", "> 0.0"),
+    "set backbone limit": (lambda r: workspace(r, extra="gate: {max_backbone_sd: 0.1}\n"),
+                           {"v54": [0.95, 1.0, 1.05]}, "stable backbone", "PASS", "<= 0.1"),
+    "within noise": (lambda r: None, {"v51": [0.985, 0.988, 0.99]}, "repeated evidence", "FAIL", "within noise"),
+    "one run of X": (lambda r: None, {"v51": [1.0180]}, "repeated evidence", "UNKNOWN", "not enough runs"),
+    "Y better": (lambda r: None, {"v51": [0.90, 0.901, 0.899]}, "repeated evidence", "FAIL",
+                 "v28 is better beyond eval noise"),
+    "no consensus reference": (lambda r: None, ["--consensus-ref", None], "module consensus", "UNKNOWN",
+                               "no consensus audit"),
+    "a disagreeing module": (lambda r: _disagree(r), [], "module consensus", "FAIL", "13/14 modules agree"),
+    "a lower min_agree": (lambda r: (_disagree(r), workspace(r, extra="gate: {min_agree: 0.9}\n")), [],
+                          "module consensus", "PASS", "13/14 modules agree"),
+    "a large step": (lambda r: None, ["--trust", "0.02"], "small trust region", "FAIL", "> 0.015"),
+    "no trust": (lambda r: None, ["--trust", None], "small trust region", "UNKNOWN", "no trust"),
+    "a set max_trust": (lambda r: workspace(r, extra="gate: {max_trust: 0.03}\n"), ["--trust", "0.02"],
+                        "small trust region", "PASS", "<= 0.03"),
+}
+
+
+def _disagree(root):
+    toy_trajectory(root, disagree=("model.layers.1.mlp.up_proj",))
+    workspace(root)
+
+
+def _args(extra: list) -> list:
+    args = list(GATE)
+    for i in range(0, len(extra), 2):
+        flag, value = extra[i], extra[i + 1]
+        k = args.index(flag) if flag in args else None
+        if k is not None:
+            del args[k:k + 2]
+        if value is not None:
+            args += [flag, value]
+    return args
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_condition_flips(toy, run_cli, case):
+    prepare, extra, condition, status, words = CASES[case]
+    workspace(toy)
+    prepare(toy)
+    runs = {**RUNS, **extra} if isinstance(extra, dict) else RUNS
+    record(toy, runs)
+    res = run_cli(*_args(extra if isinstance(extra, list) else []), "--json")
+    rows = rows_of(res)
+    assert rows[condition]["status"] == status, rows[condition]
+    assert words in rows[condition]["detail"], rows[condition]["detail"]
+    others = {c: r["status"] for c, r in rows.items() if c != condition}
+    assert set(others.values()) == {"PASS"}, others  # one change, one row
+    assert res.exit_code == (0 if status == "PASS" else 1)
+    if status != "PASS":
+        text = run_cli(*_args(extra if isinstance(extra, list) else []))
+        assert text.exit_code == 1 and f"{condition} {status}" in text.stderr
+        assert text.stderr.count("\n") == 1 and text.stderr.startswith("error: gate:")
+
+
+def test_threshold_sources_are_stated(gate_ws, run_cli):
+    workspace(gate_ws, extra="gate: {max_trust: 0.02, min_repeats: 2}\n")
+    rows = rows_of(run_cli(*GATE, "--json"))
+    assert rows["small trust region"]["source"].endswith("vecmerge.yaml gate.max_trust")
+    assert rows["stable backbone"]["source"].startswith("min_repeats ") and "gate.min_repeats" in \
+        rows["stable backbone"]["source"]
+    assert rows["repeated evidence"]["source"] == "confidence default; min_evidence_runs default"
+
+
+def test_shapes_that_differ_fail_the_common_base(gate_ws, run_cli, monkeypatch):
+    toy_adapter("v28", shapes=llm_shapes(2, 64, 48, 4, 2, 16))
+    rows = rows_of(run_cli(*GATE, "--json"))
+    assert rows["common base"]["status"] == "FAIL" and "shapes differ" in rows["common base"]["detail"]
+    assert rows["module consensus"]["status"] == "UNKNOWN"  # not computed on mismatched adapters
+    assert rows["small trust region"]["numbers"]["trust"] == 0.0113  # the recipe's own, no step to realize
+
+
+@pytest.mark.parametrize("extra, match", [
+    ("gate: {min_repeats: 0, colour: red}\n", "2 problems: colour: unknown key"),
+    ("gate: [1, 2]\n", "gate: [1, 2] must be a mapping"),
+])
+def test_a_bad_gate_section_reports_every_problem(gate_ws, run_cli, extra, match):
+    workspace(gate_ws, extra=extra)
+    res = run_cli(*GATE)
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1 and match in res.stderr, res.output
+    if "colour" in extra:
+        assert "min_repeats=0" in res.stderr
+
+
+def test_gate_input_errors(gate_ws, run_cli):
+    res = run_cli("gate", "--base", "v54", "--dir", "v51 - 0.5*v28", "--trust", "0.01")
+    assert res.exit_code == 2 and "must be X - Y of two adapters" in res.stderr
+    res = run_cli("gate", "--base", "v54 + v51", "--dir", "v51-v28")
+    assert res.exit_code == 2 and "must be one adapter name" in res.stderr
+    res = run_cli(*GATE, "--metric", "acc")
+    assert res.exit_code == 2 and "metric 'acc' has no records" in res.stderr
+    res = run_cli("gate", "--base", "v54", "--dir", "v51-v28", "--trust", "-1")
+    assert res.exit_code == 2 and "--trust -1.0" in res.stderr
+    workspace(gate_ws, parents={**PARENTS, "v28": "v51"})
+    res = run_cli(*GATE)
+    assert res.exit_code == 2 and "lineage cycle: v51 -> v28 -> v51" in res.stderr
+
+
+def test_the_gate_uses_the_pipelines_consensus_and_step(gate_ws, run_cli):
+    """The consensus row counts what `audit` counts; the trust row is the written output's realized step."""
+    _disagree(gate_ws)
+    record(gate_ws, RUNS)
+    workspace(gate_ws, extra="gate: {min_agree: 0.9}\n")
+    audit = json.loads(run_cli("audit", "--ref", "v54-v54e2", "--dir", "v51-v28", "--format", "json").stdout)
+    rows = rows_of(run_cli(*GATE, "--json"))
+    assert rows["module consensus"]["numbers"]["agree"] == audit["summary"]["agree"] == 13
+    assert rows["module consensus"]["numbers"]["modules"] == audit["summary"]["modules"] == 14
+    res = run_cli(*PROJECT[:-2], "--on-disagree", "drop", "--out", "out/v58")
+    assert res.exit_code == 0, res.output
+    man = json.loads((gate_ws / "out" / "v58" / "vecmerge.json").read_text())
+    gate = {r["condition"]: r for r in man["gate"]["rows"]}
+    assert gate["small trust region"]["numbers"]["trust"] == man["resolved"]["realized"]["global"]
+    assert gate["module consensus"]["numbers"] == rows["module consensus"]["numbers"]
+
+
+def test_project_gate_passes_and_the_output_carries_the_table(gate_ws, run_cli):
+    res = run_cli(*PROJECT)
+    assert res.exit_code == 0, res.output
+    assert "PASSED: all 6 conditions" in res.stdout
+    man = json.loads((gate_ws / "out" / "v58" / "vecmerge.json").read_text())
+    assert man["gate"]["passed"] and len(man["gate"]["rows"]) == 6 and "gate" not in man["recipe"]
+    card = (gate_ws / "out" / "v58" / "README.md").read_text()
+    assert "Gate before writing (v54 + alpha * (v51 - v28), metric `official_total`): PASSED" in card
+    assert card.count("| PASS |") == 6 and "Closeness of v51 to v28: cosine 0." in card
+    assert run_cli("verify", "out/v58").exit_code == 0
+    rep = json.loads(run_cli(*PROJECT, "--force", "--json").stdout)
+    assert rep["gate"]["passed"] and rep["gate"]["rows"] == man["gate"]["rows"]
+    (gate_ws / "vecmerge-evidence.db").unlink()  # a re-run of the manifest needs no evidence: it reproduces
+    res = run_cli("run", "out/v58/vecmerge.json", "--out", "again", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["outputs"][0]["sha256"] == man["output"]["sha256"]
+
+
+def _nothing_written(root) -> None:
+    assert not (root / "out").exists() or not any((root / "out").iterdir())
+    assert not list(root.rglob(".v58*"))
+
+
+@pytest.mark.parametrize("change, extra, condition", [
+    (lambda r: None, ["--trust", "0.02"], "small trust region FAIL"),
+    (lambda r: None, ["--dose", "1.456"], "small trust region FAIL"),  # v59: 0.0113 x 1.456 = 0.01645
+    (lambda r: workspace(r, parents={}), [], "common parent UNKNOWN"),
+    (lambda r: _disagree(r), [], "module consensus FAIL"),  # the gate's table, not only the consensus refusal
+])
+def test_project_gate_writes_nothing_when_the_gate_fails(gate_ws, run_cli, change, extra, condition):
+    change(gate_ws)
+    args = list(PROJECT)
+    if "--trust" in extra:
+        args[args.index("--trust") + 1] = extra[1]
+    elif extra:
+        args = args[:-2] + extra + args[-2:]
+    res = run_cli(*args)
+    assert res.exit_code == 1, res.output
+    assert condition in res.stdout and "NOT PASSED" in res.stdout
+    assert res.stderr.startswith("error: gate: ") and "nothing written" in res.stderr and res.stderr.count("\n") == 1
+    _nothing_written(gate_ws)
+    res = run_cli(*args, "--json")
+    assert res.exit_code == 1 and json.loads(res.stdout)["gate"]["passed"] is False
+    _nothing_written(gate_ws)
+
+
+def test_a_recipe_gate_runs_the_gate_and_overrides_thresholds(gate_ws, run_cli):
+    recipe = gate_ws / "v58.yaml"
+    recipe.write_text("base: v54\ndir: v51 - v28\ntrust: 0.0113\nconsensus: {ref: v54 - v54e2}\nout: out/v58\n"
+                      "gate: {max_trust: 0.01}\n")
+    res = run_cli("run", "v58.yaml")
+    assert res.exit_code == 1 and "small trust region FAIL" in res.stdout, res.output
+    assert "recipe gate.max_trust" in res.stdout
+    _nothing_written(gate_ws)
+    recipe.write_text(recipe.read_text().replace("gate: {max_trust: 0.01}", "gate: true"))
+    assert run_cli("run", "v58.yaml").exit_code == 0
+    assert json.loads((gate_ws / "out" / "v58" / "vecmerge.json").read_text())["gate"]["passed"]
+    recipe.write_text(recipe.read_text().replace("gate: true", "gate: {max_trust: -1, colour: red}"))
+    res = run_cli("run", "v58.yaml", "--force")
+    assert res.exit_code == 2 and "2 problems: colour: unknown key" in res.stderr and "max_trust=-1" in res.stderr
+    res = run_cli("refactor", "v54", "--out", "x")
+    assert res.exit_code == 0
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.01", "--metric", M, "--out", "o")
+    assert res.exit_code == 2 and "--metric only means something with --gate" in res.stderr
+
+
+def test_a_local_base_model_is_one_model_however_it_is_written(gate_ws, run_cli, tmp_path):
+    """``base`` and its absolute path name one folder: the same base; a hub id stays as written."""
+    from vecmerge.pipeline.gate import declared_base
+
+    (gate_ws / "base").mkdir()
+    _edit_config(gate_ws, "v28", base_model_name_or_path=str(gate_ws / "base"))
+    for name in ("v51", "v54e2", "v54"):
+        _edit_config(gate_ws, name, base_model_name_or_path="base")
+    record(gate_ws, RUNS)  # the configs changed: record the runs of these weights
+    rows = rows_of(run_cli(*GATE, "--json"))
+    assert rows["common base"]["status"] == "PASS" and rows["common base"]["detail"] == "all on base, shapes match"
+    assert declared_base("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B" and declared_base(None) is None
+    assert declared_base(str(tmp_path)) == str(tmp_path.resolve())
+
+
+def test_the_closeness_of_x_to_y_is_shown_and_exact(gate_ws, run_cli, dense_updates):
+    """cos(v51, v28) and ||v51 - v28|| / ||v28|| against dense float64 updates (rel 1e-9)."""
+    import torch
+
+    rows = rows_of(run_cli(*GATE, "--json"))
+    close = rows["common parent"]["numbers"]["closeness"]
+    a, b = dense_updates(gate_ws / "v51"), dense_updates(gate_ws / "v28")
+    inner = sum(float((a[m] * b[m]).sum()) for m in a)
+    na, nb = (math.sqrt(sum(float((x[m] ** 2).sum()) for m in x)) for x in (a, b))
+    dist = math.sqrt(sum(float(torch.sum((a[m] - b[m]) ** 2)) for m in a))
+    assert close["cosine"] == pytest.approx(inner / (na * nb), rel=1e-9)
+    assert close["relative_distance"] == pytest.approx(dist / nb, rel=1e-9)
+    text = run_cli(*GATE).stdout
+    assert "cos(v51, v28)" in text and f"= {close['cosine']:.4f}," in text  # (the cell wraps)

@@ -1,0 +1,183 @@
+"""One function per evidence command, each returning JSON-ready data: the CLI only parses flags and prints.
+
+The caller supplies what lives outside the ledger: ``current_sha`` (workspace name -> the adapter's current
+content sha256, so stale records are left out) and, for ``ls``, the workspace entries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from . import EvidenceError
+from .calibrate import calibrate_records
+from .compare import compare
+from .gate import GateConfig
+from .importers import export_csv_text, import_files
+from .ledger import Entry, Ledger
+from .noise import pooled_noise
+from .stats import runs_by_model, summarize_records
+
+__all__ = ["add", "import_", "export", "show", "compare_models", "calibrate_metrics", "ls_rows", "gate_evidence"]
+
+
+def add(ledger: Ledger, name: str, values: Sequence[float], *, metric: str, sha256: str | None,
+        subs: Mapping[str, float] | None = None, note: str | None = None,
+        higher_is_better: bool | None = None) -> dict:
+    """``vecmerge evidence add NAME VALUE... --metric M [--sub K=V] [--note] [--higher/--lower-is-better]``.
+
+    One transaction: the runs, and the metric's direction when given. ``subs`` needs a single value.
+
+    Returns:
+        dict: ``{"model", "metric", "sha256", "values", "ids", "direction"}``.
+    """
+    values = list(values)
+    if subs and len(values) != 1:
+        raise EvidenceError(f"{name}: --sub applies to one run; record {len(values)} runs one at a time")
+    entries = [Entry(name, metric, v, sha256, subs or {}, note=note) for v in values]
+    ids = ledger.write(entries, None if higher_is_better is None else {metric: higher_is_better})
+    return {"model": name, "metric": metric, "sha256": sha256, "values": values, "ids": ids,
+            "direction": ledger.direction(metric)}
+
+
+def import_(ledger: Ledger, paths: Iterable[str], *,
+            current_sha: Mapping[str, str | None] | Callable[[str], str | None] | None = None,
+            model: str | None = None, cluster_field: str | None = None, task: str | None = None,
+            directions: Mapping[str, bool] | None = None) -> dict:
+    """``vecmerge evidence import FILE... [--model NAME] [--cluster-field KEY] [--higher-is-better M]``:
+    ``importers.import_files`` (``current_sha``: a mapping or a function of the model name)."""
+    return import_files(ledger, paths, sha_of=current_sha or {}, model=model, cluster_field=cluster_field, task=task,
+                        directions=directions)
+
+
+def export(ledger: Ledger, fmt: str = "csv", *, current_sha: Mapping[str, str | None] | None = None) -> str:
+    """``vecmerge evidence export --format csv|json``: every record (stale ones flagged) as text."""
+    rows = ledger.export(current_sha=current_sha)
+    if fmt == "csv":
+        return export_csv_text(rows)
+    if fmt == "json":
+        return json.dumps({"directions": ledger.directions(), "records": rows}, indent=2) + "\n"
+    raise EvidenceError(f"--format {fmt}: use csv or json")
+
+
+def _check_known(ledger: Ledger, names: Iterable[str], metric: str | None) -> None:
+    known = set(ledger.models())
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise EvidenceError(f"no records of {', '.join(missing)} in {ledger.path}; known: "
+                            f"{', '.join(sorted(known)) or 'none'}")
+    if metric is not None and metric not in ledger.metrics():
+        raise EvidenceError(f"metric {metric!r}: no records in {ledger.path}; known: "
+                            f"{', '.join(ledger.metrics()) or 'none'}")
+
+
+def show(ledger: Ledger, names: Sequence[str] | None = None, metric: str | None = None, *,
+         current_sha: Mapping[str, str | None] | None = None, include_stale: bool = False,
+         confidence: float = 0.95) -> dict:
+    """``vecmerge evidence show [NAME...] [--metric M] [--stale]``: summaries per model and sub-score.
+
+    Returns:
+        dict: ``{"summaries": [Summary.as_dict()...], "stale": [{"model", "metric", "records", "sha256s"}],
+        "item_level": [{"model", "metric", "items", "records"}], "directions": {...}, "include_stale"}``.
+        Stale records are counted in ``stale`` and enter the summaries only with ``include_stale``.
+    """
+    _check_known(ledger, names or [], metric)
+    every = ledger.records(names, metric, current_sha=current_sha, include_stale=True)
+    used = [r for r in every if include_stale or not r.stale]
+    stale: dict[tuple[str, str], list] = {}
+    for r in every:
+        if r.stale:
+            stale.setdefault((r.model, r.metric), []).append(r.sha256)
+    items: dict[tuple[str, str], list] = {}
+    for r in used:
+        if r.is_item:
+            items.setdefault((r.model, r.metric), []).append(r.item)
+    return {
+        "summaries": [s.as_dict() for s in summarize_records(used, confidence=confidence)],
+        "stale": [{"model": m, "metric": k, "records": len(v), "sha256s": sorted({s or "" for s in v})}
+                  for (m, k), v in stale.items()],
+        "item_level": [{"model": m, "metric": k, "items": len(set(v)), "records": len(v)}
+                       for (m, k), v in items.items()],
+        "directions": ledger.directions(), "include_stale": include_stale,
+    }
+
+
+def _one_metric(ledger: Ledger, names: Sequence[str], metric: str | None, current_sha) -> str:
+    if metric is not None:
+        return metric
+    shared = None
+    for n in names:
+        mine = {r.metric for r in ledger.records([n], current_sha=current_sha)}
+        shared = mine if shared is None else shared & mine
+    if not shared or len(shared) > 1:
+        what = f"metrics {', '.join(sorted(shared))}" if shared else "no metric"
+        raise EvidenceError(f"{' and '.join(names)} share {what}; name one with --metric")
+    return next(iter(shared))
+
+
+def compare_models(ledger: Ledger, a: str, b: str, metric: str | None = None, *,
+                   current_sha: Mapping[str, str | None] | None = None, include_stale: bool = False,
+                   confidence: float = 0.95, detect: float | None = None, min_runs: int = 2) -> dict:
+    """``vecmerge evidence compare A B [--metric M] [--detect D]``: ``compare.compare`` over the ledger.
+
+    The pooled noise is over every model's current runs of the metric. Returns ``Comparison.as_dict()``.
+    """
+    _check_known(ledger, [a, b], metric)
+    metric = _one_metric(ledger, [a, b], metric, current_sha)
+    records = ledger.records(metric=metric, current_sha=current_sha, include_stale=include_stale)
+    return compare(a, b, records, metric=metric, higher_is_better=ledger.direction(metric), confidence=confidence,
+                   detect=detect, min_runs=min_runs).as_dict()
+
+
+def calibrate_metrics(ledger: Ledger, proxy: str, target: str, *,
+                      current_sha: Mapping[str, str | None] | None = None, **options) -> dict:
+    """``vecmerge evidence calibrate --proxy P --target T [--min-models N]``: ``Calibration.as_dict()``."""
+    _check_known(ledger, [], proxy)
+    _check_known(ledger, [], target)
+    records = ledger.records(current_sha=current_sha)
+    return calibrate_records(records, proxy, target, directions=ledger.directions(), **options).as_dict()
+
+
+def ls_rows(entries: Mapping[str, Mapping], ledger: Ledger | None, *, metric: str | None = None) -> list[dict]:
+    """``vecmerge ls``: one row per workspace entry.
+
+    Args:
+        entries: name -> ``{"path", "sha256", "base_model", "parent"}`` (the caller reads the workspace).
+        ledger (Ledger | None): the evidence ledger (None: no runs column).
+        metric (str | None): the default metric for ``runs`` and ``mean``.
+
+    Returns:
+        list[dict]: ``{"name", "path", "sha256", "sha256_short", "base_model", "parent", "runs", "mean",
+        "stale"}`` with runs / mean / stale over current whole-run records of ``metric`` (None without one).
+    """
+    current = {n: e.get("sha256") for n, e in entries.items()}
+    records = (ledger.records(list(entries), metric, current_sha=current, include_stale=True)
+               if ledger is not None and metric else [])
+    fresh = runs_by_model(r for r in records if not r.stale)
+    old = runs_by_model(r for r in records if r.stale)
+    rows = []
+    for name, e in entries.items():
+        sha = e.get("sha256")
+        runs = fresh.get(name, [])
+        rows.append({"name": name, "path": e.get("path"), "sha256": sha, "sha256_short": sha[:12] if sha else None,
+                     "base_model": e.get("base_model"), "parent": e.get("parent"),
+                     "runs": len(runs) if metric else None, "mean": sum(runs) / len(runs) if runs else None,
+                     "stale": len(old.get(name, [])) if metric else None})
+    return rows
+
+
+def gate_evidence(ledger: Ledger, backbone: str, x: str, y: str, metric: str, *,
+                  current_sha: Mapping[str, str | None] | None = None, config: GateConfig | None = None) -> dict:
+    """The ledger's part of ``gate.GateFacts``: ``backbone_runs``, ``typical_noise`` (pooled over the models
+    other than the backbone) and ``comparison`` (X vs Y at the config's confidence and min_evidence_runs).
+
+    Returns:
+        dict: keyword arguments for ``GateFacts(backbone, x, y, ..., **gate_evidence(...))``.
+    """
+    c = config or GateConfig()
+    records = ledger.records(metric=metric, current_sha=current_sha)
+    runs = runs_by_model(records)
+    return {"backbone_runs": tuple(runs.get(backbone, [])),
+            "typical_noise": pooled_noise({m: v for m, v in runs.items() if m != backbone}),
+            "comparison": compare(x, y, records, metric=metric, higher_is_better=ledger.direction(metric),
+                                  confidence=c.confidence, min_runs=c.min_evidence_runs)}

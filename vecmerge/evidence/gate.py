@@ -1,0 +1,304 @@
+"""The six-condition gate: a merge step BASE + alpha*(X - Y) is worth trying only when all six hold.
+
+The user's one merge that worked (v58 = v54 + 0.1226*(v51 - v28)) held because six things were true at
+once; this is a PURE function over facts the caller gathers (workspace, ledger, audit, trust):
+
+    common base          every named adapter declares the same base model, and their shapes match
+    common parent        X and Y lie on one recorded lineage (one descends from the other, or a shared ancestor)
+    stable backbone      BASE has >= min_repeats runs and its sample std is no larger than the limit: the set
+                         ``max_backbone_sd``, else ``backbone_noise_factor`` x the ledger's pooled noise
+    repeated evidence    X is better than Y beyond eval noise on the metric (compare.compare's verdict)
+    module consensus     the share of modules agreeing with the reference >= min_agree
+    small trust region   the relative step size trust <= max_trust
+
+Each row is PASS, FAIL or UNKNOWN (no evidence to decide) with the numbers behind it and the threshold
+with where it came from. UNKNOWN is not a pass: ``GateResult.passed`` only when all six PASS.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+
+from . import EvidenceError
+from .compare import Comparison
+from .lineage import Relation
+from .noise import PooledNoise
+from .stats import summarize
+
+PASS, FAIL, UNKNOWN = "PASS", "FAIL", "UNKNOWN"
+CONDITIONS = ("common base", "common parent", "stable backbone", "repeated evidence", "module consensus",
+              "small trust region")
+
+
+class GateConfigError(EvidenceError):
+    """A ``gate:`` section with one or more bad keys or values (all listed in one line)."""
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Thresholds of the gate, from the ``gate:`` section of vecmerge.yaml; the defaults are documented.
+
+    Args:
+        metric (str | None): the metric for backbone and evidence (None: the caller's ``--metric``).
+        min_repeats (int): runs the backbone needs (3: v54 was evaluated three times).
+        max_backbone_sd (float | None): a set limit on the backbone's sample std; None: use the ledger.
+        backbone_noise_factor (float): with no set limit, the backbone's std may be at most this many times
+            the ledger's pooled within-model noise (1.0).
+        min_evidence_runs (int): whole runs X and Y each need when the evidence rests on Welch (2).
+        confidence (float): coverage of the intervals behind "beyond eval noise" (0.95).
+        min_agree (float): share of modules that must agree with the consensus reference (1.0: v58 had 196/196).
+        max_trust (float): largest relative step (0.015: v58's 0.0113 passes, v59's dose 45.6% larger,
+            about 0.0165, does not).
+        sources (Mapping[str, str]): where each value came from (``default`` or ``vecmerge.yaml gate.KEY``).
+    """
+
+    metric: str | None = None
+    min_repeats: int = 3
+    max_backbone_sd: float | None = None
+    backbone_noise_factor: float = 1.0
+    min_evidence_runs: int = 2
+    confidence: float = 0.95
+    min_agree: float = 1.0
+    max_trust: float = 0.015
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def source_of(self, key: str) -> str:
+        return self.sources.get(key, "default")
+
+    @classmethod
+    def from_dict(cls, data: Mapping | None, source: str = "vecmerge.yaml") -> GateConfig:
+        """A GateConfig from the ``gate:`` mapping; every bad key and value is reported at once.
+
+        Raises:
+            GateConfigError: one line, ``vecmerge.yaml gate: N problems: ...``.
+        """
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise GateConfigError(f"{source} gate: expected a mapping of thresholds such as min_repeats: 3")
+        known = [f.name for f in fields(cls) if f.name != "sources"]
+        problems, values = [], {}
+        for key in data:
+            if key not in known:
+                problems.append(f"{key}: unknown key (use {', '.join(known)})")
+        for key in known:
+            if key not in data:
+                continue
+            v = data[key]
+            real = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+            if key == "metric":
+                ok = v is None or (isinstance(v, str) and v.strip() == v and v != "")
+                hint = "a metric name"
+            elif key in ("min_repeats", "min_evidence_runs"):
+                low = 1 if key == "min_repeats" else 2
+                ok = isinstance(v, int) and not isinstance(v, bool) and v >= low
+                hint = f"an integer >= {low}"
+            elif key == "max_backbone_sd":
+                ok = v is None or (real and v >= 0)
+                hint = "a standard deviation >= 0, or null to use the ledger's noise"
+            elif key == "backbone_noise_factor":
+                ok, hint = real and v > 0, "a factor > 0"
+            elif key == "confidence":
+                ok, hint = real and 0 < v < 1, "between 0 and 1, e.g. 0.95"
+            elif key == "min_agree":
+                ok, hint = real and 0 <= v <= 1, "a share between 0 and 1"
+            else:  # max_trust
+                ok, hint = real and v > 0, "a relative step > 0, e.g. 0.015"
+            if ok:
+                values[key] = v if key in ("metric", "min_repeats", "min_evidence_runs") or v is None else float(v)
+            else:
+                problems.append(f"{key}={v!r}: {hint}")
+        if problems:
+            head = problems[0] if len(problems) == 1 else f"{len(problems)} problems: " + "; ".join(problems)
+            raise GateConfigError(f"{source} gate: {head}")
+        return cls(**values, sources={k: f"{source} gate.{k}" for k in values})
+
+
+@dataclass(frozen=True)
+class GateFacts:
+    """What the caller gathered for ``evaluate_gate`` (None / empty = not known: the row is UNKNOWN).
+
+    Args:
+        backbone, x, y (str): the names in BASE + alpha*(X - Y).
+        base_models (Mapping[str, str | None]): each named adapter -> the base model it declares.
+        shape_mismatches (Sequence[str] | None): descriptions of mismatched shapes; [] = checked and equal;
+            None = not checked.
+        lineage (Relation | None): ``lineage.relation(x, y, parents)``.
+        closeness (Mapping[str, float] | None): supporting parameter-space figures of X to Y (shown, not judged).
+        backbone_runs (Sequence[float]): the backbone's current whole-run values on the metric.
+        typical_noise (PooledNoise | None): the ledger's pooled within-model noise on the metric, best over
+            the OTHER models (``noise.pooled_noise`` of the runs without the backbone).
+        comparison (Comparison | None): ``compare.compare(x, y, ...)`` on the metric with the config's confidence.
+        consensus (tuple[int, int] | None): (modules agreeing, modules) in the audit against the reference.
+        consensus_ref (str | None): the reference expression (e.g. ``v54 - v54e2``), for the report.
+        trust (float | None): the step's relative size ||alpha*(X-Y)|| / ||BASE||.
+    """
+
+    backbone: str
+    x: str
+    y: str
+    base_models: Mapping[str, str | None] = field(default_factory=dict)
+    shape_mismatches: Sequence[str] | None = None
+    lineage: Relation | None = None
+    closeness: Mapping[str, float] | None = None
+    backbone_runs: Sequence[float] = ()
+    typical_noise: PooledNoise | None = None
+    comparison: Comparison | None = None
+    consensus: tuple[int, int] | None = None
+    consensus_ref: str | None = None
+    trust: float | None = None
+
+
+@dataclass(frozen=True)
+class GateRow:
+    """One condition: status, the numbers behind it, the threshold and where the threshold came from."""
+
+    condition: str
+    status: str
+    detail: str
+    numbers: dict
+    threshold: str
+    source: str
+
+    def as_dict(self) -> dict:
+        return {"condition": self.condition, "status": self.status, "detail": self.detail, "numbers": self.numbers,
+                "threshold": self.threshold, "source": self.source}
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The six rows; ``passed`` only when every row is PASS (exit code 0, else 1)."""
+
+    rows: tuple[GateRow, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(r.status == PASS for r in self.rows)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def row(self, condition: str) -> GateRow:
+        return next(r for r in self.rows if r.condition == condition)
+
+    def as_dict(self) -> dict:
+        return {"passed": self.passed, "rows": [r.as_dict() for r in self.rows]}
+
+
+def _common_base(f: GateFacts) -> GateRow:
+    names = list(dict.fromkeys([f.backbone, f.x, f.y, *f.base_models]))
+    declared = {n: f.base_models.get(n) for n in names}
+    numbers = {"base_models": declared, "shape_mismatches": None if f.shape_mismatches is None
+               else list(f.shape_mismatches)}
+    args = ("common base", numbers, "one base model declared by all, equal shapes", "rule")
+    bases = sorted({b for b in declared.values() if b is not None})
+    if len(bases) > 1:
+        return GateRow(args[0], FAIL, f"different base models: {', '.join(bases)}", *args[1:])
+    if f.shape_mismatches:
+        return GateRow(args[0], FAIL, f"shapes differ: {f.shape_mismatches[0]}"
+                       + (f" (and {len(f.shape_mismatches) - 1} more)" if len(f.shape_mismatches) > 1 else ""),
+                       *args[1:])
+    missing = [n for n, b in declared.items() if b is None]
+    if missing:
+        return GateRow(args[0], UNKNOWN, f"no base model declared by {', '.join(missing)}", *args[1:])
+    if f.shape_mismatches is None:
+        return GateRow(args[0], UNKNOWN, f"base {bases[0]}; shapes not checked", *args[1:])
+    return GateRow(args[0], PASS, f"all on {bases[0]}, shapes match", *args[1:])
+
+
+def _common_parent(f: GateFacts) -> GateRow:
+    numbers = {"relation": f.lineage.as_dict() if f.lineage else None, "closeness": dict(f.closeness or {})}
+    args = (numbers, "X and Y on one recorded lineage", "rule")
+    if f.lineage is None:
+        return GateRow("common parent", UNKNOWN, f"no lineage recorded for {f.x} and {f.y}", *args)
+    if (f.lineage.x, f.lineage.y) != (f.x, f.y):
+        raise EvidenceError(f"gate: the lineage is of {f.lineage.x} and {f.lineage.y}, the step is {f.x} - {f.y}")
+    status = PASS if f.lineage.related else FAIL if f.lineage.kind == "unrelated" else UNKNOWN
+    return GateRow("common parent", status, f.lineage.text, *args)
+
+
+def _stable_backbone(f: GateFacts, c: GateConfig) -> GateRow:
+    runs = list(f.backbone_runs)
+    s = summarize(runs) if runs else None
+    numbers = {"runs": len(runs), "mean": s.mean if s else None, "std": s.std if s else None,
+               "typical_noise": f.typical_noise.as_dict() if f.typical_noise else None}
+    if c.max_backbone_sd is not None:
+        limit, limit_text, source = c.max_backbone_sd, f"std <= {c.max_backbone_sd:g}", c.source_of("max_backbone_sd")
+    elif f.typical_noise is not None:
+        limit = c.backbone_noise_factor * f.typical_noise.sd
+        limit_text = (f"std <= {c.backbone_noise_factor:g} x pooled noise {f.typical_noise.sd:.4g} "
+                      f"({len(f.typical_noise.models)} models, {f.typical_noise.df} df)")
+        source = f"ledger; factor {c.source_of('backbone_noise_factor')}"
+    else:
+        limit, limit_text, source = None, "std <= the ledger's pooled noise (none recorded)", "ledger"
+    numbers["limit"] = limit
+    threshold = f">= {c.min_repeats} runs, {limit_text}"
+    source = f"min_repeats {c.source_of('min_repeats')}; {source}"
+    if not runs:
+        return GateRow("stable backbone", UNKNOWN, f"no runs of {f.backbone} recorded", numbers, threshold, source)
+    if len(runs) < c.min_repeats:
+        return GateRow("stable backbone", FAIL, f"{f.backbone}: {len(runs)} run(s) < {c.min_repeats}", numbers,
+                       threshold, source)
+    if limit is None:
+        return GateRow("stable backbone", UNKNOWN, f"{f.backbone}: std {s.std:.4g}, no noise level to compare to",
+                       numbers, threshold, source)
+    ok = s.std <= limit
+    return GateRow("stable backbone", PASS if ok else FAIL,
+                   f"{f.backbone}: {s.n} runs, std {s.std:.4g} {'<=' if ok else '>'} {limit:.4g}",
+                   numbers, threshold, source)
+
+
+def _repeated_evidence(f: GateFacts, c: GateConfig) -> GateRow:
+    cmp = f.comparison
+    threshold = (f"{f.x} better than {f.y} beyond eval noise ({c.confidence:.0%} interval excludes 0; "
+                 f">= {c.min_evidence_runs} runs each for Welch)")
+    source = f"confidence {c.source_of('confidence')}; min_evidence_runs {c.source_of('min_evidence_runs')}"
+    if cmp is None:
+        return GateRow("repeated evidence", UNKNOWN, f"no comparison of {f.x} and {f.y}", {}, threshold, source)
+    if (cmp.a, cmp.b) != (f.x, f.y):
+        raise EvidenceError(f"gate: the comparison is {cmp.a} vs {cmp.b}, the step is {f.x} - {f.y}")
+    if cmp.confidence != c.confidence:
+        raise EvidenceError(f"gate: the comparison used confidence {cmp.confidence}, the gate {c.confidence}")
+    numbers = cmp.as_dict()
+    text = f"{cmp.verdict} on {cmp.metric}" + (f" ({cmp.decided_by})" if cmp.decided_by else "")
+    if cmp.decided_by == "welch" and min(cmp.welch.n) < c.min_evidence_runs:
+        return GateRow("repeated evidence", UNKNOWN, f"{text}; runs {cmp.welch.n} < {c.min_evidence_runs} each",
+                       numbers, threshold, source)
+    status = {"a_better": PASS, "b_better": FAIL, "within_noise": FAIL}.get(cmp.verdict_code, UNKNOWN)
+    if cmp.decided_by:
+        d = {"welch": cmp.welch, "paired": cmp.paired, "clustered": cmp.clustered}[cmp.decided_by]
+        text += f": diff {d.diff:+.4g}, CI [{d.ci_low:.4g}, {d.ci_high:.4g}], p {d.p:.3g}"
+    return GateRow("repeated evidence", status, text, numbers, threshold, source)
+
+
+def _consensus(f: GateFacts, c: GateConfig) -> GateRow:
+    threshold, source = f"agreeing share >= {c.min_agree:g}", c.source_of("min_agree")
+    ref = f" against {f.consensus_ref}" if f.consensus_ref else ""
+    if f.consensus is None or f.consensus[1] <= 0:
+        return GateRow("module consensus", UNKNOWN, f"no consensus audit{ref}", {}, threshold, source)
+    agree, total = f.consensus
+    share = agree / total
+    numbers = {"agree": agree, "modules": total, "share": share, "ref": f.consensus_ref}
+    return GateRow("module consensus", PASS if share >= c.min_agree else FAIL,
+                   f"{agree}/{total} modules agree{ref} ({share:.1%})", numbers, threshold, source)
+
+
+def _trust(f: GateFacts, c: GateConfig) -> GateRow:
+    threshold, source = f"trust <= {c.max_trust:g}", c.source_of("max_trust")
+    if f.trust is None:
+        return GateRow("small trust region", UNKNOWN, "no trust (relative step) given", {}, threshold, source)
+    ok = f.trust <= c.max_trust
+    return GateRow("small trust region", PASS if ok else FAIL,
+                   f"step {f.trust:.4g} ({f.trust:.2%} of {f.backbone}) {'<=' if ok else '>'} {c.max_trust:g}",
+                   {"trust": f.trust}, threshold, source)
+
+
+def evaluate_gate(facts: GateFacts, config: GateConfig | None = None) -> GateResult:
+    """The six rows for ``facts`` under ``config`` (defaults when None); see the module docstring."""
+    c = config or GateConfig()
+    return GateResult((_common_base(facts), _common_parent(facts), _stable_backbone(facts, c),
+                       _repeated_evidence(facts, c), _consensus(facts, c), _trust(facts, c)))

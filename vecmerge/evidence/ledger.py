@@ -1,0 +1,303 @@
+"""The evaluation ledger: one SQLite file of scores, each tied to the content sha256 of the weights it measured.
+
+Evidence follows the weights, not the name. A record keeps the adapter's content hash at the time it was
+recorded; when the caller passes the models' current hashes, records of other weights are *stale* and left
+out unless asked for. Every write is one transaction (``BEGIN IMMEDIATE`` on a WAL database with a busy
+timeout), so two processes may write at once and neither loses a record.
+
+    ledger = Ledger("vecmerge-evidence.db")
+    ledger.set_direction("official_total", higher_is_better=True)
+    ledger.add("v51", sha, "official_total", [1.0180, 0.9895, 1.0004, 1.0105, 1.0142])
+    current = ledger.records(metric="official_total", current_sha={"v51": sha})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import numbers
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from ..errors import few
+from . import EvidenceError
+from .records import SHA_RE, Entry, Record, finite_number, is_stale, name_problem, utc_now
+
+__all__ = ["Ledger", "Entry", "Record", "is_stale", "finite_number", "utc_now", "SHA_RE", "SCHEMA_VERSION",
+           "DEFAULT_NAME"]
+
+SCHEMA_VERSION = 1
+DEFAULT_NAME = "vecmerge-evidence.db"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    model TEXT NOT NULL,
+    sha256 TEXT,
+    metric TEXT NOT NULL,
+    value REAL NOT NULL,
+    subs TEXT NOT NULL DEFAULT '{}',
+    stderr REAL,
+    item TEXT,
+    cluster TEXT,
+    source TEXT NOT NULL,
+    note TEXT,
+    created TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS records_metric_model ON records (metric, model);
+CREATE TABLE IF NOT EXISTS directions (
+    metric TEXT PRIMARY KEY,
+    higher_is_better INTEGER NOT NULL,
+    created TEXT NOT NULL
+);
+"""
+_COLUMNS = "id, model, sha256, metric, value, subs, stderr, item, cluster, source, note, created"
+
+
+class Ledger:
+    """An evaluation ledger in one SQLite file (created on the first write; reads of a missing file are empty).
+
+    Args:
+        path (str | Path): the database file, ``vecmerge-evidence.db`` beside the workspace by default.
+        timeout (float): seconds a writer waits for another writer's transaction to finish.
+    """
+
+    def __init__(self, path: str | Path = DEFAULT_NAME, timeout: float = 30.0):
+        self.path = Path(path)
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"Ledger({str(self.path)!r})"
+
+    # -- connections -------------------------------------------------------------------------------
+    def _connect(self, write: bool) -> sqlite3.Connection:
+        try:
+            con = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            con.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            if write:  # only a ledger (or an empty file) is switched to WAL; readers leave the file alone
+                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if tables and "schema_version" not in tables:
+                    con.close()
+                    raise self._not_a_ledger("no schema_version table")
+                self._use_wal(con)
+        except sqlite3.Error as err:
+            raise EvidenceError(f"{self.path}: cannot open the evidence ledger ({err})") from err
+        return con
+
+    def _use_wal(self, con: sqlite3.Connection) -> None:
+        """Switch to WAL (once per file). SQLite answers "locked" at once, without its busy handler, when two
+        processes switch a new file together, so this retries until ``timeout``."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    con.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
+
+    def _not_a_ledger(self, why) -> EvidenceError:
+        return EvidenceError(f"{self.path}: not a vecmerge evidence ledger ({why}); "
+                             "point `evidence:` in vecmerge.yaml at another file")
+
+    def _check_version(self, con: sqlite3.Connection) -> None:
+        try:
+            rows = con.execute("SELECT version FROM schema_version").fetchall()
+        except sqlite3.DatabaseError as err:
+            raise self._not_a_ledger(err) from None
+        if not rows or rows[0][0] > SCHEMA_VERSION:
+            found = rows[0][0] if rows else "none"
+            raise EvidenceError(f"{self.path}: ledger schema version {found}, this vecmerge reads "
+                                f"{SCHEMA_VERSION}; upgrade vecmerge")
+
+    def _write(self, work) -> list[int]:
+        """Run ``work(con)`` inside one BEGIN IMMEDIATE transaction (schema created on first use)."""
+        con = self._connect(write=True)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if not tables:  # a new file: create the ledger (never inside someone else's database)
+                    for statement in filter(str.strip, _SCHEMA.split(";")):  # not executescript: it COMMITs
+                        con.execute(statement)
+                    con.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+                self._check_version(con)
+                out = work(con)
+                con.execute("COMMIT")
+                return out
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as err:
+            raise EvidenceError(f"{self.path}: could not write to the evidence ledger ({err})") from err
+        finally:
+            con.close()
+
+    def _read(self, sql: str, args: Sequence = ()) -> list[tuple]:
+        if not self.path.exists():
+            return []
+        con = self._connect(write=False)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not tables:
+                return []
+            self._check_version(con)
+            return con.execute(sql, args).fetchall()
+        except sqlite3.Error as err:
+            raise EvidenceError(f"{self.path}: could not read the evidence ledger ({err})") from err
+        finally:
+            con.close()
+
+    # -- writes ------------------------------------------------------------------------------------
+    def write(self, entries: Iterable[Entry], directions: Mapping[str, bool] | None = None) -> list[int]:
+        """Record every entry (and metric directions) in ONE transaction, or nothing at all.
+
+        Args:
+            entries (Iterable[Entry]): what to record; all are checked before anything is written.
+            directions (Mapping[str, bool] | None): metric -> higher_is_better to declare alongside; a
+                declaration that contradicts the ledger raises and nothing is written.
+
+        Returns:
+            list[int]: the new records' ids, in the order given.
+        """
+        entries = list(entries)
+        problems = [f"entry {i + 1} ({e.model!r}, {e.metric!r}): {p}"
+                    for i, e in enumerate(entries) for p in e.problems()]
+        if problems:
+            raise EvidenceError(f"nothing recorded: {len(problems)} problem(s): {few(problems, 3)}")
+        now = utc_now()
+
+        def work(con):
+            for metric, higher in (directions or {}).items():
+                self._declare(con, metric, higher, replace=False, now=now)
+            ids = []
+            for e in entries:
+                cur = con.execute(
+                    "INSERT INTO records (model, sha256, metric, value, subs, stderr, item, cluster, source,"
+                    " note, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (e.model, e.sha256, e.metric, float(e.value), json.dumps({k: float(v) for k, v in e.subs}),
+                     None if e.stderr is None else float(e.stderr), e.item, e.cluster, e.source, e.note, now))
+                ids.append(cur.lastrowid)
+            return ids
+
+        return self._write(work)
+
+    def add(self, model: str, sha256: str | None, metric: str, values: float | Iterable[float], *,
+            subs: Mapping[str, float] | Sequence[Mapping[str, float]] | None = None, stderr: float | None = None,
+            source: str = "manual", note: str | None = None) -> list[int]:
+        """Record one or more whole-run scores of one model on one metric (one transaction).
+
+        Args:
+            values (float | Iterable[float]): one value per run.
+            subs: sub-scores; one mapping for a single value, or a list of mappings, one per value.
+
+        Returns:
+            list[int]: the new ids.
+        """
+        values = [values] if isinstance(values, numbers.Real) else list(values)
+        if not values:
+            raise EvidenceError(f"{model}: no value to record for {metric}")
+        if subs is None:
+            subs_list = [{}] * len(values)
+        elif isinstance(subs, Mapping):
+            if len(values) != 1:
+                raise EvidenceError(f"{model}: sub-scores given once for {len(values)} values; "
+                                    "record the runs one at a time, or give one mapping per value")
+            subs_list = [subs]
+        else:
+            subs_list = list(subs)
+            if len(subs_list) != len(values):
+                raise EvidenceError(f"{model}: {len(subs_list)} sub-score mappings for {len(values)} values")
+        return self.write(Entry(model, metric, v, sha256, s, stderr=stderr, source=source, note=note)
+                          for v, s in zip(values, subs_list))
+
+    def add_items(self, model: str, sha256: str | None, metric: str,
+                  items: Mapping[str, float] | Iterable[tuple[str, float]], *,
+                  clusters: Mapping[str, str] | None = None, source: str = "manual",
+                  note: str | None = None) -> list[int]:
+        """Record item-level scores (one per document) of one model on one metric (one transaction).
+
+        Args:
+            items: item id -> score, or (item id, score) pairs (an item may repeat: one per run).
+            clusters (Mapping[str, str] | None): item id -> cluster key.
+        """
+        pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
+        clusters = clusters or {}
+        return self.write(Entry(model, metric, v, sha256, item=str(i), cluster=clusters.get(str(i)),
+                                source=source, note=note) for i, v in pairs)
+
+    def _declare(self, con, metric: str, higher: bool, *, replace: bool, now: str) -> None:
+        if (p := name_problem(metric, "metric")) or not isinstance(higher, bool):
+            raise EvidenceError(p or f"{metric}: higher_is_better must be true or false, not {higher!r}")
+        row = con.execute("SELECT higher_is_better FROM directions WHERE metric = ?", (metric,)).fetchone()
+        if row is not None and bool(row[0]) != higher and not replace:
+            said = "higher" if row[0] else "lower"
+            raise EvidenceError(f"{metric}: the ledger already says {said} is better; "
+                                "replace the declaration explicitly to change it")
+        con.execute("INSERT OR REPLACE INTO directions (metric, higher_is_better, created) VALUES (?, ?, ?)",
+                    (metric, int(higher), now))
+
+    def set_direction(self, metric: str, higher_is_better: bool, *, replace: bool = False) -> None:
+        """Declare once per metric whether higher or lower is better (a conflicting second one raises)."""
+        self._write(lambda con: self._declare(con, metric, higher_is_better, replace=replace, now=utc_now()))
+
+    # -- reads -------------------------------------------------------------------------------------
+    def direction(self, metric: str) -> bool | None:
+        """True if higher is better, False if lower is, None if never declared."""
+        return self.directions().get(metric)
+
+    def directions(self) -> dict[str, bool]:
+        """Every declared metric -> higher_is_better."""
+        return {m: bool(h) for m, h in self._read("SELECT metric, higher_is_better FROM directions ORDER BY metric")}
+
+    def records(self, models: Iterable[str] | None = None, metric: str | None = None, *,
+                current_sha: Mapping[str, str | None] | None = None, include_stale: bool = False,
+                level: str = "all") -> list[Record]:
+        """Records in id order, filtered; stale ones (see ``is_stale``) left out unless ``include_stale``.
+
+        Args:
+            models (Iterable[str] | None): only these models (all when None).
+            metric (str | None): only this metric.
+            current_sha (Mapping[str, str | None] | None): each model's current content sha256.
+            include_stale (bool): keep stale records (each carries ``stale=True``).
+            level (str): ``"all"``, ``"run"`` (whole runs only) or ``"item"`` (item-level only).
+        """
+        if level not in ("all", "run", "item"):
+            raise EvidenceError(f"level={level!r}: use all, run or item")
+        sql, args = f"SELECT {_COLUMNS} FROM records WHERE 1=1", []
+        if models is not None:
+            models = list(models)
+            sql += f" AND model IN ({', '.join('?' * len(models))})"
+            args += models
+        if metric is not None:
+            sql += " AND metric = ?"
+            args.append(metric)
+        if level != "all":
+            sql += " AND item IS NULL" if level == "run" else " AND item IS NOT NULL"
+        out = []
+        for row in self._read(sql + " ORDER BY id", args):
+            rid, model, sha, met, value, subs, stderr, item, cluster, source, note, created = row
+            rec = Record(rid, model, sha, met, value, tuple(sorted(json.loads(subs).items())), stderr, item,
+                         cluster, source, note, created)
+            stale = is_stale(rec, current_sha)
+            if stale and not include_stale:
+                continue
+            out.append(dataclasses.replace(rec, stale=stale))
+        return out
+
+    def metrics(self) -> list[str]:
+        """Every metric with at least one record, sorted."""
+        return [r[0] for r in self._read("SELECT DISTINCT metric FROM records ORDER BY metric")]
+
+    def models(self) -> list[str]:
+        """Every model with at least one record, sorted."""
+        return [r[0] for r in self._read("SELECT DISTINCT model FROM records ORDER BY model")]
+
+    def export(self, current_sha: Mapping[str, str | None] | None = None) -> list[dict]:
+        """Every record (stale ones included, flagged) as flat JSON-ready dicts (see ``Record.as_dict``)."""
+        return [r.as_dict() for r in self.records(current_sha=current_sha, include_stale=True)]

@@ -1,0 +1,88 @@
+"""The ledger's typical run noise, and how many repeats a difference needs.
+
+    pooled      s_p² = Σ_m (n_m - 1) s_m² / Σ_m (n_m - 1) over models with n_m ≥ 2 runs
+    power       P(|T| > t_{1-α/2, 2n-2}) with T ~ noncentral t(2n - 2, δ / (σ·sqrt(2/n)))   (two-sample t)
+    repeats     the fewest n with power ≥ the target (from the normal approximation, then exact)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from . import EvidenceError
+from .stats import summarize
+
+
+@dataclass(frozen=True)
+class PooledNoise:
+    """The ledger's typical within-model noise on one metric: s_p over models with ≥ 2 runs."""
+
+    sd: float
+    var: float
+    df: int
+    models: tuple[str, ...]
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "models": list(self.models)}
+
+
+def pooled_noise(runs: Mapping[str, Sequence[float]]) -> PooledNoise | None:
+    """Pooled sample variance s_p² = Σ (n_m - 1) s_m² / Σ (n_m - 1) over models with n_m ≥ 2.
+
+    Args:
+        runs (Mapping[str, Sequence[float]]): model -> its run values on one metric.
+
+    Returns:
+        PooledNoise, or None when no model has two runs.
+    """
+    num, df, used = 0.0, 0, []
+    for model, xs in runs.items():
+        if len(xs) >= 2:
+            s = summarize(xs)
+            num += (s.n - 1) * s.std**2
+            df += s.n - 1
+            used.append(model)
+    if df == 0:
+        return None
+    return PooledNoise(math.sqrt(num / df), num / df, df, tuple(used))
+
+
+def power_two_sample(n: int, delta: float, sd: float, alpha: float = 0.05) -> float:
+    """Power of the two-sided two-sample t test with n runs per model, equal noise sd, true difference delta:
+
+    P(|T| > t_{1-α/2, 2n-2}) with T ~ noncentral t(df = 2n - 2, ncp = δ / (σ·sqrt(2/n))).
+    """
+    from scipy import stats
+
+    df = 2 * n - 2
+    ncp = abs(delta) / (sd * math.sqrt(2.0 / n))
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp))
+
+
+def repeats_needed(delta: float, sd: float, *, alpha: float = 0.05, power: float = 0.8,
+                   max_n: int = 100_000) -> int | None:
+    """The fewest runs per model (n ≥ 2) for which ``power_two_sample(n, delta, sd, alpha) ≥ power``.
+
+    Starts from the normal approximation n ≈ 2 (z_{1-α/2} + z_{power})² σ² / δ² and steps to the exact
+    noncentral-t answer. Returns None when delta is 0 or more than ``max_n`` runs would be needed.
+    """
+    from scipy import stats
+
+    if not sd > 0:
+        raise EvidenceError(f"sd={sd!r}: the noise must be > 0 to plan repeats")
+    if delta == 0:
+        return None
+    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
+    n = max(2, math.ceil(2 * (z * sd / delta) ** 2))
+    if n > max_n:
+        return None
+    while n > 2 and power_two_sample(n - 1, delta, sd, alpha) >= power:
+        n -= 1
+    while power_two_sample(n, delta, sd, alpha) < power:
+        n += 1
+        if n > max_n:
+            return None
+    return n

@@ -1,0 +1,72 @@
+"""Shared by the importers: what a parse returns, and problems collected per file and raised as one line."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import EvidenceError
+from .records import Entry
+
+
+@dataclass
+class Parsed:
+    """What one or more files hold, ready for ``Ledger.write``.
+
+    entries (list[Entry]): the records (sha256 filled only where the file carried it).
+    directions (dict[str, bool]): metric -> higher_is_better declared by the files (lm-eval).
+    files (list[str]): the files read, in order.
+    """
+
+    entries: list[Entry] = field(default_factory=list)
+    directions: dict[str, bool] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+
+
+class Problems:
+    """Collects (where, field, message) for one file and raises them as one line."""
+
+    def __init__(self, path: Path):
+        self.path, self.items = path, []
+
+    def add(self, where: str, field_name: str | None, message: str) -> None:
+        self.items.append((where, field_name, message))
+
+    def raise_if_any(self) -> None:
+        if not self.items:
+            return
+        where, name, message = self.items[0]
+        head = f"{self.path}: {where}" + (f", field '{name}'" if name else "") + f": {message}"
+        if len(self.items) > 1:
+            rest = [w + (f" '{f}'" if f else "") for w, f, _ in self.items[1:4]]
+            more = len(self.items) - 1
+            head += f" (and {more} more problem{'s' * (more > 1)}: {', '.join(rest)}{', ...' * (more > 3)})"
+        raise EvidenceError(head + "; nothing was recorded")
+
+
+def parse_number(text, problems: Problems, where: str, name: str, *, allow_bool: bool = False) -> float | None:
+    """A finite float from a cell or JSON value, or None after noting the problem."""
+    if allow_bool and isinstance(text, bool):
+        return float(text)
+    if isinstance(text, bool) or text is None or isinstance(text, (list, dict)):
+        problems.add(where, name, f"{text!r} is not a number")
+        return None
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        problems.add(where, name, f"{text!r} is not a number")
+        return None
+    if not math.isfinite(value):
+        problems.add(where, name, f"{text!r} is not finite (NaN and infinities cannot be recorded)")
+        return None
+    return value
+
+
+def plain(text: str, problems: Problems, where: str, name: str, required: bool) -> str | None:
+    text = text.strip()
+    if not text:
+        if required:
+            problems.add(where, name, "empty")
+        return None
+    return text

@@ -1,0 +1,157 @@
+"""What the ledger stores: an Entry to record, a Record read back, and the rule that makes a record stale.
+
+Evidence follows the weights, not the name: each record keeps the adapter's content sha256 at the time it
+was recorded (see ``is_stale``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from . import EvidenceError
+
+SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def utc_now() -> str:
+    """The current time as ``2026-05-01T12:00:00Z`` (UTC, seconds)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def finite_number(value, what: str) -> float:
+    """``float(value)`` for a real, finite number; raises EvidenceError naming ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise EvidenceError(f"{what}: {value!r} is not a number")
+    out = float(value)
+    if not math.isfinite(out):
+        raise EvidenceError(f"{what}: {value!r} is not finite (NaN and infinities cannot be recorded)")
+    return out
+
+
+def name_problem(value, what: str) -> str | None:
+    """Why ``value`` cannot name a model, metric or key (None when it can): a non-empty string, no edge spaces."""
+    if not isinstance(value, str) or not value.strip():
+        return f"{what}: {value!r} must be a non-empty string"
+    if value != value.strip() or "\n" in value:
+        return f"{what}: {value!r} has surrounding spaces or a line break"
+    return None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One evaluation to record; ``Ledger.write`` checks it and stores it with a time and an id.
+
+    Args:
+        model (str): the model's name (a workspace entry, a folder name).
+        metric (str): what was measured, e.g. ``official_total`` or ``toy_mc/acc``.
+        value (float): the score, finite.
+        sha256 (str | None): the adapter's content sha256 (64 hex) when recorded; None when no adapter
+            could be hashed (published scores of weights not on disk).
+        subs (Mapping[str, float] | tuple): sub-scores, key -> finite float (kept as sorted pairs).
+        stderr (float | None): a standard error the source reported with the value (lm-eval ``*_stderr``).
+        item (str | None): the item (document) id for item-level records; None for a whole run.
+        cluster (str | None): the item's cluster key (a passage, a topic), for clustered errors.
+        source (str): where it came from: ``manual``, ``csv:FILE``, ``lm-eval:FILE``.
+        note (str | None): free text.
+    """
+
+    model: str
+    metric: str
+    value: float
+    sha256: str | None = None
+    subs: tuple[tuple[str, float], ...] = ()
+    stderr: float | None = None
+    item: str | None = None
+    cluster: str | None = None
+    source: str = "manual"
+    note: str | None = None
+
+    def __post_init__(self):
+        if isinstance(self.subs, Mapping):
+            object.__setattr__(self, "subs", tuple(sorted(self.subs.items())))
+        if isinstance(self.item, int) and not isinstance(self.item, bool):
+            object.__setattr__(self, "item", str(self.item))
+
+    def problems(self) -> list[str]:
+        """Every problem with this entry, one short phrase each (empty when it can be recorded)."""
+        out = [p for p in (name_problem(self.model, "model"), name_problem(self.metric, "metric"),
+                           name_problem(self.source, "source")) if p]
+        if self.sha256 is not None and not (isinstance(self.sha256, str) and SHA_RE.match(self.sha256)):
+            out.append(f"sha256: {self.sha256!r} is not 64 lowercase hex digits")
+        for what, value in [("value", self.value), ("stderr", self.stderr)] + [
+                (f"sub.{k}", v) for k, v in self.subs]:
+            if value is None and what == "stderr":
+                continue
+            try:
+                finite_number(value, what)
+            except EvidenceError as err:
+                out.append(str(err))
+        out += [p for k, _ in self.subs if (p := name_problem(k, "sub-score key"))]
+        for what in ("item", "cluster"):
+            value = getattr(self, what)
+            if value is not None and (p := name_problem(value, what)):
+                out.append(p)
+        if self.cluster is not None and self.item is None:
+            out.append("cluster: only item-level records (with an item id) carry a cluster key")
+        if self.stderr is not None and isinstance(self.stderr, numbers.Real) and self.stderr < 0:
+            out.append(f"stderr: {self.stderr!r} is negative")
+        return out
+
+
+@dataclass(frozen=True)
+class Record:
+    """A stored evaluation: an Entry with its id and UTC time, and whether it is stale for this query.
+
+    ``stale`` is True when the caller passed the model's current sha256 and this record measured other
+    weights (or weights that were never hashed).
+    """
+
+    id: int
+    model: str
+    sha256: str | None
+    metric: str
+    value: float
+    subs: tuple[tuple[str, float], ...] = ()
+    stderr: float | None = None
+    item: str | None = None
+    cluster: str | None = None
+    source: str = "manual"
+    note: str | None = None
+    created: str = ""
+    stale: bool = field(default=False, compare=False)
+
+    @property
+    def sub_scores(self) -> dict[str, float]:
+        return dict(self.subs)
+
+    @property
+    def is_item(self) -> bool:
+        """True for an item-level record (one document), False for a whole run."""
+        return self.item is not None
+
+    def as_dict(self) -> dict:
+        """A flat JSON-ready dict: the columns, then ``sub.KEY`` for each sub-score."""
+        out = {"id": self.id, "model": self.model, "sha256": self.sha256, "metric": self.metric,
+               "value": self.value, "stderr": self.stderr, "item": self.item, "cluster": self.cluster,
+               "source": self.source, "note": self.note, "created": self.created, "stale": self.stale}
+        out.update({f"sub.{k}": v for k, v in self.subs})
+        return out
+
+
+def is_stale(record: Record, current_sha: Mapping[str, str | None] | None) -> bool:
+    """Whether ``record`` measured other weights than the model's current ones.
+
+    Rule: with no ``current_sha`` nothing is stale. For a model named in it with a hash, a record is
+    current only if its sha256 equals that hash (a record without a hash is stale: it cannot be tied to
+    these weights). A model absent from ``current_sha`` or mapped to None has nothing to compare
+    against, so its records are not stale.
+    """
+    if not current_sha:
+        return False
+    now = current_sha.get(record.model)
+    return now is not None and record.sha256 != now
