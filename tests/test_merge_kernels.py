@@ -1,0 +1,239 @@
+"""Merge kernels against PEFT 0.21's own ``merge_utils`` functions, hand computations and DARE's statistics.
+
+PEFT's functions run on the same dense inputs. The deterministic kernels perform PEFT's operations in
+PEFT's order, so they are compared with ``torch.equal`` (bit for bit), in float64 and float32. DARE
+draws from a ``torch.Generator``; seeded like PEFT's global generator its masks are bit-identical, so
+it is compared exactly too, and its statistics are checked on their own (Monte Carlo bounds below).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.testing import assert_close
+
+from vecmerge.lowrank import LowRank, combine
+from vecmerge.merge_kernels import (
+    MergeArgumentError,
+    dare_drop,
+    dare_linear,
+    dare_ties,
+    magnitude_mask,
+    magnitude_prune,
+    module_seed,
+    slerp_coefficients,
+    ties,
+)
+
+
+@pytest.fixture(scope="module")
+def peft_mu():
+    """``peft.utils.merge_utils`` loaded from its file alone (it imports only torch), skipping peft's 4 s import."""
+    spec = importlib.util.find_spec("peft")
+    if spec is None or spec.origin is None:
+        pytest.skip("peft is not installed")
+    path = Path(spec.origin).parent / "utils" / "merge_utils.py"
+    mod_spec = importlib.util.spec_from_file_location("_peft_merge_utils", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    return mod
+
+
+def stack(seed: int, n=3, rows=24, cols=17, dtype=torch.float64) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, rows, cols, generator=g, dtype=dtype)
+
+
+WEIGHTS = [0.7, -0.4, 1.3]
+
+
+# -- magnitude pruning and TIES: bit-identical to PEFT -------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("density", [0.1, 0.29, 0.5, 0.9, 1.0])
+def test_magnitude_prune_and_ties_equal_peft(peft_mu, dtype, density):
+    X = stack(11, dtype=dtype)
+    w = torch.tensor(WEIGHTS, dtype=dtype)
+    with pytest.warns(UserWarning) if density >= 1 else _nullcontext():  # PEFT warns at density 1
+        ref_mp = peft_mu.magnitude_prune(list(X), w, density)
+    assert torch.equal(magnitude_prune(X, w, density), ref_mp)
+    for majority in ("total", "frequency"):
+        with pytest.warns(UserWarning) if density >= 1 else _nullcontext():
+            ref = peft_mu.ties(list(X), w, density, majority)
+        assert torch.equal(ties(X, w, density, majority), ref)
+
+
+def _nullcontext():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def test_python_weights_are_exact_in_float64(peft_mu):
+    """Weights given as Python floats become float64 exactly (PEFT's add_weighted_adapter rounds them to float32)."""
+    X = stack(3)
+    assert torch.equal(magnitude_prune(X, WEIGHTS, 0.5),
+                       peft_mu.magnitude_prune(list(X), torch.tensor(WEIGHTS, dtype=torch.float64), 0.5))
+
+
+def test_magnitude_mask_ties_and_count_by_hand():
+    """|x| = 3, 1, 1, 1, 2 at density 0.6 keeps k = int(0.6*5) = 3: the 3, the 2 and the first 1 (index 1)."""
+    x = torch.tensor([3.0, -1.0, 1.0, 1.0, 2.0])
+    assert magnitude_mask(x, 0.6).tolist() == [True, True, False, False, True]
+    # PEFT's count: int(0.29 * 100) = int(28.999999999999996) = 28
+    assert int(magnitude_mask(torch.arange(1.0, 101.0), 0.29).sum()) == 28
+    assert int(magnitude_mask(torch.ones(10, 10), 0.5).sum()) == 50  # all tied: the first 50 flat entries
+    assert magnitude_mask(torch.ones(10, 10), 0.5).reshape(-1)[:50].all()
+
+
+def test_ties_by_hand():
+    """Two tasks, weights (1, 2), density 2/3 (k = int(2/3 * 3) = 2 of 3 entries per task).
+
+    X1 = [3, -1, 2] -> trimmed [3, 0, 2];  X2 = [-1, -4, 1.5] -> trimmed [0, -4, 1.5].
+    Election on the unweighted sum [3, -4, 3.5]: signs [+, -, +].
+    Agreeing weighted entries: col 0: 1*3 (count 1) -> 3; col 1: 2*(-4) (count 1) -> -8;
+    col 2: (1*2 + 2*1.5) / 2 = 2.5.  magnitude_prune: 1*[3, 0, 2] + 2*[0, -4, 1.5] = [3, -8, 5].
+    With X2 = [-1, -4, 1] the magnitudes 1 and 1 tie at the threshold and the lower index (the -1) is
+    kept: trimmed [-1, -4, 0], magnitude_prune = [3 - 2, -8, 2] = [1, -8, 2].
+    """
+    X = torch.tensor([[[3.0, -1.0, 2.0]], [[-1.0, -4.0, 1.5]]], dtype=torch.float64)
+    assert ties(X, [1.0, 2.0], 2 / 3).tolist() == [[3.0, -8.0, 2.5]]
+    assert magnitude_prune(X, [1.0, 2.0], 2 / 3).tolist() == [[3.0, -8.0, 5.0]]
+    X[1, 0, 2] = 1.0
+    assert magnitude_prune(X, [1.0, 2.0], 2 / 3).tolist() == [[1.0, -8.0, 2.0]]
+    # A zero vote elects +1: signs +1 and -1 count 0 under "frequency"; the sum 2 - 5 = -3 under "total".
+    Y = torch.tensor([[[2.0]], [[-5.0]]], dtype=torch.float64)
+    assert ties(Y, [1.0, 1.0], 1.0, "frequency").tolist() == [[2.0]]  # only task 1 agrees with +
+    assert ties(Y, [1.0, 1.0], 1.0, "total").tolist() == [[-5.0]]  # only task 2 agrees with -
+
+
+# -- DARE: PEFT's random stream reproduced exactly -------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_dare_equals_peft_with_the_same_seed(peft_mu, dtype):
+    X = stack(5, dtype=dtype)
+    w = torch.tensor(WEIGHTS, dtype=dtype)
+    for density in (0.3, 0.75):
+        torch.manual_seed(1234)
+        ref_lin = peft_mu.dare_linear(list(X), w, density)
+        ref_ties = peft_mu.dare_ties(list(X), w, density, "total")  # continues PEFT's global stream
+        g = torch.Generator().manual_seed(1234)
+        assert torch.equal(dare_linear(X, w, density, g), ref_lin)
+        assert torch.equal(dare_ties(X, w, density, g, "total"), ref_ties)
+
+
+def test_dare_density_one_draws_nothing():
+    g = torch.Generator().manual_seed(9)
+    before = g.get_state()
+    X = stack(1)
+    w = torch.tensor(WEIGHTS, dtype=torch.float64)
+    assert torch.equal(dare_linear(X, WEIGHTS, 1.0, g), (X * w[:, None, None]).sum(0))
+    assert torch.equal(g.get_state(), before)
+
+
+def test_dare_is_seeded_and_reproducible():
+    X = stack(2)
+    a = dare_ties(X, WEIGHTS, 0.4, torch.Generator().manual_seed(77))
+    b = dare_ties(X, WEIGHTS, 0.4, torch.Generator().manual_seed(77))
+    c = dare_ties(X, WEIGHTS, 0.4, torch.Generator().manual_seed(78))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_dare_statistics_unbiased_and_keep_rate():
+    """M = 400 draws of dare_linear on n=3 tasks of 24 x 17 (1224 entries), density d = 0.3.
+
+    Each entry of one draw has mean sum_i w_i x_i and variance v = sum_i w_i^2 x_i^2 (1 - d) / d, so
+    the mean of M draws has squared Frobenius error with expectation sum(v) / M; with 408 entries
+    per matrix that ratio concentrates near 1 (relative spread about sqrt(2/408) ~ 0.07 for equal
+    variances, a few times more for these uneven ones): we require 0.6 < ratio < 1.4. A bias of 1%
+    of the entries' mean would add ~0.01^2 * ||mean||^2 * M / sum(v) ~ 0.04 to the ratio.
+    Keep rate: the share of kept entries over all draws, N = 400 * 1224 Bernoulli(0.3) trials,
+    is within 5 sigma = 5 sqrt(d (1 - d) / N) ~ 0.0033 of d.
+    """
+    X, d, M = stack(8), 0.3, 400
+    w = torch.tensor(WEIGHTS, dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    target = (X * w[:, None, None]).sum(0)
+    total, kept = torch.zeros_like(target), 0
+    for _ in range(M):
+        dropped = dare_drop(X, d, g)
+        kept += int((dropped != 0).sum())
+        total += (dropped * w[:, None, None]).sum(0)
+    mean = total / M
+    var = ((w[:, None, None] ** 2) * X**2).sum(0) * (1 - d) / d
+    ratio = float(((mean - target) ** 2).sum() / (var.sum() / M))
+    assert 0.6 < ratio < 1.4, ratio
+    rate, N = kept / (M * X.numel()), M * X.numel()
+    assert abs(rate - d) < 5 * math.sqrt(d * (1 - d) / N), rate
+
+
+# -- validation -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("call", [
+    lambda X: ties(X, WEIGHTS, 0.0),
+    lambda X: magnitude_prune(X, WEIGHTS, 1.5),
+    lambda X: dare_linear(X, WEIGHTS[:2], 0.5, torch.Generator()),
+    lambda X: ties(X, [1.0, float("nan"), 1.0], 0.5),
+    lambda X: ties(X, WEIGHTS, 0.5, "median"),
+    lambda X: magnitude_prune(X[0], WEIGHTS, 0.5),
+])
+def test_bad_arguments_raise_typed_errors(call):
+    with pytest.raises(MergeArgumentError):
+        call(stack(0))
+
+
+def test_module_seed_is_stable_and_distinct():
+    assert module_seed(3, "layers.0.q_proj") == module_seed(3, "layers.0.q_proj")
+    assert len({module_seed(3, "a"), module_seed(3, "b"), module_seed(4, "a")}) == 3
+    assert 0 <= module_seed(3, "a") < 2**63
+
+
+# -- SLERP -------------------------------------------------------------------------------------------
+def dense_slerp(t: float, v0: np.ndarray, v1: np.ndarray, threshold=0.9995, eps=1e-8) -> np.ndarray:
+    """mergekit's definition, written out in float64: directions v/||v|| (||v|| > eps), cos of the angle,
+    lerp when |cos| > threshold, else sin((1-t) theta)/sin(theta) v0 + sin(t theta)/sin(theta) v1 on the
+    unnormalized vectors."""
+    n0, n1 = np.linalg.norm(v0), np.linalg.norm(v1)
+    u0 = v0 / n0 if n0 > eps else v0
+    u1 = v1 / n1 if n1 > eps else v1
+    cos = float(np.sum(u0 * u1))
+    if abs(cos) > threshold:
+        return (1 - t) * v0 + t * v1
+    theta = np.arccos(cos)
+    return np.sin(theta - theta * t) / np.sin(theta) * v0 + np.sin(theta * t) / np.sin(theta) * v1
+
+
+def rand_lr(out, inn, r, seed):
+    g = torch.Generator().manual_seed(seed)
+    return LowRank(torch.randn(out, r, generator=g, dtype=torch.float64),
+                   torch.randn(r, inn, generator=g, dtype=torch.float64), 0.5)
+
+
+@pytest.mark.parametrize("t", [0.0, 0.25, 0.5, 0.9, 1.0])
+@pytest.mark.parametrize("mix", [0.0, 0.6, -0.8, 50.0])  # x1 = x0 * mix + y: various angles; 50 -> colinear
+def test_slerp_factored_equals_dense_definition(t, mix):
+    """c0 x0 + c1 x1 with coefficients from the factored norms and inner product equals the dense slerp of
+    the flattened updates to rtol 1e-12 (float64)."""
+    x0 = rand_lr(30, 20, 4, 1)
+    x1 = combine([(mix, x0), (1.0, rand_lr(30, 20, 4, 2))])
+    c0, c1 = slerp_coefficients(x0.norm(), x1.norm(), x0.inner(x1), t)
+    got = combine([(c0, x0), (c1, x1)]).dense()
+    ref = dense_slerp(t, x0.dense().numpy(), x1.dense().numpy())
+    assert_close(got, torch.from_numpy(ref), rtol=1e-12, atol=1e-12 * float(np.abs(ref).max()))
+    if mix == 50.0:
+        assert (c0, c1) == (1.0 - t, t)  # cos ~ 0.9998 > 0.9995: the lerp branch
+
+
+def test_slerp_by_hand_and_zero_norm():
+    """Orthonormal x0, x1: theta = pi/2, c0 = sin((1-t) pi/2), c1 = sin(t pi/2); at t = 0.5 both sqrt(2)/2.
+    Opposite unit vectors (cos = -1 < -0.9995): lerp. A zero vector: lerp (mergekit would give sin(t pi/2))."""
+    c0, c1 = slerp_coefficients(1.0, 1.0, 0.0, 0.5)
+    assert c0 == pytest.approx(math.sqrt(0.5), rel=1e-15) and c1 == pytest.approx(math.sqrt(0.5), rel=1e-15)
+    c0, c1 = slerp_coefficients(2.0, 3.0, 0.0, 1 / 3)  # angle does not depend on the norms
+    assert (c0, c1) == pytest.approx((math.sin(math.pi / 3), math.sin(math.pi / 6)), rel=1e-15)
+    assert slerp_coefficients(1.0, 1.0, -1.0, 0.3) == pytest.approx((0.7, 0.3), rel=1e-15)
+    assert slerp_coefficients(0.0, 2.0, 0.0, 0.3) == pytest.approx((0.7, 0.3), rel=1e-15)
+    with pytest.raises(MergeArgumentError):
+        slerp_coefficients(1.0, float("inf"), 0.0, 0.5)
