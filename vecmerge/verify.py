@@ -36,11 +36,13 @@ from pathlib import Path
 
 from .adapter import Adapter
 from .checks import check, close, not_run, result, within
+from .dense import Dense
 from .errors import OutputError, VecmergeError, few
 from .export import read_manifest
 from .lowrank import LowRank, combine
 from .peft_format import CONFIG_NAME, LoraConfig
 from .pipeline import evaluate, intended
+from .pipeline.manifest import merge_formula
 from .recipe import Recipe
 from .verify_adapter import config_checks, identity_checks, open_output
 from .verify_peft import peft_checks
@@ -101,7 +103,8 @@ def recompute(manifest: dict, root: Path, progress=None) -> tuple[dict, dict]:
     recipe = Recipe.from_dict(manifest["recipe"], "manifest recipe")
     ev = evaluate(recipe, Workspace(root=root), progress)
     if ev.step is None:
-        return ev, check("recompute", True, f"re-evaluated {recipe.base!r} ({ev.method.name}) from the inputs")
+        what = recipe.base if recipe.base is not None else merge_formula(manifest["recipe"])
+        return ev, check("recompute", True, f"re-evaluated {what!r} ({ev.method.name}) from the inputs")
     st, res, k = ev.step, manifest.get("resolved") or {}, recipe.multiple
     problems, figs = [], {}
     if st.alpha is not None:
@@ -124,13 +127,23 @@ def recompute(manifest: dict, root: Path, progress=None) -> tuple[dict, dict]:
 
 
 # -- the written update against the recomputed one ------------------------------------------------
-def _scale_hint(W: LowRank, target: LowRank, tol: float) -> float | None:
+def _inner(W: LowRank, target) -> float:
+    """``<W, target>`` for a LowRank or Dense target."""
+    return target.inner(W) if isinstance(target, Dense) else W.inner(target)
+
+
+def _distance(W: LowRank, target) -> float:
+    """``||W - target||_F`` for a LowRank or Dense target."""
+    return target.distance(W) if isinstance(target, Dense) else (W - target).norm()
+
+
+def _scale_hint(W: LowRank, target, tol: float) -> float | None:
     """``c`` when ``W = c * target`` within ``tol`` (a changed scale), else None."""
     tn = target.norm()
     if tn == 0.0:
         return None
-    c = W.inner(target) / (tn * tn)
-    return c if c != 0.0 and (W - target * c).norm() <= tol * abs(c) * tn else None
+    c = _inner(W, target) / (tn * tn)
+    return c if c != 0.0 and _distance(W * (1.0 / c), target) <= tol * tn else None
 
 
 def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple[list[dict], dict]:
@@ -143,9 +156,10 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple
     recipe = ev.recipe
     cut = not recipe.rank_policy.lossless
     rec = manifest.get("modules") or {}
-    base = ev.operands["base"]
+    base = ev.operands.get("base")
+    merge = recipe.kind == "merge"
     rows, expected, shape_bad = {}, {}, []
-    err_sq = tgt_sq = step_sq = moved = 0.0
+    err_sq = tgt_sq = step_sq = moved = landed = 0.0
     for m in progress(ev.names) if progress else ev.names:
         target, step_m = intended(ev, m, recipe.multiple)
         expected[m] = target
@@ -160,9 +174,11 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple
         except VecmergeError:
             shape_bad.append(f"{m}: unreadable or non-finite factors")  # also reported by the finite check
             continue
-        err, tn = (W - target).norm(), target.norm()
+        err, tn = _distance(W, target), target.norm()
         err_sq, tgt_sq = err_sq + err * err, tgt_sq + tn * tn
         rows[m] = {"rel_error": err / tn if tn > 0 else err, "W": W, "target": target}
+        if merge:
+            landed += _inner(W, target)
         if step_m is not None:
             sn = step_m.norm()
             mv = combine([(1.0, W), (-1.0, base[m].lowrank())]).inner(step_m)
@@ -209,14 +225,18 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple
                             f"survival {surv:.8f} (||W - I|| / ||step|| = {resid:.3e}), expected {want:.8f} "
                             f"within {ts:g}", {"survival": surv, "residual": resid, "tolerance": ts,
                                                "step_norm": math.sqrt(step_sq)}))
-    checks.append(_figures_check(manifest, rows, figs["rel_error"], checks))
+    survival = (landed / tgt_sq if tgt_sq > 0 else 1.0) if merge else None
+    checks.append(_figures_check(manifest, rows, figs["rel_error"], checks, survival))
     return checks, expected
 
 
-def _figures_check(manifest: dict, rows: dict, rel_error: float, checks: list) -> dict:
+def _figures_check(manifest: dict, rows: dict, rel_error: float, checks: list, survival: float | None = None
+                   ) -> dict:
     """The manifest's recorded figures reproduce: ``|x - recorded| <= 1e-12 + FIGURES_RTOL |recorded|``."""
     fig, rec = manifest.get("figures") or {}, manifest.get("modules") or {}
     got = {"rel_error": rel_error}
+    if survival is not None:  # a merge: the share of the intended update that landed
+        got["survival"] = survival
     step = next((c for c in checks if c["name"] == "step"), None)
     if step:
         got.update(survival=step["figures"]["survival"], residual=step["figures"]["residual"])

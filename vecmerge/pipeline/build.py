@@ -6,7 +6,10 @@ For every module m (one at a time, so a large model holds one module's bases)::
     R_m = cut(T_m, rank policy)             (rankcut.cut: factors of the chosen rank)
     W_m = R_m rounded to the output dtype   (export.prepare_modules: the tensors to store)
 
-and ``figures`` measures what survived (see ``figures.py``). Nothing is written here.
+and ``figures`` measures what survived (see ``figures.py``). A dense-space merge's ``T_m`` is a dense
+matrix (``Dense``, formed here and released after the module), cut by a randomized SVD seeded per
+module (``module_seed(CUT_SEED, m)``); ``cat`` writes the models' own factors (``Method.factors``)
+instead of a cut. Nothing is written here.
 """
 
 from __future__ import annotations
@@ -15,12 +18,18 @@ from dataclasses import dataclass
 
 import torch
 
+from ..dense import Dense
 from ..export import WrittenModule, prepare_modules
 from ..kernels import map_modules
+from ..lowrank import LowRank
+from ..merge_kernels import module_seed
+from ..options import RankPolicy
 from ..rankcut import Cut, cut
 from ..subspace import InSpan
-from .evaluation import Evaluation, intended_core
-from .figures import figures, rounding
+from .evaluation import Evaluation, intended_core, method_params, module_operands
+from .figures import figures, rounding, rounding_norm
+
+CUT_SEED = 0  # the randomized SVD's seed: module m uses module_seed(CUT_SEED, m)
 
 
 @dataclass(frozen=True)
@@ -29,16 +38,21 @@ class ModuleBuild:
 
     Args:
         cut (Cut): the re-factored update R_m. written (WrittenModule): W_m as stored.
-        rounding (float): ``||W_m - R_m||_F``. rounding_core (Tensor): (p, q) its projection on the basis.
-        target (InSpan): the intended update T_m. step (InSpan | None): the step in it.
+        rounding (float): ``||W_m - R_m||_F``. rounding_core (Tensor | None): (p, q) its projection on the
+        basis (None for a dense target). target (InSpan | Dense): the intended update T_m.
+        step (InSpan | None): the step in it.
+        error (float | None): ``||W_m - T_m||_F`` measured directly (dense targets; None: from the cores).
+        inner (float | None): ``<W_m, T_m>`` measured directly (dense targets).
     """
 
     cut: Cut
     written: WrittenModule
     rounding: float
-    rounding_core: torch.Tensor
-    target: InSpan
+    rounding_core: torch.Tensor | None
+    target: InSpan | Dense
     step: InSpan | None
+    error: float | None = None
+    inner: float | None = None
 
 
 @dataclass(frozen=True)
@@ -76,12 +90,36 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
 
     def one(m: str) -> ModuleBuild:
         target, step_m = intended_core(ev, m, multiple)
-        c = cut(target, policy, backbone=backbone.modules.get(m), step=step_m)
+        given = None if ev.step is not None else ev.method.factors(module_operands(ev, m), method_params(ev))
+        if given is not None:
+            k = ev.multipliers.get(m, 1.0)
+            c = as_is(target, given * k if k != 1.0 else given)
+        elif isinstance(target, Dense):
+            c = cut(target, policy, seed=module_seed(CUT_SEED, m))
+        else:
+            c = cut(target, policy, backbone=backbone.modules.get(m), step=step_m)
         t, w = prepare_modules({m: c.factors}, ev.specs, recipe.dtype, keep)
         tensors.update(t)
+        if isinstance(target, Dense):
+            W = w[m].lowrank
+            return ModuleBuild(c, w[m], rounding_norm(W, c.factors), None, target, None, target.distance(W),
+                               target.inner(W))
         e_norm, e_core = rounding(w[m].lowrank, c.factors, target.space)
         target.space.release()  # one module's full-size bases at a time
         return ModuleBuild(c, w[m], e_norm, e_core, target, step_m)
 
     rows = map_modules(one, list(ev.names), progress)
     return BuiltOutput(multiple, tensors, rows, figures(ev, rows))
+
+
+def as_is(target: InSpan, factors: LowRank) -> Cut:
+    """A Cut that writes ``factors`` as they are (``cat``): no SVD, so no error beyond float64 round-off.
+
+    The exact rank is the target's (from its core); the kept part is the target itself.
+
+    Args:
+        target (InSpan): the intended update (the same sum as ``factors``). factors (LowRank): what to write.
+    """
+    S = target.singular_values()
+    _, exact = RankPolicy("exact").choose(S, target.floor)
+    return Cut(factors, factors.rank, exact, 0.0, target.norm(), target.C, method="factors")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime
 
-from .build import BuiltOutput
+from .build import CUT_SEED, BuiltOutput
 from .evaluation import Evaluation
 
 
@@ -33,13 +33,27 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None) -> dict:
                         realized=st.realized(k))
         if st.alpha is None:
             resolved["module_alpha"] = {m: a * k for m, a in st.module_alpha.items()}
+    sel = ev.selection()
+    if sel is not None:
+        resolved["selection"] = sel
+    if ev.multipliers:
+        resolved["multipliers"] = dict(ev.multipliers)
+    extra = {k: v for k, v in (ev.params or {}).items() if k not in recipe.params}
+    if extra:
+        resolved["method_params"] = extra
+    if recipe.kind == "merge":
+        resolved["space"] = ev.method.space_for(recipe.params)
+        if any(e.get("cut") == "randomized" for e in built.figures["modules"].values()):
+            resolved["randomized_svd"] = {"seed": CUT_SEED, "seeds": "module_seed(seed, module)",
+                                          "power_iters": "2, or 3 above rank min(out, in)/8", "oversample":
+                                          "max(10, rank // 2)"}
     fig = built.figures
+    keys = ("rank", "exact_rank", "rel_error", "survival", "cut", "power_iters")
     return {"tool": "vecmerge", "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "kind": recipe.kind, "method": ev.method.name, "recipe": d, "resolved": resolved, "inputs": inputs,
             "missing_modules": ev.missing,
             "figures": {k: v for k, v in fig.items() if k != "modules"},
-            "modules": {m: {k: e[k] for k in ("rank", "exact_rank", "rel_error", "survival") if k in e}
-                        for m, e in fig["modules"].items()}}
+            "modules": {m: {k: e[k] for k in keys if k in e} for m, e in fig["modules"].items()}}
 
 
 def card_body(manifest: dict) -> str:
@@ -54,8 +68,17 @@ def card_body(manifest: dict) -> str:
         lines.append(f"- realized relative step = {res['realized']['global']!r}")
         lines.append(f"- mode = {r.get('method', 'add')}, trust = {r.get('trust')}, "
                      f"scope = {r.get('trust_scope', 'global')}")
+    elif r.get("models"):
+        lines.append(f"    {merge_formula(r)}")
+        lines.append("")
+        lines += [f"- {k} = {r[k]!r}" for k in ("density", "space", "majority", "seed", "t", "slerp_scope") if k in r]
     else:
         lines.append(f"    {r['base']}")
+    sel = manifest["resolved"].get("selection")
+    if sel:
+        lines.append(f"- modules: {sel['selected']} of {sel['of']} (only {sel['only']!r}, exclude {sel['exclude']!r})")
+    if manifest["resolved"].get("multipliers"):
+        lines.append(f"- per-module multipliers: {r.get('multipliers')}")
     fig = manifest["figures"]
     lines.append(f"- rank policy = {r.get('rank', 'exact')}, ranks {fig['rank']['min']}..{fig['rank']['max']}, "
                  f"relative error {fig['rel_error']:.3e}")
@@ -63,3 +86,14 @@ def card_body(manifest: dict) -> str:
     lines += [f"- {n}: `{i['sha256']}`" for n, i in manifest["inputs"].items()]
     lines += ["", "`vecmerge.json` holds the full recipe; `vecmerge verify <this folder>` re-derives it."]
     return "\n".join(lines)
+
+
+def merge_formula(recipe: dict) -> str:
+    """``ties(0.5 * v28 [density 0.3], 0.5 * (v51 - v28))``: a merge recipe in one line."""
+    parts = []
+    for e in recipe.get("models") or []:
+        w, model = e.get("weight", 1.0), e["model"]
+        model = model if model.replace("_", "").replace(".", "").isalnum() else f"({model})"
+        term = model if w == 1.0 else f"{w!r} * {model}"
+        parts.append(term + (f" [density {e['density']!r}]" if e.get("density") is not None else ""))
+    return f"{recipe.get('method')}({', '.join(parts)})"

@@ -105,6 +105,13 @@ class RunReport:
             d["consensus"] = ev.consensus.to_dict()
         if ev.step is not None:
             d["step"] = self.step_dict()
+        if ev.selection() is not None:
+            d["selection"] = ev.selection()
+        if ev.multipliers:
+            d["multipliers"] = dict(ev.multipliers)
+        extra = {k: v for k, v in (ev.params or {}).items() if k not in self.recipe.params}
+        if extra:
+            d["method_params"] = extra
         return d
 
 
@@ -112,7 +119,12 @@ def warnings_for(ev: Evaluation, built: BuiltOutput) -> list[str]:
     """Plain-words warnings about one output: little of the step survived, dtype rounding, idle modules."""
     recipe, fig, st = ev.recipe, built.figures, ev.step
     out = []
-    if "survival" in fig and fig["survival"] < SURVIVAL_WARN:
+    if "survival" in fig and fig["survival"] < SURVIVAL_WARN and st is None:
+        fix = "a larger --rank, energy:E" + (", or --space core" if ev.method.space_for(recipe.params) == "dense"
+                                               else ", or --rank exact")
+        out.append(f"only {fig['survival']:.2%} of the intended {ev.method.name} merge survives (rank {recipe.rank}, "
+                   f"dtype {recipe.dtype}; relative error {fig['rel_error']:.3g}); use {fix}")
+    elif "survival" in fig and fig["survival"] < SURVIVAL_WARN:
         out.append(f"only {fig['survival']:.2%} of the step survives (rank {recipe.rank}, "
                    f"dtype {recipe.dtype}); use --rank exact or a wider dtype")
     if st is not None and st.scope == "module":
