@@ -11,6 +11,8 @@ Fixtures:
     dense_updates dense_updates(folder) -> {module: scale * B @ A in float64, the LoRA layout (out, in)},
                  read with safetensors and PEFT's own pattern rule: a reference independent of vecmerge.
     dense_expr   dense_expr({"v54": 1, "v51": c, ...}) -> {module: sum of c * dense update} (names in ./).
+    peft_mu      PEFT's own ``peft.utils.merge_utils`` (TIES, DARE, magnitude pruning on dense tensors): the
+                 independent definition of the element-wise merges.
 
 Tests that train a model or load one through PEFT/transformers carry ``@pytest.mark.slow``.
 """
@@ -153,6 +155,21 @@ def dense_expr():
         return {m: sum(c * d[m] for c, d in parts) for m in parts[0][1]}
 
     return combine
+
+
+@pytest.fixture(scope="session")
+def peft_mu():
+    """``peft.utils.merge_utils`` loaded from its file alone (it imports only torch), skipping peft's 4 s import."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("peft")
+    if spec is None or spec.origin is None:
+        pytest.skip("peft is not installed")
+    path = Path(spec.origin).parent / "utils" / "merge_utils.py"
+    mod_spec = importlib.util.spec_from_file_location("_peft_merge_utils", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    return mod
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -6,8 +6,13 @@ updates of one module, either
 - ``space: full``: the models' dense updates ``DeltaW_i`` (out x in), formed one module at a time from
   the module's cores (``Qb C_i Qa^T``): the method as the papers and PEFT's ``*_svd`` define it; its
   result has full rank, so it is cut to ``rank`` (required) by a randomized SVD with an exact error;
-- ``space: core``: the models' cores ``C_i`` (p x q) in the module's shared basis (Core Space merging,
-  Panariello et al. 2025): never dense, exact at ``rank: exact`` (rank <= p).
+- ``space: core``: the models' cores in the module's principal bases (after Core Space merging,
+  Panariello et al. 2025): never dense, exact at ``rank: exact`` (rank <= p). The bases are the left
+  singular vectors ``U`` of ``[DeltaW_1 .. DeltaW_n]`` and the right ones ``V`` of ``[DeltaW_1; ..;
+  DeltaW_n]`` (those with a non-zero singular value), found from the small cores ``C_i`` (p x q) of the
+  module's shared basis; the method runs on ``U^T DeltaW_i V`` and is lifted back by ``U . V^T``. So the
+  result depends on the updates alone: not on the gauge of their factors (``B A = (B G)(G^-1 A)``), nor
+  on the order of the models (the element-wise methods commute with the sign of a basis vector).
 
 Every model's density is its own ``density`` in ``models``, else the recipe's ``density``. Imports of
 torch happen inside the methods, so ``vecmerge --help`` stays fast.
@@ -70,7 +75,32 @@ class Elementwise(Method):
             return Dense(self.kernel(X, list(x.weights), d, params, x.name))
         X = torch.stack([m.C for m in x.models])
         floor = sum(abs(w) * m.floor for w, m in zip(x.weights, x.models))
-        return InSpan(self.kernel(X, list(x.weights), d, params, x.name), x.models[0].space, floor)
+        U, V = principal_bases(X)
+        Z = self.kernel(U.T @ X @ V, list(x.weights), d, params, x.name)
+        return InSpan(U @ Z @ V.T, x.models[0].space, floor)
+
+
+PRINCIPAL_RTOL = 1e-12  # singular values below this share of the largest span no direction of the updates
+
+
+def principal_bases(X):
+    """``(U, V)``: left singular vectors of ``[X_1 .. X_n]`` and right ones of ``[X_1; ..; X_n]`` with
+    singular values above ``PRINCIPAL_RTOL`` of the largest (float64, from SVDs of p x nq and np x q).
+
+    Args:
+        X (Tensor): (n, p, q) the models' cores of one module.
+
+    Returns:
+        U (p, kb), V (q, ka), orthonormal columns (kb = ka = 0 for an all-zero stack).
+    """
+    import torch
+
+    n, p, q = X.shape
+    U, Sb, _ = torch.linalg.svd(X.permute(1, 0, 2).reshape(p, n * q), full_matrices=False)
+    _, Sa, Vh = torch.linalg.svd(X.reshape(n * p, q), full_matrices=False)
+    kb = int((Sb > PRINCIPAL_RTOL * Sb[0]).sum()) if Sb.numel() and Sb[0] > 0 else 0
+    ka = int((Sa > PRINCIPAL_RTOL * Sa[0]).sum()) if Sa.numel() and Sa[0] > 0 else 0
+    return U[:, :kb], Vh[:ka].T
 
 
 def generator(seed: int, module: str):
