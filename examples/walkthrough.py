@@ -32,6 +32,16 @@ SECTIONS = [
     ("Without safeguards 4: a direction the backbone's own training disagrees with is refused (exit 1)",
      [["project", "--base", "v54", "--dir", "v28-v51", "--consensus-ref", "v54-v54e2", "--trust", "0.0113",
        "--out", "out/wrong-way"]]),
+    ("The classic merges the user tried first: an average and a direct sum of two runs, then TIES in core space"
+     " and DARE in full space (each verified like any output)",
+     [["audit", "v54", "v51"],
+      ["merge", "--method", "linear", "v54", "v51", "--weights", "0.5,0.5", "--out", "out/average", "--force"],
+      ["merge", "--method", "linear", "v54", "v51", "--out", "out/direct-sum", "--force"],
+      ["merge", "--method", "ties", "v54", "v51", "--density", "0.5", "--space", "core", "--out", "out/ties",
+       "--force"],
+      ["merge", "--method", "dare_ties", "v54", "v51", "--density", "0.5", "--seed", "1", "--rank", "16", "--out",
+       "out/dare", "--force"],
+      ["verify", "out/dare"]]),
 ]
 
 

@@ -81,6 +81,12 @@ def test_linear_and_cat_are_the_weighted_sum_of_the_updates(three, dense_updates
         assert ranks == {14}  # 4 + 4 + 6: the exact rank of a generic sum, and cat's concatenation
         assert rep.outputs[0].figures["survival"] == pytest.approx(1.0, abs=1e-6)
         assert verify_output(three / method)["passed"]
+    moved = rep.outputs[0].figures["moved"]  # ||sum - x_i|| / ||x_i|| over all modules, for each model
+    for e, n in zip(moved, "abc"):
+        d2 = sum(float(((want[m] - D[n][m]) ** 2).sum()) for m in want)
+        n2 = sum(float((D[n][m] ** 2).sum()) for m in want)
+        assert e["model"] == n and e["distance"] == pytest.approx(math.sqrt(d2 / n2), rel=1e-9)
+    assert "distance of the intended merge from each model" in render_merge(rep)
     cat = load_file(str(three / "cat" / "adapter_model.safetensors"))
     a = load_file(str(three / "a" / "adapter_model.safetensors"))
     key = "base_model.model.model.layers.0.mlp.up_proj.lora_A.weight"

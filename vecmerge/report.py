@@ -111,6 +111,12 @@ def render_merge(rep) -> str:
             rows.append([f"{f['survival']:.6f}", g(f["rel_error"]), g(f["dtype_effect"]),
                          f"{f['rank']['min']}..{f['rank']['max']}", o.path or "(dry run)", (o.sha256 or "-")[:16]])
         out.append(table(rows, ["survival", "rel error", "dtype effect", "ranks", "out", "sha256"]))
+        moved = rep.outputs[0].figures.get("moved") if rep.outputs else None
+        if moved:
+            out.append("distance of the intended merge from each model, ||merge - model|| / ||model||: "
+                       + ", ".join(f"{e['model']} " + ("-" if e["distance"] is None else f"{e['distance']:.2%}")
+                                   for e in moved)
+                       + " (for scale: the user's v58 step that worked was 1.13% of its backbone)")
         rows = []
     for o in rep.outputs if rep.command != "merge" else ():
         f = o.figures

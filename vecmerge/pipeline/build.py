@@ -43,6 +43,8 @@ class ModuleBuild:
         step (InSpan | None): the step in it.
         error (float | None): ``||W_m - T_m||_F`` measured directly (dense targets; None: from the cores).
         inner (float | None): ``<W_m, T_m>`` measured directly (dense targets).
+        moved (tuple | None): a merge: per model i, ``(||T_m - x_i||^2, ||x_i||^2)`` (the intended merge
+            against each model's own update).
     """
 
     cut: Cut
@@ -53,6 +55,7 @@ class ModuleBuild:
     step: InSpan | None
     error: float | None = None
     inner: float | None = None
+    moved: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -100,13 +103,20 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
             c = cut(target, policy, backbone=backbone.modules.get(m), step=step_m)
         t, w = prepare_modules({m: c.factors}, ev.specs, recipe.dtype, keep)
         tensors.update(t)
+        moved = None
+        if ev.model_keys:
+            xs = [ev.operands[k][m] for k in ev.model_keys]
+            if isinstance(target, Dense):
+                moved = tuple((float(torch.linalg.matrix_norm(target.D - x.dense())) ** 2, x.norm() ** 2) for x in xs)
+            else:
+                moved = tuple(((target - x).norm() ** 2, x.norm() ** 2) for x in xs)
         if isinstance(target, Dense):
             W = w[m].lowrank
             return ModuleBuild(c, w[m], rounding_norm(W, c.factors), None, target, None, target.distance(W),
-                               target.inner(W))
+                               target.inner(W), moved)
         e_norm, e_core = rounding(w[m].lowrank, c.factors, target.space)
         target.space.release()  # one module's full-size bases at a time
-        return ModuleBuild(c, w[m], e_norm, e_core, target, step_m)
+        return ModuleBuild(c, w[m], e_norm, e_core, target, step_m, moved=moved)
 
     rows = map_modules(one, list(ev.names), progress)
     return BuiltOutput(multiple, tensors, rows, figures(ev, rows))
