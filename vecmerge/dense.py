@@ -44,11 +44,20 @@ class Dense:
         return float(torch.linalg.matrix_norm(self.D))
 
     def inner(self, other) -> float:
-        """``<D, X>_F`` for X a Dense or a LowRank (``s tr(B^T D A^T)``: no second dense matrix)."""
+        """``<D, X>_F`` for X a Dense, a LowRank (``s sum((B^T D) * A)``) or a core in a module's basis
+        (``sum((Qb^T D Qa) * C)``): no second dense matrix."""
         if isinstance(other, Dense):
             return float((self.D * other.D).sum())
+        if hasattr(other, "space"):  # subspace.InSpan
+            Qb, Qa = other.space.bases()
+            return float((((Qb.T @ self.D) @ Qa) * other.C).sum())
         B, A = f64(other.B).to(self.D.device), f64(other.A).to(self.D.device)
         return float(other.scale * ((B.T @ self.D) * A).sum())
+
+    def distance_sq(self, other) -> float:
+        """``||D - X||_F^2 = ||D||^2 - 2 <D, X> + ||X||^2`` (any X ``inner`` takes; round-off ~1e-16 ||D||^2)."""
+        dn, xn = self.norm(), other.norm()
+        return max(dn * dn - 2.0 * self.inner(other) + xn * xn, 0.0)
 
     def distance(self, x: LowRank) -> float:
         """``||x - D||_F`` for factors x, from ``||x||^2 - 2 <x, D> + ||D||^2`` (Gram of x, no dense x).

@@ -146,23 +146,37 @@ def _scale_hint(W: LowRank, target, tol: float) -> float | None:
     return c if c != 0.0 and _distance(W * (1.0 / c), target) <= tol * tn else None
 
 
-def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple[list[dict], dict]:
-    """Per module ``||W_m - I_m|| / ||I_m||`` and the step's survival; returns (checks, {m: I_m}).
+def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None, keep_expected: bool = True
+            ) -> tuple[list[dict], dict | None]:
+    """Per module ``||W_m - I_m|| / ||I_m||`` and the step's survival; returns (checks, {m: I_m} or None).
+
+    A dense-space merge's ``I_m`` is a dense matrix: formed, compared and released one module at a time
+    (kept only with ``keep_expected``, for the PEFT checks of a lossless output).
 
     Args:
         out (Adapter): the written output. ev (Evaluation): the manifest's recipe re-evaluated.
         manifest (dict): vecmerge.json. tol (dict): ``TOLERANCES[dtype]``.
+        keep_expected (bool): return every module's recomputed update.
     """
     recipe = ev.recipe
     cut = not recipe.rank_policy.lossless
     rec = manifest.get("modules") or {}
     base = ev.operands.get("base")
     merge = recipe.kind == "merge"
-    rows, expected, shape_bad = {}, {}, []
+    rows, expected, shape_bad, hints = {}, {}, [], {}
     err_sq = tgt_sq = step_sq = moved = landed = 0.0
+    tu = tol["update"]
+
+    def off(m, r):
+        if not cut:
+            return not within(r["rel_error"], tu)
+        want = rec.get(m, {}).get("rel_error")
+        return not isinstance(want, (int, float)) or not within(abs(r["rel_error"] - want), tu)
+
     for m in progress(ev.names) if progress else ev.names:
         target, step_m = intended(ev, m, recipe.multiple)
-        expected[m] = target
+        if keep_expected:
+            expected[m] = target
         if m not in out.specs:
             shape_bad.append(f"{m}: recomputed but not written")
             continue
@@ -176,7 +190,9 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple
             continue
         err, tn = _distance(W, target), target.norm()
         err_sq, tgt_sq = err_sq + err * err, tgt_sq + tn * tn
-        rows[m] = {"rel_error": err / tn if tn > 0 else err, "W": W, "target": target}
+        rows[m] = {"rel_error": err / tn if tn > 0 else err}
+        if off(m, rows[m]):
+            hints[m] = _scale_hint(W, target, tu)
         if merge:
             landed += _inner(W, target)
         if step_m is not None:
@@ -184,21 +200,12 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple
             mv = combine([(1.0, W), (-1.0, base[m].lowrank())]).inner(step_m)
             step_sq, moved = step_sq + sn * sn, moved + mv
             rows[m]["survival"] = mv / (sn * sn) if sn > 0 else 1.0
-    tu = tol["update"]
-
-    def off(m, r):
-        if not cut:
-            return not within(r["rel_error"], tu)
-        want = rec.get(m, {}).get("rel_error")
-        return not isinstance(want, (int, float)) or not within(abs(r["rel_error"] - want), tu)
-
-    bad = [m for m, r in rows.items() if off(m, r)]
+    bad = list(hints)
     worst = max(rows, key=lambda m: rows[m]["rel_error"], default=None)
     figs = {"max_rel_error": rows[worst]["rel_error"] if worst else None, "worst_module": worst,
             "rel_error": math.sqrt(err_sq / tgt_sq) if tgt_sq > 0 else math.sqrt(err_sq), "tolerance": tu,
             "compared_to": "recorded rank-cut error" if cut else "recomputed update"}
     if bad or shape_bad:
-        hints = {m: _scale_hint(rows[m]["W"], rows[m]["target"], tu) for m in bad}
         m0 = bad[0] if bad else None
         detail = "; ".join(shape_bad[:3]) if shape_bad else (
             f"{len(bad)}/{len(rows)} modules differ from the recomputed update, e.g. {m0}: relative error "
@@ -227,7 +234,7 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple
                                                "step_norm": math.sqrt(step_sq)}))
     survival = (landed / tgt_sq if tgt_sq > 0 else 1.0) if merge else None
     checks.append(_figures_check(manifest, rows, figs["rel_error"], checks, survival))
-    return checks, expected
+    return checks, expected if keep_expected else None
 
 
 def _figures_check(manifest: dict, rows: dict, rel_error: float, checks: list, survival: float | None = None
@@ -288,10 +295,9 @@ def verify_output(path, base_model=None, progress=None) -> dict:
             base_cfg = LoraConfig.read(Path(ev.inputs[ev.base_name].path) / CONFIG_NAME)
         checks += config_checks(out, manifest, base_cfg)
         if ev is not None:
-            more, expected = compare(out, ev, manifest, tol, progress)
+            keep = base_model is not None and ev.recipe.rank_policy.lossless
+            more, expected = compare(out, ev, manifest, tol, progress, keep_expected=keep)
             checks += more
-            if not ev.recipe.rank_policy.lossless:
-                expected = None
         else:
             checks.append(not_run("update", "nothing to compare with: the recipe was not re-evaluated"))
     if base_model is not None:

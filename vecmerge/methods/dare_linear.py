@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .elementwise import DENSITY, SEED, SPACE, Elementwise, generator
+from .elementwise import DENSITY, SEED, SPACE, Elementwise
 from .registry import register
 
 
@@ -17,10 +17,5 @@ class DareLinear(Elementwise):
     name = "dare_linear"
     summary = "DARE: drop each entry with probability 1 - --density, rescale by 1/density, weighted sum (--seed)"
     fields = (DENSITY, SPACE, SEED)
-
-    def kernel(self, X, w, densities, params, module):
-        import torch
-
-        from ..merge_kernels import dare_linear
-
-        return dare_linear(X, w, densities, generator(params["seed"], module), mask_dtype=torch.float32)
+    drop = "random"
+    combine = "sum"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .elementwise import DENSITY, MAJORITY, SEED, SPACE, Elementwise, generator
+from .elementwise import DENSITY, MAJORITY, SEED, SPACE, Elementwise
 from .registry import register
 
 
@@ -13,11 +13,5 @@ class DareTies(Elementwise):
     name = "dare_ties"
     summary = "DARE's drop and rescale (--density, --seed), then TIES' sign election and disjoint mean"
     fields = (DENSITY, SPACE, MAJORITY, SEED)
-
-    def kernel(self, X, w, densities, params, module):
-        import torch
-
-        from ..merge_kernels import dare_ties
-
-        return dare_ties(X, w, densities, generator(params["seed"], module), params["majority"],
-                         mask_dtype=torch.float32)
+    drop = "random"
+    combine = "ties"

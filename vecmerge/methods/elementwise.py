@@ -14,6 +14,10 @@ updates of one module, either
   result depends on the updates alone: not on the gauge of their factors (``B A = (B G)(G^-1 A)``), nor
   on the order of the models (the element-wise methods commute with the sign of a basis vector).
 
+Both run ``streamed.streamed_merge``: in full space one block of rows of every model at a time (the
+models' rows formed on demand from the cores, kept between the two passes when they fit in
+``KEEP_BYTES``), so a module's working memory is about its output and one model's update; in core space
+on the small cores in one block (bit-identical to ``merge_kernels``, which match PEFT's ``merge_utils``).
 Every model's density is its own ``density`` in ``models``, else the recipe's ``density``. Imports of
 torch happen inside the methods, so ``vecmerge --help`` stays fast.
 """
@@ -35,12 +39,22 @@ SEED = Field("seed", "seed of DARE's random drops (recorded; module m draws from
              default=0, low=0)
 
 
+KEEP_BYTES = 256 * 2**20  # float64 bytes of a module's models' dense rows kept between the two passes
+
+
 class Elementwise(Method):
-    """An element-wise merge of the models' updates, in full or core space (see the module docstring)."""
+    """An element-wise merge of the models' updates, in full or core space (see the module docstring).
+
+    Class attributes:
+        drop (str): ``magnitude`` (keep the top ``density`` by magnitude) or ``random`` (DARE).
+        combine (str): ``sum`` (weighted sum) or ``ties`` (sign election and disjoint mean).
+    """
 
     operands = ("models",)
     space = "dense"
     fields = (DENSITY, SPACE)
+    drop = "magnitude"
+    combine = "sum"
 
     def space_for(self, params: dict) -> str:
         return "dense" if params.get("space", "full") == "full" else "core"
@@ -59,24 +73,38 @@ class Elementwise(Method):
                      "32, the inputs' rank, as PEFT's *_svd does; or energy:0.9), or use space core")
         return p
 
-    def kernel(self, X, w, densities: list, params: dict, module: str):
-        """The merge of the stack ``X`` (n, rows, cols) with weights ``w`` (n,): a (rows, cols) tensor."""
-        raise NotImplementedError
-
     def module(self, x, params):
         import torch
 
         from ..dense import Dense
+        from ..streamed import block_rows, streamed_merge
         from ..subspace import InSpan
 
         d = [di if di is not None else params["density"] for di in x.densities]
+        kw = {"majority": params.get("majority", "total"), "mask_dtype": torch.float32,
+              "generator": generator(params["seed"], x.name) if self.drop == "random" else None}
+        n, (rows, cols) = len(x.models), x.models[0].shape
         if self.space_for(params) == "dense":
-            X = torch.stack([m.dense() for m in x.models])
-            return Dense(self.kernel(X, list(x.weights), d, params, x.name))
+            Qb, Qa = x.models[0].space.bases()
+            kept = {} if 8 * n * rows * cols <= KEEP_BYTES else None
+
+            def task_rows(i: int, r0: int, r1: int):
+                blk = kept.get((i, r0)) if kept is not None else None
+                if blk is None:
+                    blk = (Qb[r0:r1] @ x.models[i].C) @ Qa.T
+                    if kept is not None:
+                        kept[(i, r0)] = blk
+                return blk
+
+            D = streamed_merge(task_rows, n, (rows, cols), x.weights, d, self.drop, self.combine,
+                               rows_per_block=block_rows(n, cols), device=Qb.device, **kw)
+            return Dense(D)
         X = torch.stack([m.C for m in x.models])
         floor = sum(abs(w) * m.floor for w, m in zip(x.weights, x.models))
         U, V = principal_bases(X)
-        Z = self.kernel(U.T @ X @ V, list(x.weights), d, params, x.name)
+        Y = U.T @ X @ V
+        Z = streamed_merge(lambda i, r0, r1: Y[i, r0:r1], n, tuple(Y.shape[1:]), x.weights, d, self.drop,
+                           self.combine, rows_per_block=max(1, Y.shape[1]), device=Y.device, **kw)
         return InSpan(U @ Z @ V.T, x.models[0].space, floor)
 
 

@@ -12,8 +12,5 @@ class MagnitudePrune(Elementwise):
 
     name = "magnitude_prune"
     summary = "keep each model's top --density entries by magnitude, then the weighted sum"
-
-    def kernel(self, X, w, densities, params, module):
-        from ..merge_kernels import magnitude_prune
-
-        return magnitude_prune(X, w, densities)
+    drop = "magnitude"
+    combine = "sum"

@@ -14,8 +14,5 @@ class Ties(Elementwise):
     summary = ("TIES: keep each model's top --density entries by magnitude, elect each entry's sign, average "
                "the agreeing weighted entries")
     fields = (DENSITY, SPACE, MAJORITY)
-
-    def kernel(self, X, w, densities, params, module):
-        from ..merge_kernels import ties
-
-        return ties(X, w, densities, params["majority"])
+    drop = "magnitude"
+    combine = "ties"

@@ -39,23 +39,26 @@ class ModuleBuild:
     Args:
         cut (Cut): the re-factored update R_m. written (WrittenModule): W_m as stored.
         rounding (float): ``||W_m - R_m||_F``. rounding_core (Tensor | None): (p, q) its projection on the
-        basis (None for a dense target). target (InSpan | Dense): the intended update T_m.
+        basis (None for a dense target). target (InSpan | None): the intended update T_m as a core (None
+        for a dense target, released once measured: one module's dense matrix at a time).
         step (InSpan | None): the step in it.
         error (float | None): ``||W_m - T_m||_F`` measured directly (dense targets; None: from the cores).
         inner (float | None): ``<W_m, T_m>`` measured directly (dense targets).
         moved (tuple | None): a merge: per model i, ``(||T_m - x_i||^2, ||x_i||^2)`` (the intended merge
             against each model's own update).
+        target_norm (float | None): ``||T_m||_F`` (dense targets, whose matrix is not kept).
     """
 
     cut: Cut
     written: WrittenModule
     rounding: float
     rounding_core: torch.Tensor | None
-    target: InSpan | Dense
+    target: InSpan | None
     step: InSpan | None
     error: float | None = None
     inner: float | None = None
     moved: tuple | None = None
+    target_norm: float | None = None
 
 
 @dataclass(frozen=True)
@@ -107,13 +110,13 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
         if ev.model_keys:
             xs = [ev.operands[k][m] for k in ev.model_keys]
             if isinstance(target, Dense):
-                moved = tuple((float(torch.linalg.matrix_norm(target.D - x.dense())) ** 2, x.norm() ** 2) for x in xs)
+                moved = tuple((target.distance_sq(x), x.norm() ** 2) for x in xs)
             else:
                 moved = tuple(((target - x).norm() ** 2, x.norm() ** 2) for x in xs)
         if isinstance(target, Dense):
             W = w[m].lowrank
-            return ModuleBuild(c, w[m], rounding_norm(W, c.factors), None, target, None, target.distance(W),
-                               target.inner(W), moved)
+            return ModuleBuild(c, w[m], rounding_norm(W, c.factors), None, None, None, target.distance(W),
+                               target.inner(W), moved, target.norm())
         e_norm, e_core = rounding(w[m].lowrank, c.factors, target.space)
         target.space.release()  # one module's full-size bases at a time
         return ModuleBuild(c, w[m], e_norm, e_core, target, step_m, moved=moved)

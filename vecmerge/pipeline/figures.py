@@ -78,7 +78,7 @@ def figures(ev, rows: dict) -> dict:
         else:
             diff = r.cut.kept - target.C
             err = max(float((diff**2).sum()) + e_norm**2 + 2 * float((diff * e_core).sum()), 0.0) ** 0.5
-        tn = target.norm()
+        tn = r.target_norm if r.target_norm is not None else target.norm()
         resid_sq += err * err
         dtype_sq += e_norm * e_norm
         target_sq += tn * tn
