@@ -49,10 +49,15 @@ class Dense:
         if isinstance(other, Dense):
             return float((self.D * other.D).sum())
         if hasattr(other, "space"):  # subspace.InSpan
-            Qb, Qa = other.space.bases()
-            return float((((Qb.T @ self.D) @ Qa) * other.C).sum())
+            return float((self.in_basis(other.space) * other.C).sum())
         B, A = f64(other.B).to(self.D.device), f64(other.A).to(self.D.device)
         return float(other.scale * ((B.T @ self.D) * A).sum())
+
+    def in_basis(self, space) -> torch.Tensor:
+        """``Qb^T D Qa`` (p, q): D's projection on a module's shared basis (``subspace.Subspace``), with which
+        ``<D, Qb C Qa^T> = sum((Qb^T D Qa) * C)`` for every core C of that basis."""
+        Qb, Qa = space.bases()
+        return (Qb.T @ self.D) @ Qa
 
     def distance_sq(self, other) -> float:
         """``||D - X||_F^2 = ||D||^2 - 2 <D, X> + ||X||^2`` (any X ``inner`` takes; round-off ~1e-16 ||D||^2)."""

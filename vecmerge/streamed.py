@@ -50,9 +50,10 @@ def _survivors(task_rows, n, rows, cols, ds, drop, blocks, generator, mask_dtype
             p = torch.full((rows, cols), d, dtype=mask_dtype or dtype, device=generator.device)
             out.append(("random", torch.bernoulli(p, generator=generator).to(torch.bool)))
         else:
-            a = torch.cat([task_rows(i, r0, r1).abs() for r0, r1 in blocks]).reshape(-1)
-            if not bool(torch.isfinite(a).all()):
-                raise MergeArgumentError("merge: non-finite value in a model's update; check the inputs")
+            a = torch.empty(rows, cols, dtype=dtype)
+            for r0, r1 in blocks:
+                torch.abs(task_rows(i, r0, r1), out=a[r0:r1])
+            a = a.reshape(-1)
             k = int(d * a.numel())  # PEFT's count, float product truncated
             if k >= a.numel():
                 out.append(None)
@@ -105,8 +106,6 @@ def streamed_merge(task_rows, n: int, shape: tuple[int, int], w, density, drop: 
     out = torch.empty(rows, cols, dtype=dtype, device=device)
     for r0, r1 in blocks:
         X = torch.stack([task_rows(i, r0, r1) for i in range(n)])
-        if not bool(torch.isfinite(X).all()):
-            raise MergeArgumentError("merge: non-finite value in a model's update; check the inputs")
         for i, k in enumerate(keep):
             if k is None:
                 continue
@@ -124,4 +123,6 @@ def streamed_merge(task_rows, n: int, shape: tuple[int, int], w, density, drop: 
             out[r0:r1] = _weighted(X, wt).sum(dim=0)
         else:
             out[r0:r1] = disjoint_mean(_weighted(X, wt), majority_sign_mask(X, majority))
+    if not bool(torch.isfinite(out).all()):  # a NaN or inf in any task reaches the output (NaN * 0 = NaN)
+        raise MergeArgumentError("merge: non-finite value in a model's update; check the inputs")
     return out

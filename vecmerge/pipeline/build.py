@@ -109,8 +109,10 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
         moved = None
         if ev.model_keys:
             xs = [ev.operands[k][m] for k in ev.model_keys]
-            if isinstance(target, Dense):
-                moved = tuple((target.distance_sq(x), x.norm() ** 2) for x in xs)
+            if isinstance(target, Dense):  # ||T - x||^2 = ||T||^2 - 2 <Qb^T T Qa, C_x> + ||C_x||^2
+                P, tn2 = target.in_basis(xs[0].space), target.norm() ** 2
+                moved = tuple((max(tn2 - 2.0 * float((P * x.C).sum()) + x.norm() ** 2, 0.0), x.norm() ** 2)
+                              for x in xs)
             else:
                 moved = tuple(((target - x).norm() ** 2, x.norm() ** 2) for x in xs)
         if isinstance(target, Dense):
