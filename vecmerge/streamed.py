@@ -40,7 +40,7 @@ def _blocks(rows: int, step: int):
     return [(r0, min(rows, r0 + step)) for r0 in range(0, rows, step)]
 
 
-def _survivors(task_rows, n, rows, cols, ds, drop, blocks, generator, mask_dtype, dtype):
+def _survivors(task_rows, n, rows, cols, ds, drop, blocks, generator, mask_dtype, dtype, device):
     """Per task: None (kept whole), ``("magnitude", thr, ties_kept)`` or ``("random", bool mask)``."""
     out = []
     for i, d in enumerate(ds):
@@ -50,7 +50,7 @@ def _survivors(task_rows, n, rows, cols, ds, drop, blocks, generator, mask_dtype
             p = torch.full((rows, cols), d, dtype=mask_dtype or dtype, device=generator.device)
             out.append(("random", torch.bernoulli(p, generator=generator).to(torch.bool)))
         else:
-            a = torch.empty(rows, cols, dtype=dtype)
+            a = torch.empty(rows, cols, dtype=dtype, device=device)
             for r0, r1 in blocks:
                 torch.abs(task_rows(i, r0, r1), out=a[r0:r1])
             a = a.reshape(-1)
@@ -58,7 +58,7 @@ def _survivors(task_rows, n, rows, cols, ds, drop, blocks, generator, mask_dtype
             if k >= a.numel():
                 out.append(None)
             elif k == 0:
-                out.append(("magnitude", torch.tensor(float("inf"), dtype=a.dtype), 0))
+                out.append(("magnitude", torch.tensor(float("inf"), dtype=a.dtype, device=a.device), 0))
             else:
                 thr = _kth_largest(a, k, inplace=True)  # a is ours; only a count is read after
                 out.append(("magnitude", thr, k - int((a > thr).sum())))
@@ -101,7 +101,7 @@ def streamed_merge(task_rows, n: int, shape: tuple[int, int], w, density, drop: 
     if wt.shape != (n,) or not bool(torch.isfinite(wt).all()):
         raise MergeArgumentError(f"merge: {len(list(w))} weights for {n} tasks, all finite; give one per task")
     blocks = _blocks(rows, rows_per_block or block_rows(n, cols))
-    keep = _survivors(task_rows, n, rows, cols, ds, drop, blocks, generator, mask_dtype, dtype)
+    keep = _survivors(task_rows, n, rows, cols, ds, drop, blocks, generator, mask_dtype, dtype, device)
     left = [k[2] if k is not None and k[0] == "magnitude" else 0 for k in keep]
     out = torch.empty(rows, cols, dtype=dtype, device=device)
     for r0, r1 in blocks:
