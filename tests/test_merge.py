@@ -250,6 +250,9 @@ def test_selection_and_multipliers_in_a_merge(three, dense_updates):
     assert man["resolved"]["multipliers"]["model.layers.0.self_attn.q_proj"] == 0.5
     text = render_merge(rep)
     assert f"modules: {len(chosen)} of 14 selected" in text and "not written" in text and "x0.5" in text
+    card = (three / "sel" / "README.md").read_text()
+    assert "linear(a, b)" in card and f"modules: {len(chosen)} of 14 selected" in card
+    assert "survival of the intended merge = " in card
     assert verify_output(three / "sel")["passed"]
 
 
@@ -278,6 +281,9 @@ def test_merge_recipe_errors_are_reported_at_once(three):
     for want, rec in cases.items():
         with pytest.raises(RecipeError, match=re.escape(want)):
             Recipe.from_dict(rec)
+    with pytest.raises(RecipeError) as e:  # an invalid density is one problem, not also a missing one
+        Recipe.from_dict({"method": "ties", "models": ["a"], "density": 1.5, "space": "core"})
+    assert e.value.problems == ["density=1.5: between 0 and 1"]
     ok = Recipe.from_dict({"method": "ties", "models": [{"model": "a", "parameters": {"weight": 0.5, "density": 0.3}}],
                            "space": "core"})  # mergekit's nesting
     assert ok.models == [{"model": "a", "weight": 0.5, "density": 0.3}]

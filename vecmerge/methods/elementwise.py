@@ -65,7 +65,7 @@ class Elementwise(Method):
         if density is not None and density <= 0.0:
             p.append(f"density={density!r}: a share in (0, 1] of the entries to keep, e.g. 0.5")
         lacking = [str(e.get("model")) for e in recipe.models or [] if e.get("density") is None]
-        if density is None and lacking:
+        if density is None and lacking and "density" not in recipe.given:  # a given but invalid one is reported
             p.append(f"method={self.name}: needs density (e.g. --density 0.5), or a density for each model "
                      f"(missing for {', '.join(lacking)})")
         if self.space_for(recipe.params) == "dense" and "rank" not in recipe.given:

@@ -40,7 +40,7 @@ class Slerp(Method):
         models = recipe.models or []
         if len(models) != 2:
             p.append(f"method=slerp: interpolates between exactly two models, got {len(models)}")
-        if recipe.params.get("t") is None:
+        if recipe.params.get("t") is None and "t" not in recipe.given:
             p.append("method=slerp: needs t (e.g. --t 0.5: halfway along the arc)")
         if any(e.get("weight", 1.0) != 1.0 for e in models):
             p.append("method=slerp: takes t, not weights; drop the weights")

@@ -76,10 +76,14 @@ def card_body(manifest: dict) -> str:
         lines.append(f"    {r['base']}")
     sel = manifest["resolved"].get("selection")
     if sel:
-        lines.append(f"- modules: {sel['selected']} of {sel['of']} (only {sel['only']!r}, exclude {sel['exclude']!r})")
+        what = ", ".join(f"{k} {sel[k]!r}" for k in ("only", "exclude") if sel[k] is not None)
+        rest = "keep the backbone" if sel["left_out_means"].startswith("no step") else "are not in this adapter"
+        lines.append(f"- modules: {sel['selected']} of {sel['of']} selected ({what}); the others {rest}")
     if manifest["resolved"].get("multipliers"):
         lines.append(f"- per-module multipliers: {r.get('multipliers')}")
     fig = manifest["figures"]
+    if r.get("models"):
+        lines.append(f"- survival of the intended merge = {fig['survival']!r}")
     lines.append(f"- rank policy = {r.get('rank', 'exact')}, ranks {fig['rank']['min']}..{fig['rank']['max']}, "
                  f"relative error {fig['rel_error']:.3e}")
     lines += ["", "Inputs (sha256 of adapter_model):", ""]
