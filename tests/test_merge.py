@@ -310,6 +310,8 @@ def test_cli_recipe_and_manifest_rerun_write_the_same_bytes(three, run_cli):
     assert len(set(sha.values())) == 1
     res = run_cli("verify", "cli")
     assert res.exit_code == 0, res.output
+    res = run_cli("merge", "--method", "svd", "a", "b", "--rank", "2", "--strict", "--out", "strict")
+    assert res.exit_code == 1 and "of the intended svd merge survives" in res.output and not (three / "strict").exists()
     for bad, want in ((["--weights", "1,2"], "2 weight(s) for 3 INPUT(s)"), (["--weights", "1,x,2"], "comma-separated"),
                       ([], "pass rank")):
         cmd = ["merge", "--method", "ties", "a", "b", "c", "--density", "0.5", "--out", "bad", *bad]
