@@ -11,6 +11,11 @@ layer) it writes a synthetic v28/v51/v54e2/v54 trajectory, then measures in one 
 - PEFT ``add_weighted_adapter`` with ``svd`` (at our output's rank) and ``cat`` on a model with
   fewer layers, extrapolated per layer; plus how far our written update is from each reference.
 
+Then the classic merges (``bench_merges.py``): vecmerge's ``ties`` in full and core space and
+``dare_ties`` against PEFT's ``ties_svd`` / ``dare_ties_svd`` on the same three adapters at Qwen3-0.6B
+shapes (``--merges-layers`` layers measured, extrapolated to 28): time, peak memory, how far each cut is
+from the optimal one, and how far the two results are apart.
+
 Progress goes to stderr; the table to stdout and to ``OUT/results.md`` (raw figures: ``results.json``).
 """
 
@@ -27,6 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_merges as bm  # noqa: E402
 import bench_refs as br  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -243,6 +249,9 @@ def main(argv=None) -> int:
     p.add_argument("--profile", action="store_true", help="Run the in-process merge under cProfile.")
     p.add_argument("--keep", action="store_true", help="Keep the synthetic adapters for the next run.")
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS/MKL_NUM_THREADS for every measured process.")
+    p.add_argument("--merges-layers", type=int, default=1, help="Layers of the merge rows' model (default 1, x28).")
+    p.add_argument("--no-merges", action="store_true", help="Skip the classic-merge rows (TIES, DARE vs PEFT).")
+    p.add_argument("--merges-only", action="store_true", help="Only the classic-merge rows.")
     a = p.parse_args(argv)
     a.env = {v: str(a.threads) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")} if a.threads else {}
     names = ["qwen3-0.6b", "llama3-8b", "llama3-70b"]
@@ -252,6 +261,8 @@ def main(argv=None) -> int:
         names, a.repeat = ["tiny"], 1
     if a.shapes:
         names = a.shapes.split(",")
+    if a.merges_only:
+        names = []
     a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
     info = machine()
@@ -263,6 +274,9 @@ def main(argv=None) -> int:
         results.append(bench_shape(name, a, baseline))
         if not a.keep:
             shutil.rmtree(a.out / name, ignore_errors=True)
+    merges = None
+    if not a.no_merges:
+        merges = bm.run_all(a.out / "merges", a.merges_layers, env=a.env, log=log)
     info["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     cmd = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
     head = (f"`{cmd.strip()}` on {info['date']}: {info['cpu']}, {info['nproc']} cores, torch {info['torch']}, "
@@ -272,10 +286,11 @@ def main(argv=None) -> int:
     mem = f"{cols[1]} GiB total, {cols[-1]} GiB available (free -g)" if len(cols) == 7 else mem
     md = "\n".join([head, f"memory: {mem}", f"load before: {info['uptime']}",
                     f"load after: {info['uptime_end']}", "",
-                    table(results, start), "", "Targets:", *targets(results, start)])
+                    table(results, start), "", "Targets:", *targets(results, start),
+                    *(["", *bm.rows(merges)] if merges else [])])
     (a.out / "results.md").write_text(md + "\n")
-    (a.out / "results.json").write_text(json.dumps({"machine": info, "startup": start, "results": results},
-                                                   indent=2, default=str))
+    (a.out / "results.json").write_text(json.dumps({"machine": info, "startup": start, "results": results,
+                                                    "merges": merges}, indent=2, default=str))
     print(md)
     log(f"done; results in {a.out / 'results.md'}")
     return 0

@@ -34,6 +34,16 @@ SECTIONS = [
        "--out", "out/wrong-way"]]),
     ("The gate: v59's dose (45.6% further) leaves the trust region, so --gate writes nothing (exit 1)",
      [[*STEP, "--trust", "0.0113", "--dose", "1.456", "--gate", "--out", "out/v59-gated"]]),
+    ("The classic merges the user tried first: an average and a direct sum of two runs, then TIES in core space"
+     " and DARE in full space (each verified like any output)",
+     [["audit", "v54", "v51"],
+      ["merge", "--method", "linear", "v54", "v51", "--weights", "0.5,0.5", "--out", "out/average", "--force"],
+      ["merge", "--method", "linear", "v54", "v51", "--out", "out/direct-sum", "--force"],
+      ["merge", "--method", "ties", "v54", "v51", "--density", "0.5", "--space", "core", "--out", "out/ties",
+       "--force"],
+      ["merge", "--method", "dare_ties", "v54", "v51", "--density", "0.5", "--seed", "1", "--rank", "16", "--out",
+       "out/dare", "--force"],
+      ["verify", "out/dare"]]),
 ]
 
 

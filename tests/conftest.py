@@ -15,6 +15,8 @@ Fixtures:
                  "mistral" (two architectures of equal shapes), "gpt2" (Conv1D attn.c_proj and mlp.c_proj).
     peft_on      peft_on(base, folder, seed=0, **LoraConfig kwargs) saves a real PEFT adapter of ``base``
                  (random non-zero factors; modules_to_save weights moved off the base) and returns the folder.
+    peft_mu      PEFT's own ``peft.utils.merge_utils`` (TIES, DARE, magnitude pruning on dense tensors): the
+                 independent definition of the element-wise merges.
 
 Tests that train a model or load one through PEFT/transformers carry ``@pytest.mark.slow``.
 """
@@ -210,6 +212,21 @@ def dense_expr():
         return {m: sum(c * d[m] for c, d in parts) for m in parts[0][1]}
 
     return combine
+
+
+@pytest.fixture(scope="session")
+def peft_mu():
+    """``peft.utils.merge_utils`` loaded from its file alone (it imports only torch), skipping peft's 4 s import."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("peft")
+    if spec is None or spec.origin is None:
+        pytest.skip("peft is not installed")
+    path = Path(spec.origin).parent / "utils" / "merge_utils.py"
+    mod_spec = importlib.util.spec_from_file_location("_peft_merge_utils", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    return mod
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -52,3 +52,24 @@ def test_measure_reports_rusage(tmp_path):
     r = br.measure([sys.executable, "-c", "x = bytearray(50 * 2**20); print('{\"ok\": 1}')"])
     assert r["rc"] == 0 and br.last_json(r) == {"ok": 1}
     assert r["peak"] > 50 * 2**20
+
+
+@pytest.mark.slow
+def test_merge_rows_on_tiny_shapes(tmp_path):
+    """bench_merges' measurements on a 1-layer tiny model: on modules this small both cuts are the optimal one
+    (full SVDs), so ours matches PEFT's ties_svd / dare_ties_svd to float32 (rtol 1e-4) and the table renders."""
+    pytest.importorskip("peft")
+    import bench_merges as bm
+
+    root = bm.make_data(tmp_path / "data", 1, "tiny")
+    res = {"shape": "tiny", "layers": 1, "scale": 2.0, "runs": {}}
+    for label, (method, space, kind) in bm.RUNS.items():
+        o = bm.ours(root, tmp_path / label.replace(" ", "-"), method, space)
+        p = bm.peft(root, tmp_path / kind, kind, 1, "tiny")
+        c = bm.check(root, tmp_path / label.replace(" ", "-"), tmp_path / kind, method, space, 1, "tiny")["worst"]
+        assert c["peft_over_optimal"] <= 1e-4
+        if space == "full":
+            assert c["ours_over_optimal"] <= 1e-6 and c["ours_vs_peft"] <= 1e-4, (label, c)
+        res["runs"][label] = {"ours": {**o, "peak": 1}, "peft": {**p, "peak": 2}, "peft_kind": kind, "check": c}
+    text = "\n".join(bm.rows(res))
+    assert "| ties full vs `ties_svd` |" in text and "Targets (merges):" in text

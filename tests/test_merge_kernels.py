@@ -8,9 +8,7 @@ it is compared exactly too, and its statistics are checked on their own (Monte C
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,19 +27,6 @@ from vecmerge.merge_kernels import (
     slerp_coefficients,
     ties,
 )
-
-
-@pytest.fixture(scope="module")
-def peft_mu():
-    """``peft.utils.merge_utils`` loaded from its file alone (it imports only torch), skipping peft's 4 s import."""
-    spec = importlib.util.find_spec("peft")
-    if spec is None or spec.origin is None:
-        pytest.skip("peft is not installed")
-    path = Path(spec.origin).parent / "utils" / "merge_utils.py"
-    mod_spec = importlib.util.spec_from_file_location("_peft_merge_utils", path)
-    mod = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(mod)
-    return mod
 
 
 def stack(seed: int, n=3, rows=24, cols=17, dtype=torch.float64) -> torch.Tensor:

@@ -321,3 +321,41 @@ def test_step_energy_rank_against_dense(toy, run_cli, dense_expr):
     res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--rank", "energy:0.99",
                   "--dry-run")
     assert "step-energy:0.99 measures the step" in res.output  # the warning names the other measure
+def test_project_steps_only_in_the_selected_modules(split, run_cli, dense_expr, dense_updates):
+    """--only/--exclude: the consensus gate and the step cover the selected modules; the others keep the backbone
+    (to the fp32 rounding, rtol 1e-6); alpha comes from the selected direction (rtol 1e-12)."""
+    args = ["project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.01", "--consensus-ref", "v54-v54e2"]
+    assert run_cli(*args, "--out", "all").exit_code == 1  # the MLP module DISAGREE fails the gate
+    res = run_cli(*args, "--only", "self_attn", "--exclude", r"layers\.1\.self_attn\.o", "--out", "attn", "--json")
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.output)
+    chosen = [m for m in dense_expr({"v54": 1.0}) if "self_attn" in m and "layers.1.self_attn.o" not in m]
+    assert rep["consensus"]["modules"] == len(chosen) == 7
+    assert rep["selection"]["selected"] == 7 and len(rep["selection"]["left_out"]) == 7
+    base, d = dense_expr({"v54": 1.0}), dense_expr({"v51": 1.0, "v28": -1.0})
+    alpha = 0.01 * fro(base) / fro({m: d[m] for m in chosen})
+    assert rep["step"]["alpha"] == pytest.approx(alpha, rel=1e-12) and rep["step"]["zeroed"] == []
+    got = dense_updates(split / "attn")
+    for m in base:
+        want = base[m] + alpha * d[m] if m in chosen else base[m]
+        assert float((got[m] - want).norm() / want.norm()) < 1e-6, m
+    man = json.loads((split / "attn" / "vecmerge.json").read_text())
+    assert man["resolved"]["selection"]["left_out_means"].startswith("no step")
+    assert run_cli("verify", "attn").exit_code == 0
+
+
+def test_project_multipliers_shape_the_direction_before_alpha(toy, dense_expr, dense_updates):
+    rec = {"base": "v54", "dir": "v51 - v28", "trust": 0.01, "multipliers": {"mlp": 0.5}, "out": "half"}
+    rep = run(Recipe.from_dict(rec), Workspace())
+    base, d = dense_expr({"v54": 1.0}), dense_expr({"v51": 1.0, "v28": -1.0})
+    shaped = {m: (0.5 if "mlp" in m else 1.0) * d[m] for m in d}
+    alpha = 0.01 * fro(base) / fro(shaped)
+    assert rep["step"]["alpha"] == pytest.approx(alpha, rel=1e-12)
+    got = dense_updates(toy / "half")
+    for m in base:
+        want = base[m] + alpha * shaped[m]
+        assert float((got[m] - want).norm() / want.norm()) < 1e-6, m
+    assert rep["multipliers"] == {m: 0.5 for m in d if "mlp" in m}
+    from vecmerge.verify import verify_output
+
+    assert verify_output(toy / "half")["passed"]

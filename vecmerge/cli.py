@@ -211,11 +211,13 @@ def audit(obj: Ctx, adapters, ref, direction, by, sort, fmt, plot, allow_missing
                    allow_base_mismatch=allow_base_mismatch, echo=_echo, progress=obj.bars())
 
 
-def _merge_options(stepped: bool):
+def _merge_options(stepped: bool, rank_note: str | None = None):
     def deco(fn):
+        rank = (click.option("--rank", default=None, help=RANK_HELP + ". " + rank_note) if rank_note else
+                click.option("--rank", default="exact", show_default=True,
+                             help=RANK_HELP + (STEP_RANK_HELP + KEEP_BASE_HELP if stepped else "") + "."))
         opts = [
-            click.option("--rank", default="exact", show_default=True,
-                         help=RANK_HELP + (STEP_RANK_HELP + KEEP_BASE_HELP if stepped else "") + "."),
+            rank,
             click.option("--dtype", type=click.Choice(DTYPE_NAMES), default="fp32", show_default=True,
                          help=DTYPE_HELP),
             click.option("--out", type=click.Path(file_okay=False),
@@ -235,6 +237,13 @@ def _merge_options(stepped: bool):
         return global_options(fn)
 
     return deco
+
+
+def _selection_options(fn):
+    fn = click.option("--exclude", help="Leave out modules whose name matches this regular expression "
+                      r"(re.search), e.g. 'layers\.0\.'.")(fn)
+    return click.option("--only", help="Only modules whose name matches this regular expression (re.search), "
+                        "e.g. 'mlp' or 'q_proj|v_proj'.")(fn)
 
 
 def _method_options(stepped: bool):
@@ -326,14 +335,17 @@ def _run_recipe(obj: Ctx, data: dict, *, force, dry_run, as_json, show_modules, 
 @click.option("--gate", "run_gate", is_flag=True, help="Run the six-condition gate first (see 'vecmerge gate'); "
               "write nothing unless every condition passes. The output's manifest and card carry its table.")
 @click.option("--metric", help="With --gate: the ledger metric for the backbone and evidence conditions.")
+@_selection_options
 @_method_options(stepped=True)
 @_merge_options(stepped=True)
 @click.pass_obj
 @handled
 def project(obj: Ctx, base, direction, trust, trust_scope, alpha, consensus_ref, on_disagree, min_agree, mode,
-            dose, strict, run_gate, metric, rank, dtype, out, force, allow_missing, modules_to_save,
+            dose, strict, run_gate, metric, only, exclude, rank, dtype, out, force, allow_missing, modules_to_save,
             allow_base_mismatch, base_model_id, dry_run, as_json, show_modules, **method_fields):
     """A trust-region step BASE + alpha*DIR, gated by consensus, written as a PEFT LoRA.
+
+    With --only/--exclude the step is taken in the selected modules only; the others keep the backbone.
 
     Example: vecmerge project --base v54 --dir 'v51 - v28' --trust 0.0113 --consensus-ref 'v54 - v54e2' --out out/v58
     """
@@ -346,7 +358,43 @@ def project(obj: Ctx, base, direction, trust, trust_scope, alpha, consensus_ref,
             "consensus": cons, "mode": mode, "rank": rank, "dose": dose, "out": out, "dtype": dtype,
             "allow_missing": allow_missing, "modules_to_save": modules_to_save, "strict": strict,
             "allow_base_mismatch": allow_base_mismatch or None, "base_model_id": base_model_id,
-            "gate": ({"metric": metric} if metric else True) if run_gate else None, **method_fields}
+            "gate": ({"metric": metric} if metric else True) if run_gate else None, "only": only, "exclude": exclude,
+            **method_fields}
+    _run_recipe(obj, data, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules)
+
+
+@main.command()
+@click.argument("models", nargs=-1, required=True, metavar="INPUT...")
+@click.option("--method", type=click.Choice(methods.merge_names()), required=True,
+              help="; ".join(f"{m}: {methods.get(m).summary}" for m in methods.merge_names()) + ".")
+@click.option("--weights", help="Comma-separated weights, one per INPUT (default 1 each), e.g. 0.5,0.5.")
+@click.option("--strict", is_flag=True, help="Fail (exit 1, nothing written) when less than 99% of the intended "
+              "merge survives the rank cut.")
+@_selection_options
+@_method_options(stepped=False)
+@_merge_options(stepped=False, rank_note="Default exact; svd and --space full need a rank.")
+@click.pass_obj
+@handled
+def merge(obj: Ctx, models, method, weights, strict, only, exclude, rank, dtype, out, force, allow_missing,
+          modules_to_save, allow_base_mismatch, base_model_id, dry_run, as_json, show_modules, **method_fields):
+    """The classic merges of INPUTs (adapter names or expressions such as 'v51 - v28'), written as a PEFT LoRA.
+
+    Each method is applied to the updates scale*B@A themselves, never to the factors, and the output
+    verifies like every other (vecmerge verify OUT). Per-model density and per-module multipliers:
+    write a recipe (models: [{model: v28, weight: 0.5, density: 0.3}, ...]) and use vecmerge run.
+    """
+    ws = [1.0] * len(models)
+    if weights is not None:
+        try:
+            ws = [float(w) for w in weights.split(",")]
+        except ValueError:
+            _usage(f"--weights {weights}: comma-separated numbers, one per INPUT, e.g. 0.5,0.5")
+        if len(ws) != len(models):
+            _usage(f"--weights {weights}: {len(ws)} weight(s) for {len(models)} INPUT(s); give one per INPUT")
+    data = {"method": method, "models": [{"model": m, "weight": w} for m, w in zip(models, ws)], "rank": rank,
+            "out": out, "dtype": dtype, "allow_missing": allow_missing, "modules_to_save": modules_to_save,
+            "strict": strict, "only": only, "exclude": exclude, "allow_base_mismatch": allow_base_mismatch or None,
+            "base_model_id": base_model_id, **method_fields}
     _run_recipe(obj, data, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules)
 
 

@@ -67,7 +67,7 @@ def audit(ws: Workspace, *, ref: str | None = None, direction: str | None = None
 
 def merge(ws: Workspace, recipe: Recipe, *, force: bool = False, dry_run: bool = False, as_json: bool = False,
           show_modules: bool = False, echo=print, progress=None):
-    """``vecmerge project`` / ``refactor`` / ``run``: run the recipe and print its report.
+    """``vecmerge project`` / ``refactor`` / ``merge`` / ``run``: run the recipe and print its report.
 
     Args:
         ws (Workspace). recipe (Recipe): what to do. force (bool): replace outputs vecmerge wrote.

@@ -75,6 +75,14 @@ class OutputError(VecmergeError):
     """An output folder that exists (without --force) or cannot be written."""
 
 
+class MergeArgumentError(VecmergeError):
+    """A merge kernel called with an argument outside its domain (density, weights, shapes, t)."""
+
+
+class SVDInputError(VecmergeError):
+    """A truncated SVD asked of something that is not a finite matrix, or with a bad rank/energy."""
+
+
 class CheckFailed(VecmergeError):
     """A check that ran and did not pass (verify, consensus gate, --strict survival)."""
 

@@ -31,16 +31,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import VecmergeError
+from .errors import SVDInputError
 from .lowrank import LowRank
 
 F64 = torch.float64
 BLOCK_BYTES = 64 * 2**20  # float64 column block of D converted at a time
 ENERGY_SLACK = 1e-12  # a share of the total: "reaches E" means captured >= (E - slack) * total
-
-
-class SVDInputError(VecmergeError):
-    """A truncated SVD asked of something that is not a finite matrix, or with a bad rank/energy."""
 
 
 @dataclass(frozen=True)

@@ -16,21 +16,31 @@ For an update with thin SVD ``U S V^T`` (from its small core: ``C = Uc S Vh``, `
 - ``keep-base``: the backbone's own factors bit for bit, with the step's exact factors appended
   (the step must come from one backbone adapter).
 
-``cut`` serves the pipeline (cores in a module's shared basis) and ``refactor``/``verify`` (LowRank)
-alike. ``rank=k`` overrides the policy's choice with a common rank (the experts of one MoE parameter
-share one stored rank, see ``pipeline.experts``): the cut keeps ``min(k, exact)`` directions and pads
-with zero directions up to k (keep-base pads its appended factors).
+``cut`` serves the pipeline (cores in a module's shared basis) and ``refactor``/``verify`` (LowRank) alike.
+``rank=k`` overrides the policy's choice with a common rank (the experts of one MoE parameter share one
+stored rank, see ``pipeline.experts``): the cut keeps ``min(k, exact)`` directions and pads with zero
+directions up to k (keep-base pads its appended factors). A dense update (``dense.Dense``, from the dense-
+space merge methods) is cut by a randomized truncated SVD (``randsvd``, Halko-Martinsson-Tropp subspace
+iteration, seeded) whose error is still exact: ``||D||^2 - sum_{i<k} S_i^2`` computed from D. ``N`` uses
+``POWER_ITERS`` power iterations, one more when N exceeds ``min(out, in) / 8`` (measured: within 1% of the
+optimal cut then); ``energy:E`` finds the smallest rank reaching E by doubling; ``exact`` runs the full SVD
+(the result of an element-wise merge usually has full rank: a large adapter).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
+from .dense import Dense
 from .errors import RecipeError
-from .lowrank import LowRank, f64
+from .lowrank import EXACT_RTOL, LowRank, f64
 from .options import RankPolicy
+from .randsvd import truncated_svd, truncated_svd_energy
+
+POWER_ITERS = 2  # randomized cut: power iterations up to rank min(out, in) / 8, one more above
 
 __all__ = ["RankPolicy", "Cut", "cut"]
 
@@ -46,14 +56,19 @@ class Cut:
             singular values, ``sqrt(sum_{i>=k} S_i^2)``.
         norm (float): ``||update||_F``.
         kept (Tensor | None): (p, q) the kept part as a core of the module's basis (for a core input).
+        method (str): ``core`` (SVD of the small core), ``full`` (full SVD of a dense update),
+            ``randomized`` (randomized truncated SVD of a dense update) or ``factors`` (written as given).
+        power_iters (int | None): randomized only: the power iterations used.
     """
 
     factors: LowRank
     rank: int
-    exact_rank: int
+    exact_rank: int | None
     error: float
     norm: float
     kept: torch.Tensor | None = None
+    method: str = "core"
+    power_iters: int | None = None
 
     @property
     def rel_error(self) -> float:
@@ -89,25 +104,68 @@ def pad(x: LowRank, rank: int) -> LowRank:
 def _padded(c: Cut, rank: int | None) -> Cut:
     if rank is None or rank <= c.rank:
         return c
-    return Cut(pad(c.factors, rank), rank, c.exact_rank, c.error, c.norm, c.kept)
+    return dataclasses.replace(c, factors=pad(c.factors, rank), rank=rank)
 
 
-def cut(x, policy: RankPolicy, *, backbone: LowRank | None = None, step=None, rank: int | None = None) -> Cut:
+def _split(U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor, k: int) -> LowRank:
+    root = torch.sqrt(S[:k])
+    return LowRank(U[:, :k] * root, root[:, None] * Vh[:k], 1.0)
+
+
+def _roundoff_rank(S: torch.Tensor, k: int, dropped: float, total: float) -> int:
+    """Largest k' <= k whose cut drops no more than round-off beyond ``dropped``: trailing S_i with
+    ``sum_{i>=k'} S_i^2 <= EXACT_RTOL^2 ||D||^2`` are not rank (an update of rank below k)."""
+    tail = dropped
+    while k > 0 and tail + float(S[k - 1] ** 2) <= (EXACT_RTOL**2) * total:
+        tail += float(S[k - 1] ** 2)
+        k -= 1
+    return k
+
+
+def _dense_cut(x: Dense, policy: RankPolicy, seed: int) -> Cut:
+    """A dense update cut by the full SVD (``exact``) or the randomized one (``N``, ``energy:E``), error exact."""
+    D = x.D
+    if policy.kind == "exact":
+        U, S, Vh = torch.linalg.svd(D, full_matrices=False)
+        k, exact = policy.choose(S)
+        err = float(torch.sqrt((S[k:] ** 2).sum()))
+        return Cut(_split(U, S, Vh, k), k, exact, err, float(torch.linalg.vector_norm(S)), method="full")
+    iters = None
+    if policy.kind == "fixed":
+        k = min(int(policy.value), *D.shape)
+        iters = POWER_ITERS + (1 if 8 * k > min(D.shape) else 0)
+        t = truncated_svd(D, k, power_iters=iters, seed=seed)
+    else:
+        iters = POWER_ITERS
+        t = truncated_svd_energy(D, policy.value, power_iters=iters, seed=seed).svd
+    k = _roundoff_rank(t.S, t.rank, t.dropped_energy, t.total_energy)
+    dropped = t.dropped_energy + float((t.S[k:] ** 2).sum())
+    return Cut(_split(t.U, t.S, t.Vh, k), k, None, max(dropped, 0.0) ** 0.5, t.total_energy**0.5,
+               method=t.method, power_iters=iters if t.method == "randomized" else None)
+
+
+def cut(x, policy: RankPolicy, *, backbone: LowRank | None = None, step=None, rank: int | None = None,
+        seed: int = 0) -> Cut:
     """Re-factor ``x`` at the rank ``policy`` chooses (see the module docstring).
 
     Args:
-        x (InSpan | LowRank): the update, (out, in): a core in a module's basis, or factors of any rank.
+        x (InSpan | LowRank | Dense): the update, (out, in): a core in a module's basis, factors of any
+            rank, or a dense matrix.
         policy (RankPolicy): the rank rule.
         backbone (LowRank | None): keep-base only: the backbone adapter's own factors of this module.
         step (InSpan | LowRank | None): the step in ``x`` (keep-base appends it; step-energy measures it).
         rank (int | None): a common rank instead of the policy's choice: keep ``min(rank, exact)``
             directions, pad with zero directions to ``rank``.
+        seed (int): Dense only: the seed of the randomized SVD's test matrix (record it).
 
     Returns:
-        Cut with the exact Eckart-Young error of the cut.
+        Cut with the exact error of the cut (Eckart-Young for the SVD of a core or factors; for a dense
+        update ``||D||^2 - sum S^2`` from D itself).
     """
     if policy.kind == "keep-base":
         return _padded(_keep_base(x, backbone, step), rank)
+    if isinstance(x, Dense):
+        return _padded(_dense_cut(x, policy, seed), rank)
     step_norm = None if step is None else step.norm()
     if isinstance(x, LowRank):
         s = x.svd()

@@ -18,8 +18,29 @@ A YAML recipe mirrors the flags of ``vecmerge project``::
 
 Without ``dir`` a recipe re-factors ``base`` (any expression) at the given rank: ``vecmerge refactor``
 (method ``expression``). ``method:`` and ``mode:`` name the same thing (a registered method, see
-``methods/``); a method's own fields are keys of the recipe too. Every key is documented for users by
-``schema()`` (``vecmerge run --help`` and docs/RECIPES.md). This module imports no torch.
+``methods/``); a method's own fields are keys of the recipe too.
+
+A classic merge (``vecmerge merge``) lists its operands under ``models`` (mergekit's key; ``inputs``
+stays the pinned adapter folders), each an adapter name or expression with its own weight and density::
+
+    method: ties              # linear | cat | svd | ties | dare_linear | dare_ties | magnitude_prune | slerp
+    models:
+      - {model: v28, weight: 0.5, density: 0.3}
+      - {model: v51 - v28, weight: 0.5}      # weight defaults to 1; density to the recipe's density
+    density: 0.5
+    space: full               # full (each module's dense update) | core (its shared low-rank core)
+    rank: 32
+    out: out/ties
+
+Any recipe may select modules and weight them by name (``re.search`` on module names)::
+
+    only: 'mlp'               # only modules matching this; exclude: modules matching this are left out
+    multipliers: {mlp: 0.5}   # per module: the first matching pattern's factor (1 where none matches)
+
+``project`` steps only in the selected modules (the others keep the backbone) and multiplies each
+module's direction before alpha is chosen; a merge writes only the selected modules, each update times
+its multiplier. Every key is documented for users by ``schema()`` (``vecmerge run --help`` and
+docs/RECIPES.md). This module imports no torch.
 """
 
 from __future__ import annotations
@@ -58,7 +79,8 @@ from .options import (
 
 _KEYS = ("base", "dir", "trust", "trust_scope", "alpha", "consensus", "method", "mode", "rank", "dose", "multiple",
          "out", "dtype", "inputs", "allow_missing", "modules_to_save", "strict", "name", "allow_base_mismatch",
-         "base_model_id", "gate")
+         "base_model_id", "gate", "models", "only", "exclude", "multipliers")
+_MODEL_KEYS = ("model", "weight", "density")
 
 
 @dataclass
@@ -76,7 +98,7 @@ class Recipe:
     """Everything a merge needs; see the module docstring for the keys.
 
     Args:
-        base (str): backbone expression. dir (str | None): direction expression.
+        base (str | None): backbone expression (None for a merge of ``models``). dir (str | None): direction.
         trust (float | None), trust_scope (str), alpha (float | None): the step size.
         consensus (Consensus | None). method (str): a registered method (``add`` with dir, ``expression``
         without). params (dict): the method's own fields. rank (str), dose (list[float] | None),
@@ -87,9 +109,12 @@ class Recipe:
         allow_base_mismatch (bool): combine adapters whose declared base models differ (recorded).
         base_model_id (str | None): the base model's hub id, written to the output's config and card.
         gate (bool | dict | None): run the gate before writing (a mapping: threshold overrides, ``metric``).
+        models (list[dict] | None): a merge's operands, ``{model: expression, weight: float, density?: float}``.
+        only, exclude (str | None): module-name patterns (``re.search``) selecting the modules.
+        multipliers (dict[str, float] | None): module-name pattern -> factor (the first match applies).
     """
 
-    base: str
+    base: str | None = None
     dir: str | None = None
     trust: float | None = None
     trust_scope: str = "global"
@@ -110,6 +135,10 @@ class Recipe:
     allow_base_mismatch: bool = False
     base_model_id: str | None = None
     gate: bool | dict | None = None
+    models: list | None = None
+    only: str | None = None
+    exclude: str | None = None
+    multipliers: dict | None = None
 
     @property
     def kind(self) -> str:
@@ -163,10 +192,11 @@ class Recipe:
             elif f.default is not None:
                 params[f.name] = f.default
         kw["params"] = params
+        merging = method is not None and "models" in method.operands
         for key in ("base", "dir"):
             v = data.get(key)
             if v is None:
-                if key == "base":
+                if key == "base" and not merging and data.get("models") is None:
                     p.append("base: missing (the backbone, e.g. 'v54')")
                 continue
             try:
@@ -231,6 +261,13 @@ class Recipe:
         if data.get("gate") is not None:
             kw["gate"] = _gate(data["gate"], p)
         kw["inputs"] = _inputs(data.get("inputs"), p, root)
+        if data.get("models") is not None:
+            kw["models"] = _models(data["models"], p)
+        for key in ("only", "exclude"):
+            if data.get(key) is not None:
+                kw[key] = _pattern(key, data[key], p)
+        if data.get("multipliers") is not None:
+            kw["multipliers"] = _multipliers(data["multipliers"], p)
         p += _semantics(data, kw, method)
         if p:
             raise RecipeError(p, source)
@@ -242,6 +279,10 @@ def _method(data: dict, problems: list):
     given = {k: data[k] for k in ("method", "mode") if data.get(k) is not None}
     if len(set(map(str, given.values()))) > 1:
         problems.append(f"method={given['method']!r} and mode={given['mode']!r}: give one of them")
+        return None
+    if not given and data.get("models") is not None and data.get("base") is None:
+        problems.append(f"method: missing; models are merged by one of {', '.join(methods.merge_names())} "
+                        "(e.g. method: linear)")
         return None
     key, name = next(iter(given.items()), (None, "add" if data.get("dir") is not None else "expression"))
     if str(name) not in methods.names():
@@ -286,17 +327,92 @@ def _gate(value, problems: list):
         problems.append(str(e).removeprefix("recipe "))
         return None
     return dict(value)
+def _models(raw, problems: list) -> list | None:
+    """``models``: a list of expressions, or of ``{model, weight, density}`` (mergekit's ``parameters:`` too)."""
+    if not isinstance(raw, list) or not raw:
+        problems.append("models: a list of models, e.g. [{model: v28, weight: 0.5}, {model: v51, weight: 0.5}]")
+        return None
+    out = []
+    for i, entry in enumerate(raw):
+        where = f"models[{i}]"
+        if isinstance(entry, str):
+            entry = {"model": entry}
+        if not isinstance(entry, dict) or entry.get("model") is None:
+            problems.append(f"{where}: a mapping with model (an adapter name or expression), weight, density")
+            continue
+        entry = dict(entry)
+        nested = entry.pop("parameters", None)  # mergekit nests weight and density under parameters
+        if isinstance(nested, dict):
+            entry = {**nested, **entry}
+        elif nested is not None:
+            problems.append(f"{where}.parameters: a mapping such as {{weight: 0.5, density: 0.3}}")
+        bad = sorted(set(entry) - set(_MODEL_KEYS))
+        if bad:
+            problems.append(f"{where}: unknown key(s) {bad} (known: {', '.join(_MODEL_KEYS)})")
+        model = str(entry["model"])
+        try:
+            parse(model)
+        except Exception as e:
+            problems.append(f"{where}.model: {e}")
+        item = {"model": model, "weight": 1.0}
+        for key in ("weight", "density"):
+            v = entry.get(key)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                problems.append(f"{where}.{key}={v!r}: a finite number")
+            elif key == "density" and not 0 < v <= 1:
+                problems.append(f"{where}.density={v!r}: a share in (0, 1] of the entries to keep")
+            else:
+                item[key] = float(v)
+        out.append(item)
+    return out
+
+
+def _pattern(key: str, value, problems: list) -> str | None:
+    try:
+        re.compile(str(value))
+    except re.error as e:
+        problems.append(f"{key}={value!r}: not a regular expression ({e}); e.g. 'mlp' or 'layers\\.(0|1)\\.'")
+        return None
+    return str(value)
+
+
+def _multipliers(raw, problems: list) -> dict | None:
+    if not isinstance(raw, dict) or not raw:
+        problems.append("multipliers: a mapping of module-name pattern -> factor, e.g. {mlp: 0.5, self_attn: 1.0}")
+        return None
+    out = {}
+    for k, v in raw.items():
+        if _pattern(f"multipliers.{k}", k, problems) is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            problems.append(f"multipliers.{k}={v!r}: a finite number")
+        else:
+            out[str(k)] = float(v)
+    return out
 
 
 def _semantics(data: dict, kw: dict, method) -> list[str]:
     """Rules across keys: what a stepped method needs, what only a step may have, keep-base, the method's own."""
     p = []
+    merging = method is not None and "models" in method.operands
+    if merging:
+        if data.get("models") is None:
+            p.append(f"method={method.name}: needs models (the adapters to merge, e.g. models: [v28, v51])")
+        for key in ("base", "dir", "trust", "alpha", "consensus", "dose", "gate"):
+            if data.get(key) is not None and not (key == "gate" and data[key] is False):
+                p.append(f"{key}: method {method.name} merges models; it takes no {key} "
+                         f"(vecmerge project steps from a base)")
+    elif method is not None and data.get("models") is not None:
+        p.append(f"models: only meaningful with a merge method ({', '.join(methods.merge_names())}); "
+                 f"method {method.name} reads base" + (" and dir" if method.stepped else ""))
     if method is not None and method.stepped:
         if data.get("dir") is None:
             p.append(f"mode={method.name}: needs dir (the direction to step along)")
         elif data.get("trust") is None and data.get("alpha") is None:
             p.append("trust or alpha: one is needed with dir (e.g. trust: 0.0113)")
-    elif method is not None:
+    elif method is not None and not merging:
         for key in ("dir", "trust", "alpha", "consensus", "dose", "gate"):
             if data.get(key) is not None and not (key == "gate" and data[key] is False):
                 p.append(f"{key}: only meaningful with dir" if key != "dir" else
@@ -306,14 +422,16 @@ def _semantics(data: dict, kw: dict, method) -> list[str]:
         p.append("trust_scope=module: needs trust")
     if str(kw.get("rank", "")).strip().lower().startswith("step-energy:") and not kw.get("dir"):
         p.append("rank=step-energy: needs dir (it keeps a share of the step's energy; use energy:E without a step)")
-    if kw.get("rank") == "keep-base":
+    if kw.get("rank") == "keep-base" and not merging:
         if not kw.get("dir"):
             p.append("rank=keep-base: needs dir (it keeps the backbone and appends the step)")
         coeffs = parse(kw["base"]).coeffs if kw.get("base") else {}
         if coeffs and list(coeffs.values()) != [1.0]:
             p.append("rank=keep-base: base must be one adapter name (its factors are kept bit for bit)")
+    if merging and kw.get("rank") == "keep-base":
+        p.append(f"rank=keep-base: keeps a backbone's factors under a step; method {method.name} has no backbone")
     if method is not None:
-        view = SimpleNamespace(**{**{f.name: f.default for f in fields(Recipe)}, **kw})
+        view = SimpleNamespace(**{**{f.name: f.default for f in fields(Recipe)}, **kw}, given=frozenset(data))
         p += method.validate(view)
     return p
 
@@ -433,6 +551,18 @@ def schema() -> list[tuple[str, str, str]]:
         ("strict", "true | false", "Fail (exit 1, write nothing) on any warning of the report."),
         ("name", "text", "Title of the output's model card (default: the folder name)."),
         ("multiple", "number", "Alpha multiplier of this output (manifests record it; use dose in recipes)."),
+        ("method", " | ".join(methods.merge_names()), "A classic merge of models (vecmerge merge): "
+         + "; ".join(f"{m}: {methods.get(m).summary}" for m in methods.merge_names()) + "."),
+        ("models", "[{model, weight, density}, ...]", "A merge's operands (mergekit's key): each an adapter name or "
+         "expression, its weight (default 1) and density (default: the recipe's density); a plain string is "
+         "{model: ...}."),
+        ("only", "regex", "Select the modules whose name matches (re.search); project steps only in them (the "
+         "others keep the backbone), a merge writes only them."),
+        ("exclude", "regex", "Leave out the modules whose name matches (re.search)."),
+        ("multipliers", "{regex: factor}", "Per module, the factor of the first pattern its name matches "
+         "(project: on the direction before alpha is chosen; merge: on the update)."),
+        ("gate", "true | {metric, thresholds...}", "Run the six-condition gate (vecmerge gate) first and write "
+         "nothing unless every condition passes; a mapping overrides vecmerge.yaml's gate: thresholds."),
     ]
     for name, owners in methods.all_fields().items():
         f = owners[0].fields[[x.name for x in owners[0].fields].index(name)]

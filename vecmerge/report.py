@@ -105,11 +105,37 @@ def render_merge(rep) -> str:
     elif ev.method.name == "expression":
         out.append(f"refactor: {r.base}   rank={r.rank}")
     else:
-        out.append(f"{rep.command}: {ev.method.name} of {r.base}   rank={r.rank}")
+        out.append(f"{rep.command}: {merge_line(rep)}")
+    sel = ev.selection()
+    if sel is not None:
+        what = " and ".join(f"{k} {sel[k]!r}" for k in ("only", "exclude") if sel[k] is not None)
+        left = sel["left_out"]
+        out.append(f"modules: {sel['selected']} of {sel['of']} selected ({what}); {len(left)} left out "
+                   f"({sel['left_out_means']})" + (f": {', '.join(left[:4])}{' ...' if len(left) > 4 else ''}"
+                                                   if left else ""))
+    if ev.multipliers:
+        counts: dict = {}
+        for v in ev.multipliers.values():
+            counts[v] = counts.get(v, 0) + 1
+        pats = ", ".join(f"{k!r} x{v:g}" for k, v in (r.multipliers or {}).items())
+        out.append(f"multipliers ({pats}): " + ", ".join(f"x{v:g} on {n} module(s)" for v, n in counts.items()))
     if ev.missing:
         out.append("missing modules treated as zero: " + "; ".join(f"{k}: {len(v)}" for k, v in ev.missing.items()))
     rows = []
-    for o in rep.outputs:
+    if rep.command == "merge":
+        for o in rep.outputs:
+            f = o.figures
+            rows.append([f"{f['survival']:.6f}", g(f["rel_error"]), g(f["dtype_effect"]),
+                         f"{f['rank']['min']}..{f['rank']['max']}", o.path or "(dry run)", (o.sha256 or "-")[:16]])
+        out.append(table(rows, ["survival", "rel error", "dtype effect", "ranks", "out", "sha256"]))
+        moved = rep.outputs[0].figures.get("moved") if rep.outputs else None
+        if moved:
+            out.append("distance of the intended merge from each model, ||merge - model|| / ||model||: "
+                       + ", ".join(f"{e['model']} " + ("-" if e["distance"] is None else f"{e['distance']:.2%}")
+                                   for e in moved)
+                       + " (for scale: the user's v58 step that worked was 1.13% of its backbone)")
+        rows = []
+    for o in rep.outputs if rep.command != "merge" else ():
         f = o.figures
         rows.append([g(o.multiple), repr(o.alpha) if o.alpha is not None else "-",
                      g(o.realized["global"]) if o.realized is not None else "-",
@@ -117,8 +143,9 @@ def render_merge(rep) -> str:
                      g(f.get("residual", f["rel_error"])), g(f["dtype_effect"]),
                      f"{f['rank']['min']}..{f['rank']['max']}",
                      o.path or "(dry run)", (o.sha256 or "-")[:16]])
-    out.append(table(rows, ["dose", "alpha", "step", "survival", "residual", "dtype effect", "ranks", "out",
-                            "sha256"]))
+    if rep.command != "merge":
+        out.append(table(rows, ["dose", "alpha", "step", "survival", "residual", "dtype effect", "ranks", "out",
+                                "sha256"]))
     for o in rep.outputs:
         if "experts" in o.figures:
             out.append(experts_line(o.figures))
@@ -157,7 +184,26 @@ def render_modules(rep, limit: int | None = None) -> str:
         rep (RunReport): what ``pipeline.run`` returned. limit (int | None): at most this many rows.
     """
     f = rep.outputs[0].figures["modules"]
-    rows = [[m, e["rank"], e["exact_rank"], g(e["rel_error"]), g(e.get("survival"))]
+    rows = [[m, e["rank"], "-" if e["exact_rank"] is None else e["exact_rank"], g(e["rel_error"]),
+             g(e.get("survival"))]
             for m, e in list(f.items())[:limit]]
     more = f"\n... and {len(f) - len(rows)} more modules" if len(rows) < len(f) else ""
     return table(rows, ["module", "rank", "exact rank", "rel error", "survival"]) + more
+
+
+def merge_line(rep) -> str:
+    """``ties of 2 models (weights 0.5, 0.5; density 0.5; space full)   rank=32``: a merge's header."""
+    ev, r = rep.evaluation, rep.recipe
+    p = dict(r.params)
+    facts = [f"weights {', '.join(g(e['weight']) for e in r.models)}"] if any(
+        e["weight"] != 1.0 for e in r.models) else []
+    dens = [e.get("density", p.get("density")) for e in r.models]
+    if any(d is not None for d in dens):
+        facts.append(f"density {', '.join(g(d) for d in dens)}" if len(set(dens)) > 1 else f"density {g(dens[0])}")
+    for k in ("space", "majority", "seed", "t", "slerp_scope"):
+        if k in p:
+            facts.append(f"{k} {p[k]}")
+    extra = {k: v for k, v in (ev.params or {}).items() if k not in p}
+    facts += [f"{k} = {v!r}" for k, v in extra.items()]
+    models = ", ".join(e["model"] for e in r.models)
+    return f"{ev.method.name} of {models}" + (f" ({'; '.join(facts)})" if facts else "") + f"   rank={r.rank}"

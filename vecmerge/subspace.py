@@ -158,6 +158,11 @@ class InSpan:
         U, S, Vh = torch.linalg.svd(self.C, full_matrices=False)
         return SVD(self.space.left(U), S, self.space.right(Vh), max(self.floor, float(torch.linalg.norm(S))))
 
+    def dense(self) -> torch.Tensor:
+        """The update as a dense (out, in) float64 matrix, ``(Qb C) Qa^T``: one module at a time, for the
+        dense-space merge methods and tests."""
+        return self.space.left(self.C) @ self.space.bases()[1].T
+
     def lowrank(self) -> LowRank:
         """The same update as factors ``(Qb C, Qa^T)`` (rank q), for code that wants a LowRank."""
         return LowRank(self.space.left(self.C), self.space.bases()[1].T, 1.0)

@@ -38,11 +38,13 @@ from pathlib import Path
 from .adapter import Adapter
 from .basemodel import folder_is, model_folder_problem
 from .checks import check, close, not_run, result, within
+from .dense import Dense
 from .errors import OutputError, UsageError, VecmergeError, few, shown
 from .export import read_manifest
 from .lowrank import LowRank, combine
 from .peft_format import CONFIG_NAME, LoraConfig
 from .pipeline import evaluate, intended
+from .pipeline.manifest import merge_formula
 from .recipe import Recipe, manifest_root, with_absolute_inputs
 from .verify_adapter import config_checks, identity_checks, open_output
 from .verify_peft import peft_checks
@@ -103,7 +105,8 @@ def recompute(manifest: dict, root: Path, progress=None) -> tuple[dict, dict]:
     recipe = Recipe.from_dict(manifest["recipe"], "manifest recipe")
     ev = evaluate(recipe, Workspace(root=root), progress)
     if ev.step is None:
-        return ev, check("recompute", True, f"re-evaluated {recipe.base!r} ({ev.method.name}) from the inputs")
+        what = recipe.base if recipe.base is not None else merge_formula(manifest["recipe"])
+        return ev, check("recompute", True, f"re-evaluated {what!r} ({ev.method.name}) from the inputs")
     st, res, k = ev.step, manifest.get("resolved") or {}, recipe.multiple
     problems, figs = [], {}
     if st.alpha is not None:
@@ -129,31 +132,56 @@ def recompute(manifest: dict, root: Path, progress=None) -> tuple[dict, dict]:
 
 
 # -- the written update against the recomputed one ------------------------------------------------
-def _scale_hint(W: LowRank, target: LowRank, tol: float) -> float | None:
+def _inner(W: LowRank, target) -> float:
+    """``<W, target>`` for a LowRank or Dense target."""
+    return target.inner(W) if isinstance(target, Dense) else W.inner(target)
+
+
+def _distance(W: LowRank, target) -> float:
+    """``||W - target||_F`` for a LowRank or Dense target."""
+    return target.distance(W) if isinstance(target, Dense) else (W - target).norm()
+
+
+def _scale_hint(W: LowRank, target, tol: float) -> float | None:
     """``c`` when ``W = c * target`` within ``tol`` (a changed scale), else None."""
     tn = target.norm()
     if tn == 0.0:
         return None
-    c = W.inner(target) / (tn * tn)
-    return c if c != 0.0 and (W - target * c).norm() <= tol * abs(c) * tn else None
+    c = _inner(W, target) / (tn * tn)
+    return c if c != 0.0 and _distance(W * (1.0 / c), target) <= tol * tn else None
 
 
-def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple[list[dict], dict]:
-    """Per module ``||W_m - I_m|| / ||I_m||`` and the step's survival; returns (checks, {m: I_m}).
+def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None, keep_expected: bool = True
+            ) -> tuple[list[dict], dict | None]:
+    """Per module ``||W_m - I_m|| / ||I_m||`` and the step's survival; returns (checks, {m: I_m} or None).
+
+    A dense-space merge's ``I_m`` is a dense matrix: formed, compared and released one module at a time
+    (kept only with ``keep_expected``, for the PEFT checks of a lossless output).
 
     Args:
         out (Adapter): the written output. ev (Evaluation): the manifest's recipe re-evaluated.
         manifest (dict): vecmerge.json. tol (dict): ``TOLERANCES[dtype]``.
+        keep_expected (bool): return every module's recomputed update.
     """
     recipe = ev.recipe
     cut = not recipe.rank_policy.lossless
     rec = manifest.get("modules") or {}
-    base = ev.operands["base"]
-    rows, expected, shape_bad = {}, {}, []
-    err_sq = tgt_sq = step_sq = moved = 0.0
+    base = ev.operands.get("base")
+    merge = recipe.kind == "merge"
+    rows, expected, shape_bad, hints = {}, {}, [], {}
+    err_sq = tgt_sq = step_sq = moved = landed = 0.0
+    tu = tol["update"]
+
+    def off(m, r):
+        if not cut:
+            return not within(r["rel_error"], tu)
+        want = rec.get(m, {}).get("rel_error")
+        return not isinstance(want, (int, float)) or not within(abs(r["rel_error"] - want), tu)
+
     for m in progress(ev.names) if progress else ev.names:
         target, step_m = intended(ev, m, recipe.multiple)
-        expected[m] = target
+        if keep_expected:
+            expected[m] = target
         if m not in out.specs:
             shape_bad.append(f"{m}: recomputed but not written")
             continue
@@ -165,29 +193,24 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple
         except VecmergeError:
             shape_bad.append(f"{m}: unreadable or non-finite factors")  # also reported by the finite check
             continue
-        err, tn = (W - target).norm(), target.norm()
+        err, tn = _distance(W, target), target.norm()
         err_sq, tgt_sq = err_sq + err * err, tgt_sq + tn * tn
-        rows[m] = {"rel_error": err / tn if tn > 0 else err, "W": W, "target": target}
+        rows[m] = {"rel_error": err / tn if tn > 0 else err}
+        if off(m, rows[m]):
+            hints[m] = _scale_hint(W, target, tu)
+        if merge:
+            landed += _inner(W, target)
         if step_m is not None:
             sn = step_m.norm()
             mv = combine([(1.0, W), (-1.0, base[m].lowrank())]).inner(step_m)
             step_sq, moved = step_sq + sn * sn, moved + mv
             rows[m]["survival"] = mv / (sn * sn) if sn > 0 else 1.0
-    tu = tol["update"]
-
-    def off(m, r):
-        if not cut:
-            return not within(r["rel_error"], tu)
-        want = rec.get(m, {}).get("rel_error")
-        return not isinstance(want, (int, float)) or not within(abs(r["rel_error"] - want), tu)
-
-    bad = [m for m, r in rows.items() if off(m, r)]
+    bad = list(hints)
     worst = max(rows, key=lambda m: rows[m]["rel_error"], default=None)
     figs = {"max_rel_error": rows[worst]["rel_error"] if worst else None, "worst_module": worst,
             "rel_error": math.sqrt(err_sq / tgt_sq) if tgt_sq > 0 else math.sqrt(err_sq), "tolerance": tu,
             "compared_to": "recorded rank-cut error" if cut else "recomputed update"}
     if bad or shape_bad:
-        hints = {m: _scale_hint(rows[m]["W"], rows[m]["target"], tu) for m in bad}
         m0 = bad[0] if bad else None
         detail = few(shape_bad, 3, "; ") if shape_bad else (
             f"{len(bad)}/{len(rows)} modules differ from the recomputed update, e.g. {m0}: relative error "
@@ -214,14 +237,18 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple
                             f"survival {surv:.8f} (||W - I|| / ||step|| = {resid:.3e}), expected {want:.8f} "
                             f"within {ts:g}", {"survival": surv, "residual": resid, "tolerance": ts,
                                                "step_norm": math.sqrt(step_sq)}))
-    checks.append(_figures_check(manifest, rows, figs["rel_error"], checks))
-    return checks, expected
+    survival = (landed / tgt_sq if tgt_sq > 0 else 1.0) if merge else None
+    checks.append(_figures_check(manifest, rows, figs["rel_error"], checks, survival))
+    return checks, expected if keep_expected else None
 
 
-def _figures_check(manifest: dict, rows: dict, rel_error: float, checks: list) -> dict:
+def _figures_check(manifest: dict, rows: dict, rel_error: float, checks: list, survival: float | None = None
+                   ) -> dict:
     """The manifest's recorded figures reproduce: ``|x - recorded| <= 1e-12 + FIGURES_RTOL |recorded|``."""
     fig, rec = manifest.get("figures") or {}, manifest.get("modules") or {}
     got = {"rel_error": rel_error}
+    if survival is not None:  # a merge: the share of the intended update that landed
+        got["survival"] = survival
     step = next((c for c in checks if c["name"] == "step"), None)
     if step:
         got.update(survival=step["figures"]["survival"], residual=step["figures"]["residual"])
@@ -311,10 +338,9 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
                 base_cfg = dataclasses.replace(base_cfg, base_model=ev.recipe.base_model_id)
         checks += config_checks(out, manifest, base_cfg)
         if ev is not None:
-            more, expected = compare(out, ev, manifest, tol, progress)
+            keep = base_model is not None and ev.recipe.rank_policy.lossless
+            more, expected = compare(out, ev, manifest, tol, progress, keep_expected=keep)
             checks += more
-            if not ev.recipe.rank_policy.lossless:
-                expected = None
         else:
             checks.append(not_run("update", "nothing to compare with: the recipe was not re-evaluated"))
     if base_model is not None:

@@ -11,10 +11,10 @@ import importlib
 import pkgutil
 
 from .base import Field, Method, ModuleOperands
-from .registry import all_fields, get, names, register, unregister
+from .registry import all_fields, get, merge_names, names, register, unregister
 
 for _info in pkgutil.iter_modules(__path__):
     if _info.name not in ("base", "registry"):
         importlib.import_module(f"{__name__}.{_info.name}")
 
-__all__ = ["Field", "Method", "ModuleOperands", "register", "unregister", "get", "names", "all_fields"]
+__all__ = ["Field", "Method", "ModuleOperands", "register", "unregister", "get", "names", "merge_names", "all_fields"]

@@ -5,13 +5,18 @@ shared basis, see ``subspace.py``) into an update of that module:
 
 - a *stepped* method (``project``'s modes) returns a direction ``dir'_m``; the pipeline then picks
   alpha by the trust region over all modules and writes ``base_m + alpha * dir'_m``;
-- any other method returns the intended update itself (``refactor``'s expression, later the classic
-  merges).
+- any other method returns the intended update itself (``refactor``'s expression, ``merge``'s classic
+  methods: ``linear``, ``ties``, ``dare_*``, ``slerp``...).
+
+A merge method (``operands = ("models",)``) reads the recipe's ``models`` list: one core per model
+(``x.models``), with the model's ``weight`` and ``density`` (``x.weights``, ``x.densities``) and, for a
+method that writes the inputs' factors as they are (``cat``), each model's adapter terms (``x.terms``).
 
 ``space`` says whether it works exactly on the shared cores (``core``: never dense) or needs each
-module's dense update (``dense``: formed one module at a time). Its ``fields`` declare the recipe keys
-it reads, each with a help text; the CLI options and the recipe documentation are generated from
-them, so nothing is typed twice. This module imports no torch: ``vecmerge --help`` stays fast.
+module's dense update (``dense``: formed one module at a time, ``x.models[i].dense()``); a method whose
+space is a recipe field says so in ``space_for``. Its ``fields`` declare the recipe keys it reads, each
+with a help text; the CLI options and the recipe documentation are generated from them, so nothing is
+typed twice. This module imports no torch: ``vecmerge --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -73,12 +78,21 @@ class ModuleOperands:
 
     Args:
         name (str): the module. base, dir, ref (InSpan | None): the recipe's expressions.
+        models (tuple[InSpan]): a merge's models, in the recipe's order.
+        weights (tuple[float]): each model's weight. densities (tuple[float | None]): each model's own
+            density (None: the recipe's ``density``).
+        terms (tuple[tuple[tuple[float, LowRank], ...], ...]): per model, its adapters' factors of this
+            module with their coefficients in the model's expression.
     """
 
     name: str
     base: Any = None
     dir: Any = None
     ref: Any = None
+    models: tuple = ()
+    weights: tuple = ()
+    densities: tuple = ()
+    terms: tuple = ()
 
 
 class Method:
@@ -86,7 +100,8 @@ class Method:
 
     Class attributes:
         name (str): the recipe's ``mode:`` / ``method:`` value. summary (str): one line for help.
-        operands (tuple[str]): recipe expressions it reads, from ``base``, ``dir``, ``ref``.
+        operands (tuple[str]): recipe expressions it reads, from ``base``, ``dir``, ``ref``; or
+            ``("models",)`` for a merge of the recipe's ``models`` list (``vecmerge merge``).
         stepped (bool): returns a direction that the trust region scales (project), or the update itself.
         space (str): ``core`` (exact on the shared cores) or ``dense`` (each module's dense update).
         fields (tuple[Field]): method-specific recipe keys.
@@ -109,13 +124,36 @@ class Method:
         """
         return []
 
-    def module(self, x: ModuleOperands, params: dict):
-        """This module's direction (stepped) or intended update (otherwise), as a core.
+    def space_for(self, params: dict) -> str:
+        """``core`` or ``dense`` for these parameters (default: the class's ``space``)."""
+        return self.space
+
+    def prepare(self, modules: dict, params: dict) -> dict:
+        """The parameters ``module`` receives, from every module's operands (default: ``params`` as given).
+
+        A method that needs figures over all modules first (``slerp`` with ``slerp_scope: global``)
+        computes them here; the result is recorded in the manifest (``resolved.params``).
 
         Args:
-            x (ModuleOperands): the module's operands. params (dict): the recipe's values of ``fields``.
+            modules (dict[str, ModuleOperands]): every module's operands. params (dict): the recipe's fields.
+        """
+        return params
+
+    def module(self, x: ModuleOperands, params: dict):
+        """This module's direction (stepped) or intended update (otherwise): a core, or a ``Dense`` matrix.
+
+        Args:
+            x (ModuleOperands): the module's operands. params (dict): ``prepare``'s parameters.
         """
         raise NotImplementedError
+
+    def factors(self, x: ModuleOperands, params: dict):
+        """Factors to write as they are instead of a rank cut of ``module``'s update (None: cut it).
+
+        Args:
+            x (ModuleOperands): the module's operands. params (dict): ``prepare``'s parameters.
+        """
+        return None
 
     def __repr__(self) -> str:
         return f"<method {self.name}>"

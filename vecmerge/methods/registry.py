@@ -38,6 +38,11 @@ def names(stepped: bool | None = None) -> tuple[str, ...]:
     return tuple(n for n, m in _REGISTRY.items() if stepped is None or m.stepped == stepped)
 
 
+def merge_names() -> tuple[str, ...]:
+    """Registered methods that merge the recipe's ``models`` list (``vecmerge merge --method``)."""
+    return tuple(n for n, m in _REGISTRY.items() if "models" in m.operands)
+
+
 def all_fields() -> dict[str, list[Method]]:
     """``{field name: [methods declaring it]}`` over every registered method."""
     out: dict[str, list[Method]] = {}

@@ -6,9 +6,11 @@ For every module m (one at a time, so a large model holds one module's bases)::
     R_m = cut(T_m, rank policy)             (rankcut.cut: factors of the chosen rank)
     W_m = R_m rounded to the output dtype   (export.prepare_modules: the tensors to store)
 
-and ``figures`` measures what survived (see ``figures.py``). Nothing is written here. The experts of a
-MoE parameter share one stored rank: they are cut again at their common rank (``experts.py``) and
-packed into PEFT's layout (``export.pack_params``).
+and ``figures`` measures what survived (see ``figures.py``). A dense-space merge's ``T_m`` is a dense
+matrix (``Dense``, formed here and released after the module), cut by a randomized SVD seeded per
+module (``module_seed(CUT_SEED, m)``); ``cat`` writes the models' own factors (``Method.factors``)
+instead of a cut. The experts of a MoE parameter share one stored rank: they are cut again at their
+common rank (``experts.py``) and packed into PEFT's layout (``export.pack_params``). Nothing is written here.
 """
 
 from __future__ import annotations
@@ -17,13 +19,19 @@ from dataclasses import dataclass
 
 import torch
 
+from ..dense import Dense
 from ..export import WrittenModule, pack_params, prepare_modules
 from ..kernels import map_modules
+from ..lowrank import LowRank
+from ..merge_kernels import module_seed
+from ..options import RankPolicy
 from ..rankcut import Cut, cut
 from ..subspace import InSpan
-from .evaluation import Evaluation, intended_core
+from .evaluation import Evaluation, intended_core, method_params, module_operands
 from .experts import common_ranks, expert_figures
-from .figures import figures, rounding
+from .figures import figures, rounding, rounding_norm
+
+CUT_SEED = 0  # the randomized SVD's seed: module m uses module_seed(CUT_SEED, m)
 
 
 @dataclass(frozen=True)
@@ -32,16 +40,27 @@ class ModuleBuild:
 
     Args:
         cut (Cut): the re-factored update R_m. written (WrittenModule): W_m as stored.
-        rounding (float): ``||W_m - R_m||_F``. rounding_core (Tensor): (p, q) its projection on the basis.
-        target (InSpan): the intended update T_m. step (InSpan | None): the step in it.
+        rounding (float): ``||W_m - R_m||_F``. rounding_core (Tensor | None): (p, q) its projection on the
+        basis (None for a dense target). target (InSpan | None): the intended update T_m as a core (None
+        for a dense target, released once measured: one module's dense matrix at a time).
+        step (InSpan | None): the step in it.
+        error (float | None): ``||W_m - T_m||_F`` measured directly (dense targets; None: from the cores).
+        inner (float | None): ``<W_m, T_m>`` measured directly (dense targets).
+        moved (tuple | None): a merge: per model i, ``(||T_m - x_i||^2, ||x_i||^2)`` (the intended merge
+            against each model's own update).
+        target_norm (float | None): ``||T_m||_F`` (dense targets, whose matrix is not kept).
     """
 
     cut: Cut
     written: WrittenModule
     rounding: float
-    rounding_core: torch.Tensor
-    target: InSpan
+    rounding_core: torch.Tensor | None
+    target: InSpan | None
     step: InSpan | None
+    error: float | None = None
+    inner: float | None = None
+    moved: tuple | None = None
+    target_norm: float | None = None
 
 
 @dataclass(frozen=True)
@@ -79,12 +98,32 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
 
     def one(m: str, rank: int | None = None) -> ModuleBuild:
         target, step_m = intended_core(ev, m, multiple)
-        c = cut(target, policy, backbone=backbone.modules.get(m), step=step_m, rank=rank)
+        given = None if ev.step is not None else ev.method.factors(module_operands(ev, m), method_params(ev))
+        if given is not None:
+            k = ev.multipliers.get(m, 1.0)
+            c = as_is(target, given * k if k != 1.0 else given)
+        elif isinstance(target, Dense):
+            c = cut(target, policy, seed=module_seed(CUT_SEED, m), rank=rank)
+        else:
+            c = cut(target, policy, backbone=backbone.modules.get(m), step=step_m, rank=rank)
         t, w = prepare_modules({m: c.factors}, ev.specs, recipe.dtype, keep)
         tensors.update(t)
+        moved = None
+        if ev.model_keys:
+            xs = [ev.operands[k][m] for k in ev.model_keys]
+            if isinstance(target, Dense):  # ||T - x||^2 = ||T||^2 - 2 <Qb^T T Qa, C_x> + ||C_x||^2
+                P, tn2 = target.in_basis(xs[0].space), target.norm() ** 2
+                moved = tuple((max(tn2 - 2.0 * float((P * x.C).sum()) + x.norm() ** 2, 0.0), x.norm() ** 2)
+                              for x in xs)
+            else:
+                moved = tuple(((target - x).norm() ** 2, x.norm() ** 2) for x in xs)
+        if isinstance(target, Dense):
+            W = w[m].lowrank
+            return ModuleBuild(c, w[m], rounding_norm(W, c.factors), None, None, None, target.distance(W),
+                               target.inner(W), moved, target.norm())
         e_norm, e_core = rounding(w[m].lowrank, c.factors, target.space)
         target.space.release()  # one module's full-size bases at a time
-        return ModuleBuild(c, w[m], e_norm, e_core, target, step_m)
+        return ModuleBuild(c, w[m], e_norm, e_core, target, step_m, moved=moved)
 
     rows = map_modules(one, list(ev.names), progress)
     if not any(s.param for s in ev.specs.values()):  # no target_parameters: nothing to group
@@ -98,3 +137,16 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
     if any(s.kind == "expert" for s in ev.specs.values()):
         fig["experts"] = expert_figures(own, rows, ev.specs, own_fig)
     return BuiltOutput(multiple, tensors, rows, fig)
+
+
+def as_is(target: InSpan, factors: LowRank) -> Cut:
+    """A Cut that writes ``factors`` as they are (``cat``): no SVD, so no error beyond float64 round-off.
+
+    The exact rank is the target's (from its core); the kept part is the target itself.
+
+    Args:
+        target (InSpan): the intended update (the same sum as ``factors``). factors (LowRank): what to write.
+    """
+    S = target.singular_values()
+    _, exact = RankPolicy("exact").choose(S, target.floor)
+    return Cut(factors, factors.rank, exact, 0.0, target.norm(), target.C, method="factors")

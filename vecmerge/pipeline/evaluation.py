@@ -7,19 +7,26 @@ basis (``subspace.Subspace``); then, for a stepped method::
     alpha  = trust-region choice over all modules (``step.choose_step``)
     intended_m = base_m + k * alpha_m * dir'_m   (k: the dose multiple of one output)
 
-and for any other method ``intended_m = method(operands_m)``. All of it exact, factored, float64.
+and for any other method ``intended_m = mult_m * method(operands_m)`` (a core, or for a dense-space
+merge a ``Dense`` matrix, formed when the module is built). All of it float64; exact except the
+dense-space methods' cut.
+
+Module selection (``only``/``exclude``, ``selection``): a merge evaluates only the selected modules;
+``project`` gives the others no step (they keep the backbone). Multipliers (``multipliers``) scale a
+merge's update, or ``project``'s direction before alpha is chosen.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field, replace
 
 from .. import methods
 from ..adapter import Adapter
 from ..consensus import ConsensusResult, agreement_rows, decide
+from ..errors import RecipeError, few
 from ..expr import parse
 from ..kernels import map_modules
-from ..lowrank import LowRank
 from ..methods.base import Method, ModuleOperands
 from ..recipe import Recipe
 from ..step import StepSize, choose_step
@@ -47,6 +54,11 @@ class Evaluation:
         direction (TaskVector | None): ``dir'`` after the mask and the method (stepped methods).
         step (StepSize | None): the chosen alpha (stepped methods).
         zeroed (tuple[str]): modules the method gave no step although their direction is non-zero.
+        params (dict | None): what the method's ``prepare`` made of the recipe's fields (None: as given).
+        unselected (tuple[str]): ``project``: modules outside ``only``/``exclude`` (no step); a merge
+            evaluates the selected ones only, ``excluded`` lists the others.
+        excluded (tuple[str]): modules of the inputs left out by ``only``/``exclude``.
+        multipliers (dict[str, float]): per module, the first matching pattern's factor (matched modules only).
     """
 
     recipe: Recipe
@@ -62,6 +74,10 @@ class Evaluation:
     direction: TaskVector | None = None
     step: StepSize | None = None
     zeroed: tuple = ()
+    params: dict | None = None
+    unselected: tuple = ()
+    excluded: tuple = ()
+    multipliers: dict = field(default_factory=dict)
 
     @property
     def dropped(self) -> tuple:
@@ -70,15 +86,73 @@ class Evaluation:
 
     @property
     def base_name(self) -> str:
-        """The first adapter of the base expression (the template, and keep-base's backbone)."""
+        """The first adapter of the base expression, or of a merge's first model (the output's template)."""
+        if self.recipe.base is None:
+            return parse(self.recipe.models[0]["model"]).names()[0]
         return parse(self.recipe.base).names()[0]
+
+    @property
+    def model_keys(self) -> list[str]:
+        """The operand keys of a merge's models, in order (empty for other methods)."""
+        return [model_key(i) for i in range(len(self.recipe.models or []))] if "models" in self.method.operands \
+            else []
+
+    def selection(self) -> dict | None:
+        """What ``only``/``exclude`` selected (None when the recipe selects nothing)."""
+        r = self.recipe
+        if r.only is None and r.exclude is None:
+            return None
+        left_out = self.excluded or self.unselected
+        return {"only": r.only, "exclude": r.exclude, "selected": len(self.names) - len(self.unselected),
+                "of": len(self.names) + len(self.excluded), "left_out": list(left_out),
+                "left_out_means": "no step (the backbone as it is)" if self.unselected else "not written"}
+
+
+def model_key(i: int) -> str:
+    """The operand key of a merge's i-th model (``models[i]``)."""
+    return f"models[{i}]"
 
 
 def operand_forms(recipe: Recipe, method: Method) -> dict:
     """``{operand: LinearForm}`` for the expressions the method reads (and the consensus reference)."""
+    if "models" in method.operands:
+        return {model_key(i): parse(e["model"]) for i, e in enumerate(recipe.models or [])}
     exprs = {"base": recipe.base, "dir": recipe.dir, "ref": recipe.consensus.ref if recipe.consensus else None}
     wanted = [k for k in exprs if k in method.operands or (k == "ref" and recipe.consensus)]
     return {k: parse(exprs[k]) for k in wanted if exprs[k] is not None}
+
+
+def select(recipe: Recipe, names: list[str]) -> tuple[list[str], tuple, dict]:
+    """``(selected, left out, {module: multiplier})`` by the recipe's ``only``, ``exclude`` and ``multipliers``.
+
+    A module is selected when ``re.search(only, m)`` (or no ``only``) and not ``re.search(exclude, m)``;
+    its multiplier is that of the first pattern of ``multipliers`` it matches. RecipeError when nothing
+    is selected, or a multiplier pattern applies to no selected module (a typo, or shadowed by an
+    earlier pattern).
+
+    Args:
+        recipe (Recipe): its ``only``, ``exclude``, ``multipliers``. names (list[str]): the modules, in order.
+    """
+    only = re.compile(recipe.only) if recipe.only is not None else None
+    excl = re.compile(recipe.exclude) if recipe.exclude is not None else None
+    selected = [m for m in names if (only is None or only.search(m)) and not (excl and excl.search(m))]
+    if not selected:
+        flags = " and ".join(f"{k}={v!r}" for k, v in (("only", recipe.only), ("exclude", recipe.exclude)) if v)
+        raise RecipeError([f"{flags}: selects none of the {len(names)} modules ({few(names, 3)})"])
+    mult, used = {}, set()
+    pats = [(re.compile(k), k, v) for k, v in (recipe.multipliers or {}).items()]
+    for m in selected:
+        for rx, k, v in pats:
+            if rx.search(m):
+                mult[m] = v
+                used.add(k)
+                break
+    unused = [k for _, k, _ in pats if k not in used]
+    if unused:
+        raise RecipeError([f"multipliers.{k}: applies to none of the {len(selected)} selected modules (no match, "
+                           "or an earlier pattern matches first)" for k in unused])
+    keep = set(selected)
+    return selected, tuple(m for m in names if m not in keep), mult
 
 
 def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
@@ -97,7 +171,8 @@ def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
 
 
 def evaluate_cores(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
-    """Inputs and the operands as cores of one shared basis per module: no consensus decision, no step yet.
+    """Inputs, the selection and the operands as cores of one shared basis per module: no consensus
+    decision, no step yet.
 
     Args:
         recipe (Recipe): the validated recipe. ws (Workspace): name resolution and the device.
@@ -109,6 +184,9 @@ def evaluate_cores(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
     ws, inputs = open_inputs(recipe, ws, order)
     vecs = {name: ws.vector(name, recipe.modules_to_save) for name in order}
     names = align(list(vecs.values()), list(vecs), recipe.allow_missing)
+    selected, left_out, mult = select(recipe, names)
+    if not method.stepped:
+        names = selected  # a merge (or refactor) writes the selected modules only
     missing = {n: [m for m in names if m not in v.modules] for n, v in vecs.items()}
     specs = {m: next(v.specs[m] for v in vecs.values() if m in v.specs) for m in names}
 
@@ -133,19 +211,23 @@ def evaluate_cores(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
     per = map_modules(module_cores, names, progress)
     operands = {k: TaskVector({m: per[m][k] for m in names}, specs) for k in forms}
     return Evaluation(recipe, method, inputs, tuple(names), specs, operands, vecs,
-                      {k: v for k, v in missing.items() if v}, ws.adapter(order[0], recipe.modules_to_save))
+                      {k: v for k, v in missing.items() if v}, ws.adapter(order[0], recipe.modules_to_save),
+                      unselected=() if not method.stepped else left_out,
+                      excluded=left_out if not method.stepped else (), multipliers=mult)
 
 
 def consensus_rows(ev: Evaluation) -> list[dict] | None:
-    """``consensus.agreement_rows`` of the reference against the direction (None without a reference):
-    what the consensus gate decides on, and what ``vecmerge gate`` counts."""
+    """``consensus.agreement_rows`` of the reference against the direction over the selected modules (None
+    without a reference): what the consensus gate decides on, and what ``vecmerge gate`` counts."""
     if "ref" not in ev.operands or "dir" not in ev.operands:
         return None
-    return agreement_rows(ev.operands["ref"], ev.operands["dir"], list(ev.names))
+    left_out = set(ev.unselected)
+    gated = [m for m in ev.names if m not in left_out]
+    return agreement_rows(ev.operands["ref"], ev.operands["dir"], gated)
 
 
 def complete(ev: Evaluation, rows: list[dict] | None = None) -> Evaluation:
-    """The consensus decision, the method and the step on evaluated cores (a stepped method; else ``ev``).
+    """The consensus decision, the method and the step on evaluated cores (a merge: the method's ``prepare``).
 
     Args:
         ev (Evaluation): from ``evaluate_cores``. rows (list[dict] | None): ``consensus_rows(ev)`` when the
@@ -154,10 +236,12 @@ def complete(ev: Evaluation, rows: list[dict] | None = None) -> Evaluation:
     Returns:
         Evaluation; raises CheckFailed (exit 1) when the consensus gate fails.
     """
-    recipe, method, operands, names = ev.recipe, ev.method, ev.operands, ev.names
+    recipe, method, operands, names, mult = ev.recipe, ev.method, ev.operands, ev.names, ev.multipliers
     if not method.stepped:
-        return ev
+        params = method.prepare({m: module_operands(ev, m) for m in names}, recipe.params)
+        return replace(ev, params=params)
     consensus = None
+    sel = set(names) - set(ev.unselected)
     if recipe.consensus:
         c = recipe.consensus
         consensus = decide(c.ref, rows if rows is not None else consensus_rows(ev), c.on_disagree, c.min_agree)
@@ -165,32 +249,65 @@ def complete(ev: Evaluation, rows: list[dict] | None = None) -> Evaluation:
     params = recipe.params
 
     def shaped(m: str, d: InSpan) -> InSpan:
-        if m in drop:
+        if m in drop or m not in sel:
             return d * 0.0
         ref = operands["ref"][m] if "ref" in operands else None
-        return method.module(ModuleOperands(m, operands["base"][m], d, ref), params)
+        out = method.module(ModuleOperands(m, operands["base"][m], d, ref), params)
+        return out * mult[m] if mult.get(m, 1.0) != 1.0 else out
 
     direction = operands["dir"].map(shaped)
-    zeroed = tuple(m for m in names if m not in drop and direction[m].norm() == 0.0 and operands["dir"][m].norm() > 0)
+    zeroed = tuple(m for m in names if m not in drop and m in sel and mult.get(m, 1.0) != 0.0
+                   and direction[m].norm() == 0.0 and operands["dir"][m].norm() > 0)
     step = choose_step(operands["base"], direction, trust=recipe.trust, alpha=recipe.alpha, scope=recipe.trust_scope)
-    return Evaluation(recipe, method, ev.inputs, names, ev.specs, operands, ev.vectors, ev.missing, ev.template,
-                      consensus, direction, step, zeroed)
+    return replace(ev, consensus=consensus, direction=direction, step=step, zeroed=zeroed)
 
 
-def intended_core(ev: Evaluation, m: str, multiple: float) -> tuple[InSpan, InSpan | None]:
-    """``(intended_m, step_m)`` as cores: ``base_m + multiple * alpha_m * dir'_m`` and the step (None without one).
+def module_operands(ev: Evaluation, m: str) -> ModuleOperands:
+    """Module m's operands for the method: base (refactor), or a merge's models with weights, densities, terms.
+
+    Args:
+        ev (Evaluation): the evaluated recipe. m (str): a module.
+    """
+    x = ev.operands
+    keys = ev.model_keys
+    if not keys:
+        return ModuleOperands(m, x["base"][m] if "base" in x else None, None, None)
+    entries = ev.recipe.models
+    terms = []
+    for e in entries:
+        form = parse(e["model"])
+        terms.append(tuple((c, ev.vectors[n].modules[m]) for n, c in form.coeffs.items()
+                           if c != 0.0 and m in ev.vectors[n].modules))
+    return ModuleOperands(m, models=tuple(x[k][m] for k in keys), weights=tuple(e["weight"] for e in entries),
+                          densities=tuple(e.get("density") for e in entries), terms=tuple(terms))
+
+
+def method_params(ev: Evaluation) -> dict:
+    """The parameters the method's ``module`` receives (``prepare``'s, else the recipe's fields)."""
+    return ev.params if ev.params is not None else ev.recipe.params
+
+
+def intended_core(ev: Evaluation, m: str, multiple: float):
+    """``(intended_m, step_m)``: ``base_m + multiple * alpha_m * dir'_m`` and the step (None without one).
+
+    Without a step, the method's update times the module's multiplier: a core (InSpan), or a ``Dense``
+    matrix for a dense-space merge (formed here, one module at a time).
 
     Args:
         ev (Evaluation): the evaluated recipe. m (str): a module. multiple (float): the output's dose.
     """
     if ev.step is None:
-        x = ev.operands
-        return ev.method.module(ModuleOperands(m, x["base"][m], None, None), ev.recipe.params), None
+        target = ev.method.module(module_operands(ev, m), method_params(ev))
+        k = ev.multipliers.get(m, 1.0)
+        return (target * k if k != 1.0 else target), None
     step_m = ev.direction[m] * (ev.step.module_alpha[m] * multiple)
     return ev.operands["base"][m] + step_m, step_m
 
 
-def intended(ev: Evaluation, m: str, multiple: float) -> tuple[LowRank, LowRank | None]:
-    """``intended_core`` as factors (rank p: the module's basis), for checks that want a LowRank."""
+def intended(ev: Evaluation, m: str, multiple: float):
+    """``intended_core`` as factors (rank p: the module's basis) for checks that want a LowRank; a
+    dense-space merge's update stays ``Dense``."""
     target, step_m = intended_core(ev, m, multiple)
+    if not isinstance(target, InSpan):
+        return target, None
     return target.lowrank(), None if step_m is None else step_m.lowrank()

@@ -118,6 +118,13 @@ class RunReport:
             d["step"] = self.step_dict()
         if self.gate is not None:
             d["gate"] = self.gate.as_dict()
+        if ev.selection() is not None:
+            d["selection"] = ev.selection()
+        if ev.multipliers:
+            d["multipliers"] = dict(ev.multipliers)
+        extra = {k: v for k, v in (ev.params or {}).items() if k not in self.recipe.params}
+        if extra:
+            d["method_params"] = extra
         return d
 
 
@@ -127,7 +134,12 @@ def warnings_for(ev: Evaluation, built: BuiltOutput, roots=()) -> list[str]:
     where their relative declared paths start, see ``basemodel.canonical``)."""
     recipe, fig, st = ev.recipe, built.figures, ev.step
     out = []
-    if "survival" in fig and fig["survival"] < SURVIVAL_WARN:
+    if "survival" in fig and fig["survival"] < SURVIVAL_WARN and st is None:
+        fix = "a larger --rank, energy:E" + (", or --space core" if ev.method.space_for(recipe.params) == "dense"
+                                               else ", or --rank exact")
+        out.append(f"only {fig['survival']:.2%} of the intended {ev.method.name} merge survives (rank {recipe.rank}, "
+                   f"dtype {recipe.dtype}; relative error {fig['rel_error']:.3g}); use {fix}")
+    elif "survival" in fig and fig["survival"] < SURVIVAL_WARN:
         policy = recipe.rank_policy
         measure = (f" (energy:E measures the whole update; --rank step-energy:{policy.value:g} measures the step)"
                    if policy.kind == "energy" else "")

@@ -1,6 +1,7 @@
-"""The measured claims of notes-peft-merges.md, on a two-``nn.Linear`` toy model (about 5 s).
+"""The measured claims of docs/PEFT-MERGES.md, on a two-``nn.Linear`` toy model (about 5 s).
 
-Run: ``.venv/bin/python notes-peft-merges-check.py``. Not a test: material for the parity tests.
+Run: ``.venv/bin/python benchmarks/check_peft_merges.py``. Not a test: it prints PEFT's behaviour for the
+note; ``tests/test_peft_parity.py`` asserts what vecmerge's merges must match or fix.
 """
 
 from __future__ import annotations

@@ -1,0 +1,31 @@
+"""``cat``: the models' own factors side by side, ``B = [w_i s_i B_i]``, ``A = [A_i]``: exact, rank sum_i r_i."""
+
+from __future__ import annotations
+
+from .base import Method
+from .linear import weighted_sum
+from .registry import register
+
+
+@register
+class Cat(Method):
+    """``sum_i w_i DeltaW_i`` written as the concatenated factors, with no SVD (PEFT's ``cat``, rsLoRA scaled right)."""
+
+    name = "cat"
+    summary = "the weighted sum written as the models' own factors side by side (exact; rank = the sum of ranks)"
+    operands = ("models",)
+
+    def validate(self, recipe):
+        if recipe.rank != "exact":
+            return [f"method=cat: writes the models' factors as they are (rank = the sum of their ranks), "
+                    f"so rank={recipe.rank!r} does not apply; use method linear or svd to cut"]
+        return []
+
+    def module(self, x, params):
+        return weighted_sum(x)
+
+    def factors(self, x, params):
+        from ..lowrank import LowRank, combine
+
+        parts = [(w * c, t) for w, terms in zip(x.weights, x.terms) for c, t in terms]
+        return combine(parts) if parts else LowRank.zeros(x.models[0].shape, x.models[0].space.device)

@@ -1,0 +1,18 @@
+"""``ties``: TIES-merging (Yadav et al. 2023): trim to ``density`` by magnitude, elect signs, disjoint mean."""
+
+from __future__ import annotations
+
+from .elementwise import DENSITY, MAJORITY, SPACE, Elementwise
+from .registry import register
+
+
+@register
+class Ties(Elementwise):
+    """``sum_i A_i w_i T_i / max(1, sum_i A_i)``: T_i model i's top-``density`` entries, A_i = [sign(T_i) = s]."""
+
+    name = "ties"
+    summary = ("TIES: keep each model's top --density entries by magnitude, elect each entry's sign, average "
+               "the agreeing weighted entries")
+    fields = (DENSITY, SPACE, MAJORITY)
+    drop = "magnitude"
+    combine = "ties"
