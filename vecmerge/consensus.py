@@ -20,20 +20,26 @@ from .errors import CheckFailed, few
 from .peft_format import module_layer, module_types
 
 
-def measure(ref, direction, names, progress=None) -> tuple[list[dict], list[tuple]]:
+def measure(ref, direction, names, progress=None, spectra: bool = True) -> tuple[list[dict], list[tuple]]:
     """Rows (see ``agreement_rows``) and each module's (ref, dir) singular values.
 
     Args:
         ref, direction (TaskVector): of LowRank or InSpan modules, aligned. names (list[str]): modules.
         progress: optional callable wrapping the module iterable (a tqdm bar).
+        spectra (bool): compute the singular values (the audit's chance band needs them; then the norms
+            are their root sum of squares); without, the norms are ``x.norm()`` and the list is empty.
     """
-    rows, spectra = [], []
+    rows, spec_list = [], []
     specs = getattr(direction, "specs", None) or {}
     types = module_types(names, specs)
     for m in progress(names) if progress else names:
         r, d = ref[m], direction[m]
-        sr, sd = r.singular_values(), d.singular_values()
-        rn, dn = float(torch.linalg.vector_norm(sr)), float(torch.linalg.vector_norm(sd))
+        if spectra:
+            sr, sd = r.singular_values(), d.singular_values()
+            rn, dn = float(torch.linalg.vector_norm(sr)), float(torch.linalg.vector_norm(sd))
+            spec_list.append((sr, sd))
+        else:
+            rn, dn = r.norm(), d.norm()
         inner = r.inner(d) if rn > 0 and dn > 0 else 0.0
         cos = inner / (rn * dn) if rn > 0 and dn > 0 else 0.0
         out, inn = d.shape
@@ -44,8 +50,7 @@ def measure(ref, direction, names, progress=None) -> tuple[list[dict], list[tupl
         if expert is not None:  # one row per expert; ``type`` is the parameter (gate_up_proj), pooled in the grid
             row["expert"] = expert
         rows.append(row)
-        spectra.append((sr, sd))
-    return rows, spectra
+    return rows, spec_list
 
 
 def agreement_rows(ref, direction, names: list[str] | None = None, progress=None) -> list[dict]:
@@ -62,7 +67,7 @@ def agreement_rows(ref, direction, names: list[str] | None = None, progress=None
         names (list[str] | None): modules to audit (default: the direction's).
         progress: optional callable wrapping the module iterable (a tqdm bar).
     """
-    return measure(ref, direction, names if names is not None else direction.names(), progress)[0]
+    return measure(ref, direction, names if names is not None else direction.names(), progress, spectra=False)[0]
 
 
 def binom_tail(k: int, n: int) -> float:
