@@ -94,7 +94,7 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
     policy = recipe.rank_policy
     keep = tuple(ev.names) if policy.kind == "keep-base" else ()
     backbone = ev.vectors[ev.base_name]
-    tensors = {}
+    per_module: dict = {}  # module -> its tensors (filled from worker threads; ordered below)
 
     def one(m: str, rank: int | None = None) -> ModuleBuild:
         target, step_m = intended_core(ev, m, multiple)
@@ -107,7 +107,7 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
         else:
             c = cut(target, policy, backbone=backbone.modules.get(m), step=step_m, rank=rank)
         t, w = prepare_modules({m: c.factors}, ev.specs, recipe.dtype, keep)
-        tensors.update(t)
+        per_module[m] = t
         moved = None
         if ev.model_keys:
             xs = [ev.operands[k][m] for k in ev.model_keys]
@@ -126,6 +126,7 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
         return ModuleBuild(c, w[m], e_norm, e_core, target, step_m, moved=moved)
 
     rows = map_modules(one, list(ev.names), progress)
+    tensors = {k: v for m in ev.names for k, v in per_module[m].items()}
     if not any(s.param for s in ev.specs.values()):  # no target_parameters: nothing to group
         return BuiltOutput(multiple, tensors, rows, figures(ev, rows))
     common = common_ranks(rows, ev.specs)
