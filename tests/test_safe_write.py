@@ -1,0 +1,538 @@
+"""safe_policy / safe_write / safe_recover / safe_rename: nothing lost, nothing half-written.
+
+An "output" in these tests is a folder with three data files and a ``vecmerge.json`` naming its tag;
+:func:`tag_of` reads one back and fails on anything incomplete, so "the final path holds a complete old
+or new output" is checked, not assumed. Crashes are real: a child process is stopped at a named step of
+the write (the ``safe_write._checkpoint`` test hook) and killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vecmerge import safe_recover, safe_rename, safe_write
+from vecmerge.errors import OutputError
+from vecmerge.safe_policy import PNG, OutputPolicy, Protected
+from vecmerge.safe_write import OutputTransaction, discard_folder, recover, write_file
+
+REPO = Path(__file__).resolve().parents[1]
+FILES = ("a.bin", "b.bin", "c.bin")
+PNG_BYTES = b"\x89PNG\r\n\x1a\n" + b"\0" * 32
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32", reason="POSIX semantics")
+
+
+def write_output(folder: Path, tag: str, halfway=lambda: None) -> None:
+    """A complete output: three data files, then the manifest listing them."""
+    for i, name in enumerate(FILES):
+        (folder / name).write_bytes(f"{tag}:{name}\n".encode() * 2000)
+        if i == 0:
+            halfway()
+    (folder / "vecmerge.json").write_text(json.dumps({"tool": "vecmerge", "tag": tag, "files": list(FILES)}))
+
+
+def tag_of(folder: Path) -> str | None:
+    """The tag of the complete output at ``folder``; None if absent; AssertionError if incomplete."""
+    if not os.path.lexists(folder):
+        return None
+    assert sorted(os.listdir(folder)) == sorted([*FILES, "vecmerge.json"]), os.listdir(folder)
+    tag = json.loads((folder / "vecmerge.json").read_text())["tag"]
+    for name in FILES:
+        assert (folder / name).read_bytes() == f"{tag}:{name}\n".encode() * 2000
+    return tag
+
+
+def hidden(parent: Path) -> list[str]:
+    return sorted(n for n in os.listdir(parent) if n.startswith("."))
+
+
+def commit_folders(targets, tag, *, force=False, protected=()) -> list[Path]:
+    policy = OutputPolicy(protected=tuple(protected), force=force)
+    with OutputTransaction(policy) as txn:
+        for t in targets:
+            write_output(txn.folder(t), tag)
+        return txn.commit()
+
+
+def one_line(err: pytest.ExceptionInfo, *needles: str) -> str:
+    msg = str(err.value)
+    assert "\n" not in msg and err.value.exit_code == 2, msg
+    for n in needles:
+        assert n in msg, msg
+    return msg
+
+
+# ------------------------------------------------------------------------------------------ refusals
+@pytest.fixture
+def ws(tmp_path, monkeypatch):
+    """A workspace-like tree: inputs v28, v51 (named by the workspace), base, and the user's notes."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("v28", "v51", "v54"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "adapter_config.json").write_text("{}")
+        (tmp_path / name / "adapter_model.safetensors").write_bytes(b"weights")
+    write_output(tmp_path / "v51", "earlier-vecmerge-output")  # a vecmerge output the workspace names
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "config.json").write_text("{}")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("my notes")
+    policy = OutputPolicy.for_command(inputs=["v28"], workspace_adapters={"v28": tmp_path / "v28",
+                                      "v51": tmp_path / "v51", "v54": tmp_path / "v54"},
+                                      base_model=tmp_path / "base", force=True)
+    return tmp_path, policy
+
+
+@pytest.mark.parametrize("out, needle", [
+    ("v28", "is the input v28"),
+    ("v28/sub", "lies inside the input v28"),
+    ("notes/../v28", "is the input v28"),
+    (".", "contains the input v28"),
+    ("v51", "is the workspace adapter 'v51'"),
+    ("v54/out", "lies inside the workspace adapter 'v54'"),
+    ("base", "is the base model"),
+])
+def test_force_never_writes_a_protected_path(ws, out, needle):
+    root, policy = ws
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    with pytest.raises(OutputError) as err:
+        commit_folders([out], "new", force=True, protected=policy.protected)
+    one_line(err, f"--out {out}", needle, "choose another --out")
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    assert hidden(root) == []
+
+
+def test_a_symlink_to_an_input_is_the_input(ws):
+    root, policy = ws
+    os.symlink(root / "v28", root / "link")
+    with pytest.raises(OutputError) as err:
+        policy.check_folder("link")
+    one_line(err, "is the input v28")
+    os.symlink(root / "notes", root / "link2")  # not protected, but never written through
+    with pytest.raises(OutputError) as err:
+        policy.check_folder("link2")
+    one_line(err, "is a symbolic link")
+
+
+def test_force_never_replaces_the_users_folder(ws):
+    root, policy = ws
+    with pytest.raises(OutputError) as err:
+        commit_folders(["notes"], "new", force=True, protected=policy.protected)
+    one_line(err, "--out notes: exists and holds no vecmerge.json", "choose another --out or move it away")
+    assert (root / "notes" / "todo.txt").read_text() == "my notes"
+    (root / "fake").mkdir()
+    (root / "fake" / "vecmerge.json").write_text('{"tool": "other"}')
+    with pytest.raises(OutputError) as err:
+        policy.check_folder("fake")
+    one_line(err, "its vecmerge.json was not written by vecmerge")
+
+
+def test_force_replaces_vecmerge_outputs_empty_folders_and_demo_folders(ws):
+    root, policy = ws
+    commit_folders(["out"], "old")
+    (root / "empty").mkdir()
+    (root / "demo").mkdir()
+    (root / "demo" / ".vecmerge-demo").write_text("made by vecmerge demo")
+    (root / "demo" / "train.log").write_text("x")
+    for name in ("out", "empty", "demo"):
+        commit_folders([name], "new", force=True, protected=policy.protected)
+        assert tag_of(root / name) == "new"
+    assert hidden(root) == []
+
+
+def test_without_force_an_existing_folder_is_refused(ws):
+    root, _ = ws
+    commit_folders(["out"], "old")
+    with pytest.raises(OutputError) as err:
+        commit_folders(["out"], "new")
+    one_line(err, "--out out: already exists; pass --force to replace it, or choose another --out")
+    assert tag_of(root / "out") == "old" and hidden(root) == []
+
+
+def test_expected_entries_protect_files_the_user_added(ws):
+    root, policy = ws
+    commit_folders(["out"], "old")
+    (root / "out" / "my-eval.txt").write_text("results")
+    with pytest.raises(OutputError) as err:
+        policy.check_folder("out", expected_entries=[*FILES, "vecmerge.json"])
+    one_line(err, "holds files vecmerge did not write (my-eval.txt)")
+    assert policy.check_folder("out") == Path("out")  # without the list, a vecmerge folder is replaceable
+
+
+def test_plot_refusals(ws):
+    root, policy = ws
+    cases = [("v28/adapter_model.safetensors", "lies inside the input v28"),
+             ("v28/adapter_config.json", "lies inside the input v28"),
+             ("out/plot.png", None),  # filled below: an adapter folder that is not an input
+             ("notes/todo.txt", "exists and is not a PNG image; refusing to replace it even with --force"),
+             ("notes", "is a folder")]
+    commit_folders(["out"], "x")
+    cases[2] = ("out/plot.png", "lies in an adapter folder (beside vecmerge.json)")
+    os.mkfifo(root / "fifo.png")
+    cases.append(("fifo.png", "is not a regular file"))
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    for path, needle in cases:
+        with pytest.raises(OutputError) as err:
+            write_file(path, PNG_BYTES, policy=policy, kind=PNG, flag="--plot")
+        one_line(err, f"--plot {path}", needle)
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    assert [h for d in (root, root / "notes", root / "out", root / "v28") for h in hidden(d)] == []
+
+
+def test_plot_is_written_atomically_and_replaces_only_a_png(ws):
+    root, policy = ws
+    write_file("heat.png", PNG_BYTES, policy=policy, kind=PNG, flag="--plot")
+    os.link(root / "heat.png", root / "kept.png")  # a hard link elsewhere keeps the old content
+    write_file("heat.png", lambda f: f.write(PNG_BYTES + b"v2"), policy=policy, kind=PNG, flag="--plot")
+    assert (root / "heat.png").read_bytes() == PNG_BYTES + b"v2"
+    assert (root / "kept.png").read_bytes() == PNG_BYTES
+    strict = OutputPolicy(protected=policy.protected, force=False)
+    with pytest.raises(OutputError) as err:
+        write_file("heat.png", PNG_BYTES, policy=strict, kind=PNG, flag="--plot")
+    one_line(err, "already exists; pass --force")
+    assert hidden(root) == []
+
+
+# ------------------------------------------------------------------------------------------- commits
+def test_concurrent_commit_in_process_the_second_is_refused(tmp_path):
+    """Both runs checked --out before either wrote it; the later commit must not replace the first."""
+    policy = OutputPolicy()
+    with pytest.raises(OutputError) as err:
+        with OutputTransaction(policy) as slow:
+            write_output(slow.folder(tmp_path / "out"), "slow")
+            commit_folders([tmp_path / "out"], "fast")
+            slow.commit()
+    one_line(err, "appeared while vecmerge was writing", "pass --force")
+    assert tag_of(tmp_path / "out") == "fast" and hidden(tmp_path) == []
+
+
+CHILD = r'''
+import json, os, sys, time
+sys.path.insert(0, os.environ["TEST_DIR"])
+from test_safe_write import write_output
+from vecmerge import safe_recover, safe_write
+from vecmerge.errors import OutputError
+from vecmerge.safe_policy import OutputPolicy
+from vecmerge.safe_rename import SwapUnsupported
+
+job = json.loads(sys.argv[1])
+
+def stop(step):
+    if step == job.get("stop_at"):
+        print("AT", step, flush=True)
+        time.sleep(60)
+
+safe_write._checkpoint = stop
+if job.get("no_swap"):
+    def nope(a, b):
+        raise SwapUnsupported(95, "no swap here", str(a))
+    safe_write.exchange = safe_recover.exchange = nope
+try:
+    with safe_write.OutputTransaction(OutputPolicy(force=job["force"])) as txn:
+        for t in job["targets"]:
+            write_output(txn.folder(t), job["tag"], halfway=lambda: stop("half-built"))
+        if job.get("go"):
+            print("READY", flush=True)
+            while not os.path.exists(job["go"]):
+                time.sleep(0.005)
+        txn.commit()
+except OutputError as e:
+    print("ERROR", e, flush=True)
+    sys.exit(2)
+print("OK", flush=True)
+'''
+
+
+def child(tmp_path: Path, job: dict) -> subprocess.Popen:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    env = dict(os.environ, TEST_DIR=str(Path(__file__).parent), PYTHONPATH=str(REPO))
+    return subprocess.Popen([sys.executable, str(script), json.dumps(job)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def test_two_processes_commit_to_one_out_exactly_one_wins(tmp_path):
+    parent = tmp_path / "runs"
+    go = tmp_path / "go"
+    procs = [child(tmp_path, {"targets": [str(parent / "out")], "tag": tag, "force": False, "go": str(go)})
+             for tag in ("p1", "p2")]
+    for p in procs:
+        assert p.stdout.readline().strip() == "READY", p.stderr.read()
+    go.write_text("")
+    outs = [(p.wait(30), p.stdout.read()) for p in procs]
+    codes = sorted(rc for rc, _ in outs)
+    assert codes == [0, 2], outs
+    winner = "p1" if outs[0][0] == 0 else "p2"
+    loser_out = outs[1][1] if winner == "p1" else outs[0][1]
+    assert "appeared while vecmerge was writing" in loser_out
+    assert tag_of(parent / "out") == winner and hidden(parent) == []
+
+
+def kill_at(tmp_path: Path, job: dict, step: str) -> None:
+    p = child(tmp_path, dict(job, stop_at=step))
+    line = p.stdout.readline().strip()
+    if line != f"AT {step}":
+        p.kill()
+        pytest.fail(f"child did not reach {step}: {line!r} {p.stderr.read()}")
+    p.send_signal(signal.SIGKILL)
+    assert p.wait(30) == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("step, no_swap, during, after", [
+    ("half-built", False, "old", "old"),
+    ("built", False, "old", "old"),
+    ("journal", False, "old", "old"),
+    ("moved out", False, "new", "old"),    # swapped in, not yet decided: the old output comes back
+    ("aside", True, None, "old"),          # no atomic swap: the old output is aside, the path empty
+    ("moved out", True, "new", "old"),
+    ("done", False, "new", "new"),         # decided: only the leftovers go
+])
+def test_sigkill_during_a_forced_replacement_then_the_next_run_repairs(tmp_path, step, no_swap, during, after):
+    parent = tmp_path / "runs"
+    commit_folders([parent / "out"], "old")
+    kill_at(tmp_path, {"targets": [str(parent / "out")], "tag": "new", "force": True, "no_swap": no_swap}, step)
+    assert tag_of(parent / "out") == during
+    assert any(h.startswith(".out.tmp-") for h in hidden(parent))  # the dead run's leftover
+    commit_folders([parent / "other"], "next")  # the next run writing into this folder repairs it
+    assert tag_of(parent / "out") == after and tag_of(parent / "other") == "next"
+    assert hidden(parent) == []
+
+
+def test_sigkill_in_the_middle_of_a_dose_ladder_restores_every_old_output(tmp_path):
+    parent = tmp_path / "runs"
+    names = ["out-x0.5", "out-x1", "out-x2"]
+    commit_folders([parent / n for n in names[:2]], "old")  # x2 is new in this run
+    kill_at(tmp_path, {"targets": [str(parent / n) for n in names], "tag": "new", "force": True}, "moved out-x1")
+    assert [tag_of(parent / n) for n in names] == ["new", "new", None]
+    lines = recover(parent)
+    assert sum("restored" in x for x in lines) == 2, lines
+    assert [tag_of(parent / n) for n in names] == ["old", "old", None] and hidden(parent) == []
+
+
+def test_sigkill_of_a_first_write_leaves_nothing_after_recovery(tmp_path):
+    parent = tmp_path / "runs"
+    parent.mkdir()
+    kill_at(tmp_path, {"targets": [str(parent / "out")], "tag": "new", "force": False}, "half-built")
+    assert tag_of(parent / "out") is None
+    (leftover,) = hidden(parent)
+    assert recover(parent) == [f"removed the unfinished output {parent / leftover}"]
+    assert hidden(parent) == []
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), OSError(errno.EIO, "Input/output error")])
+@pytest.mark.parametrize("after_swap", [False, True])
+def test_failure_injected_at_the_swap_keeps_a_complete_output(tmp_path, monkeypatch, exc, after_swap):
+    """The worst moment of a forced replacement: the exchange itself (before or after it happened)."""
+    commit_folders([tmp_path / "out"], "old")
+
+    def failing_exchange(a, b):
+        if after_swap:
+            safe_rename.exchange(a, b)
+        raise exc
+
+    monkeypatch.setattr(safe_write, "exchange", failing_exchange)
+    with pytest.raises(OutputError if isinstance(exc, OSError) else KeyboardInterrupt):
+        commit_folders([tmp_path / "out"], "new", force=True)
+    assert tag_of(tmp_path / "out") == "old" and hidden(tmp_path) == []
+
+
+def test_interrupt_while_the_old_output_is_aside_restores_it(tmp_path, monkeypatch):
+    """Without an atomic swap the final path is empty for a moment; an interrupt there is undone."""
+    commit_folders([tmp_path / "out"], "old")
+    monkeypatch.setattr(safe_write, "exchange", _no_swap)
+    monkeypatch.setattr(safe_recover, "exchange", _no_swap)
+
+    def at(step):
+        if step == "aside":
+            assert tag_of(tmp_path / "out") is None
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(safe_write, "_checkpoint", at)
+    with pytest.raises(KeyboardInterrupt):
+        commit_folders([tmp_path / "out"], "new", force=True)
+    assert tag_of(tmp_path / "out") == "old" and hidden(tmp_path) == []
+    monkeypatch.setattr(safe_write, "_checkpoint", lambda step: None)
+    commit_folders([tmp_path / "out"], "new", force=True)  # and the fallback does replace
+    assert tag_of(tmp_path / "out") == "new" and hidden(tmp_path) == []
+
+
+def _no_swap(a, b):
+    raise safe_rename.SwapUnsupported(errno.ENOTSUP, "no swap", str(a))
+
+
+def test_with_a_swap_the_final_path_is_complete_at_every_step(tmp_path, monkeypatch):
+    commit_folders([tmp_path / "out"], "old")
+    seen = []
+    monkeypatch.setattr(safe_write, "_checkpoint", lambda step: seen.append((step, tag_of(tmp_path / "out"))))
+    commit_folders([tmp_path / "out"], "new", force=True)
+    assert [s for s, _ in seen] == ["staged", "built", "journal", "moved out", "done"]
+    assert [t for _, t in seen] == ["old", "old", "old", "new", "new"]
+    assert hidden(tmp_path) == []
+
+
+def test_sigint_during_the_commit_is_held_until_it_is_decided(tmp_path, monkeypatch):
+    commit_folders([tmp_path / "out"], "old")
+
+    def at(step):
+        if step == "journal":
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # delivered now, were it not held
+
+    monkeypatch.setattr(safe_write, "_checkpoint", at)
+    with pytest.raises(KeyboardInterrupt):
+        commit_folders([tmp_path / "out"], "new", force=True)
+    assert tag_of(tmp_path / "out") == "new" and hidden(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- ENOSPC / all or nothing
+def test_enospc_while_building_the_second_dose_leaves_nothing(tmp_path, monkeypatch):
+    commit_folders([tmp_path / "out-x0.5"], "old")
+    real = Path.write_bytes
+
+    def full(self, data):
+        if self.parent.parent.name.startswith(".out-x1.tmp-"):  # a file of the second dose's build
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(OutputError) as err:
+        commit_folders([tmp_path / "out-x0.5", tmp_path / "out-x1"], "new", force=True)
+    one_line(err, "--out", "out-x1: cannot write it (No space left on device); nothing was written")
+    assert tag_of(tmp_path / "out-x0.5") == "old" and tag_of(tmp_path / "out-x1") is None
+    assert hidden(tmp_path) == []
+
+
+@pytest.mark.parametrize("where", ["rename_noreplace", "exchange", "write_json"])
+def test_enospc_while_committing_the_second_dose_restores_the_first(tmp_path, monkeypatch, where):
+    """out-x0.5 replaces an old output (a swap), out-x1 is new (a rename). The disk fills at the second
+    member's move (rename_noreplace: x0.5 first; exchange: x1 first) or when the journal says done."""
+    x05, x1 = tmp_path / "out-x0.5", tmp_path / "out-x1"
+    commit_folders([x05], "old")
+    real = getattr(safe_write, where)
+    calls = []
+
+    def full(*args):
+        calls.append(args)
+        if where != "write_json" or len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args)
+
+    monkeypatch.setattr(safe_write, where, full)
+    with pytest.raises(OutputError) as err:
+        commit_folders([x1, x05] if where == "exchange" else [x05, x1], "new", force=True)
+    one_line(err, "No space left on device", "nothing was written")
+    assert calls and tag_of(x05) == "old" and tag_of(x1) is None
+    assert hidden(tmp_path) == []
+
+
+def test_a_ladder_commits_all_outputs(tmp_path):
+    commit_folders([tmp_path / "out-x1"], "old")
+    names = ["out-x0.5", "out-x1", "out-x2"]
+    assert commit_folders([tmp_path / n for n in names], "new", force=True) == [tmp_path / n for n in names]
+    assert [tag_of(tmp_path / n) for n in names] == ["new"] * 3 and hidden(tmp_path) == []
+    with pytest.raises(OutputError) as err:
+        commit_folders([tmp_path / "a", tmp_path / "a"], "new")
+    one_line(err, "given twice")
+
+
+# ---------------------------------------------------------------------------------- recovery scope
+def test_recover_touches_only_dead_marked_leftovers(tmp_path):
+    (tmp_path / ".out.tmp-abcdefgh").mkdir()  # the name, but no marker: the user's
+    (tmp_path / ".out.tmp-abcdefgh" / "data").write_text("mine")
+    fake = tmp_path / ".out.tmp-ijklmnop"
+    fake.mkdir()
+    (fake / ".vecmerge-partial").write_text('{"tool": "other", "target": "out", "journal": "x"}')
+    (tmp_path / ".out.old-12345678").mkdir()  # left by an older vecmerge: no marker
+    with OutputTransaction(OutputPolicy()) as live:  # a live run's wrapper: locked
+        write_output(live.folder(tmp_path / "live"), "live")
+        assert recover(tmp_path) == []
+        live.commit()
+    assert hidden(tmp_path) == [".out.old-12345678", ".out.tmp-abcdefgh", ".out.tmp-ijklmnop"]
+    assert (tmp_path / ".out.tmp-abcdefgh" / "data").read_text() == "mine"
+
+
+def test_discard_folder_removes_only_what_policy_allows(tmp_path):
+    commit_folders([tmp_path / "demo"], "old")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "n.txt").write_text("x")
+    discard_folder(tmp_path / "demo", policy=OutputPolicy(force=True))
+    assert not (tmp_path / "demo").exists() and hidden(tmp_path) == []
+    with pytest.raises(OutputError):
+        discard_folder(tmp_path / "notes", policy=OutputPolicy(force=True))
+    assert (tmp_path / "notes" / "n.txt").read_text() == "x"
+
+
+def test_protected_compares_device_and_inode(tmp_path):
+    """A bind-mount-like alias (here: a hard-to-spot second path via a symlinked parent) is caught."""
+    (tmp_path / "real" / "v28").mkdir(parents=True)
+    os.symlink(tmp_path / "real", tmp_path / "alias")
+    policy = OutputPolicy(protected=(Protected(tmp_path / "alias" / "v28", "the input v28"),))
+    with pytest.raises(OutputError) as err:
+        policy.check_folder(tmp_path / "real" / "v28" / "x")
+    one_line(err, "lies inside the input v28")
+
+
+# --------------------------------------------------------------------------------------- renames
+def test_rename_noreplace_and_exchange(tmp_path, monkeypatch):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("A")
+    b.write_text("B")
+    with pytest.raises(FileExistsError):
+        safe_rename.rename_noreplace(a, b)
+    assert (a.read_text(), b.read_text()) == ("A", "B")
+    safe_rename.exchange(a, b)
+    assert (a.read_text(), b.read_text()) == ("B", "A")
+    monkeypatch.setattr(safe_rename, "_rename2", None)  # the portable fallbacks
+    with pytest.raises(FileExistsError):
+        safe_rename.rename_noreplace(a, b)
+    with pytest.raises(safe_rename.SwapUnsupported):
+        safe_rename.exchange(a, b)
+    (tmp_path / "d1").mkdir()
+    (tmp_path / "d2").mkdir()
+    (tmp_path / "d2" / "x").write_text("x")
+    with pytest.raises(FileExistsError):
+        safe_rename.rename_noreplace(tmp_path / "d1", tmp_path / "d2")
+    safe_rename.rename_noreplace(a, tmp_path / "c")
+    assert (tmp_path / "c").read_text() == "B" and not a.exists()
+
+
+@pytest.mark.parametrize("fail_at", [None, "aside"])
+def test_file_replacement_without_a_swap_never_leaves_the_path_empty(tmp_path, monkeypatch, fail_at):
+    """The file fallback hard-links the old file aside, then os.replace: the path always holds a PNG."""
+    policy = OutputPolicy(force=True)
+    write_file(tmp_path / "p.png", PNG_BYTES + b"old", policy=policy, kind=PNG, flag="--plot")
+    monkeypatch.setattr(safe_write, "exchange", _no_swap)
+    monkeypatch.setattr(safe_recover, "exchange", _no_swap)
+
+    def at(step):
+        assert (tmp_path / "p.png").read_bytes().startswith(PNG_BYTES)
+        if step == fail_at:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(safe_write, "_checkpoint", at)
+    if fail_at:
+        with pytest.raises(KeyboardInterrupt):
+            write_file(tmp_path / "p.png", PNG_BYTES + b"new", policy=policy, kind=PNG, flag="--plot")
+    else:
+        write_file(tmp_path / "p.png", PNG_BYTES + b"new", policy=policy, kind=PNG, flag="--plot")
+    assert (tmp_path / "p.png").read_bytes() == PNG_BYTES + (b"old" if fail_at else b"new")
+    assert hidden(tmp_path) == []
+
+
+def test_recover_keeps_a_leftover_whose_journal_is_not_trustworthy(tmp_path):
+    """A swapped-out old output sits in the wrapper; with a damaged journal nothing may be deleted."""
+    commit_folders([tmp_path / "out"], "old")
+    kill_at(tmp_path, {"targets": [str(tmp_path / "out")], "tag": "new", "force": True}, "moved out")
+    (leftover,) = hidden(tmp_path)
+    (tmp_path / leftover / "journal.json").write_text('{"state": "committing", "members": "garbage"}')
+    (line,) = recover(tmp_path)
+    assert line.startswith(f"left {tmp_path / leftover} as is") and hidden(tmp_path) == [leftover]
+    assert tag_of(tmp_path / leftover / "new") == "old" and tag_of(tmp_path / "out") == "new"
