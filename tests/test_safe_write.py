@@ -265,9 +265,9 @@ def test_two_processes_commit_to_one_out_exactly_one_wins(tmp_path):
     procs = [child(tmp_path, {"targets": [str(parent / "out")], "tag": tag, "force": False, "go": str(go)})
              for tag in ("p1", "p2")]
     for p in procs:
-        assert p.stdout.readline().strip() == "READY", p.stderr.read()
+        assert p.stdout.readline().strip() == "READY", p.communicate()[1]
     go.write_text("")
-    outs = [(p.wait(30), p.stdout.read()) for p in procs]
+    outs = [(p.returncode, out) for p in procs for out, _ in [p.communicate(timeout=30)]]
     codes = sorted(rc for rc, _ in outs)
     assert codes == [0, 2], outs
     winner = "p1" if outs[0][0] == 0 else "p2"
@@ -281,9 +281,10 @@ def kill_at(tmp_path: Path, job: dict, step: str) -> None:
     line = p.stdout.readline().strip()
     if line != f"AT {step}":
         p.kill()
-        pytest.fail(f"child did not reach {step}: {line!r} {p.stderr.read()}")
+        pytest.fail(f"child did not reach {step}: {line!r} {p.communicate()[1]}")
     p.send_signal(signal.SIGKILL)
-    assert p.wait(30) == -signal.SIGKILL
+    p.communicate(timeout=30)  # reaps it and closes the pipes
+    assert p.returncode == -signal.SIGKILL
 
 
 @pytest.mark.parametrize("step, no_swap, during, after", [
