@@ -17,14 +17,14 @@ import copy
 import re
 from pathlib import Path
 
-import yaml
-
 from .adapter import Adapter
-from .errors import ExpressionError, WorkspaceError
+from .errors import ExpressionError, WorkspaceError, few
 from .expr import NAME_RE, LinearForm, parse
+from .safe_parse import ParseError, load_yaml, safe_path, short
 from .taskvector import TaskVector, linear_combination
 
 WORKSPACE_NAME = "vecmerge.yaml"
+WORKSPACE_MAX_BYTES = 1 << 20
 
 
 class Workspace:
@@ -57,26 +57,29 @@ class Workspace:
     def _load(self, path: Path) -> None:
         if not path.is_file():
             raise WorkspaceError(f"{path}: no such workspace file; create it or drop --workspace")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise WorkspaceError(f"{path}: not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
-        if not isinstance(data, dict):
-            raise WorkspaceError(f"{path}: expected a mapping with an 'adapters' key")
-        unknown = set(data) - {"adapters", "base_model"}
-        if unknown:
-            raise WorkspaceError(f"{path}: unknown key(s) {sorted(unknown)}; expected 'adapters' and 'base_model'")
-        adapters = data.get("adapters") or {}
-        if not isinstance(adapters, dict):
-            raise WorkspaceError(f"{path}: 'adapters' must map names to folders, e.g. 'v54: runs/v54'")
-        bad = [str(k) for k in adapters if not re.fullmatch(NAME_RE, str(k))]
-        if bad:
-            raise WorkspaceError(f"{path}: adapter name(s) {bad} must match {NAME_RE} (no '-' or spaces)")
+        try:  # bounded, UTF-8, no anchors or aliases (an alias bomb is refused before it expands)
+            data = load_yaml(path, max_bytes=WORKSPACE_MAX_BYTES)
+            data = {} if data is None else data
+            if not isinstance(data, dict):
+                raise WorkspaceError(f"{path}: expected a mapping with an 'adapters' key")
+            unknown = [short(k, 40) for k in data if k not in ("adapters", "base_model")]
+            if unknown:
+                raise WorkspaceError(f"{path}: unknown key(s) [{few(unknown)}]; expected 'adapters' and 'base_model'")
+            adapters = data.get("adapters") or {}
+            if not isinstance(adapters, dict):
+                raise WorkspaceError(f"{path}: 'adapters' must map names to folders, e.g. 'v54: runs/v54'")
+            bad = [short(k, 40) for k in adapters if not isinstance(k, str) or not re.fullmatch(NAME_RE, k)]
+            if bad:
+                raise WorkspaceError(f"{path}: adapter name(s) [{few(bad)}] must match {NAME_RE} (no '-' or spaces)")
+            base = path.parent
+            folders = {k: (base / safe_path(v, field=f"adapters.{k}", source=path)).resolve()
+                       for k, v in adapters.items()}
+            if data.get("base_model"):
+                self.base_model = (base / safe_path(data["base_model"], field="base_model", source=path)).resolve()
+        except ParseError as e:
+            raise WorkspaceError(str(e)) from None
         self.file = path
-        base = path.parent
-        self.adapters = {str(k): (base / str(v)).resolve() for k, v in adapters.items()}
-        if data.get("base_model"):
-            self.base_model = (base / str(data["base_model"])).resolve()
+        self.adapters = folders
 
     def path_of(self, name: str) -> Path:
         """The folder a name stands for."""
