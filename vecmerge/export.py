@@ -141,8 +141,9 @@ def prepare_modules(modules: dict, specs: dict, dtype: str = "fp32", keep_factor
         A = x.A.to(device="cpu", dtype=tdtype).contiguous()
         if not (torch.isfinite(B).all() and torch.isfinite(A).all()):
             big = max(float(x.B.abs().max()), float(x.A.abs().max()))
-            raise OutputError(f"module {name}: factors up to {big:.3g} overflow {dtype}; "
-                              "use --dtype fp32 (or bf16, which has fp32's range)")
+            fix = ("use --dtype fp32 (or bf16, which has fp32's range)" if dtype == "fp16" else
+                   "the update is too large for any stored dtype; scale the expression's coefficients down")
+            raise OutputError(f"module {name}: factors up to {big:.3g} overflow {dtype}; {fix}")
         a_key, b_key = factor_keys(name, spec.kind)
         tensors[a_key] = A
         tensors[b_key] = B

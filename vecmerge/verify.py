@@ -41,14 +41,12 @@ from .export import read_manifest
 from .lowrank import LowRank, combine
 from .peft_format import CONFIG_NAME, LoraConfig
 from .pipeline import evaluate, intended
+from .pipeline.figures import TOLERANCES
 from .recipe import Recipe
 from .verify_adapter import config_checks, identity_checks, open_output
 from .verify_peft import peft_checks
 from .workspace import Workspace
 
-TOLERANCES = {"fp32": {"update": 1e-5, "survival": 1e-4, "logits": 1e-4},
-              "fp16": {"update": 5e-3, "survival": 2e-2, "logits": 2e-2},
-              "bf16": {"update": 3e-2, "survival": 5e-2, "logits": 1e-1}}
 ALPHA_RTOL = 1e-9       # alpha is a ratio of float64 norms: reproduces to round-off
 FIGURES_RTOL = 1e-3     # recorded figures reproduce (same arithmetic; room for another device)
 

@@ -20,7 +20,7 @@ from ..kernels import map_modules
 from ..rankcut import Cut, cut
 from ..subspace import InSpan
 from .evaluation import Evaluation, intended_core
-from .figures import figures, rounding
+from .figures import check_figures, check_magnitude, figures, rounding
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,13 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
 
     def one(m: str) -> ModuleBuild:
         target, step_m = intended_core(ev, m, multiple)
+        check_magnitude(m, "the intended update", target.C, "use a smaller --alpha (or --trust), or smaller "
+                        "coefficients")
+        if step_m is not None:
+            check_magnitude(m, "the step (alpha * dir)", step_m.C, "use an --alpha (or --trust) of a sane size")
         c = cut(target, policy, backbone=backbone.modules.get(m), step=step_m)
+        for name, factor in (("B", c.factors.B), ("A", c.factors.A)):
+            check_magnitude(m, f"the re-factored {name}", factor, "report this with the recipe")
         t, w = prepare_modules({m: c.factors}, ev.specs, recipe.dtype, keep)
         tensors.update(t)
         e_norm, e_core = rounding(w[m].lowrank, c.factors, target.space)
@@ -84,4 +90,6 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
         return ModuleBuild(c, w[m], e_norm, e_core, target, step_m)
 
     rows = map_modules(one, list(ev.names), progress)
-    return BuiltOutput(multiple, tensors, rows, figures(ev, rows))
+    fig = figures(ev, rows)
+    check_figures(fig)
+    return BuiltOutput(multiple, tensors, rows, fig)

@@ -26,6 +26,7 @@ from ..step import StepSize, choose_step
 from ..subspace import InSpan, Subspace
 from ..taskvector import TaskVector, align
 from ..workspace import Workspace
+from .figures import check_magnitude
 from .inputs import open_inputs
 
 BASES_BUDGET = 1 << 30  # bytes of float64 bases kept across modules (see evaluate)
@@ -115,6 +116,9 @@ def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
             for n in form.names():
                 if n in proj and form.coeffs[n] != 0.0:
                     x = x + proj[n] * form.coeffs[n]
+            scales = max((abs(t.scale) for n, t in terms.items() if n in form.coeffs), default=0.0)
+            check_magnitude(m, f"{k} ({form})", x.C, "keep the expression's coefficients and the inputs' scales "
+                            f"(lora_alpha / r, here up to {scales:.3g}) in a sane range")
             out[k] = x
         return out
 

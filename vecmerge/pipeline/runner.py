@@ -15,12 +15,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from .. import __version__
 from ..errors import CheckFailed, RecipeError, few
 from ..export import MANIFEST_NAME, check_out, model_card, write_adapter
+from ..peft_format import DTYPES, factor_keys
 from ..recipe import Recipe
 from ..workspace import Workspace
 from .build import BuiltOutput, build_output
+from .figures import TOLERANCES
 from .evaluation import Evaluation, evaluate
 from .inputs import check_not_inputs, output_plan
 from .manifest import card_body, manifest_for
@@ -126,9 +130,60 @@ def warnings_for(ev: Evaluation, built: BuiltOutput) -> list[str]:
         out.append(f"the written update is off the intended one by {fig['residual']:.1%} of the step "
                    f"(rank {recipe.rank}, dtype {recipe.dtype}); use {fix}")
     if fig["dtype_effect"] > DTYPE_WARN:
+        fix = ("the update's magnitude is extreme for fp32 factors" if recipe.dtype == "fp32"
+               else "use --dtype fp32")
         out.append(f"rounding to {recipe.dtype} moved the update by {fig['dtype_effect']:.1%} of its norm "
-                   "(entries under- or overflow); use --dtype fp32")
+                   f"(entries under- or overflow); {fix}")
     return out
+
+
+def self_check(ev: Evaluation, built: BuiltOutput) -> None:
+    """CheckFailed if ``vecmerge verify`` would fail this output (a lossless one): nothing is written silently.
+
+    verify accepts ``||W_m - T_m|| / ||T_m|| <= TOLERANCES[dtype]["update"]`` per module and a survival
+    within ``TOLERANCES[dtype]["survival"]`` of 1; the figures measure exactly these before writing.
+    """
+    recipe, fig = ev.recipe, built.figures
+    if not recipe.rank_policy.lossless:
+        return  # verify compares a rank cut with its recorded error, which always reproduces
+    tol = TOLERANCES[recipe.dtype]
+    worse = [m for m, e in fig["modules"].items() if not e["rel_error"] <= tol["update"]]
+    if worse:
+        m = max(worse, key=lambda k: fig["modules"][k]["rel_error"])
+        raise CheckFailed(f"module {m}: the written {recipe.dtype} update misses the intended one by "
+                          f"{fig['modules'][m]['rel_error']:.3g} of its norm, over the {tol['update']:g} that "
+                          f"'vecmerge verify' accepts ({len(worse)} module(s)); nothing written. {_cause(ev, built, m)}")
+    if "survival" in fig and not abs(fig["survival"] - 1.0) <= tol["survival"]:
+        raise CheckFailed(f"{fig['survival']:.6g} of the step survives rounding to {recipe.dtype}, off 1 by more "
+                          f"than the {tol['survival']:g} that 'vecmerge verify' accepts; nothing written. The step "
+                          f"is too small against the backbone for {recipe.dtype} factors: use a larger step"
+                          + ("" if recipe.dtype == "fp32" else " or --dtype fp32"))
+
+
+def _subnormal(t) -> int:
+    """How many entries of ``t`` are subnormal in its own dtype (non-zero, below the smallest normal)."""
+    return int(((t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)).sum()) if t.is_floating_point() else 0
+
+
+def _cause(ev: Evaluation, built: BuiltOutput, m: str) -> str:
+    """Why module ``m``'s written factors lost precision: subnormal inputs or outputs, or plain rounding."""
+    dtype = ev.recipe.dtype
+    tiny = torch.finfo(DTYPES[dtype]).tiny
+    spec = ev.specs[m]
+    exact = built.modules[m].cut.factors
+    stored = [built.tensors[k] for k in factor_keys(m, spec.kind)]  # A, B
+    written = sum(_subnormal(t) + int(((t == 0) & (e.cpu() != 0)).sum())
+                  for t, e in zip(stored, (exact.A, exact.B)) if t.shape == e.shape)
+    inputs = {n: _subnormal(v.modules[m].B) + _subnormal(v.modules[m].A)
+              for n, v in ev.vectors.items() if m in v.modules}
+    why = [f"input {n} holds {k} subnormal entries in this module (below its dtype's smallest normal number: "
+           "its weights underflowed and keep few digits; use another checkpoint)" for n, k in inputs.items() if k]
+    if written:
+        fix = "scale the update up" if dtype == "fp32" else "use --dtype fp32"
+        why.append(f"{written} of the written factors' entries fell below {tiny:.3g}, the smallest normal {dtype} "
+                   f"number (the update's norm is {built.modules[m].target.norm():.3g}); {fix}")
+    return "Cause: " + "; ".join(why) if why else ("Cause: rounding to " + dtype
+                                                     + ("; use --dtype fp32" if dtype != "fp32" else ""))
 
 
 def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, force: bool = False,
@@ -162,6 +217,8 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
                              None if st is None or st.alpha is None else st.alpha * multiple,
                              None if st is None else st.realized(multiple))
         built.append((b, entry))
+    for b, _ in built:
+        self_check(ev, b)
     failing = [e for _, e in built if e.warnings]
     if recipe.strict and failing:
         raise CheckFailed(f"--strict: {failing[0].warnings[0]}; nothing written")
