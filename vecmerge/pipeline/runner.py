@@ -24,8 +24,8 @@ from ..peft_format import DTYPES, factor_keys
 from ..recipe import Recipe
 from ..workspace import Workspace
 from .build import BuiltOutput, build_output
-from .figures import TOLERANCES
 from .evaluation import Evaluation, evaluate
+from .figures import TOLERANCES
 from .inputs import check_not_inputs, output_plan
 from .manifest import card_body, manifest_for
 
