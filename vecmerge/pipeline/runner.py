@@ -152,7 +152,8 @@ def self_check(ev: Evaluation, built: BuiltOutput) -> None:
         m = max(worse, key=lambda k: fig["modules"][k]["rel_error"])
         raise CheckFailed(f"module {m}: the written {recipe.dtype} update misses the intended one by "
                           f"{fig['modules'][m]['rel_error']:.3g} of its norm, over the {tol['update']:g} that "
-                          f"'vecmerge verify' accepts ({len(worse)} module(s)); nothing written. {_cause(ev, built, m)}")
+                          f"'vecmerge verify' accepts ({len(worse)} module(s)); nothing written. "
+                          + _cause(ev, built, m))
     if "survival" in fig and not abs(fig["survival"] - 1.0) <= tol["survival"]:
         raise CheckFailed(f"{fig['survival']:.6g} of the step survives rounding to {recipe.dtype}, off 1 by more "
                           f"than the {tol['survival']:g} that 'vecmerge verify' accepts; nothing written. The step "
