@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import warnings
 
 import click
 
@@ -59,36 +60,58 @@ class Ctx:
         return None if self.quiet or not sys.stderr.isatty() else self.progress
 
 
+INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
+
+
 def handled(fn):
-    """Turn VecmergeError into one ``error:`` line and its exit code."""
+    """Turn VecmergeError into one ``error:`` line and its exit code; Ctrl-C into one line and exit 130.
+
+    Warnings from libraries (torch, transformers) are held while the command runs: after a success
+    each is printed as one ``warning:`` line, after a failure only the ``error:`` line is (``--debug``
+    shows everything as it happens).
+    """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         ctx = click.get_current_context()
-        obj: Ctx = ctx.obj
-        try:
+        if ctx.obj.debug:
             return fn(*args, **kwargs)
-        except click.exceptions.Exit:
-            raise
-        except Exception as e:
-            from .errors import VecmergeError
-
-            if obj.debug:
-                raise
-            if isinstance(e, VecmergeError):
-                msg = str(e)
-                code = e.exit_code
-            elif isinstance(e, MemoryError) or "allocate memory" in str(e) or "DefaultCPUAllocator" in str(e):
-                msg, code = ("out of memory: vecmerge holds every input's factors and the output in memory; "
-                             "free memory or merge fewer adapters at once"), 2
-            elif isinstance(e, OSError):
-                msg, code = f"{type(e).__name__}: {e}", 2
-            else:
-                msg, code = f"internal error ({type(e).__name__}: {e}); rerun with --debug and report it", 3
-            click.echo(f"error: {msg}", err=True)
-            ctx.exit(code)
+        with warnings.catch_warnings(record=True) as held:
+            result = _run(ctx, fn, args, kwargs)  # an error exits here, and the held warnings go with it
+        lines = dict.fromkeys(f"warning: {str(w.message).strip().splitlines()[0]} ({w.category.__name__})"
+                              for w in held if str(w.message).strip())
+        for line in lines:
+            click.echo(line, err=True)
+        return result
 
     return wrapper
+
+
+def _run(ctx, fn, args, kwargs):
+    """``fn(*args, **kwargs)``; an error becomes one ``error:`` line and ``ctx.exit(code)``."""
+    try:
+        return fn(*args, **kwargs)
+    except click.exceptions.Exit:
+        raise
+    except KeyboardInterrupt:
+        click.echo("error: interrupted; vecmerge writes every output whole or not at all, so nothing is "
+                   "half-written", err=True)
+        ctx.exit(INTERRUPTED)
+    except Exception as e:
+        from .errors import VecmergeError
+
+        if isinstance(e, VecmergeError):
+            msg = str(e)
+            code = e.exit_code
+        elif isinstance(e, MemoryError) or "allocate memory" in str(e) or "DefaultCPUAllocator" in str(e):
+            msg, code = ("out of memory: vecmerge holds every input's factors and the output in memory; "
+                         "free memory or merge fewer adapters at once"), 2
+        elif isinstance(e, OSError):
+            msg, code = f"{type(e).__name__}: {e}", 2
+        else:
+            msg, code = f"internal error ({type(e).__name__}: {e}); rerun with --debug and report it", 3
+        click.echo(f"error: {msg}", err=True)
+        ctx.exit(code)
 
 
 def _echo(text: str, err: bool = False) -> None:
@@ -137,11 +160,12 @@ def inspect(obj: Ctx, adapters, as_json):
 @click.option("--sort", type=click.Choice(AUDIT_SORTS), default="module", show_default=True, help=AUDIT_SORT_HELP)
 @click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a cosine heatmap PNG (needs matplotlib).")
+@click.option("--force", is_flag=True, help="Replace an existing --plot PNG.")
 @click.option("--allow-missing", is_flag=True, help="Treat modules missing from an adapter as zero.")
 @click.option("--samples", type=int, default=200, show_default=True, help="Random rotations for the chance band.")
 @click.pass_obj
 @handled
-def audit(obj: Ctx, adapters, ref, direction, by, sort, fmt, plot, allow_missing, samples):
+def audit(obj: Ctx, adapters, ref, direction, by, sort, fmt, plot, force, allow_missing, samples):
     """Per-module sign consensus and cosine: --ref EXPR --dir EXPR, or pairwise over ADAPTERS."""
     if (ref is None) != (direction is None):
         given, lacking = ("--ref", "--dir") if ref is not None else ("--dir", "--ref")
@@ -156,7 +180,7 @@ def audit(obj: Ctx, adapters, ref, direction, by, sort, fmt, plot, allow_missing
     from . import commands
 
     commands.audit(obj.ws(), ref=ref, direction=direction, adapters=adapters, by=by, sort=sort, fmt=fmt, plot=plot,
-                   allow_missing=allow_missing, samples=samples, echo=_echo, progress=obj.bars())
+                   allow_missing=allow_missing, samples=samples, force=force, echo=_echo, progress=obj.bars())
 
 
 def _merge_options(keep_base: bool):

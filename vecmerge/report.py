@@ -105,6 +105,8 @@ def render_merge(rep) -> str:
     for o in rep.outputs:
         for w in o.warnings:
             out.append(f"warning: {o.path or 'dry run'}: {w}")
+    for line in rep.recovered:
+        out.append(f"note: {line}")
     if rep.dry_run:
         out.append("dry run: nothing written")
     return "\n\n".join(out)

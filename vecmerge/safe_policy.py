@@ -96,12 +96,14 @@ class OutputPolicy:
         """The policy of one command.
 
         Args:
-            inputs (Iterable[str | Path]): every folder or file the command reads.
+            inputs (Iterable[str | Path] | Mapping[str, str | Path]): every folder or file the command
+                reads (a mapping names them: name -> path).
             workspace_adapters (Mapping[str, Path] | None): the workspace's ``adapters`` (name -> folder).
             base_model (str | Path | None): the workspace's ``base_model`` folder.
             force (bool): ``--force``.
         """
-        prot = [Protected(Path(p), f"the input {p}") for p in inputs]
+        named = inputs.items() if isinstance(inputs, Mapping) else ((None, p) for p in inputs)
+        prot = [Protected(Path(p), f"the input {p}" if n is None else f"the input {n} ({p})") for n, p in named]
         prot += [Protected(Path(p), f"the workspace adapter {name!r} ({p})")
                  for name, p in (workspace_adapters or {}).items()]
         if base_model is not None:

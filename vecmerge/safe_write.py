@@ -105,6 +105,7 @@ class OutputTransaction:
         self.policy = policy
         self.members: list[_Member] = []
         self.state = "open"
+        self.recovered: list[str] = []  # what recover() did to an earlier run's leftovers, one line each
 
     def __enter__(self) -> OutputTransaction:
         return self
@@ -155,7 +156,7 @@ class OutputTransaction:
         wrapper = None
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            recover(target.parent)
+            self.recovered += recover(target.parent)
             wrapper = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
             journal = (self.members[0].wrapper if self.members else wrapper) / JOURNAL
             if kind is None:

@@ -17,16 +17,17 @@ from pathlib import Path
 
 import torch
 
-from .. import __version__
+from .. import __version__, methods
 from ..errors import CheckFailed, RecipeError, few
-from ..export import MANIFEST_NAME, check_out, model_card, write_adapter
+from ..export import MANIFEST_NAME, OUTPUT_FILES, model_card, write_adapter
 from ..peft_format import DTYPES, factor_keys
 from ..recipe import Recipe
+from ..safe_write import OutputTransaction
 from ..workspace import Workspace
 from .build import BuiltOutput, build_output
-from .evaluation import Evaluation, evaluate
+from .evaluation import Evaluation, evaluate, operand_forms
 from .figures import TOLERANCES
-from .inputs import check_not_inputs, output_plan
+from .inputs import output_plan, output_policy
 from .manifest import card_body, manifest_for
 
 SURVIVAL_WARN = 0.99  # warn (and fail with --strict) when less of the step survives
@@ -69,12 +70,14 @@ class RunReport:
 
     Args:
         evaluation (Evaluation): inputs, consensus, step. dry_run (bool): nothing was written.
-        outputs (list[OutputReport]).
+        outputs (list[OutputReport]). recovered (list[str]): leftovers of an interrupted earlier run that
+            were cleaned up or restored before writing (``safe_recover``), one line each.
     """
 
     evaluation: Evaluation
     dry_run: bool
     outputs: list = field(default_factory=list)
+    recovered: list = field(default_factory=list)
 
     @property
     def recipe(self) -> Recipe:
@@ -109,6 +112,8 @@ class RunReport:
             d["consensus"] = ev.consensus.to_dict()
         if ev.step is not None:
             d["step"] = self.step_dict()
+        if self.recovered:
+            d["recovered"] = list(self.recovered)
         return d
 
 
@@ -201,14 +206,16 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     """
     ws = ws or Workspace()
     plan = output_plan(recipe)
-    if not dry_run:
+    policy = None
+    if not dry_run:  # refuse a bad --out before any work: the commit checks every target again
         if any(p is None for _, p in plan):
             raise RecipeError(["out: missing (where to write the adapter), or use --dry-run"])
+        names = list(dict.fromkeys(n for form in operand_forms(recipe, methods.get(recipe.method)).values()
+                                   for n in form.names()))
+        policy = output_policy(recipe, ws, names, force)
         for _, p in plan:
-            check_out(p, force)
+            policy.check_folder(p, expected_entries=OUTPUT_FILES)
     ev = evaluate(recipe, ws, progress)
-    if not dry_run:
-        check_not_inputs(plan, ev.inputs)
     report = RunReport(ev, dry_run)
     built = []
     for multiple, path in plan:
@@ -223,15 +230,20 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     failing = [e for _, e in built if e.warnings]
     if recipe.strict and failing:
         raise CheckFailed(f"--strict: {failing[0].warnings[0]}; nothing written")
+    report.outputs = [entry for _, entry in built]
+    if dry_run:
+        return report
     same = set(ev.names) == set(ev.vectors[ev.base_name].modules)
-    for b, entry in built:
-        if not dry_run:
+    with OutputTransaction(policy) as txn:  # every output of the run, or none (a dose ladder too)
+        for b, entry in built:
             manifest = manifest_for(ev, b, entry.path)
             title = recipe.name or Path(entry.path).name
             card = model_card(ev.template.config.base_model, title, card_body(manifest))
-            res = write_adapter(entry.path, (b.tensors, b.written), ev.specs, template=ev.template.config,
-                                manifest=manifest, card=card, dtype=recipe.dtype, force=force, same_modules=same)
+            folder = txn.folder(entry.path, expected_entries=OUTPUT_FILES)
+            res = write_adapter(folder, (b.tensors, b.written), ev.specs, template=ev.template.config,
+                                manifest=manifest, card=card, dtype=recipe.dtype, same_modules=same)
             entry.sha256 = res["sha256"]
             entry.manifest = str(Path(entry.path) / MANIFEST_NAME)
-        report.outputs.append(entry)
+        txn.commit()
+    report.recovered = list(txn.recovered)
     return report
