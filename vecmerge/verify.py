@@ -14,7 +14,9 @@ from the inputs in factored float64 (``pipeline.intended``, through the recipe's
   ``exact``) instead reproduces its recorded per-module error within that tolerance;
 - step: ``survival = sum_m <W_m - base_m, step_m> / ||step||^2`` within ``TOLERANCES[dtype]["survival"]``
   of 1 (of the recorded value for a rank-cut output);
-- figures: the manifest's figures reproduce (``FIGURES_RTOL``).
+- files, figures, manifest (``verify_manifest``): the folder holds only what vecmerge writes and the
+  model card as pinned; every figure and field of the manifest recomputes (``FIGURES_RTOL``), so an
+  edited ``figures.dtype_effect``, ``modules[m].survival`` or ``resolved.realized`` fails by name.
 
 Why these tolerances: storing balanced factors ``B = U sqrt(S)``, ``A = sqrt(S) Vh`` in a dtype of
 unit roundoff u moves the update by about 0.6 u of its norm (fp32, u = 6e-8: 3.5e-8 measured). The
@@ -32,6 +34,7 @@ through ``pipeline.evaluate`` and the very method object the output's recipe nam
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 from .adapter import Adapter
@@ -40,15 +43,17 @@ from .errors import OutputError, VecmergeError, few
 from .export import read_manifest
 from .lowrank import LowRank, combine
 from .peft_format import CONFIG_NAME, LoraConfig
-from .pipeline import evaluate, intended
+from .pipeline import evaluate, intended_core
 from .pipeline.figures import TOLERANCES
+from .pipeline.manifest import resolved_for
+from .rankcut import cut as cut_module
 from .recipe import Recipe
 from .verify_adapter import config_checks, identity_checks, open_output
+from .verify_manifest import figures_check, files_check, manifest_check
 from .verify_peft import peft_checks
 from .workspace import Workspace
 
 ALPHA_RTOL = 1e-9       # alpha is a ratio of float64 norms: reproduces to round-off
-FIGURES_RTOL = 1e-3     # recorded figures reproduce (same arithmetic; room for another device)
 
 
 # -- inputs and the re-derivation -----------------------------------------------------------------
@@ -142,10 +147,14 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple
     cut = not recipe.rank_policy.lossless
     rec = manifest.get("modules") or {}
     base = ev.operands["base"]
+    backbone = ev.vectors[ev.base_name]
     rows, expected, shape_bad = {}, {}, []
-    err_sq = tgt_sq = step_sq = moved = 0.0
+    err_sq = tgt_sq = step_sq = moved = rounding_sq = 0.0
     for m in progress(ev.names) if progress else ev.names:
-        target, step_m = intended(ev, m, recipe.multiple)
+        core, step_core = intended_core(ev, m, recipe.multiple)
+        target, step_m = core.lowrank(), None if step_core is None else step_core.lowrank()
+        refactored = cut_module(core, recipe.rank_policy, backbone=backbone.modules.get(m), step=step_core)
+        core.space.release()
         expected[m] = target
         if m not in out.specs:
             shape_bad.append(f"{m}: recomputed but not written")
@@ -159,8 +168,10 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple
             shape_bad.append(f"{m}: unreadable or non-finite factors")  # also reported by the finite check
             continue
         err, tn = (W - target).norm(), target.norm()
-        err_sq, tgt_sq = err_sq + err * err, tgt_sq + tn * tn
-        rows[m] = {"rel_error": err / tn if tn > 0 else err, "W": W, "target": target}
+        rounding = (W - refactored.factors).norm()  # E = W - R: what the dtype rounding moved
+        err_sq, tgt_sq, rounding_sq = err_sq + err * err, tgt_sq + tn * tn, rounding_sq + rounding**2
+        rows[m] = {"rel_error": err / tn if tn > 0 else err, "W": W, "target": target,
+                   "rank": out.specs[m].rank, "exact_rank": refactored.exact_rank}
         if step_m is not None:
             sn = step_m.norm()
             mv = combine([(1.0, W), (-1.0, base[m].lowrank())]).inner(step_m)
@@ -207,24 +218,24 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None) -> tuple
                             f"survival {surv:.8f} (||W - I|| / ||step|| = {resid:.3e}), expected {want:.8f} "
                             f"within {ts:g}", {"survival": surv, "residual": resid, "tolerance": ts,
                                                "step_norm": math.sqrt(step_sq)}))
-    checks.append(_figures_check(manifest, rows, figs["rel_error"], checks))
+    checks.append(figures_check(manifest, _recomputed_figures(rows, err_sq, tgt_sq, rounding_sq, step_sq, moved,
+                                                              ev.step is not None)))
     return checks, expected
 
 
-def _figures_check(manifest: dict, rows: dict, rel_error: float, checks: list) -> dict:
-    """The manifest's recorded figures reproduce: ``|x - recorded| <= 1e-12 + FIGURES_RTOL |recorded|``."""
-    fig, rec = manifest.get("figures") or {}, manifest.get("modules") or {}
-    got = {"rel_error": rel_error}
-    step = next((c for c in checks if c["name"] == "step"), None)
-    if step:
-        got.update(survival=step["figures"]["survival"], residual=step["figures"]["residual"])
-    off = [f"{k} {v:.6g} (recorded {fig.get(k)!r})" for k, v in got.items()
-           if not isinstance(fig.get(k), (int, float)) or not close(v, fig[k], FIGURES_RTOL)]
-    off += [f"{m} rel_error {r['rel_error']:.6g} (recorded {rec.get(m, {}).get('rel_error')!r})"
-            for m, r in rows.items() if not isinstance(rec.get(m, {}).get("rel_error"), (int, float))
-            or not close(r["rel_error"], rec[m]["rel_error"], FIGURES_RTOL)]
-    return check("figures", not off, "; ".join(off[:4]) or f"recorded figures reproduce (rtol {FIGURES_RTOL:g})",
-                 {k: v for k, v in got.items()})
+def _recomputed_figures(rows: dict, err_sq: float, tgt_sq: float, rounding_sq: float, step_sq: float,
+                        moved: float, has_step: bool) -> dict:
+    """The manifest's ``figures`` and ``modules`` as the written weights give them (``pipeline.figures``' formulas)."""
+    modules = {m: {k: r[k] for k in ("rank", "exact_rank", "rel_error", "survival") if k in r} for m, r in rows.items()}
+    ranks = [r["rank"] for r in rows.values()] or [0]
+    fig = {"rank": {"min": min(ranks), "median": statistics.median(ranks), "max": max(ranks)},
+           "rel_error": math.sqrt(err_sq / tgt_sq) if tgt_sq > 0 else math.sqrt(err_sq),
+           "dtype_effect": math.sqrt(rounding_sq / tgt_sq) if tgt_sq > 0 else 0.0}
+    if has_step:
+        fig["survival"] = moved / step_sq if step_sq > 0 else 1.0
+        fig["residual"] = math.sqrt(err_sq / step_sq) if step_sq > 0 else 0.0
+        fig["dtype_effect_on_step"] = math.sqrt(rounding_sq / step_sq) if step_sq > 0 else 0.0
+    return {"figures": fig, "modules": modules}
 
 
 def verify_output(path, base_model=None, progress=None) -> dict:
@@ -241,9 +252,10 @@ def verify_output(path, base_model=None, progress=None) -> dict:
     """
     path = Path(path)
     manifest = read_manifest(path)
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("recipe"), dict) or "output" not in manifest:
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("recipe"), dict) or \
+            not isinstance(manifest.get("output"), dict):
         raise OutputError(f"{path / 'vecmerge.json'}: lacks 'recipe' or 'output'; not a vecmerge manifest")
-    dtype = (manifest.get("output") or {}).get("dtype", "fp32")
+    dtype = manifest["output"].get("dtype", "fp32")
     tol = TOLERANCES.get(dtype, TOLERANCES["bf16"])
     checks = [input_check(manifest)]
     ev = None
@@ -257,6 +269,7 @@ def verify_output(path, base_model=None, progress=None) -> dict:
         checks.append(not_run("recompute", "an input is missing or changed (see inputs)"))
     out, opened = open_output(path, manifest)
     checks += opened
+    checks.append(files_check(path, manifest))
     expected = None
     if out is None:
         checks.append(not_run("update", "the output cannot be opened"))
@@ -272,6 +285,12 @@ def verify_output(path, base_model=None, progress=None) -> dict:
                 expected = None
         else:
             checks.append(not_run("update", "nothing to compare with: the recipe was not re-evaluated"))
+    if ev is None or out is None:
+        checks.append(not_run("figures", "nothing to recompute them from (see above)"))
+    if ev is not None:
+        checks.append(manifest_check(manifest, ev, out, resolved_for(ev, ev.recipe.multiple)))
+    else:
+        checks.append(not_run("manifest", "the recipe was not re-evaluated (see above)"))
     if base_model is not None:
         if out is None:
             checks.append(not_run("peft load", "the output cannot be opened"))

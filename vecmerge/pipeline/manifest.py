@@ -25,14 +25,7 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None) -> dict:
     d["out"] = path
     inputs = {n: i.to_dict() for n, i in ev.inputs.items()}
     d["inputs"] = inputs
-    resolved = {"modules": len(ev.names)}
-    if ev.step is not None:
-        st, k = ev.step, built.multiple
-        resolved.update(alpha=None if st.alpha is None else st.alpha * k, alpha_chosen=st.alpha,
-                        clipped=st.clipped, dropped=list(ev.dropped), zeroed=list(ev.zeroed),
-                        realized=st.realized(k))
-        if st.alpha is None:
-            resolved["module_alpha"] = {m: a * k for m, a in st.module_alpha.items()}
+    resolved = resolved_for(ev, built.multiple)
     fig = built.figures
     return {"tool": "vecmerge", "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "kind": recipe.kind, "method": ev.method.name, "recipe": d, "resolved": resolved, "inputs": inputs,
@@ -40,6 +33,23 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None) -> dict:
             "figures": {k: v for k, v in fig.items() if k != "modules"},
             "modules": {m: {k: e[k] for k in ("rank", "exact_rank", "rel_error", "survival") if k in e}
                         for m, e in fig["modules"].items()}}
+
+
+def resolved_for(ev: Evaluation, multiple: float) -> dict:
+    """The manifest's ``resolved``: module count and, with a step, alpha x dose, clipping, dropped, realized.
+
+    Args:
+        ev (Evaluation): the evaluated recipe. multiple (float): the output's dose.
+    """
+    resolved = {"modules": len(ev.names)}
+    if ev.step is not None:
+        st, k = ev.step, multiple
+        resolved.update(alpha=None if st.alpha is None else st.alpha * k, alpha_chosen=st.alpha,
+                        clipped=st.clipped, dropped=list(ev.dropped), zeroed=list(ev.zeroed),
+                        realized=st.realized(k))
+        if st.alpha is None:
+            resolved["module_alpha"] = {m: a * k for m, a in st.module_alpha.items()}
+    return resolved
 
 
 def card_body(manifest: dict) -> str:
