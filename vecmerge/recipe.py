@@ -239,6 +239,7 @@ def _consensus(cons, problems: list) -> Consensus | None:
     ma = cons.get("min_agree")
     if ma is not None and (isinstance(ma, bool) or not isinstance(ma, (int, float)) or not 0 <= ma <= 1):
         problems.append(f"consensus.min_agree={short(ma)}: a share between 0 and 1")
+        ma = None
     return Consensus(str(cons["ref"]), od, None if ma is None else float(ma))
 
 

@@ -40,6 +40,43 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 SHOWN = 4  # differences named in a detail line
 
 
+def shape_problems(manifest) -> list[str]:
+    """Where ``manifest`` does not have the shape vecmerge writes (sections, per-module entries, hashes).
+
+    ``verify`` reads the manifest only once it has this shape, so an edit of a type is one clear line
+    (exit 2) and an edit of a value is a failed check, never a crash.
+    """
+    if not isinstance(manifest, dict):
+        return [f"is {short(manifest, 40)}, not a mapping"]
+    out = []
+    for key in ("recipe", "output", "resolved", "inputs", "missing_modules", "figures", "modules"):
+        if key in manifest and not isinstance(manifest[key], dict):
+            out.append(f"{key} is {short(manifest[key], 40)}, not a mapping")
+    for key in ("recipe", "output"):
+        if key not in manifest:
+            out.append(f"{key} is missing")
+    if not out and manifest["recipe"].get("inputs") is not None and not isinstance(manifest["recipe"]["inputs"], dict):
+        out.append(f"recipe.inputs is {short(manifest['recipe']['inputs'], 40)}, not a mapping")
+    if out:
+        return out
+    for section in ("modules", "inputs"):
+        out += [f"{section}[{short(k, 60)}] is {short(v, 40)}, not a mapping"
+                for k, v in manifest.get(section, {}).items() if not isinstance(v, dict)]
+    pins = [*((f"inputs.{n}", e) for n, e in manifest.get("inputs", {}).items()),
+            *((f"recipe.inputs.{n}", e) for n, e in (manifest["recipe"].get("inputs") or {}).items()
+              if isinstance(e, dict))]
+    out += [f"{where}.{k} is {short(e[k], 40)}, not a string" for where, e in pins if isinstance(e, dict)
+            for k in ("sha256", "config_sha256") if e.get(k) is not None and not isinstance(e[k], str)]
+    out += [f"output.{k} is {short(v, 40)}, not a string" for k, v in manifest["output"].items()
+            if k in ("weights", "sha256", "config_sha256", "card_sha256", "dtype") and not isinstance(v, str)]
+    res = manifest.get("resolved", {})
+    out += [f"resolved.{k} is {short(res[k], 40)}, not a list" for k in ("dropped", "zeroed")
+            if k in res and not isinstance(res[k], list)]
+    out += [f"resolved.{k} is {short(res[k], 40)}, not a mapping" for k in ("module_alpha", "realized")
+            if k in res and not isinstance(res[k], dict)]
+    return out
+
+
 def files_check(path: Path, manifest: dict) -> dict:
     """The folder holds exactly ``OUTPUT_FILES``, as regular files, and README.md hashes as pinned.
 
@@ -106,14 +143,14 @@ def manifest_check(manifest: dict, ev, out: Adapter | None, resolved: dict) -> d
     off += differences(jsonable(ev.missing), manifest.get("missing_modules", {}), "missing_modules")
     copy = manifest.get("inputs", {})
     want = {n: {"sha256": i.sha256, "config_sha256": i.config_sha256} for n, i in ev.inputs.items()}
-    if not isinstance(copy, dict) or sorted(copy) != sorted(want):
-        off.append(f"inputs names {few(sorted(copy) if isinstance(copy, dict) else [short(copy, 40)])}, the recipe "
-                   f"reads {few(sorted(want))}")
+    if sorted(copy) != sorted(want):
+        off.append(f"inputs names {few(sorted(copy))}, the recipe reads {few(sorted(want))}")
     else:
         for n, pins in want.items():
-            entry = copy[n] if isinstance(copy[n], dict) else {}
-            off += [f"inputs.{n}.{k} is {short(entry.get(k), 20)}, the input's file hashes to {v[:16]}..."
-                    for k, v in pins.items() if entry.get(k) != v]
+            off += [f"inputs.{n}.{k} is {short(copy[n].get(k), 20)}, the input's file hashes to {v[:16]}..."
+                    for k, v in pins.items() if copy[n].get(k) != v]
+            pinned = (manifest["recipe"].get("inputs") or {}).get(n)
+            off += differences(pinned, copy[n], f"inputs.{n}") if pinned != copy[n] else []
     off += _output_fields(manifest.get("output"), recipe.dtype, out)
     return check("manifest", not off, "; ".join(off[:SHOWN]) + (f" and {len(off) - SHOWN} more" if len(off) > SHOWN
                                                                 else "") if off else

@@ -76,10 +76,6 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
 
     def one(m: str) -> ModuleBuild:
         target, step_m = intended_core(ev, m, multiple)
-        check_magnitude(m, "the intended update", target.C, "use a smaller --alpha (or --trust), or smaller "
-                        "coefficients")
-        if step_m is not None:
-            check_magnitude(m, "the step (alpha * dir)", step_m.C, "use an --alpha (or --trust) of a sane size")
         c = cut(target, policy, backbone=backbone.modules.get(m), step=step_m)
         for name, factor in (("B", c.factors.B), ("A", c.factors.A)):
             check_magnitude(m, f"the re-factored {name}", factor, "report this with the recipe")

@@ -152,14 +152,21 @@ def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
 def intended_core(ev: Evaluation, m: str, multiple: float) -> tuple[InSpan, InSpan | None]:
     """``(intended_m, step_m)`` as cores: ``base_m + multiple * alpha_m * dir'_m`` and the step (None without one).
 
+    Both are checked to lie in float64's safe range (``figures.check_magnitude``: NumericError otherwise).
+
     Args:
         ev (Evaluation): the evaluated recipe. m (str): a module. multiple (float): the output's dose.
     """
     if ev.step is None:
         x = ev.operands
-        return ev.method.module(ModuleOperands(m, x["base"][m], None, None), ev.recipe.params), None
+        target = ev.method.module(ModuleOperands(m, x["base"][m], None, None), ev.recipe.params)
+        check_magnitude(m, "the intended update", target.C, "use smaller coefficients")
+        return target, None
     step_m = ev.direction[m] * (ev.step.module_alpha[m] * multiple)
-    return ev.operands["base"][m] + step_m, step_m
+    check_magnitude(m, "the step (alpha * dir)", step_m.C, "use an --alpha (or --trust) of a sane size")
+    target = ev.operands["base"][m] + step_m
+    check_magnitude(m, "the intended update", target.C, "use a smaller --alpha (or --trust)")
+    return target, step_m
 
 
 def intended(ev: Evaluation, m: str, multiple: float) -> tuple[LowRank, LowRank | None]:
