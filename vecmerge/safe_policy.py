@@ -23,7 +23,6 @@ A target is refused (:class:`~vecmerge.errors.OutputError`, exit 2, one line nam
 
 from __future__ import annotations
 
-import codecs
 import os
 import stat
 from collections.abc import Callable, Iterable, Mapping
@@ -54,16 +53,7 @@ class FileKind:
     sniff: Callable[[bytes], bool]
 
 
-def _utf8_prefix(head: bytes) -> str | None:
-    try:
-        return codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-    except UnicodeDecodeError:
-        return None
-
-
-PNG = FileKind("PNG image", lambda head: head.startswith(b"\x89PNG\r\n\x1a\n"))
-JSON = FileKind("JSON file", lambda head: (_utf8_prefix(head) or " ").lstrip()[:1] in ("{", "["))
-TEXT = FileKind("text file", lambda head: b"\0" not in head and _utf8_prefix(head) is not None)
+PNG = FileKind("PNG image", lambda head: head.startswith(b"\x89PNG\r\n\x1a\n"))  # --plot; a new export adds its kind
 
 
 @dataclass(frozen=True)
@@ -81,14 +71,10 @@ class OutputPolicy:
     Args:
         protected (tuple[Protected, ...]): inputs, workspace adapters, base model.
         force (bool): the user passed ``--force``.
-        owner_markers (tuple[str, ...]): file names that mark a folder as vecmerge's (the demo marker).
-        manifest_name (str): the manifest whose ``"tool": "vecmerge"`` marks an output folder.
     """
 
     protected: tuple = ()
     force: bool = False
-    owner_markers: tuple = OWNER_MARKERS
-    manifest_name: str = MANIFEST_NAME
 
     @classmethod
     def for_command(cls, *, inputs: Iterable = (), workspace_adapters: Mapping | None = None,
@@ -125,8 +111,7 @@ class OutputPolicy:
             raise OutputError(f"{flag} {target}: exists and is not a folder; choose another {flag}")
         if not self.force:
             raise OutputError(f"{flag} {target}: already exists; pass --force to replace it, or choose another {flag}")
-        why = why_not_ours(target, expected_entries, owner_markers=self.owner_markers,
-                           manifest_name=self.manifest_name)
+        why = why_not_ours(target, expected_entries)
         if why:
             raise OutputError(f"{flag} {target}: exists and {why}; --force replaces only a folder vecmerge wrote, "
                               f"choose another {flag} or move it away yourself")
@@ -136,7 +121,7 @@ class OutputPolicy:
         """``target`` if it may be written as a file of ``kind``, else OutputError.
 
         Args:
-            target (str | Path): the output file. kind (FileKind): PNG, JSON, TEXT...
+            target (str | Path): the output file. kind (FileKind): what it must be (PNG).
             flag (str): the option that named it (``--plot``).
         """
         target = Path(target)
@@ -187,14 +172,13 @@ def protected_hit(target: Path, protected: Iterable[Protected]) -> str | None:
     return None
 
 
-def why_not_ours(folder: Path, expected_entries: Iterable[str] | None = None, *,
-                 owner_markers: Iterable[str] = OWNER_MARKERS, manifest_name: str = MANIFEST_NAME) -> str | None:
+def why_not_ours(folder: Path, expected_entries: Iterable[str] | None = None) -> str | None:
     """Why ``folder`` may not be replaced (``"holds no vecmerge.json..."``), or None if vecmerge wrote it.
 
     Args:
         folder (Path): an existing folder. expected_entries (Iterable[str] | None): the only names it may hold.
-        owner_markers (Iterable[str]): marker files that make it vecmerge's. manifest_name (str): see above.
     """
+    owner_markers, manifest_name = OWNER_MARKERS, MANIFEST_NAME
     try:
         entries = os.listdir(folder)
     except OSError as e:
