@@ -227,6 +227,17 @@ def test_item4_sigint_from_outside_exits_130_with_one_line(toy, run_cli):
     assert tree_hashes(toy / "o") == old and hidden(toy) == []
 
 
+def test_item4_sigterm_while_building_leaves_no_leftovers(toy, run_cli):
+    """The known limit of the write layer (SIGTERM kills without cleanup) is closed by the CLI's handler."""
+    p = cli_child(toy, "staged", *STEP, "--dose", "0.5,1", "--out", "lad")
+    wait_at(p, "staged")
+    assert any(h.startswith(".lad-x0.5.tmp-") for h in hidden(toy))
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 143 and err.startswith("error: terminated (SIGTERM)") and err.count("\n") == 1
+    assert not list(toy.glob("lad*")) and hidden(toy) == []
+
+
 def _disk_full_on_call(mp, n: int) -> list:
     """save_file writes half the file, then fails as safetensors does on a full disk, on its n-th call."""
     import safetensors.torch

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
+import threading
 import warnings
 
 import click
@@ -60,11 +62,20 @@ class Ctx:
         return None if self.quiet or not sys.stderr.isatty() else self.progress
 
 
-INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
+INTERRUPTED, TERMINATED = 130, 143  # 128 + SIGINT / SIGTERM, what shells report for a stopped command
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that staged outputs are removed on the way out."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated
 
 
 def handled(fn):
-    """Turn VecmergeError into one ``error:`` line and its exit code; Ctrl-C into one line and exit 130.
+    """Turn VecmergeError into one ``error:`` line and its exit code; Ctrl-C into one line and exit 130
+    (SIGTERM: 143), after the staged outputs are removed.
 
     Warnings from libraries (torch, transformers) are held while the command runs: after a success
     each is printed as one ``warning:`` line, after a failure only the ``error:`` line is (``--debug``
@@ -76,8 +87,14 @@ def handled(fn):
         ctx = click.get_current_context()
         if ctx.obj.debug:
             return fn(*args, **kwargs)
-        with warnings.catch_warnings(record=True) as held:
-            result = _run(ctx, fn, args, kwargs)  # an error exits here, and the held warnings go with it
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
+        try:
+            with warnings.catch_warnings(record=True) as held:
+                result = _run(ctx, fn, args, kwargs)  # an error exits here, and the held warnings go with it
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGTERM, previous)
         lines = dict.fromkeys(f"warning: {str(w.message).strip().splitlines()[0]} ({w.category.__name__})"
                               for w in held if str(w.message).strip())
         for line in lines:
@@ -93,10 +110,11 @@ def _run(ctx, fn, args, kwargs):
         return fn(*args, **kwargs)
     except click.exceptions.Exit:
         raise
-    except KeyboardInterrupt:
-        click.echo("error: interrupted; vecmerge writes every output whole or not at all, so nothing is "
+    except KeyboardInterrupt as e:
+        how = "terminated (SIGTERM)" if isinstance(e, _Terminated) else "interrupted"
+        click.echo(f"error: {how}; vecmerge writes every output whole or not at all, so nothing is "
                    "half-written", err=True)
-        ctx.exit(INTERRUPTED)
+        ctx.exit(TERMINATED if isinstance(e, _Terminated) else INTERRUPTED)
     except Exception as e:
         from .errors import VecmergeError
 
