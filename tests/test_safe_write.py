@@ -175,7 +175,7 @@ def test_plot_refusals(ws):
              ("notes/todo.txt", "exists and is not a PNG image; refusing to replace it even with --force"),
              ("notes", "is a folder")]
     commit_folders(["out"], "x")
-    cases[2] = ("out/plot.png", "lies in an adapter folder (beside vecmerge.json)")
+    cases[2] = ("out/plot.png", "lies in an adapter folder (beside vecmerge.json in")
     os.mkfifo(root / "fifo.png")
     cases.append(("fifo.png", "is not a regular file"))
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}

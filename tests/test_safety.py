@@ -95,6 +95,14 @@ def test_item1_plot_replaces_only_a_png_and_never_beside_an_adapter(toy, run_cli
     assert hidden(toy) == []
 
 
+def test_an_output_is_never_written_inside_another_adapter_folder(toy, run_cli):
+    assert run_cli("refactor", "v28", "--out", "o").exit_code == 0
+    for out in ("o/sub", "o/a/b"):
+        error_line(run_cli("refactor", "v51", "--out", out), 2, "lies in an adapter folder (beside")
+    assert sorted(os.listdir(toy / "o")) == ["README.md", "adapter_config.json", "adapter_model.safetensors",
+                                             "vecmerge.json"] and verified(run_cli, "o")
+
+
 @pytest.fixture
 def workspace_with_base(toy):
     """The toy workspace plus a base model folder it names and a folder of the user's own files."""

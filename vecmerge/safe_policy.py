@@ -17,8 +17,9 @@ A target is refused (:class:`~vecmerge.errors.OutputError`, exit 2, one line nam
   not an input). Replacing a file is an atomic rename: a hard link to the old file elsewhere keeps the
   old content, so no other path changes. The kind check is by content only; the user named this file
   and asked for ``--force``, so their own PNG may be replaced, but never a file of another kind;
-* a file that would land inside an adapter folder (one holding ``adapter_config.json``, adapter
-  weights or ``vecmerge.json``): tools load what sits beside the weights, and ``verify`` would flag it.
+* a file or folder that would land inside an adapter folder (one holding ``adapter_config.json``,
+  adapter weights or ``vecmerge.json``, at any depth above it): tools load what sits beside the
+  weights, and ``verify`` would flag it.
 """
 
 from __future__ import annotations
@@ -126,11 +127,6 @@ class OutputPolicy:
         """
         target = Path(target)
         self._common(target, flag)
-        parent = target.parent
-        beside = [n for n in ADAPTER_FILES if os.path.lexists(parent / n)]
-        if beside:
-            raise OutputError(f"{flag} {target}: lies in an adapter folder (beside {beside[0]}), where it would be "
-                              f"taken as part of the adapter; choose another {flag}")
         try:
             st = os.lstat(target)
         except FileNotFoundError:
@@ -150,6 +146,11 @@ class OutputPolicy:
         hit = protected_hit(target, self.protected)
         if hit:
             raise OutputError(f"{flag} {target}: {hit}, which vecmerge never writes; choose another {flag}")
+        inside = adapter_above(target)
+        if inside:
+            folder, beside = inside
+            raise OutputError(f"{flag} {target}: lies in an adapter folder (beside {beside} in {folder}), where it "
+                              f"would be taken as part of the adapter; choose another {flag}")
         if os.path.islink(target):
             raise OutputError(f"{flag} {target}: is a symbolic link, which vecmerge does not write through; "
                               f"choose another {flag}")
@@ -169,6 +170,15 @@ def protected_hit(target: Path, protected: Iterable[Protected]) -> str | None:
             return f"lies inside {p.what}"
         if p_real.is_relative_to(t_real) or (t_id is not None and t_id in _ids(p.path, ancestors=True)):
             return f"contains {p.what}"
+    return None
+
+
+def adapter_above(target: Path) -> tuple[Path, str] | None:
+    """The nearest folder above ``target`` that holds an adapter file, and that file; None if there is none."""
+    for folder in Path(os.path.abspath(target)).parents:
+        beside = next((n for n in ADAPTER_FILES if os.path.lexists(folder / n)), None)
+        if beside:
+            return folder, beside
     return None
 
 
