@@ -10,8 +10,10 @@ for writing.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -178,7 +180,8 @@ def write_adapter(folder, prepared: tuple, specs: dict, *, template: LoraConfig 
 
     Returns:
         dict with ``written`` ({module: WrittenModule}), ``sha256`` of the weights file and ``config``.
-        A full disk or another write failure is an OutputError (the transaction then keeps nothing).
+        A full disk or another write failure is an OSError (``OutputTransaction`` turns it into one
+        OutputError line naming the output, and keeps nothing).
     """
     from safetensors import SafetensorError
     from safetensors.torch import save_file
@@ -190,10 +193,10 @@ def write_adapter(folder, prepared: tuple, specs: dict, *, template: LoraConfig 
     config = build_config(template, specs, ranks, alphas, same_modules)
     try:
         save_file(tensors, str(folder / SAFETENSORS_NAME), metadata={"format": "pt"})
-    except SafetensorError as e:  # the Rust writer's I/O errors (ENOSPC, EFBIG...) are not OSErrors
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise OutputError(f"cannot write {SAFETENSORS_NAME} ({reason[:160]}); nothing was written, free some "
-                          "space or choose another --out") from None
+    except SafetensorError as e:  # the Rust writer's I/O errors (ENOSPC, EFBIG...): an OSError for the caller
+        code = re.search(r"(?:code: |os error )(\d+)", str(e))
+        err = int(code.group(1)) if code else errno.EIO
+        raise OSError(err, os.strerror(err), str(folder / SAFETENSORS_NAME)) from None
     (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     (folder / CARD_NAME).write_text(card)
     sha = sha256_file(folder / SAFETENSORS_NAME)
