@@ -37,6 +37,7 @@ from vecmerge.workspace import Workspace
 
 REPO = Path(__file__).resolve().parents[1]
 STEP = ("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113")
+MODULE = "model.layers.1.self_attn.v_proj"
 FAST_S = 5.0
 
 
@@ -62,6 +63,12 @@ def recipe_base(out: Path) -> str:
 def verified(run_cli, out) -> bool:
     res = run_cli("verify", str(out), "--json")
     return res.exit_code == 0 and json.loads(res.stdout)["passed"]
+
+
+def _set(data: dict, path: tuple, value) -> None:
+    for k in path[:-1]:
+        data = data[k]
+    data[path[-1]] = value
 
 
 def edit_config(folder: Path, **changes) -> None:
@@ -527,15 +534,32 @@ def test_keyboard_interrupt_is_exit_130_not_aborted(toy, run_cli, monkeypatch):
     error_line(run_cli("inspect", "v28"), 130, "interrupted")
 
 
+MANIFEST_EDITS = [((k,), v) for k in ("tool", "kind", "method", "resolved", "inputs", "missing_modules", "figures",
+                                       "modules", "output") for v in (None, "x", [1], 1e308)] + [
+    (("recipe",), "x"), (("recipe", "inputs"), "x"), (("recipe", "consensus", "min_agree"), "x"),
+    (("recipe", "trust"), 1e308), (("resolved", "dropped"), 0.5), (("resolved", "realized"), [1]),
+    (("modules", MODULE), None), (("modules", MODULE, "rank"), "8"), (("figures", "survival"), None),
+    (("figures", "rank"), 3), (("inputs", "v28", "config_sha256"), 0.5), (("output", "dtype"), []),
+    (("output", "sha256"), 1), (("inputs", "v28"), "v28")]
+
+
+def test_verify_of_an_edited_manifest_fails_and_never_crashes(toy, run_cli):
+    """Every section (and the fields verify reads) replaced by a value of the wrong type or size: exit 1
+    (a failed check) or 2 (a manifest vecmerge did not write), one line, never an internal error or a pass."""
+    assert run_cli(*STEP, "--consensus-ref", "v54-v54e2", "--out", "o").exit_code == 0
+    original = (toy / "o" / "vecmerge.json").read_text()
+    for path, value in MANIFEST_EDITS:
+        man = json.loads(original)
+        _set(man, path, value)
+        (toy / "o" / "vecmerge.json").write_text(json.dumps(man))
+        res = run_cli("verify", "o")
+        assert res.exit_code in (1, 2), (path, value, res.output)
+        assert len(res.stderr.strip().splitlines()) == 1 and "internal error" not in res.stderr, (path, res.stderr)
+    (toy / "o" / "vecmerge.json").write_text(original)
+    assert verified(run_cli, "o")
+
+
 # ------------------------------------------------------------------------------------------ tampering
-MODULE = "model.layers.1.self_attn.v_proj"
-
-
-def _set(man: dict, path: tuple, value) -> None:
-    for k in path[:-1]:
-        man = man[k]
-    man[path[-1]] = value
-
 
 TAMPER = {
     "README.md edited": (lambda o: (o / "README.md").write_text((o / "README.md").read_text() + "\nsafe!\n"),
