@@ -337,6 +337,15 @@ def test_item6_a_non_finite_intermediate_is_an_error_naming_the_module(huge_alph
     assert not (huge_alpha / "o").exists() and hidden(huge_alpha) == []
 
 
+@pytest.mark.parametrize("args, needle", [
+    (("inspect", "big"), "the update of"),                           # showed 'norm inf', exit 0
+    (("audit", "--ref", "1e300*v54 - v54e2", "--dir", "v51-v28"), "'1e300*v54 - v54e2' reaches"),
+    (("audit", "v28", "big"), "'big' reaches"),
+])
+def test_item6_inspect_and_audit_refuse_overflowing_updates(huge_alpha, run_cli, args, needle):
+    error_line(run_cli(*args), 2, "module model.layers.", needle, "too large for float64")
+
+
 def test_item6_verify_does_not_pass_a_recipe_that_overflows(toy, run_cli):
     """The issue's all-zero output passed 'update' with rel_error NaN: now the recomputation is a failure."""
     assert run_cli("refactor", "v28", "--out", "o").exit_code == 0

@@ -51,7 +51,7 @@ import torch
 from .consensus import measure, summarize
 from .errors import VecmergeError
 from .expr import parse
-from .lowrank import COMPUTE_DTYPE, LowRank
+from .lowrank import COMPUTE_DTYPE, LowRank, check_magnitude
 from .taskvector import TaskVector, align
 
 LEVEL = 0.05
@@ -154,6 +154,10 @@ def mark_chance(rows: list[dict], spectra: list, samples: int = 200, seed: int =
 def _vectors(ws, exprs: list[str], allow_missing: bool):
     """Evaluate and align expressions; missing modules become zeros and are listed per adapter name."""
     vecs = [ws.evaluate(e, allow_missing) for e in exprs]
+    for e, v in zip(exprs, vecs):
+        for m, x in v.modules.items():
+            check_magnitude(m, f"{e!r}", x, "keep the expression's coefficients and the adapters' lora_alpha in a "
+                            "sane range")
     names = align(vecs, exprs, allow_missing)
     shapes = {m: next(v[m].shape for v in vecs if m in v.modules) for m in names}
     adapters = dict.fromkeys(n for e in exprs for n in parse(e).names())

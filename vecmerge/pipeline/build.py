@@ -17,10 +17,11 @@ import torch
 
 from ..export import WrittenModule, prepare_modules
 from ..kernels import map_modules
+from ..lowrank import check_magnitude
 from ..rankcut import Cut, cut
 from ..subspace import InSpan
 from .evaluation import Evaluation, intended_core
-from .figures import check_figures, check_magnitude, figures, rounding
+from .figures import check_figures, figures, rounding
 
 
 @dataclass(frozen=True)

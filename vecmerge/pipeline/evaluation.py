@@ -19,14 +19,13 @@ from ..adapter import Adapter
 from ..consensus import ConsensusResult, agreement_rows, decide
 from ..expr import parse
 from ..kernels import map_modules
-from ..lowrank import LowRank
+from ..lowrank import LowRank, check_magnitude
 from ..methods.base import Method, ModuleOperands
 from ..recipe import Recipe
 from ..step import StepSize, choose_step
 from ..subspace import InSpan, Subspace
 from ..taskvector import TaskVector, align
 from ..workspace import Workspace
-from .figures import check_magnitude
 from .inputs import open_inputs
 
 BASES_BUDGET = 1 << 30  # bytes of float64 bases kept across modules (see evaluate)
@@ -152,7 +151,7 @@ def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
 def intended_core(ev: Evaluation, m: str, multiple: float) -> tuple[InSpan, InSpan | None]:
     """``(intended_m, step_m)`` as cores: ``base_m + multiple * alpha_m * dir'_m`` and the step (None without one).
 
-    Both are checked to lie in float64's safe range (``figures.check_magnitude``: NumericError otherwise).
+    Both are checked to lie in float64's safe range (``lowrank.check_magnitude``: NumericError otherwise).
 
     Args:
         ev (Evaluation): the evaluated recipe. m (str): a module. multiple (float): the output's dose.

@@ -25,30 +25,6 @@ from ..subspace import Subspace
 TOLERANCES = {"fp32": {"update": 1e-5, "survival": 1e-4, "logits": 1e-4},
               "fp16": {"update": 5e-3, "survival": 2e-2, "logits": 2e-2},
               "bf16": {"update": 3e-2, "survival": 5e-2, "logits": 1e-1}}
-# Every core and update stays within these magnitudes, so that squares, norms and inner products of
-# it neither overflow nor underflow float64 (whose range is 2.2e-308 .. 1.8e308).
-SAFE_MAX, SAFE_MIN = 1e150, 1e-150
-
-
-def check_magnitude(module: str, what: str, core: torch.Tensor, fix: str) -> None:
-    """NumericError unless every entry of ``core`` is finite and its largest is 0 or in [SAFE_MIN, SAFE_MAX].
-
-    Args:
-        module (str): for the message. what (str): the quantity (``"base (1e300*v28)"``).
-        core (Tensor): any tensor of the module. fix (str): what to change, for the message.
-    """
-    if core.numel() == 0:
-        return
-    amax = float(core.abs().max())
-    if not math.isfinite(amax) or not bool(torch.isfinite(core).all()):
-        problem = "is not finite (it overflows float64 or holds NaN)"
-    elif amax > SAFE_MAX:
-        problem = f"reaches {amax:.3g}, too large for float64 norms and products (at most {SAFE_MAX:g})"
-    elif 0.0 < amax < SAFE_MIN:
-        problem = f"is at most {amax:.3g}, too small for float64 norms and products (at least {SAFE_MIN:g})"
-    else:
-        return
-    raise NumericError(f"module {module}: {what} {problem}; {fix}")
 
 
 def check_figures(fig: dict) -> None:
