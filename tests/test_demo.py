@@ -79,7 +79,7 @@ def test_demo_refuses_foreign_folders(tmp_path):
     (tmp_path / "mine" / "thesis.tex").write_text("precious")
     with pytest.raises(OutputError, match="already exists; pass --force"):
         prepare_folder(tmp_path / "mine", force=False)
-    with pytest.raises(OutputError, match="not made by 'vecmerge demo'"):
+    with pytest.raises(OutputError, match="--force replaces only a folder vecmerge wrote"):
         prepare_folder(tmp_path / "mine", force=True)
     assert (tmp_path / "mine" / "thesis.tex").read_text() == "precious"
 

@@ -10,8 +10,7 @@ import warnings
 import pytest
 import torch
 
-from vecmerge.errors import OutputError
-from vecmerge.export import MANIFEST_NAME, _patterns, check_out
+from vecmerge.export import MANIFEST_NAME, _patterns
 from vecmerge.peft_format import LoraConfig
 from vecmerge.workspace import Workspace
 
@@ -84,11 +83,17 @@ def test_patterns_resolve_exactly_as_peft():
     assert all(cfg.resolve(m) == (ranks[m], alphas[m]) for m in ranks)  # layers.11 is not caught by layers.1
 
 
-def test_existing_out_is_refused(tmp_path):
-    (tmp_path / "o").mkdir()
-    with pytest.raises(OutputError, match="already exists; pass --force"):
-        check_out(tmp_path / "o", force=False)
-    assert check_out(tmp_path / "o", force=True) == tmp_path / "o"
+def test_existing_out_is_refused(toy, run_cli):
+    (toy / "o").mkdir()
+    (toy / "o" / "notes.txt").write_text("mine")
+    res = run_cli("refactor", "v28", "--out", "o")
+    assert res.exit_code == 2 and "already exists; pass --force" in res.output
+    res = run_cli("refactor", "v28", "--out", "o", "--force")
+    assert res.exit_code == 2 and "holds no vecmerge.json" in res.output
+    assert (toy / "o" / "notes.txt").read_text() == "mine"
+    assert run_cli("refactor", "v28", "--out", "mine").exit_code == 0
+    assert run_cli("refactor", "v51", "--out", "mine", "--force").exit_code == 0  # its own output: replaced
+    assert json.loads((toy / "mine" / MANIFEST_NAME).read_text())["recipe"]["base"] == "v51"
 
 
 def test_manifest_and_card(toy, run_cli):
@@ -111,6 +116,12 @@ def test_fp16_overflow_is_refused_and_underflow_warns(toy, run_cli):
     res = run_cli("refactor", "1e12*v28", "--dtype", "fp16", "--out", "big")
     assert res.exit_code == 2 and "overflow fp16" in res.output and not (toy / "big").exists()
     assert not list(toy.glob(".big.*"))
-    res = run_cli("refactor", "1e-14*v28", "--dtype", "fp16", "--out", "tiny", "--json")
+    # bf16 factors of a 1e-75 update have subnormal entries: 2.3% off, within verify's 3e-2, written with a warning
+    res = run_cli("refactor", "1e-75*v28", "--dtype", "bf16", "--out", "small", "--json")
     rep = json.loads(res.output)
-    assert any("rounding to fp16 moved the update" in w for w in rep["outputs"][0]["warnings"])
+    assert any("rounding to bf16 moved the update" in w for w in rep["outputs"][0]["warnings"])
+    assert run_cli("verify", "small").exit_code == 0
+    # an output whose own figures say verify would fail it is not written (issue 11, item 7)
+    res = run_cli("refactor", "1e-14*v28", "--dtype", "fp16", "--out", "tiny")
+    assert res.exit_code == 1 and "'vecmerge verify' accepts" in res.output and "smallest normal fp16" in res.output
+    assert not (toy / "tiny").exists()

@@ -175,7 +175,7 @@ def test_plot_refusals(ws):
              ("notes/todo.txt", "exists and is not a PNG image; refusing to replace it even with --force"),
              ("notes", "is a folder")]
     commit_folders(["out"], "x")
-    cases[2] = ("out/plot.png", "lies in an adapter folder (beside vecmerge.json)")
+    cases[2] = ("out/plot.png", "lies in an adapter folder (beside vecmerge.json in")
     os.mkfifo(root / "fifo.png")
     cases.append(("fifo.png", "is not a regular file"))
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
@@ -265,12 +265,9 @@ def test_two_processes_commit_to_one_out_exactly_one_wins(tmp_path):
     procs = [child(tmp_path, {"targets": [str(parent / "out")], "tag": tag, "force": False, "go": str(go)})
              for tag in ("p1", "p2")]
     for p in procs:
-        assert p.stdout.readline().strip() == "READY", p.stderr.read()
+        assert p.stdout.readline().strip() == "READY", p.communicate()[1]
     go.write_text("")
-    outs = [(p.wait(30), p.stdout.read()) for p in procs]
-    for p in procs:
-        p.stdout.close()
-        p.stderr.close()
+    outs = [(p.returncode, out) for p in procs for out, _ in [p.communicate(timeout=30)]]
     codes = sorted(rc for rc, _ in outs)
     assert codes == [0, 2], outs
     winner = "p1" if outs[0][0] == 0 else "p2"
@@ -280,13 +277,14 @@ def test_two_processes_commit_to_one_out_exactly_one_wins(tmp_path):
 
 
 def kill_at(tmp_path: Path, job: dict, step: str) -> None:
-    with child(tmp_path, dict(job, stop_at=step)) as p:
-        line = p.stdout.readline().strip()
-        if line != f"AT {step}":
-            p.kill()
-            pytest.fail(f"child did not reach {step}: {line!r} {p.stderr.read()}")
-        p.send_signal(signal.SIGKILL)
-        assert p.wait(30) == -signal.SIGKILL
+    p = child(tmp_path, dict(job, stop_at=step))
+    line = p.stdout.readline().strip()
+    if line != f"AT {step}":
+        p.kill()
+        pytest.fail(f"child did not reach {step}: {line!r} {p.communicate()[1]}")
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=30)  # reaps it and closes the pipes
+    assert p.returncode == -signal.SIGKILL
 
 
 @pytest.mark.parametrize("step, no_swap, during, after", [

@@ -41,6 +41,7 @@ from .peft_format import (
     targeted,
     unwrap,
 )
+from .safe_parse import short
 
 
 def sha256_file(path: Path) -> str:
@@ -179,13 +180,20 @@ class Adapter:
                 handle = safe_open(str(p), framework="pt")
                 return {k: handle.get_slice(k) for k in handle.keys()}, handle
             sd = torch.load(str(p), map_location="cpu", weights_only=True)
-            if not isinstance(sd, dict):
-                raise ValueError("not a state dict")
-            return sd, None
         except Exception as e:  # safetensors raises its own types for truncated/corrupt headers
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise AdapterError(f"{p}: cannot read tensors ({msg}); the file is truncated or corrupt, "
-                               "copy it again") from None
+            if "Weights only load failed" in msg:
+                raise AdapterError(f"{p}: holds objects other than tensors, which vecmerge does not unpickle; "
+                                   "save the adapter with safetensors (save_pretrained's default)") from None
+            raise AdapterError(f"{p}: cannot read tensors ({short(msg, 120)[1:-1]}); the file is truncated or "
+                               "corrupt, copy it again") from None
+        bad = "is not a state dict (a mapping of names to tensors)" if not isinstance(sd, dict) else next(
+            (f"has a key {short(k, 40)} of type {type(k).__name__}, not a tensor name" if not isinstance(k, str)
+             else f"key {short(k, 60)} holds a {type(v).__name__}, not a tensor"
+             for k, v in sd.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)), None)
+        if bad:
+            raise AdapterError(f"{p}: {bad}; save the adapter with PEFT's save_pretrained")
+        return sd, None
 
     def _shape(self, key) -> tuple:
         t = self._tensors[0][key]

@@ -62,7 +62,7 @@ from .basemodel import differ, same_base_model
 from .consensus import measure, summarize
 from .errors import VecmergeError
 from .expr import parse
-from .lowrank import COMPUTE_DTYPE, LowRank
+from .lowrank import COMPUTE_DTYPE, LowRank, check_magnitude
 from .taskvector import TaskVector, align
 
 LEVEL = 0.05
@@ -174,6 +174,10 @@ def _vectors(ws, exprs: list[str], allow_missing: bool, modules_to_save: str = "
     declared = same_base_model({n: ws.adapter(n, modules_to_save) for n in adapters}, allow_base_mismatch,
                                (ws.home,))
     vecs = [ws.evaluate(e, allow_missing, modules_to_save) for e in exprs]
+    for e, v in zip(exprs, vecs):
+        for m, x in v.modules.items():
+            check_magnitude(m, f"{e!r}", x, "keep the expression's coefficients and the adapters' lora_alpha in a "
+                            "sane range")
     names = align(vecs, exprs, allow_missing)
     shapes = {m: next(v[m].shape for v in vecs if m in v.modules) for m in names}
     missing = {n: [m for m in names if m not in ws.adapter(n, modules_to_save).specs] for n in adapters}

@@ -11,7 +11,10 @@ from __future__ import annotations
 import functools
 import os
 import re
+import signal
 import sys
+import threading
+import warnings
 
 import click
 
@@ -66,36 +69,74 @@ class Ctx:
         return None if self.quiet or not sys.stderr.isatty() else self.progress
 
 
+INTERRUPTED, TERMINATED = 130, 143  # 128 + SIGINT / SIGTERM, what shells report for a stopped command
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that staged outputs are removed on the way out."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated
+
+
 def handled(fn):
-    """Turn VecmergeError into one ``error:`` line and its exit code."""
+    """Turn VecmergeError into one ``error:`` line and its exit code; Ctrl-C into one line and exit 130
+    (SIGTERM: 143), after the staged outputs are removed.
+
+    Warnings from libraries (torch, transformers) are held while the command runs: after a success
+    each is printed as one ``warning:`` line, after a failure only the ``error:`` line is (``--debug``
+    shows everything as it happens).
+    """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         ctx = click.get_current_context()
-        obj: Ctx = ctx.obj
-        try:
+        if ctx.obj.debug:
             return fn(*args, **kwargs)
-        except click.exceptions.Exit:
-            raise
-        except Exception as e:
-            from .errors import VecmergeError
-
-            if obj.debug:
-                raise
-            if isinstance(e, VecmergeError):
-                msg = str(e)
-                code = e.exit_code
-            elif isinstance(e, MemoryError) or "allocate memory" in str(e) or "DefaultCPUAllocator" in str(e):
-                msg, code = ("out of memory: vecmerge holds every input's factors and the output in memory; "
-                             "free memory or merge fewer adapters at once"), 2
-            elif isinstance(e, OSError):
-                msg, code = f"{type(e).__name__}: {e}", 2
-            else:
-                msg, code = f"internal error ({type(e).__name__}: {e}); rerun with --debug and report it", 3
-            click.echo(f"error: {msg}", err=True)
-            ctx.exit(code)
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
+        try:
+            with warnings.catch_warnings(record=True) as held:
+                result = _run(ctx, fn, args, kwargs)  # an error exits here, and the held warnings go with it
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGTERM, previous)
+        lines = dict.fromkeys(f"warning: {str(w.message).strip().splitlines()[0]} ({w.category.__name__})"
+                              for w in held if str(w.message).strip())
+        for line in lines:
+            click.echo(line, err=True)
+        return result
 
     return wrapper
+
+
+def _run(ctx, fn, args, kwargs):
+    """``fn(*args, **kwargs)``; an error becomes one ``error:`` line and ``ctx.exit(code)``."""
+    try:
+        return fn(*args, **kwargs)
+    except click.exceptions.Exit:
+        raise
+    except KeyboardInterrupt as e:
+        how = "terminated (SIGTERM)" if isinstance(e, _Terminated) else "interrupted"
+        click.echo(f"error: {how}; vecmerge writes every output whole or not at all, so nothing is "
+                   "half-written", err=True)
+        ctx.exit(TERMINATED if isinstance(e, _Terminated) else INTERRUPTED)
+    except Exception as e:
+        from .errors import VecmergeError
+
+        if isinstance(e, VecmergeError):
+            msg = str(e)
+            code = e.exit_code
+        elif isinstance(e, MemoryError) or "allocate memory" in str(e) or "DefaultCPUAllocator" in str(e):
+            msg, code = ("out of memory: vecmerge holds every input's factors and the output in memory; "
+                         "free memory or merge fewer adapters at once"), 2
+        elif isinstance(e, OSError):
+            msg, code = f"{type(e).__name__}: {e}", 2
+        else:
+            msg, code = f"internal error ({type(e).__name__}: {e}); rerun with --debug and report it", 3
+        click.echo(f"error: {msg}", err=True)
+        ctx.exit(code)
 
 
 def _echo(text: str, err: bool = False) -> None:
@@ -182,6 +223,7 @@ def inspect(obj: Ctx, adapters, as_json):
               help=REPORT_FORMAT_HELP)
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="Also write a cosine heatmap PNG, layers x module types (needs matplotlib).")
+@click.option("--force", is_flag=True, help="Replace an existing --plot PNG.")
 @click.option("--allow-missing", is_flag=True, help=ALLOW_MISSING_HELP + " Audits count them apart (not compared).")
 @click.option("--samples", type=int, default=200, show_default=True,
               help="Random rotations per module for the chance band; 0 for the analytic band 1.96/sqrt(out*in).")
@@ -191,7 +233,7 @@ def inspect(obj: Ctx, adapters, as_json):
 @global_options
 @click.pass_obj
 @handled
-def audit(obj: Ctx, adapters, ref, direction, by, sort, fmt, plot, allow_missing, samples, modules_to_save,
+def audit(obj: Ctx, adapters, ref, direction, by, sort, fmt, plot, force, allow_missing, samples, modules_to_save,
           allow_base_mismatch):
     """Per-module sign consensus and cosine: --ref EXPR --dir EXPR, or pairwise over ADAPTERS."""
     if (ref is None) != (direction is None):
@@ -208,7 +250,7 @@ def audit(obj: Ctx, adapters, ref, direction, by, sort, fmt, plot, allow_missing
 
     commands.audit(obj.ws(), ref=ref, direction=direction, adapters=adapters, by=by, sort=sort, fmt=fmt, plot=plot,
                    allow_missing=allow_missing, samples=samples, modules_to_save=modules_to_save,
-                   allow_base_mismatch=allow_base_mismatch, echo=_echo, progress=obj.bars())
+                   allow_base_mismatch=allow_base_mismatch, force=force, echo=_echo, progress=obj.bars())
 
 
 def _merge_options(stepped: bool, rank_note: str | None = None):

@@ -17,10 +17,12 @@ from .describe import describe
 from .errors import CheckFailed, UsageError, VecmergeError
 from .evidence import commands as evidence
 from .evidence.ledger import Ledger
+from .expr import parse
 from .pipeline import run
 from .pipeline.gate import GateFailed, check_gate, declared_base
 from .recipe import Consensus, Recipe
 from .report import render_inspect, render_merge, render_modules, to_json
+from .safe_write import PNG, OutputPolicy, write_file
 from .verify import verify_identities, verify_output
 from .workspace import Workspace
 
@@ -43,24 +45,33 @@ def inspect(ws: Workspace, adapters: list[str], *, as_json: bool = False, echo=p
 
 def audit(ws: Workspace, *, ref: str | None = None, direction: str | None = None, adapters=(), by: str = "module",
           sort: str = "module", fmt: str = "table", plot=None, allow_missing: bool = False, samples: int = 200,
-          modules_to_save: str = "refuse", allow_base_mismatch: bool = False, echo=print, progress=None) -> dict:
+          modules_to_save: str = "refuse", allow_base_mismatch: bool = False, force: bool = False, echo=print,
+          progress=None) -> dict:
     """``vecmerge audit``: ``ref``/``direction`` agreement, or the pairwise matrix of ``adapters``.
 
     Args:
         ws (Workspace). ref, direction (str | None): expressions (given together). adapters (list[str]):
         two or more expressions (pairwise). by, sort, fmt (str): the view (see ``report_audit.render``).
-        plot (str | Path | None): a heatmap PNG to write. allow_missing (bool). samples (int): chance-band draws.
+        plot (str | Path | None): a heatmap PNG to write (never over an input, nor over an existing file
+        unless ``force`` and it is a PNG). allow_missing (bool). samples (int): chance-band draws.
         modules_to_save (str): refuse | drop. allow_base_mismatch (bool): audit adapters of different base models.
     """
     bar = _bar(progress, "audit")
     more = {"modules_to_save": modules_to_save, "allow_base_mismatch": allow_base_mismatch}
+    policy = None
+    if plot:  # refuse a --plot over an input (or any file not a PNG) before the work
+        exprs = [ref, direction] if ref is not None else list(adapters)
+        names = dict.fromkeys(n for e in exprs for n in parse(e).names())
+        policy = OutputPolicy.for_command(inputs={n: ws.path_of(n) for n in names}, workspace_adapters=ws.adapters,
+                                          base_model=ws.base_model, force=force)
+        policy.check_file(plot, PNG, flag="--plot")
     if ref is not None:
         result = audit_trajectories(ws, ref, direction, allow_missing, samples, bar, **more)
     else:
         result = audit_pairwise(ws, list(adapters), allow_missing, bar, **more)
     echo(report_audit.render(result, by=by, sort=sort, fmt=fmt))
     if plot:
-        report_audit.plot(result, plot)
+        write_file(plot, lambda f: report_audit.plot(result, f), policy=policy, kind=PNG, flag="--plot")
         echo(f"heatmap: {plot}", err=fmt != "table")
     return result
 

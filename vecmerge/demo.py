@@ -27,17 +27,18 @@ import csv
 import json
 import os
 import shlex
-import shutil
 import time
 from pathlib import Path
 
 from . import commands
 from .errors import CheckFailed, OutputError, VecmergeError
 from .recipe import Recipe
+from .safe_policy import DEMO_MARKER as MARKER
+from .safe_policy import OutputPolicy
+from .safe_write import discard_folder
 from .trajectories import METRIC, evaluate_checkpoints, make_trajectories
 from .workspace import Workspace
 
-MARKER = ".vecmerge-demo"
 V58 = {"base": "v54", "dir": "v51-v28", "trust": 0.0113, "consensus": {"ref": "v54-v54e2"}, "gate": True,
        "out": "out/v58"}
 EVALS = "evals.csv"
@@ -74,17 +75,21 @@ def _cwd(path: Path):
 
 
 def prepare_folder(out, force: bool) -> Path:
-    """Create ``out``; an existing one is replaced only with ``force`` and only if a demo made it."""
+    """Create ``out``; an existing one is replaced only with ``force`` and only if vecmerge made it.
+
+    The rule is every output's (``safe_policy``): an empty folder, a demo folder (its marker file) or
+    a vecmerge output may be replaced, a folder of the user's never. The old folder is deleted
+    crash-safely (``safe_write.discard_folder``); the demo then builds in place and marks the folder first.
+    """
     out = Path(out)
-    if out.exists():
-        if not force:
-            raise OutputError(f"{out}: already exists; pass --force to replace it, or choose another --out")
-        if any(out.iterdir()) and not (out / MARKER).exists():
-            raise OutputError(f"{out}: exists and was not made by 'vecmerge demo'; refusing to replace it "
-                              "even with --force, choose another --out")
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    (out / MARKER).write_text("made by vecmerge demo; safe to delete\n")
+    policy = OutputPolicy.for_command(force=force)
+    policy.check_folder(out)
+    discard_folder(out, policy=policy)
+    try:
+        out.mkdir(parents=True)
+        (out / MARKER).write_text("made by vecmerge demo; safe to delete\n")
+    except OSError as e:
+        raise OutputError(f"--out {out}: cannot create it ({e.strerror or e}); choose another --out") from None
     return out
 
 

@@ -12,6 +12,7 @@ import math
 from collections import Counter, defaultdict
 
 from .adapter import Adapter
+from .lowrank import check_magnitude
 from .peft_format import module_layer, module_types
 
 
@@ -27,7 +28,12 @@ def describe(adapter: Adapter, progress=None) -> dict:
     specs = adapter.specs
     names = list(specs)
     it = progress(names) if progress else names
-    norms = {m: adapter.factors(m).norm() for m in it}
+    norms = {}
+    for m in it:
+        x = adapter.factors(m)
+        check_magnitude(m, f"the update of {adapter.path}", x, "its lora_alpha (or alpha_pattern) or weights are "
+                        "extreme: check the adapter's config and use another checkpoint")
+        norms[m] = x.norm()
     by_type: dict[str, float] = defaultdict(float)
     types = module_types(names, specs)
     experts: dict[str, dict] = {}

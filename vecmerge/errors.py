@@ -71,6 +71,10 @@ class RecipeError(VecmergeError):
             super().__init__(f"{source}: {len(self.problems)} problems: {joined}")
 
 
+class NumericError(VecmergeError):
+    """A module whose numbers leave float64's safe range (overflow, underflow, NaN): never written silently."""
+
+
 class OutputError(VecmergeError):
     """An output folder that exists (without --force) or cannot be written."""
 

@@ -1,10 +1,11 @@
-"""Writing a PEFT LoRA folder atomically, with its manifest (``vecmerge.json``) and model card.
+"""Writing a PEFT LoRA folder, with its manifest (``vecmerge.json``) and model card.
 
 Every module is written with its scale folded so that PEFT's own ``lora_alpha / r`` reproduces the
 update: ranks that differ from the default go through ``rank_pattern`` and ``alpha_pattern``, whose
 keys are checked to resolve (by PEFT's rule) to exactly the intended rank and alpha.
-The folder is written to a temporary sibling and renamed into place; inputs are never opened for
-writing.
+``write_adapter`` fills a folder staged by ``safe_write.OutputTransaction``, which decides what may be
+replaced and moves every output of a run into place together (all or none); inputs are never opened
+for writing.
 
 Parameters adapted through ``target_parameters`` are written back in PEFT's layout: the experts of a
 3-D parameter stacked into one lora_A (E*r, in) and lora_B (out, r*E) under PEFT's nested wrapper
@@ -13,12 +14,11 @@ keys (``pack_params``), with one r and one alpha per parameter, resolved on ``<m
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
-import shutil
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,9 +39,12 @@ from .peft_format import (
     stack_experts,
     wrapped_keys,
 )
+from .safe_parse import ParseError, load_json
 
 MANIFEST_NAME = "vecmerge.json"
 CARD_NAME = "README.md"
+OUTPUT_FILES = (CONFIG_NAME, SAFETENSORS_NAME, MANIFEST_NAME, CARD_NAME)  # all an output folder holds
+MANIFEST_MAX_BYTES = 64 << 20
 # Config keys copied from the template only when the module set is the template's own.
 _COVERAGE_KEYS = ("target_modules", "layers_to_transform", "layers_pattern", "exclude_modules")
 
@@ -58,16 +61,6 @@ class WrittenModule:
     lowrank: LowRank
     rank: int
     alpha: float
-
-
-def check_out(out, force: bool) -> Path:
-    """Refuse an existing ``out`` unless ``force``; call before any work so nothing is wasted."""
-    out = Path(out)
-    if out.exists() and not force:
-        raise OutputError(f"{out}: already exists; pass --force to replace it, or choose another --out")
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"{out}: exists and is not a folder; choose another --out")
-    return out
 
 
 def _alpha_for(x: LowRank, r: int, keep_factors: bool = False) -> tuple[LowRank, float]:
@@ -127,12 +120,32 @@ def build_config(template: LoraConfig | None, specs: dict, ranks: dict, alphas: 
 
 
 def model_card(base_model: str | None, title: str, body: str) -> str:
-    """A Hugging Face model card with ``library_name: peft`` front matter."""
+    """A Hugging Face model card with ``library_name: peft`` front matter.
+
+    ``base_model`` comes from an input's config (a stranger's text): anything but a plain model id is
+    written as a quoted YAML string, so a newline cannot add keys to the front matter; the title is
+    kept on one line.
+    """
     front = ["---", "library_name: peft"]
     if base_model:
-        front.append(f"base_model: {base_model}")
+        front.append(f"base_model: {yaml_scalar(base_model)}")
     front += ["tags:", "- lora", "- vecmerge", "---", ""]
+    title = re.sub(r"[\x00-\x1f\x7f]+", " ", title)
     return "\n".join(front) + f"# {title}\n\n{body.rstrip()}\n"
+
+
+def yaml_scalar(text: str) -> str:
+    """``text`` as YAML: plain when it is a simple id (``Qwen/Qwen3-0.6B``), else a double-quoted string.
+
+    JSON's string syntax is YAML's double-quoted style, with every control character and quote escaped.
+    """
+    plain = re.fullmatch(r"[A-Za-z0-9_./][A-Za-z0-9_./+=@-]*", text)
+    if plain and text.lower() not in _YAML_WORDS and not re.fullmatch(r"[0-9._+eE-]+", text):
+        return text
+    return json.dumps(text)
+
+
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
 
 
 def prepare_modules(modules: dict, specs: dict, dtype: str = "fp32", keep_factors: tuple = ()):
@@ -158,8 +171,9 @@ def prepare_modules(modules: dict, specs: dict, dtype: str = "fp32", keep_factor
         A = x.A.to(device="cpu", dtype=tdtype).contiguous()
         if not (torch.isfinite(B).all() and torch.isfinite(A).all()):
             big = max(float(x.B.abs().max()), float(x.A.abs().max()))
-            raise OutputError(f"module {name}: factors up to {big:.3g} overflow {dtype}; "
-                              "use --dtype fp32 (or bf16, which has fp32's range)")
+            fix = ("use --dtype fp32 (or bf16, which has fp32's range)" if dtype == "fp16" else
+                   "the update is too large for any stored dtype; scale the expression's coefficients down")
+            raise OutputError(f"module {name}: factors up to {big:.3g} overflow {dtype}; {fix}")
         if not spec.param:  # wrapped parameters are stored by pack_params, which sees all of a module's
             a_key, b_key = factor_keys(name, spec.kind)
             tensors[a_key] = A
@@ -208,52 +222,49 @@ def pack_params(written: dict, specs: dict) -> dict:
     return tensors
 
 
-def write_adapter(out, prepared: tuple, specs: dict, *, template: LoraConfig | None, manifest: dict,
-                  card: str, dtype: str = "fp32", force: bool = False, same_modules: bool = True) -> dict:
-    """Write ``modules`` as a PEFT LoRA folder at ``out``, atomically.
+def write_adapter(folder, prepared: tuple, specs: dict, *, template: LoraConfig | None, manifest: dict,
+                  card: str, dtype: str = "fp32", same_modules: bool = True) -> dict:
+    """Write ``prepared`` as a PEFT LoRA folder into ``folder`` (empty: staged by ``OutputTransaction``).
 
     Args:
-        out (str | Path): the folder to create.
+        folder (str | Path): the empty folder to fill (``txn.folder(out)``); the transaction moves it into place.
         prepared (tuple): ``prepare_modules(...)``: the tensors and {module: WrittenModule}.
         specs (dict[str, ModuleSpec]): layout of each module (kind, transposed).
         template (LoraConfig | None): config to start from (base model, task type, coverage).
-        manifest (dict): written as ``vecmerge.json`` with ``output`` (sha256s, dtype) added.
+        manifest (dict): written as ``vecmerge.json`` with ``output`` (sha256s of the files, dtype) added.
         card (str): the README.md model card.
         dtype (str): the dtype ``prepared`` was made with (recorded in the manifest).
-        force (bool): replace an existing ``out``.
         same_modules (bool): the module set equals the template's (keep its target_modules).
 
     Returns:
-        dict with ``written`` ({module: WrittenModule}) and ``sha256`` of the weights file.
+        dict with ``written`` ({module: WrittenModule}), ``sha256`` of the weights file and ``config``.
+        A full disk or another write failure is an OSError (``OutputTransaction`` turns it into one
+        OutputError line naming the output, and keeps nothing).
     """
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
-    out = check_out(out, force)
+    folder = Path(folder)
     tensors, written = prepared
     ranks = {specs[m].target: w.rank for m, w in written.items()}  # experts of a parameter share one r
     alphas = {specs[m].target: w.alpha for m, w in written.items()}
     config = build_config(template, specs, ranks, alphas, same_modules)
-
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    except OSError as e:
-        raise OutputError(f"{out}: cannot create it ({e.strerror}); choose another --out") from None
-    try:
-        save_file(tensors, str(tmp / SAFETENSORS_NAME), metadata={"format": "pt"})
-        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        sha = sha256_file(tmp / SAFETENSORS_NAME)
-        manifest = dict(manifest)
-        manifest["vecmerge_version"] = __version__
-        manifest["output"] = {"weights": SAFETENSORS_NAME, "sha256": sha,
-                              "config_sha256": sha256_file(tmp / CONFIG_NAME), "dtype": dtype,
-                              "modules": len(written)}
-        (tmp / MANIFEST_NAME).write_text(json.dumps(jsonable(manifest), indent=2, allow_nan=False) + "\n")
-        (tmp / CARD_NAME).write_text(card)
-        _replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        save_file(tensors, str(folder / SAFETENSORS_NAME), metadata={"format": "pt"})
+    except SafetensorError as e:  # the Rust writer's I/O errors (ENOSPC, EFBIG...): an OSError for the caller
+        code = re.search(r"(?:code: |os error )(\d+)", str(e))
+        err = int(code.group(1)) if code else errno.EIO
+        raise OSError(err, os.strerror(err), str(folder / SAFETENSORS_NAME)) from None
+    (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    (folder / CARD_NAME).write_text(card)
+    sha = sha256_file(folder / SAFETENSORS_NAME)
+    manifest = dict(manifest)
+    manifest["vecmerge_version"] = __version__
+    manifest["output"] = {"weights": SAFETENSORS_NAME, "sha256": sha,
+                          "config_sha256": sha256_file(folder / CONFIG_NAME),
+                          "card_sha256": sha256_file(folder / CARD_NAME), "dtype": dtype,
+                          "modules": len(written)}
+    (folder / MANIFEST_NAME).write_text(json.dumps(jsonable(manifest), indent=2, allow_nan=False) + "\n")
     return {"written": written, "sha256": sha, "config": config}
 
 
@@ -270,25 +281,8 @@ def jsonable(x):
     return str(x)
 
 
-def _replace(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``; an old ``out`` is moved aside first and removed only after."""
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.rmdir(old)
-        os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except OSError:
-        if old is not None:
-            os.rename(old, out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def read_manifest(folder) -> dict:
-    """The ``vecmerge.json`` of an output folder."""
+    """The ``vecmerge.json`` of an output folder, read strictly (no NaN, bounded size and depth)."""
     p = Path(folder) / MANIFEST_NAME
     if not Path(folder).is_dir():
         raise OutputError(f"{folder}: no such folder; give the --out folder of a vecmerge command")
@@ -296,7 +290,6 @@ def read_manifest(folder) -> dict:
         raise OutputError(f"{folder}: no {MANIFEST_NAME}; was it written by vecmerge? "
                           "use 'vecmerge verify --identities' for other adapters")
     try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise OutputError(f"{p}: not valid JSON ({e}); the manifest was edited or truncated") from None
-
+        return load_json(p, max_bytes=MANIFEST_MAX_BYTES)
+    except ParseError as e:
+        raise OutputError(f"{e} (the manifest was edited or truncated)") from None

@@ -55,8 +55,17 @@ class LinearForm:
         return text + "".join(f" {s} {b}" for s, b in parts[1:])
 
 
+MAX_DEPTH = 64  # nested parentheses and signs: deeper is refused, never a RecursionError
+MAX_CHARS = 10_000
+_SHOWN = 70  # characters of the expression shown around the caret
+
+
 def _fail(text: str, pos: int, why: str) -> ExpressionError:
-    return ExpressionError(f"cannot parse expression: {why} at column {pos + 1}\n  {text}\n  {' ' * pos}^")
+    start = max(0, min(pos - _SHOWN // 2, len(text) - _SHOWN))
+    shown = text[start:start + _SHOWN]
+    pre, post = ("..." if start > 0 else ""), ("..." if start + _SHOWN < len(text) else "")
+    return ExpressionError(f"cannot parse expression: {why} at column {pos + 1}\n  {pre}{shown}{post}\n"
+                           f"  {' ' * (len(pre) + pos - start)}^")
 
 
 def _path_at(text: str, pos: int) -> str | None:
@@ -96,6 +105,12 @@ class _Parser:
             pos = m.end()
         self.tokens.append(("end", "", len(text)))
         self.i = 0
+        self.depth = 0
+
+    def nest(self, pos: int) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _fail(self.text, pos, f"nested deeper than {MAX_DEPTH} parentheses or signs; simplify it")
 
     def peek(self):
         return self.tokens[self.i]
@@ -159,7 +174,9 @@ class _Parser:
         kind, val, pos = self.peek()
         if kind == "op" and val in ("+", "-"):
             self.take()
+            self.nest(pos)
             inner = self.unary()
+            self.depth -= 1
             return inner if val == "+" else inner.scaled(-1.0)
         return self.atom()
 
@@ -172,10 +189,12 @@ class _Parser:
         if kind == "name":
             return LinearForm({val: 1.0})
         if kind == "op" and val == "(":
+            self.nest(pos)
             inner = self.expr()
             k2, v2, p2 = self.take()
             if (k2, v2) != ("op", ")"):
                 raise _fail(self.text, p2, "expected ')'")
+            self.depth -= 1
             return inner
         if kind == "end":
             raise _path_error(self.text, pos - 1) or _fail(self.text, pos, "expression ends too early")
@@ -190,4 +209,7 @@ def parse(text: str) -> LinearForm:
     """
     if not isinstance(text, str):
         raise ExpressionError(f"expected an expression string, got {type(text).__name__}")
+    if len(text) > MAX_CHARS:
+        raise ExpressionError(f"cannot parse expression: {len(text)} characters, more than {MAX_CHARS}; "
+                              "name fewer adapters or define names in vecmerge.yaml")
     return _Parser(text).parse()

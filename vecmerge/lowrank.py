@@ -8,11 +8,12 @@ The device is the factors' own: whoever reads them puts them there (``resolve_de
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-from .errors import AlignmentError, VecmergeError
+from .errors import AlignmentError, NumericError, VecmergeError
 
 COMPUTE_DTYPE = torch.float64
 # Exact rank: singular directions whose total is below this share of |s| ||B||_F ||A||_F (an upper
@@ -35,6 +36,43 @@ def resolve_device(name) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise VecmergeError(f"--device {name}: no CUDA device is visible to torch; use --device cpu")
     return dev
+
+
+# Every core and update stays within these magnitudes, so that squares, norms and inner products of
+# it neither overflow nor underflow float64 (whose range is 2.2e-308 .. 1.8e308).
+SAFE_MAX, SAFE_MIN = 1e150, 1e-150
+
+
+def magnitude(x) -> float:
+    """The size of ``x``'s entries: the largest of a tensor, ``|s| max|B| max|A|`` for a LowRank, ``|x|``
+    for a number."""
+    if isinstance(x, LowRank):
+        if x.rank == 0 or x.scale == 0.0:
+            return 0.0
+        return abs(x.scale) * float(f64(x.B).abs().max()) * float(f64(x.A).abs().max())
+    if isinstance(x, torch.Tensor):
+        return float(x.abs().max()) if x.numel() else 0.0
+    return abs(float(x))
+
+
+def check_magnitude(module: str, what: str, x, fix: str) -> None:
+    """NumericError unless ``x`` (a tensor, a LowRank or a number) is finite and its size is 0 or in
+    [SAFE_MIN, SAFE_MAX]: no module's numbers may silently overflow to inf/NaN or underflow to zero.
+
+    Args:
+        module (str): for the message. what (str): the quantity (``"base (1e300*v28)"``).
+        x (Tensor | LowRank | float): a core, an update or a norm of the module. fix (str): what to change.
+    """
+    size = magnitude(x)
+    if not math.isfinite(size) or (isinstance(x, torch.Tensor) and not bool(torch.isfinite(x).all())):
+        problem = "is not finite (it overflows float64 or holds NaN)"
+    elif size > SAFE_MAX:
+        problem = f"reaches {size:.3g}, too large for float64 norms and products (at most {SAFE_MAX:g})"
+    elif 0.0 < size < SAFE_MIN:
+        problem = f"is at most {size:.3g}, too small for float64 norms and products (at least {SAFE_MIN:g})"
+    else:
+        return
+    raise NumericError(f"module {module}: {what} {problem}; {fix}")
 
 
 def f64(t: torch.Tensor) -> torch.Tensor:

@@ -16,15 +16,17 @@ The reader (``adapter.py``), the writer (``export.py``), ``testing`` and ``verif
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
 
-from .errors import AdapterError
+from .errors import AdapterError, few
+from .safe_parse import ParseError, load_json, short
+from .safe_pattern import PatternSet, check_regex, first_match
 
 CONFIG_NAME = "adapter_config.json"
 SAFETENSORS_NAME = "adapter_model.safetensors"
@@ -55,12 +57,18 @@ KEY = re.compile(
 )
 
 
-def pattern_key(patterns, name: str) -> str | None:
-    """PEFT's rule: the first key ``k`` for which ``re.match(rf"(.*\\.)?({k})$", name)`` holds."""
-    for key in patterns:
-        if re.match(rf"(.*\.)?({key})$", name):
-            return key
-    return None
+CONFIG_MAX_BYTES = 16 << 20
+_COVERAGE = ("target_modules", "exclude_modules", "layers_pattern", "layers_to_transform")
+MAX_RANK = 1 << 20
+
+
+def pattern_key(patterns, name: str, *, field: str = "rank_pattern", source=CONFIG_NAME) -> str | None:
+    """PEFT's rule: the first key ``k`` for which ``re.match(rf"(.*\\.)?({k})$", name)`` holds.
+
+    Keys are checked and matched under a time budget (``safe_pattern``): a key that is not a valid or
+    safe regex is a PatternError (exit 2) naming ``field`` and ``source``, never a hang.
+    """
+    return PatternSet(patterns, field=field, source=source).first_key(name)
 
 
 def peft_scale(alpha: float, r: int, rslora: bool) -> float:
@@ -76,6 +84,8 @@ class LoraConfig:
         r (int): default rank. lora_alpha (float): default alpha. use_rslora (bool): scale rule.
         rank_pattern, alpha_pattern (dict[str, float]): per-module overrides, PEFT regex keys.
         fan_in_fan_out (bool): base weights stored (in, out), as in GPT-2's Conv1D.
+        base_model (str | None), target_modules, modules_to_save (list): as in the file.
+        raw (dict): the whole file. source (str): where it was read (for messages).
     """
 
     r: int
@@ -88,52 +98,55 @@ class LoraConfig:
     target_modules: object = None
     modules_to_save: list = field(default_factory=list)
     raw: dict = field(default_factory=dict)
+    source: str = field(default=CONFIG_NAME, compare=False, repr=False)
 
     @classmethod
     def read(cls, path: Path) -> LoraConfig:
-        """Parse and validate ``path`` (an ``adapter_config.json``); refuse what is not plain LoRA."""
+        """Parse and validate ``path`` (an ``adapter_config.json``); refuse what is not plain LoRA.
+
+        The JSON is read strictly (``safe_parse.load_json``: no NaN/Infinity, bounded size, depth and
+        digits) and every field vecmerge relies on is type-checked, so a hostile config is one
+        AdapterError line (exit 2), never a crash, a hang or a silent NaN.
+        """
         if not path.is_file():
             raise AdapterError(f"{path}: no {CONFIG_NAME}; point at a PEFT LoRA folder saved by save_pretrained")
         try:
-            raw = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise AdapterError(f"{path}: not valid JSON ({e}); restore the file from the training run") from None
+            raw = load_json(path, max_bytes=CONFIG_MAX_BYTES)
+        except ParseError as e:
+            raise AdapterError(str(e)) from None
         if not isinstance(raw, dict):
             raise AdapterError(f"{path}: expected a JSON object; restore the file from the training run")
         ptype = str(raw.get("peft_type", "LORA")).upper()
         if ptype != "LORA":
-            raise AdapterError(f"{path}: peft_type is {ptype}; vecmerge handles LoRA adapters only")
+            raise AdapterError(f"{path}: peft_type is {ptype[:40]}; vecmerge handles LoRA adapters only")
         for key, why in UNSUPPORTED.items():
             if raw.get(key):
                 raise AdapterError(f"{path}: {key} is set: {why}; vecmerge handles plain LoRA only")
         init = str(raw.get("init_lora_weights", "")).lower()
         if init.startswith(BASE_CHANGING_INITS):
             raise AdapterError(
-                f"{path}: init_lora_weights={raw['init_lora_weights']!r} changes the base weights, so B@A is not "
-                "the update; convert it with save_pretrained(path_initial_model_for_weight_conversion=...)"
+                f"{path}: init_lora_weights={short(raw['init_lora_weights'], 40)} changes the base weights, so B@A "
+                "is not the update; convert it with save_pretrained(path_initial_model_for_weight_conversion=...)"
             )
-        problems = []
-        r, alpha = raw.get("r"), raw.get("lora_alpha")
-        if not isinstance(r, int) or isinstance(r, bool) or r < 1:
-            problems.append(f"r={r!r} (a positive integer)")
-        if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):
-            problems.append(f"lora_alpha={alpha!r} (a number)")
-        rp, ap = raw.get("rank_pattern") or {}, raw.get("alpha_pattern") or {}
-        if not isinstance(rp, dict) or not all(isinstance(v, int) and v > 0 for v in rp.values()):
-            problems.append("rank_pattern (a mapping of regex to positive integers)")
-        if not isinstance(ap, dict) or not all(isinstance(v, (int, float)) for v in ap.values()):
-            problems.append("alpha_pattern (a mapping of regex to numbers)")
+        problems = _field_problems(raw)
         if problems:
             raise AdapterError(f"{path}: invalid " + ", ".join(problems) + "; fix the config")
-        return cls(r=r, lora_alpha=float(alpha), use_rslora=bool(raw.get("use_rslora", False)),
-                   rank_pattern=dict(rp), alpha_pattern=dict(ap),
-                   fan_in_fan_out=bool(raw.get("fan_in_fan_out", False)),
-                   base_model=raw.get("base_model_name_or_path"), target_modules=raw.get("target_modules"),
-                   modules_to_save=list(raw.get("modules_to_save") or []), raw=raw)
+        cfg = cls(r=raw["r"], lora_alpha=float(raw["lora_alpha"]), use_rslora=bool(raw.get("use_rslora", False)),
+                  rank_pattern=dict(raw.get("rank_pattern") or {}), alpha_pattern=dict(raw.get("alpha_pattern") or {}),
+                  fan_in_fan_out=bool(raw.get("fan_in_fan_out", False)),
+                  base_model=raw.get("base_model_name_or_path"), target_modules=raw.get("target_modules"),
+                  modules_to_save=list(raw.get("modules_to_save") or []), raw=raw, source=str(path))
+        _ = cfg._patterns  # check every rank/alpha key now: a bad one names this file (PatternError, exit 2)
+        return cfg
+
+    @cached_property
+    def _patterns(self) -> tuple[PatternSet, PatternSet]:
+        return (PatternSet(self.rank_pattern, field="rank_pattern", source=self.source),
+                PatternSet(self.alpha_pattern, field="alpha_pattern", source=self.source))
 
     def resolve(self, module: str) -> tuple[int, float]:
         """(r, alpha) for ``module`` as PEFT resolves them: first matching pattern, else the defaults."""
-        rk, ak = pattern_key(self.rank_pattern, module), pattern_key(self.alpha_pattern, module)
+        rk, ak = self._patterns[0].first_key(module), self._patterns[1].first_key(module)
         r = self.rank_pattern[rk] if rk is not None else self.r
         alpha = self.alpha_pattern[ak] if ak is not None else self.lora_alpha
         return int(r), float(alpha)
@@ -146,6 +159,48 @@ class LoraConfig:
     @property
     def scale_rule(self) -> str:
         return "alpha/sqrt(r) (rsLoRA)" if self.use_rslora else "alpha/r"
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _str_or_strs(x) -> bool:
+    return x is None or isinstance(x, str) or (isinstance(x, list) and all(isinstance(v, str) for v in x))
+
+
+def _field_problems(raw: dict) -> list[str]:
+    """What is wrong with the fields vecmerge reads, each as ``name=value (what it must be)``."""
+    problems = []
+    r, alpha = raw.get("r"), raw.get("lora_alpha")
+    if not _is_int(r) or not 1 <= r <= MAX_RANK:
+        problems.append(f"r={short(r, 40)} (a positive integer up to {MAX_RANK})")
+    if not _is_number(alpha):
+        problems.append(f"lora_alpha={short(alpha, 40)} (a finite number)")
+    rp, ap = raw.get("rank_pattern") or {}, raw.get("alpha_pattern") or {}
+    if not isinstance(rp, dict) or not all(_is_int(v) and 1 <= v <= MAX_RANK for v in rp.values()):
+        problems.append("rank_pattern (a mapping of regex to positive integers)")
+    if not isinstance(ap, dict) or not all(_is_number(v) for v in ap.values()):
+        problems.append("alpha_pattern (a mapping of regex to finite numbers)")
+    for key in ("use_rslora", "fan_in_fan_out"):
+        if raw.get(key) is not None and not isinstance(raw[key], bool):
+            problems.append(f"{key}={short(raw[key], 40)} (true or false)")
+    if raw.get("base_model_name_or_path") is not None and not isinstance(raw["base_model_name_or_path"], str):
+        problems.append(f"base_model_name_or_path={short(raw['base_model_name_or_path'], 40)} (a string)")
+    for key in ("target_modules", "exclude_modules", "layers_pattern"):
+        if not _str_or_strs(raw.get(key)):
+            problems.append(f"{key}={short(raw[key], 40)} (a regex string or a list of names)")
+    layers = raw.get("layers_to_transform")
+    if layers is not None and not _is_int(layers) and not (isinstance(layers, list) and all(map(_is_int, layers))):
+        problems.append(f"layers_to_transform={short(layers, 40)} (a layer index or a list of them)")
+    mts = raw.get("modules_to_save")
+    if mts is not None and not (isinstance(mts, list) and all(isinstance(v, str) for v in mts)):
+        problems.append(f"modules_to_save={short(mts, 40)} (a list of module names)")
+    return problems
+
 
 def factor_keys(module: str, kind: str) -> tuple[str, str]:
     """The keys PEFT saves a module's (A, B) under: ``base_model.model.<module>.lora_A.weight`` etc.
@@ -207,19 +262,32 @@ def module_types(names, specs: dict | None = None) -> dict[str, str]:
     return {m: label[paths[m]] for m in names}
 
 
-def targeted(raw: dict, module: str) -> bool:
+def targeted(raw: dict, module: str, source=CONFIG_NAME) -> bool:
     """Whether PEFT's ``check_target_module_exists`` rule picks ``module`` under this config.
+
+    Regex strings (``target_modules``, ``exclude_modules``, ``layers_pattern``) are checked and matched
+    under a time budget (``safe_pattern``); a value of the wrong type or a bad regex is a PatternError
+    or AdapterError naming ``source``, never a crash or a hang.
 
     Args:
         raw (dict): the adapter_config.json. module (str): e.g. ``model.layers.0.self_attn.q_proj``.
+        source (str | Path): the config file, for messages.
     """
+    problems = [p for p in _field_problems({"r": 1, "lora_alpha": 1, **{k: raw.get(k) for k in _COVERAGE}})]
+    if problems:
+        raise AdapterError(f"{source}: invalid {few(problems)}; fix the config")
+
+    def full(key: str, regex: str, name: str, wrap=lambda r: r) -> bool:
+        rx = check_regex(regex, what=key, source=source, wrap=wrap)
+        return first_match([rx], name, full=True, what=lambda i: key, source=source) is not None
+
     excl = raw.get("exclude_modules")
-    if excl and (re.fullmatch(excl, module) if isinstance(excl, str)
+    if excl and (full("exclude_modules", excl, module) if isinstance(excl, str)
                  else module in excl or any(module.endswith(f".{k}") for k in excl)):
         return False
     tm = raw.get("target_modules")
     if isinstance(tm, str):
-        return tm == "all-linear" or re.fullmatch(tm, module) is not None
+        return tm == "all-linear" or full("target_modules", tm, module)
     if not tm or module in tm:
         return bool(tm)
     if not any(module.endswith(f".{k}") for k in tm):
@@ -229,9 +297,10 @@ def targeted(raw: dict, module: str) -> bool:
         return True
     pats = raw.get("layers_pattern") or [r"[^.]*"]
     for pat in [pats] if isinstance(pats, str) else pats:
-        hit = re.match(rf"(?:^|.*?\.){pat}\.(?P<idx>\d+)\.", module)
-        if hit:
-            idx = int(hit["idx"])
+        rx = check_regex(pat, what="layers_pattern", source=source, wrap=lambda p: rf"(?:^|.*?\.){p}\.(?P<idx>\d+)\..*")
+        i = first_match([rx], module, full=True, what=lambda i: "layers_pattern", source=source)
+        if i is not None:
+            idx = int(rx.fullmatch(module)["idx"])
             return idx == layers if isinstance(layers, int) else idx in layers
     return False
 

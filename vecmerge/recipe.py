@@ -45,17 +45,14 @@ docs/RECIPES.md). This module imports no torch.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from types import SimpleNamespace
 
-import yaml
-
 from . import methods
-from .errors import RecipeError
+from .errors import RecipeError, few
 from .evidence.gate import GateConfig, GateConfigError
 from .expr import parse
 from .options import (
@@ -76,6 +73,9 @@ from .options import (
     RankPolicy,
     is_hub_id,
 )
+from .safe_parse import ParseError, load_json, load_yaml, safe_path, short
+
+MANIFEST_MAX_BYTES = 64 << 20
 
 _KEYS = ("base", "dir", "trust", "trust_scope", "alpha", "consensus", "method", "mode", "rank", "dose", "multiple",
          "out", "dtype", "inputs", "allow_missing", "modules_to_save", "strict", "name", "allow_base_mismatch",
@@ -173,13 +173,14 @@ class Recipe:
         fields = {f.name: f for f in method.fields} if method else {}
         elsewhere = methods.all_fields()
         unknown = []
-        for key in sorted(set(data) - set(_KEYS) - set(fields)):
+        for key in sorted(set(data) - set(_KEYS) - set(fields), key=str):
             if key in elsewhere:
                 p.append(f"{key}: only meaningful with method {', '.join(m.name for m in elsewhere[key])}")
             else:
                 unknown.append(key)
         if unknown:
-            p.append(f"unknown key(s) {unknown} (known: {', '.join(_KEYS + tuple(fields))})")
+            shown = few([short(k, 40) for k in unknown])
+            p.append(f"unknown key(s) [{shown}] (known: {', '.join(_KEYS + tuple(fields))})")
         kw: dict = {"method": method.name} if method else {}
         params = {}
         for f in fields.values():
@@ -209,16 +210,16 @@ class Recipe:
             if v is None:
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                p.append(f"{key}={v!r}: a finite number")
+                p.append(f"{key}={short(v)}: a finite number")
             elif key == "trust" and not v > 0:
-                p.append(f"trust={v!r}: a relative step > 0, e.g. 0.0113")
+                p.append(f"trust={short(v)}: a relative step > 0, e.g. 0.0113")
             else:
                 kw[key] = float(v)
         for key, allowed in (("trust_scope", SCOPES), ("dtype", DTYPE_NAMES), ("modules_to_save", MODULES_TO_SAVE)):
             v = data.get(key)
             if v is not None:
                 if str(v) not in allowed:
-                    p.append(f"{key}={v!r}: use one of {', '.join(allowed)}")
+                    p.append(f"{key}={short(v)}: use one of {', '.join(allowed)}")
                 else:
                     kw[key] = str(v)
         if "rank" in data:
@@ -242,20 +243,25 @@ class Recipe:
                 if not kw["dose"] or any(not 0 < x < math.inf for x in kw["dose"]):
                     raise ValueError
             except (TypeError, ValueError):
-                p.append(f"dose={data.get('dose')!r}: positive multiples of alpha, e.g. [0.5, 1, 1.456]")
+                p.append(f"dose={short(data.get('dose'))}: positive multiples of alpha, e.g. [0.5, 1, 1.456]")
         for key in ("allow_missing", "strict", "allow_base_mismatch"):
             if key in data and data[key] is not None:
                 if not isinstance(data[key], bool):
-                    p.append(f"{key}={data[key]!r}: true or false")
+                    p.append(f"{key}={short(data[key])}: true or false")
                 else:
                     kw[key] = data[key]
-        for key in ("out", "name"):
-            if data.get(key) is not None:
-                kw[key] = str(data[key])
+        if data.get("out") is not None:
+            try:
+                safe_path(str(data["out"]), field="out", source=source)
+                kw["out"] = str(data["out"])
+            except ParseError as e:
+                p.append(e.problem)
+        if data.get("name") is not None:
+            kw["name"] = str(data["name"])
         hub = data.get("base_model_id")
         if hub is not None:
             if not is_hub_id(hub):
-                p.append(f"base_model_id={hub!r}: a hub id such as Qwen/Qwen3-0.6B (ORG/NAME), not a local path")
+                p.append(f"base_model_id={short(hub)}: a hub id such as Qwen/Qwen3-0.6B (ORG/NAME), not a local path")
             else:
                 kw["base_model_id"] = hub
         if data.get("gate") is not None:
@@ -278,7 +284,7 @@ def _method(data: dict, problems: list):
     """The recipe's method: ``method:`` or its alias ``mode:``, default ``add`` with dir, else ``expression``."""
     given = {k: data[k] for k in ("method", "mode") if data.get(k) is not None}
     if len(set(map(str, given.values()))) > 1:
-        problems.append(f"method={given['method']!r} and mode={given['mode']!r}: give one of them")
+        problems.append(f"method={short(given['method'])} and mode={short(given['mode'])}: give one of them")
         return None
     if not given and data.get("models") is not None and data.get("base") is None:
         problems.append(f"method: missing; models are merged by one of {', '.join(methods.merge_names())} "
@@ -287,7 +293,7 @@ def _method(data: dict, problems: list):
     key, name = next(iter(given.items()), (None, "add" if data.get("dir") is not None else "expression"))
     if str(name) not in methods.names():
         allowed = methods.names(stepped=True) if data.get("dir") is not None else methods.names()
-        problems.append(f"{key}={name!r}: use one of {', '.join(allowed)}")
+        problems.append(f"{key}={short(name)}: use one of {', '.join(allowed)}")
         return None
     return methods.get(str(name))
 
@@ -307,10 +313,11 @@ def _consensus(cons, problems: list) -> Consensus | None:
         problems.append(f"consensus.ref: {e}")
     od = str(cons.get("on_disagree", "fail"))
     if od not in ON_DISAGREE:
-        problems.append(f"consensus.on_disagree={od!r}: use one of {', '.join(ON_DISAGREE)}")
+        problems.append(f"consensus.on_disagree={short(od)}: use one of {', '.join(ON_DISAGREE)}")
     ma = cons.get("min_agree")
     if ma is not None and (isinstance(ma, bool) or not isinstance(ma, (int, float)) or not 0 <= ma <= 1):
-        problems.append(f"consensus.min_agree={ma!r}: a share between 0 and 1")
+        problems.append(f"consensus.min_agree={short(ma)}: a share between 0 and 1")
+        ma = None
     return Consensus(str(cons["ref"]), od, None if ma is None else float(ma))
 
 
@@ -448,7 +455,11 @@ def _inputs(raw, problems: list, root: Path | None) -> dict:
         if not isinstance(entry, dict) or "path" not in entry:
             problems.append(f"inputs.{name}: a path or {{path, sha256}}")
             continue
-        path = Path(str(entry["path"]))
+        try:
+            path = safe_path(entry["path"], field=f"inputs.{name}.path", source="recipe")
+        except ParseError as e:
+            problems.append(e.problem)
+            continue
         if root is not None and not path.is_absolute():
             path = root / path
         out[str(name)] = {"path": str(path)}
@@ -464,17 +475,20 @@ def _inputs(raw, problems: list, root: Path | None) -> dict:
 
 
 def load(path) -> Recipe:
-    """Read a YAML recipe, or the ``recipe`` of a ``vecmerge.json`` manifest (JSON)."""
+    """Read a YAML recipe, or the ``recipe`` of a ``vecmerge.json`` manifest (JSON).
+
+    Both are read strictly and bounded (``safe_parse``: no YAML anchors or aliases, no NaN, limited
+    size and depth), so a hostile file is one RecipeError line, never a blow-up.
+    """
     path = Path(path)
     if path.is_dir() and (path / "vecmerge.json").is_file():
         path = path / "vecmerge.json"
     if not path.is_file():
         raise RecipeError([f"no such file: {path}"], str(path))
-    text = path.read_text()
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise RecipeError([f"cannot parse: {str(e).splitlines()[0]}"], str(path)) from None
+        data = load_json(path, max_bytes=MANIFEST_MAX_BYTES) if path.suffix == ".json" else load_yaml(path)
+    except ParseError as e:
+        raise RecipeError([e.problem], e.source if e.line is None else f"{e.source}:{e.line}") from None
     root = path.parent
     if isinstance(data, dict) and "recipe" in data and "output" in data:
         root = manifest_root(path.parent, data)

@@ -154,6 +154,8 @@ def render_merge(rep) -> str:
             out.append(f"warning: {o.path or 'dry run'}: {w}")
     for n in getattr(rep, "notes", ()):
         out.append(f"note: {n}")
+    for line in rep.recovered:
+        out.append(f"note: {line}")
     if rep.dry_run:
         out.append("dry run: nothing written")
     return "\n\n".join(out)

@@ -330,7 +330,9 @@ def plot(result: dict, path) -> None:
     chance cells are hatched. Uses matplotlib's Agg backend.
 
     Args:
-        result (dict): from ``audit.audit_trajectories`` / ``audit_pairwise``. path (str | Path): the PNG to write.
+        result (dict): from ``audit.audit_trajectories`` / ``audit_pairwise``.
+        path (str | Path | BinaryIO): the PNG to write, or a binary file to write it to (the CLI passes the
+            staged file of ``safe_write.write_file``, which refuses inputs and replaces atomically).
     """
     plt = _pyplot()
     import numpy as np
@@ -372,6 +374,8 @@ def plot(result: dict, path) -> None:
     try:
         fig.savefig(path, format="png")
     except OSError as e:
+        if hasattr(path, "write"):  # a file the caller opened (``safe_write.write_file``) reports it
+            raise
         raise VecmergeError(f"--plot {path}: cannot write ({e.strerror or e}); choose a writable path") from None
     finally:
         plt.close(fig)

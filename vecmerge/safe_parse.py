@@ -3,8 +3,7 @@
 Every reader here is bounded (bytes, nesting depth, digits) and turns every kind of bad input into
 one :class:`ParseError` line that names the file and line and never echoes more than
 :data:`ECHO_CHARS` characters of the bad value. Regex keys of PEFT's ``rank_pattern`` and
-``alpha_pattern`` are validated and matched in :mod:`vecmerge.safe_pattern` (``check_pattern``,
-``pattern_matches``, ``PatternSet`` and ``PatternError`` can be imported from here too).
+``alpha_pattern`` are validated and matched in :mod:`vecmerge.safe_pattern`.
 
 Limits (module constants, each a keyword argument too):
 
@@ -273,14 +272,3 @@ def safe_path(value, *, field: str, source) -> Path:
         raise ParseError(source, f"{field}: the path {short(value)} holds control character 0x{ord(bad):02x}; "
                                  "remove it")
     return Path(value)
-
-
-_PATTERN_NAMES = {"check_pattern", "pattern_matches", "PatternSet", "PatternError"}
-
-
-def __getattr__(name):  # the regex helpers live in safe_pattern, which imports this module
-    if name in _PATTERN_NAMES:
-        from . import safe_pattern
-
-        return getattr(safe_pattern, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -66,27 +66,38 @@ def check_pattern(key, *, field: str = "rank_pattern", source="adapter_config.js
         key: the ``rank_pattern``/``alpha_pattern`` key. field (str): which mapping it is in.
         source (str | Path): the config file, for the message.
     """
-    where = f"{field} key {short(key)}"
-    if not isinstance(key, str):
-        raise PatternError(source, f"{where}: keys must be strings (regexes of module names)")
-    if len(key) > MAX_KEY_CHARS:
-        raise PatternError(source, f"{where}: longer than {MAX_KEY_CHARS} characters; use a shorter pattern")
+    check_regex(key, what=f"{field} key {short(key)}", source=source, wrap=peft_regex)
+
+
+def check_regex(regex, *, what: str, source, wrap=lambda r: r) -> re.Pattern:
+    """The compiled ``wrap(regex)``, or PatternError if it is not a string, not valid, or unsafe (see above).
+
+    Args:
+        regex: the pattern as written in the file. what (str): names it in messages (``target_modules``).
+        source (str | Path): the file. wrap (Callable[[str], str]): the full regex the pattern is used in.
+    """
+    if not isinstance(regex, str):
+        raise PatternError(source, f"{what}: must be a string (a regex of module names)")
+    if len(regex) > MAX_KEY_CHARS:
+        raise PatternError(source, f"{what}: longer than {MAX_KEY_CHARS} characters; use a shorter pattern")
     try:
-        tree = _sre_parse.parse(peft_regex(key))
-        re.compile(peft_regex(key))
+        tree = _sre_parse.parse(wrap(regex))
+        compiled = re.compile(wrap(regex))
     except re.error as e:
-        raise PatternError(source, f"{where}: not a valid regex ({e.msg}); escape special characters "
+        raise PatternError(source, f"{what}: not a valid regex ({e.msg}); escape special characters "
                                    r"such as '(' as '\(' or fix the pattern") from None
     except (RecursionError, OverflowError):
-        raise PatternError(source, f"{where}: nested too deeply to use; simplify the pattern") from None
+        raise PatternError(source, f"{what}: nested too deeply to use; simplify the pattern") from None
     try:
         repeats = _repeats(tree.data if hasattr(tree, "data") else list(tree))
     except _Unsafe as e:
-        raise PatternError(source, f"{where}: {e} can take minutes to match a module name; write the pattern "
+        raise PatternError(source, f"{what}: {e} can take minutes to match a module name; write the pattern "
                                    "without it (plain module names are enough)") from None
-    if repeats > MAX_REPEATS + 1:  # +1: PEFT's own (.*\.)? prefix
-        raise PatternError(source, f"{where}: {repeats - 1} variable repeats (*, +, {{m,n}}) in a row can take "
+    own = _repeats(_sre_parse.parse(wrap("")).data) if wrap("") else 0  # PEFT's own (.*\.)? prefix
+    if repeats - own > MAX_REPEATS:
+        raise PatternError(source, f"{what}: {repeats - own} variable repeats (*, +, {{m,n}}) in a row can take "
                                    f"minutes to match a module name; use at most {MAX_REPEATS}")
+    return compiled
 
 
 class _Unsafe(Exception):
@@ -145,33 +156,17 @@ class PatternSet:
                  budget_s: float = MATCH_BUDGET_S):
         self.keys = list(keys)
         self.field, self.source, self.budget_s = field, source, budget_s
-        for k in self.keys:
-            check_pattern(k, field=field, source=source)
-        self._compiled = [re.compile(peft_regex(k)) for k in self.keys]
+        self._compiled = [check_regex(k, what=f"{field} key {short(k)}", source=source, wrap=peft_regex)
+                          for k in self.keys]
         self._cache: dict[str, str | None] = {}
 
     def first_key(self, name: str) -> str | None:
         """The first key whose PEFT regex ``(.*\\.)?(KEY)$`` matches ``name``; None if none does."""
         if name not in self._cache:
-            self._cache[name] = self._first_key(name) if self.keys else None
+            i = first_match(self._compiled, name, full=False, budget_s=self.budget_s,
+                            what=lambda i: f"{self.field} key {short(self.keys[i])}", source=self.source)
+            self._cache[name] = None if i is None else self.keys[i]
         return self._cache[name]
-
-    def _first_key(self, name: str) -> str | None:
-        current = [None]
-        try:
-            with _alarm(self.budget_s) as armed:
-                if not armed:
-                    return _first_key_in_child(self.keys, name, self.budget_s, current)
-                for key, rx in zip(self.keys, self._compiled):
-                    current[0] = key
-                    if rx.match(name):
-                        return key
-                return None
-        except _Timeout:
-            key = current[0] if current[0] is not None else self.keys[0]
-            raise PatternError(self.source, f"{self.field} key {short(key)}: matching module {short(name, 60)} "
-                                            f"took over {self.budget_s:g} s (the regex backtracks); simplify "
-                                            "the pattern") from None
 
 
 def pattern_matches(key: str, name: str, *, field: str = "rank_pattern", source="adapter_config.json") -> bool:
@@ -182,6 +177,32 @@ def pattern_matches(key: str, name: str, *, field: str = "rank_pattern", source=
         field (str), source (str | Path): for messages.
     """
     return PatternSet([key], field=field, source=source).first_key(name) is not None
+
+
+def first_match(regexes: list, name: str, *, full: bool, what, source, budget_s: float = MATCH_BUDGET_S):
+    """The index of the first regex that matches ``name`` (``re.fullmatch`` if ``full``, else ``re.match``),
+    or None; PatternError if matching takes over ``budget_s`` seconds in all. Check the regexes first
+    (:func:`check_regex`): this is the backstop.
+
+    Args:
+        regexes (list[re.Pattern]): compiled regexes. name (str): a module name. full (bool): fullmatch or match.
+        what (Callable[[int], str]): names regex i in messages. source (str | Path): the file.
+    """
+    if not regexes:
+        return None
+    current = [0]
+    try:
+        with _alarm(budget_s) as armed:
+            if not armed:
+                return _first_match_in_child(regexes, name, full, budget_s, current)
+            for i, rx in enumerate(regexes):
+                current[0] = i
+                if (rx.fullmatch if full else rx.match)(name):
+                    return i
+            return None
+    except _Timeout:
+        raise PatternError(source, f"{what(current[0])}: matching module {short(name, 60)} took over "
+                                   f"{budget_s:g} s (the regex backtracks); simplify the pattern") from None
 
 
 class _Timeout(BaseException):
@@ -212,26 +233,28 @@ def _alarm(seconds: float):
 _CHILD = """
 import json, re, sys
 job = json.load(sys.stdin)
-for i, key in enumerate(job["keys"]):
+match = re.fullmatch if job["full"] else re.match
+for i, rx in enumerate(job["regexes"]):
     print(i, flush=True)
-    if re.match(r"(.*\\.)?(" + key + r")$", job["name"]):
+    if match(rx, job["name"]):
         print("match", i, flush=True)
         break
 print("done", flush=True)
 """
 
 
-def _first_key_in_child(keys: list, name: str, budget_s: float, current: list) -> str | None:
-    """``first_key`` in a child Python process killed after ``budget_s`` (no timer usable here)."""
+def _first_match_in_child(regexes: list, name: str, full: bool, budget_s: float, current: list) -> int | None:
+    """``first_match`` in a child Python process killed after ``budget_s`` (no timer usable here)."""
     try:
         done = subprocess.run([sys.executable, "-I", "-S", "-c", _CHILD], input=json.dumps(
-            {"keys": keys, "name": name}), capture_output=True, text=True, timeout=budget_s + 0.5)
+            {"regexes": [r.pattern for r in regexes], "name": name, "full": full}), capture_output=True, text=True,
+            timeout=budget_s + 0.5)
         lines = done.stdout.split()
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         tried = [int(t) for t in out.split() if t.isdigit()]
-        current[0] = keys[tried[-1]] if tried else keys[0]
+        current[0] = tried[-1] if tried else 0
         raise _Timeout from None
     if "match" in lines:
-        return keys[int(lines[lines.index("match") + 1])]
+        return int(lines[lines.index("match") + 1])
     return None

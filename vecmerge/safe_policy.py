@@ -17,13 +17,13 @@ A target is refused (:class:`~vecmerge.errors.OutputError`, exit 2, one line nam
   not an input). Replacing a file is an atomic rename: a hard link to the old file elsewhere keeps the
   old content, so no other path changes. The kind check is by content only; the user named this file
   and asked for ``--force``, so their own PNG may be replaced, but never a file of another kind;
-* a file that would land inside an adapter folder (one holding ``adapter_config.json``, adapter
-  weights or ``vecmerge.json``): tools load what sits beside the weights, and ``verify`` would flag it.
+* a file or folder that would land inside an adapter folder (one holding ``adapter_config.json``,
+  adapter weights or ``vecmerge.json``, at any depth above it): tools load what sits beside the
+  weights, and ``verify`` would flag it.
 """
 
 from __future__ import annotations
 
-import codecs
 import os
 import stat
 from collections.abc import Callable, Iterable, Mapping
@@ -54,16 +54,7 @@ class FileKind:
     sniff: Callable[[bytes], bool]
 
 
-def _utf8_prefix(head: bytes) -> str | None:
-    try:
-        return codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-    except UnicodeDecodeError:
-        return None
-
-
-PNG = FileKind("PNG image", lambda head: head.startswith(b"\x89PNG\r\n\x1a\n"))
-JSON = FileKind("JSON file", lambda head: (_utf8_prefix(head) or " ").lstrip()[:1] in ("{", "["))
-TEXT = FileKind("text file", lambda head: b"\0" not in head and _utf8_prefix(head) is not None)
+PNG = FileKind("PNG image", lambda head: head.startswith(b"\x89PNG\r\n\x1a\n"))  # --plot; a new export adds its kind
 
 
 @dataclass(frozen=True)
@@ -81,14 +72,10 @@ class OutputPolicy:
     Args:
         protected (tuple[Protected, ...]): inputs, workspace adapters, base model.
         force (bool): the user passed ``--force``.
-        owner_markers (tuple[str, ...]): file names that mark a folder as vecmerge's (the demo marker).
-        manifest_name (str): the manifest whose ``"tool": "vecmerge"`` marks an output folder.
     """
 
     protected: tuple = ()
     force: bool = False
-    owner_markers: tuple = OWNER_MARKERS
-    manifest_name: str = MANIFEST_NAME
 
     @classmethod
     def for_command(cls, *, inputs: Iterable = (), workspace_adapters: Mapping | None = None,
@@ -96,12 +83,14 @@ class OutputPolicy:
         """The policy of one command.
 
         Args:
-            inputs (Iterable[str | Path]): every folder or file the command reads.
+            inputs (Iterable[str | Path] | Mapping[str, str | Path]): every folder or file the command
+                reads (a mapping names them: name -> path).
             workspace_adapters (Mapping[str, Path] | None): the workspace's ``adapters`` (name -> folder).
             base_model (str | Path | None): the workspace's ``base_model`` folder.
             force (bool): ``--force``.
         """
-        prot = [Protected(Path(p), f"the input {p}") for p in inputs]
+        named = inputs.items() if isinstance(inputs, Mapping) else ((None, p) for p in inputs)
+        prot = [Protected(Path(p), f"the input {p}" if n is None else f"the input {n} ({p})") for n, p in named]
         prot += [Protected(Path(p), f"the workspace adapter {name!r} ({p})")
                  for name, p in (workspace_adapters or {}).items()]
         if base_model is not None:
@@ -123,8 +112,7 @@ class OutputPolicy:
             raise OutputError(f"{flag} {target}: exists and is not a folder; choose another {flag}")
         if not self.force:
             raise OutputError(f"{flag} {target}: already exists; pass --force to replace it, or choose another {flag}")
-        why = why_not_ours(target, expected_entries, owner_markers=self.owner_markers,
-                           manifest_name=self.manifest_name)
+        why = why_not_ours(target, expected_entries)
         if why:
             raise OutputError(f"{flag} {target}: exists and {why}; --force replaces only a folder vecmerge wrote, "
                               f"choose another {flag} or move it away yourself")
@@ -134,16 +122,11 @@ class OutputPolicy:
         """``target`` if it may be written as a file of ``kind``, else OutputError.
 
         Args:
-            target (str | Path): the output file. kind (FileKind): PNG, JSON, TEXT...
+            target (str | Path): the output file. kind (FileKind): what it must be (PNG).
             flag (str): the option that named it (``--plot``).
         """
         target = Path(target)
         self._common(target, flag)
-        parent = target.parent
-        beside = [n for n in ADAPTER_FILES if os.path.lexists(parent / n)]
-        if beside:
-            raise OutputError(f"{flag} {target}: lies in an adapter folder (beside {beside[0]}), where it would be "
-                              f"taken as part of the adapter; choose another {flag}")
         try:
             st = os.lstat(target)
         except FileNotFoundError:
@@ -163,6 +146,11 @@ class OutputPolicy:
         hit = protected_hit(target, self.protected)
         if hit:
             raise OutputError(f"{flag} {target}: {hit}, which vecmerge never writes; choose another {flag}")
+        inside = adapter_above(target)
+        if inside:
+            folder, beside = inside
+            raise OutputError(f"{flag} {target}: lies in an adapter folder (beside {beside} in {folder}), where it "
+                              f"would be taken as part of the adapter; choose another {flag}")
         if os.path.islink(target):
             raise OutputError(f"{flag} {target}: is a symbolic link, which vecmerge does not write through; "
                               f"choose another {flag}")
@@ -185,14 +173,22 @@ def protected_hit(target: Path, protected: Iterable[Protected]) -> str | None:
     return None
 
 
-def why_not_ours(folder: Path, expected_entries: Iterable[str] | None = None, *,
-                 owner_markers: Iterable[str] = OWNER_MARKERS, manifest_name: str = MANIFEST_NAME) -> str | None:
+def adapter_above(target: Path) -> tuple[Path, str] | None:
+    """The nearest folder above ``target`` that holds an adapter file, and that file; None if there is none."""
+    for folder in Path(os.path.abspath(target)).parents:
+        beside = next((n for n in ADAPTER_FILES if os.path.lexists(folder / n)), None)
+        if beside:
+            return folder, beside
+    return None
+
+
+def why_not_ours(folder: Path, expected_entries: Iterable[str] | None = None) -> str | None:
     """Why ``folder`` may not be replaced (``"holds no vecmerge.json..."``), or None if vecmerge wrote it.
 
     Args:
         folder (Path): an existing folder. expected_entries (Iterable[str] | None): the only names it may hold.
-        owner_markers (Iterable[str]): marker files that make it vecmerge's. manifest_name (str): see above.
     """
+    owner_markers, manifest_name = OWNER_MARKERS, MANIFEST_NAME
     try:
         entries = os.listdir(folder)
     except OSError as e:

@@ -42,7 +42,7 @@ Use::
         txn.commit()
     write_file(plot, lambda f: fig.savefig(f, format="png"), policy=policy, kind=PNG, flag="--plot")
 
-The policy pieces are re-exported here: ``OutputPolicy``, ``FileKind``, ``PNG``, ``JSON``, ``TEXT``, ``recover``.
+The policy pieces are re-exported here: ``OutputPolicy``, ``FileKind``, ``PNG``, ``recover``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import OutputError
-from .safe_policy import JSON, PNG, TEXT, FileKind, OutputPolicy, is_kind, why_not_ours
+from .safe_policy import PNG, FileKind, OutputPolicy, is_kind, why_not_ours
 from .safe_recover import (
     JOURNAL,
     NEW,
@@ -69,8 +69,7 @@ from .safe_recover import (
 )
 from .safe_rename import SwapUnsupported, exchange, fsync_path, fsync_tree, rename_noreplace
 
-__all__ = ["JSON", "PNG", "TEXT", "FileKind", "OutputPolicy", "OutputTransaction", "discard_folder", "recover",
-           "write_file"]
+__all__ = ["PNG", "FileKind", "OutputPolicy", "OutputTransaction", "discard_folder", "recover", "write_file"]
 
 
 def _checkpoint(step: str) -> None:
@@ -105,6 +104,7 @@ class OutputTransaction:
         self.policy = policy
         self.members: list[_Member] = []
         self.state = "open"
+        self.recovered: list[str] = []  # what recover() did to an earlier run's leftovers, one line each
 
     def __enter__(self) -> OutputTransaction:
         return self
@@ -132,7 +132,7 @@ class OutputTransaction:
         """Check ``target`` (``policy.check_file``) and return the (empty) file to write it as.
 
         Args:
-            target (str | Path): the final file. kind (FileKind): PNG, JSON, TEXT. flag (str): ``--plot``.
+            target (str | Path): the final file. kind (FileKind): PNG (or an export's own). flag (str): ``--plot``.
         """
         return self._stage(target, flag, kind, None)
 
@@ -155,7 +155,7 @@ class OutputTransaction:
         wrapper = None
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            recover(target.parent)
+            self.recovered += recover(target.parent)
             wrapper = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
             journal = (self.members[0].wrapper if self.members else wrapper) / JOURNAL
             if kind is None:
@@ -255,7 +255,7 @@ class OutputTransaction:
             return self._move_in(m)
         except SwapUnsupported:
             return _move_aside_then_in(m)
-        if _changed(m, self.policy):  # what was swapped out is not what the check allowed: put it back
+        if _changed(m):  # what was swapped out is not what the check allowed: put it back
             exchange(m.payload, m.target)
             raise OutputError(f"{m.flag} {m.shown}: changed while vecmerge was writing; it was left as is, "
                               f"run again or choose another {m.flag}")
@@ -273,13 +273,12 @@ def _appeared(m: _Member) -> OutputError:
                        f"is; pass --force to replace it, or choose another {m.flag}")
 
 
-def _changed(m: _Member, policy: OutputPolicy) -> bool:
+def _changed(m: _Member) -> bool:
     """After a swap, the old output now at ``m.payload``: is it no longer something we may replace?"""
     if os.path.islink(m.payload):
         return True
     if m.folder:
-        return not m.payload.is_dir() or why_not_ours(m.payload, m.expected, owner_markers=policy.owner_markers,
-                                                       manifest_name=policy.manifest_name) is not None
+        return not m.payload.is_dir() or why_not_ours(m.payload, m.expected) is not None
     return not m.payload.is_file() or not is_kind(m.payload, m.kind)
 
 
@@ -308,7 +307,7 @@ def write_file(target, data, *, policy: OutputPolicy, kind: FileKind, flag: str)
     Args:
         target (str | Path): the final file. data (bytes | Callable[[BinaryIO], None]): the content,
             or a function writing it to a binary file object (``lambda f: fig.savefig(f, format="png")``).
-        policy (OutputPolicy): what may be written. kind (FileKind): PNG, JSON, TEXT. flag (str): ``--plot``.
+        policy (OutputPolicy): what may be written. kind (FileKind): PNG. flag (str): ``--plot``.
     """
     with OutputTransaction(policy) as txn:
         staged = txn.file(target, kind, flag=flag)

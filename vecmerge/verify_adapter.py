@@ -30,6 +30,7 @@ from .errors import VecmergeError, few, shown
 from .options import RankPolicy
 from .peft_format import CONFIG_NAME, param_targeted, pattern_key, peft_scale, targeted
 from .rankcut import cut
+from .safe_parse import short
 from .taskvector import TaskVector
 
 IDENTITY_RTOL = 1e-9
@@ -89,10 +90,14 @@ def config_checks(out: Adapter, manifest: dict, base_config) -> list[dict]:
                         f"{base_config.base_model!r}")
     if cfg.use_rslora:
         problems.append("use_rslora is on, but vecmerge writes alpha/r scales")
-    untargeted = [m for m, s in out.specs.items()
-                  if not (param_targeted(raw, s.target) if s.param else targeted(raw, m))]
+    try:
+        untargeted = [m for m, s in out.specs.items()
+                      if not (param_targeted(raw, s.target) if s.param else targeted(raw, m, out.path / CONFIG_NAME))]
+    except VecmergeError as e:  # a bad regex or type in the coverage keys
+        untargeted = []
+        problems.append(str(e))
     if untargeted:
-        problems.append(f"target_modules {raw.get('target_modules')!r} misses {few(untargeted)}")
+        problems.append(f"target_modules {short(raw.get('target_modules'))} misses {few(untargeted)}")
     if raw.get("modules_to_save"):
         problems.append(f"modules_to_save {raw['modules_to_save']!r} would replace base weights")
     conf = check("config", not problems,

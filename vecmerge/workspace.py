@@ -24,15 +24,15 @@ import json
 import re
 from pathlib import Path
 
-import yaml
-
 from .adapter import Adapter, folder_content_sha256
-from .errors import ExpressionError, VecmergeError, WorkspaceError
+from .errors import ExpressionError, VecmergeError, WorkspaceError, few
 from .expr import NAME_RE, LinearForm, parse
 from .options import is_hub_id
+from .safe_parse import ParseError, load_yaml, safe_path, short
 from .taskvector import TaskVector, linear_combination
 
 WORKSPACE_NAME = "vecmerge.yaml"
+WORKSPACE_MAX_BYTES = 1 << 20
 LEDGER_NAME = "vecmerge-evidence.db"
 MANIFEST_NAME = "vecmerge.json"
 _KEYS = ("adapters", "base_model", "base_model_id", "evidence", "metric", "gate")
@@ -77,21 +77,22 @@ class Workspace:
     def _load(self, path: Path) -> None:
         if not path.is_file():
             raise WorkspaceError(f"{path}: no such workspace file; create it or drop --workspace")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise WorkspaceError(f"{path}: not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
+        try:  # bounded, UTF-8, no anchors or aliases (an alias bomb is refused before it expands)
+            data = load_yaml(path, max_bytes=WORKSPACE_MAX_BYTES)
+        except ParseError as e:
+            raise WorkspaceError(str(e)) from None
+        data = {} if data is None else data
         if not isinstance(data, dict):
             raise WorkspaceError(f"{path}: expected a mapping with an 'adapters' key")
-        unknown = set(data) - set(_KEYS)
+        unknown = [short(k, 40) for k in data if k not in _KEYS]
         if unknown:
-            raise WorkspaceError(f"{path}: unknown key(s) {sorted(unknown)}; expected {', '.join(_KEYS)}")
+            raise WorkspaceError(f"{path}: unknown key(s) [{few(unknown)}]; expected {', '.join(_KEYS)}")
         adapters = data.get("adapters") or {}
         if not isinstance(adapters, dict):
             raise WorkspaceError(f"{path}: 'adapters' must map names to folders, e.g. 'v54: runs/v54'")
-        bad = [str(k) for k in adapters if not re.fullmatch(NAME_RE, str(k))]
+        bad = [short(k, 40) for k in adapters if not isinstance(k, str) or not re.fullmatch(NAME_RE, k)]
         if bad:
-            raise WorkspaceError(f"{path}: adapter name(s) {bad} must match {NAME_RE} (no '-' or spaces)")
+            raise WorkspaceError(f"{path}: adapter name(s) [{few(bad)}] must match {NAME_RE} (no '-' or spaces)")
         self.file = path
         base = path.parent
         problems: list[str] = []
@@ -99,7 +100,12 @@ class Workspace:
             entry = _entry(str(k), v, problems)
             if entry is None:
                 continue
-            self.adapters[str(k)] = (base / entry["path"]).resolve()
+            try:
+                folder = safe_path(entry["path"], field=f"adapters.{k}", source=path)
+            except ParseError as e:
+                problems.append(e.problem)
+                continue
+            self.adapters[str(k)] = (base / folder).resolve()
             if "parent" in entry:
                 self.parents[str(k)] = entry["parent"]
         for key in ("evidence", "metric"):
@@ -111,16 +117,19 @@ class Workspace:
         if problems:
             head = problems[0] if len(problems) == 1 else f"{len(problems)} problems: " + "; ".join(problems)
             raise WorkspaceError(f"{path}: {head}")
-        if data.get("base_model"):
-            self.base_model = (base / str(data["base_model"])).resolve()
+        try:
+            if data.get("base_model"):
+                self.base_model = (base / safe_path(data["base_model"], field="base_model", source=path)).resolve()
+            if data.get("evidence"):
+                self.evidence = (base / safe_path(data["evidence"], field="evidence", source=path)).resolve()
+        except ParseError as e:
+            raise WorkspaceError(str(e)) from None
         hub = data.get("base_model_id")
         if hub is not None:
             if not is_hub_id(hub):
                 raise WorkspaceError(f"{path}: base_model_id {hub!r} is not a hub id; write it as ORG/NAME, "
                                      "e.g. Qwen/Qwen3-0.6B (the local folder goes under base_model)")
             self.base_model_id = hub
-        if data.get("evidence"):
-            self.evidence = (base / data["evidence"]).resolve()
         self.metric = data.get("metric")
         self.gate = data.get("gate")
 

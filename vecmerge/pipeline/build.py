@@ -22,14 +22,14 @@ import torch
 from ..dense import Dense
 from ..export import WrittenModule, pack_params, prepare_modules
 from ..kernels import map_modules
-from ..lowrank import LowRank
+from ..lowrank import LowRank, check_magnitude
 from ..merge_kernels import module_seed
 from ..options import RankPolicy
 from ..rankcut import Cut, cut
 from ..subspace import InSpan
 from .evaluation import Evaluation, intended_core, method_params, module_operands
 from .experts import common_ranks, expert_figures
-from .figures import figures, rounding, rounding_norm
+from .figures import check_figures, figures, rounding, rounding_norm
 
 CUT_SEED = 0  # the randomized SVD's seed: module m uses module_seed(CUT_SEED, m)
 
@@ -106,6 +106,8 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
             c = cut(target, policy, seed=module_seed(CUT_SEED, m), rank=rank)
         else:
             c = cut(target, policy, backbone=backbone.modules.get(m), step=step_m, rank=rank)
+        for name, factor in (("B", c.factors.B), ("A", c.factors.A)):
+            check_magnitude(m, f"the re-factored {name}", factor, "report this with the recipe")
         t, w = prepare_modules({m: c.factors}, ev.specs, recipe.dtype, keep)
         per_module[m] = t
         moved = None
@@ -128,7 +130,9 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
     rows = map_modules(one, list(ev.names), progress)
     tensors = {k: v for m in ev.names for k, v in per_module[m].items()}
     if not any(s.param for s in ev.specs.values()):  # no target_parameters: nothing to group
-        return BuiltOutput(multiple, tensors, rows, figures(ev, rows))
+        fig = figures(ev, rows)
+        check_figures(fig)
+        return BuiltOutput(multiple, tensors, rows, fig)
     common = common_ranks(rows, ev.specs)
     own = {m: rows[m] for m in common}
     own_fig = figures(ev, rows) if common else None
@@ -137,6 +141,7 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
     fig = figures(ev, rows)
     if any(s.kind == "expert" for s in ev.specs.values()):
         fig["experts"] = expert_figures(own, rows, ev.specs, own_fig)
+    check_figures(fig)
     return BuiltOutput(multiple, tensors, rows, fig)
 
 

@@ -27,6 +27,7 @@ from ..consensus import ConsensusResult, agreement_rows, decide
 from ..errors import RecipeError, few
 from ..expr import parse
 from ..kernels import map_modules
+from ..lowrank import check_magnitude
 from ..methods.base import Method, ModuleOperands
 from ..recipe import Recipe
 from ..step import StepSize, choose_step
@@ -205,6 +206,9 @@ def evaluate_cores(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
             for n in form.names():
                 if n in proj and form.coeffs[n] != 0.0:
                     x = x + proj[n] * form.coeffs[n]
+            scales = max((abs(t.scale) for n, t in terms.items() if n in form.coeffs), default=0.0)
+            check_magnitude(m, f"{k} ({form})", x.C, "keep the expression's coefficients and the inputs' scales "
+                            f"(lora_alpha / r, here up to {scales:.3g}) in a sane range")
             out[k] = x
         return out
 
@@ -293,15 +297,23 @@ def intended_core(ev: Evaluation, m: str, multiple: float):
     Without a step, the method's update times the module's multiplier: a core (InSpan), or a ``Dense``
     matrix for a dense-space merge (formed here, one module at a time).
 
+    Both are checked to lie in float64's safe range (``lowrank.check_magnitude``: NumericError otherwise).
+
     Args:
         ev (Evaluation): the evaluated recipe. m (str): a module. multiple (float): the output's dose.
     """
     if ev.step is None:
         target = ev.method.module(module_operands(ev, m), method_params(ev))
         k = ev.multipliers.get(m, 1.0)
-        return (target * k if k != 1.0 else target), None
+        target = target * k if k != 1.0 else target
+        check_magnitude(m, "the intended update", target.C if isinstance(target, InSpan) else target.D,
+                        "use smaller coefficients")
+        return target, None
     step_m = ev.direction[m] * (ev.step.module_alpha[m] * multiple)
-    return ev.operands["base"][m] + step_m, step_m
+    check_magnitude(m, "the step (alpha * dir)", step_m.C, "use an --alpha (or --trust) of a sane size")
+    target = ev.operands["base"][m] + step_m
+    check_magnitude(m, "the intended update", target.C, "use a smaller --alpha (or --trust)")
+    return target, step_m
 
 
 def intended(ev: Evaluation, m: str, multiple: float):

@@ -21,8 +21,28 @@ import statistics
 
 import torch
 
+from ..errors import NumericError
 from ..lowrank import LowRank, f64
 from ..subspace import Subspace
+
+# What `vecmerge verify` accepts (see verify.py for why): the pipeline refuses to write an output that
+# its own figures say would fail these.
+TOLERANCES = {"fp32": {"update": 1e-5, "survival": 1e-4, "logits": 1e-4},
+              "fp16": {"update": 5e-3, "survival": 2e-2, "logits": 2e-2},
+              "bf16": {"update": 3e-2, "survival": 5e-2, "logits": 1e-1}}
+
+
+def check_figures(fig: dict) -> None:
+    """NumericError naming the first module whose figures are not finite (a safety net: nothing passes on NaN)."""
+    for m, entry in fig["modules"].items():
+        bad = [k for k, v in entry.items() if isinstance(v, float) and not math.isfinite(v)]
+        if bad:
+            raise NumericError(f"module {m}: {bad[0]} is {entry[bad[0]]} (a non-finite intermediate); "
+                               "the inputs' magnitudes are extreme, check their lora_alpha and the coefficients")
+    bad = [k for k, v in fig.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        raise NumericError(f"the output's {bad[0]} is {fig[bad[0]]} (a non-finite intermediate); the inputs' "
+                           "magnitudes are extreme, check their lora_alpha and the coefficients")
 
 
 def rounding(written: LowRank, exact: LowRank, space: Subspace) -> tuple[float, torch.Tensor]:

@@ -4,17 +4,18 @@ Every name in the recipe's expressions resolves through the workspace (``inputs:
 recipe take precedence); each adapter's weights and config are hashed, and a pinned sha256 that no
 longer matches is an error naming the input (``RecipeError``, exit 2). Inputs whose declared base
 models differ are refused (``basemodel.same_base_model``) unless the recipe has ``allow_base_mismatch``.
+``output_policy`` protects the inputs (and every workspace adapter and the base model) from being written.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..basemodel import same_base_model
-from ..errors import OutputError, RecipeError
+from ..errors import RecipeError
 from ..peft_format import CONFIG_NAME
 from ..recipe import Recipe
+from ..safe_policy import OutputPolicy
 from ..workspace import Workspace
 
 
@@ -84,12 +85,14 @@ def output_plan(recipe: Recipe) -> list[tuple[float, str | None]]:
     return plan
 
 
-def check_not_inputs(plan: list, inputs: dict[str, InputRecord]) -> None:
-    """Refuse an output folder that is, contains, or lies inside an input adapter (OutputError)."""
-    for _, p in plan:
-        out = Path(p).resolve()
-        for name, i in inputs.items():
-            src = Path(i.path).resolve()
-            if out == src or src in out.parents or out in src.parents:
-                raise OutputError(f"{p}: would overwrite input {name} ({src}); inputs are never written, "
-                                  "choose another --out")
+def output_policy(recipe: Recipe, ws: Workspace, names: list[str], force: bool) -> OutputPolicy:
+    """What this recipe may write (``safe_policy``): never an input, a workspace adapter or the base model;
+    with ``force`` only over a folder vecmerge wrote.
+
+    Args:
+        recipe (Recipe): its ``inputs`` (paths). ws (Workspace): adapters and base model.
+        names (list[str]): the adapter names the recipe reads. force (bool): ``--force``.
+    """
+    ws = ws.with_inputs({n: e["path"] for n, e in recipe.inputs.items()})
+    return OutputPolicy.for_command(inputs={n: ws.path_of(n) for n in names}, workspace_adapters=ws.adapters,
+                                    base_model=ws.base_model, force=force)

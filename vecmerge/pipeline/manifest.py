@@ -60,9 +60,37 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
         inputs = {n: {**i, "path": portable(i["path"], home), "base_model": _portable_base(i["base_model"], home)}
                   for n, i in inputs.items()}
     d["inputs"] = inputs
+    resolved = resolved_for(ev, built.multiple, built.figures["modules"])
+    figures, modules = manifest_figures(built.figures)
+    return {"tool": "vecmerge", "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "kind": recipe.kind, "method": ev.method.name, **where, "recipe": d, "resolved": resolved,
+            "inputs": inputs, "missing_modules": ev.missing, "figures": figures, "modules": modules,
+            **({} if gate is None else {"gate": gate})}
+
+
+MODULE_KEYS = ("rank", "exact_rank", "rel_error", "survival", "cut", "power_iters")
+
+
+def manifest_figures(fig: dict) -> tuple[dict, dict]:
+    """``(figures, modules)`` as the manifest records them: every figure but the per-module table, and of
+    each module ``MODULE_KEYS`` (``verify`` rebuilds and compares both)."""
+    return ({k: v for k, v in fig.items() if k != "modules"},
+            {m: {k: e[k] for k in MODULE_KEYS if k in e} for m, e in fig["modules"].items()})
+
+
+def resolved_for(ev: Evaluation, multiple: float, module_figures: dict | None = None) -> dict:
+    """The manifest's ``resolved``: what the recipe resolved to (alpha x dose, clipping, the modules the
+    consensus dropped and the method zeroed, the realized step; the selection, multipliers and the
+    method's prepared parameters; a merge's space and randomized cut).
+
+    Args:
+        ev (Evaluation): the evaluated recipe. multiple (float): the output's dose.
+        module_figures (dict | None): per module figures (their ``cut``), to say whether a randomized SVD ran.
+    """
+    recipe = ev.recipe
     resolved = {"modules": len(ev.names)}
     if ev.step is not None:
-        st, k = ev.step, built.multiple
+        st, k = ev.step, multiple
         resolved.update(alpha=None if st.alpha is None else st.alpha * k, alpha_chosen=st.alpha,
                         clipped=st.clipped, dropped_by_consensus=list(ev.dropped),
                         zeroed_by_method=list(ev.zeroed), zeroed_reason=ev.method.zero_reason if ev.zeroed else None,
@@ -79,19 +107,11 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
         resolved["method_params"] = extra
     if recipe.kind == "merge":
         resolved["space"] = ev.method.space_for(recipe.params)
-        if any(e.get("cut") == "randomized" for e in built.figures["modules"].values()):
+        if any(isinstance(e, dict) and e.get("cut") == "randomized" for e in (module_figures or {}).values()):
             resolved["randomized_svd"] = {"seed": CUT_SEED, "seeds": "module_seed(seed, module)",
                                           "power_iters": "2, or 3 above rank min(out, in)/8", "oversample":
                                           "max(10, rank // 2)"}
-    fig = built.figures
-    keys = ("rank", "exact_rank", "rel_error", "survival", "cut", "power_iters")
-    return {"tool": "vecmerge", "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "kind": recipe.kind, "method": ev.method.name, **where, "recipe": d, "resolved": resolved,
-            "inputs": inputs,
-            "missing_modules": ev.missing,
-            "figures": {k: v for k, v in fig.items() if k != "modules"},
-            "modules": {m: {k: e[k] for k in keys if k in e} for m, e in fig["modules"].items()},
-            **({} if gate is None else {"gate": gate})}
+    return resolved
 
 
 def card_body(manifest: dict) -> str:

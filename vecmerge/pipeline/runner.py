@@ -16,17 +16,22 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import __version__
+import torch
+
+from .. import __version__, methods
 from ..basemodel import canonical, differ, mismatch_text
 from ..errors import CheckFailed, RecipeError, few, shown
-from ..export import MANIFEST_NAME, check_out, model_card, write_adapter
+from ..export import MANIFEST_NAME, OUTPUT_FILES, model_card, write_adapter
 from ..options import is_hub_id
+from ..peft_format import DTYPES, factor_keys
 from ..recipe import Recipe
+from ..safe_write import OutputTransaction
 from ..workspace import Workspace
 from .build import BuiltOutput, build_output
-from .evaluation import Evaluation, evaluate
+from .evaluation import Evaluation, evaluate, operand_forms
+from .figures import TOLERANCES
 from .gate import GateCheck, GateFailed, check_gate
-from .inputs import check_not_inputs, output_plan
+from .inputs import output_plan, output_policy
 from .manifest import card_body, manifest_for
 
 SURVIVAL_WARN = 0.99  # warn (and fail with --strict) when less of the step survives
@@ -72,6 +77,8 @@ class RunReport:
         evaluation (Evaluation): inputs, consensus, step. dry_run (bool): nothing was written.
         outputs (list[OutputReport]). notes (list[str]): things to know before uploading (not warnings).
         gate (GateCheck | None): the gate it passed (recipes with ``gate``).
+        recovered (list[str]): leftovers of an interrupted earlier run that were cleaned up or restored
+            before writing (``safe_recover``), one line each.
     """
 
     evaluation: Evaluation
@@ -79,6 +86,7 @@ class RunReport:
     outputs: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     gate: GateCheck | None = None
+    recovered: list = field(default_factory=list)
 
     @property
     def recipe(self) -> Recipe:
@@ -125,6 +133,8 @@ class RunReport:
         extra = {k: v for k, v in (ev.params or {}).items() if k not in self.recipe.params}
         if extra:
             d["method_params"] = extra
+        if self.recovered:
+            d["recovered"] = list(self.recovered)
         return d
 
 
@@ -156,8 +166,10 @@ def warnings_for(ev: Evaluation, built: BuiltOutput, roots=()) -> list[str]:
         out.append(f"the written update is off the intended one by {fig['residual']:.1%} of the step "
                    f"(rank {recipe.rank}, dtype {recipe.dtype}); use {fix}")
     if fig["dtype_effect"] > DTYPE_WARN:
+        fix = ("the update's magnitude is extreme for fp32 factors" if recipe.dtype == "fp32"
+               else "use --dtype fp32")
         out.append(f"rounding to {recipe.dtype} moved the update by {fig['dtype_effect']:.1%} of its norm "
-                   "(entries under- or overflow); use --dtype fp32")
+                   f"(entries under- or overflow); {fix}")
     if st is not None and st.realized(built.multiple)["global"] > STEP_WARN:
         out.append(f"the step is {st.realized(built.multiple)['global']:.0%} of the backbone's norm: far outside "
                    "a trust region (the user's v58 stepped 1.13%); --trust is a share, e.g. 0.0113 for 1.13%")
@@ -185,6 +197,56 @@ def _base_model_for(recipe: Recipe, ev: Evaluation) -> tuple[str | None, list[st
                   "ORG/NAME (or base_model_id: in vecmerge.yaml) to write its hub id before uploading"]
 
 
+def self_check(ev: Evaluation, built: BuiltOutput) -> None:
+    """CheckFailed if ``vecmerge verify`` would fail this output (a lossless one): nothing is written silently.
+
+    verify accepts ``||W_m - T_m|| / ||T_m|| <= TOLERANCES[dtype]["update"]`` per module and a survival
+    within ``TOLERANCES[dtype]["survival"]`` of 1; the figures measure exactly these before writing.
+    """
+    recipe, fig = ev.recipe, built.figures
+    if not recipe.rank_policy.lossless:
+        return  # verify compares a rank cut with its recorded error, which always reproduces
+    tol = TOLERANCES[recipe.dtype]
+    worse = [m for m, e in fig["modules"].items() if not e["rel_error"] <= tol["update"]]
+    if worse:
+        m = max(worse, key=lambda k: fig["modules"][k]["rel_error"])
+        raise CheckFailed(f"module {m}: the written {recipe.dtype} update misses the intended one by "
+                          f"{fig['modules'][m]['rel_error']:.3g} of its norm, over the {tol['update']:g} that "
+                          f"'vecmerge verify' accepts ({len(worse)} module(s)); nothing written. "
+                          + _cause(ev, built, m))
+    if "survival" in fig and not abs(fig["survival"] - 1.0) <= tol["survival"]:
+        raise CheckFailed(f"{fig['survival']:.6g} of the step survives rounding to {recipe.dtype}, off 1 by more "
+                          f"than the {tol['survival']:g} that 'vecmerge verify' accepts; nothing written. The step "
+                          f"is too small against the backbone for {recipe.dtype} factors: use a larger step"
+                          + ("" if recipe.dtype == "fp32" else " or --dtype fp32"))
+
+
+def _subnormal(t) -> int:
+    """How many entries of ``t`` are subnormal in its own dtype (non-zero, below the smallest normal)."""
+    return int(((t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)).sum()) if t.is_floating_point() else 0
+
+
+def _cause(ev: Evaluation, built: BuiltOutput, m: str) -> str:
+    """Why module ``m``'s written factors lost precision: subnormal inputs or outputs, or plain rounding."""
+    dtype = ev.recipe.dtype
+    tiny = torch.finfo(DTYPES[dtype]).tiny
+    spec = ev.specs[m]
+    exact = built.modules[m].cut.factors
+    stored = [built.tensors.get(k) for k in factor_keys(m, spec.kind)]  # A, B (absent for a packed expert)
+    written = sum(_subnormal(t) + int(((t == 0) & (e.cpu() != 0)).sum())
+                  for t, e in zip(stored, (exact.A, exact.B)) if t is not None and t.shape == e.shape)
+    inputs = {n: _subnormal(v.modules[m].B) + _subnormal(v.modules[m].A)
+              for n, v in ev.vectors.items() if m in v.modules}
+    why = [f"input {n} holds {k} subnormal entries in this module (below its dtype's smallest normal number: "
+           "its weights underflowed and keep few digits; use another checkpoint)" for n, k in inputs.items() if k]
+    if written:
+        fix = "scale the update up" if dtype == "fp32" else "use --dtype fp32"
+        why.append(f"{written} of the written factors' entries fell below {tiny:.3g}, the smallest normal {dtype} "
+                   f"number (the update's norm is {built.modules[m].target.norm():.3g}); {fix}")
+    return "Cause: " + "; ".join(why) if why else ("Cause: rounding to " + dtype
+                                                     + ("; use --dtype fp32" if dtype != "fp32" else ""))
+
+
 def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, force: bool = False,
         progress=None) -> RunReport:
     """Evaluate, gate, step, re-factor and (unless ``dry_run``) write every output.
@@ -202,11 +264,15 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     if recipe.base_model_id is None and ws.base_model_id is not None:
         recipe = dataclasses.replace(recipe, base_model_id=ws.base_model_id)  # recorded in the manifest
     plan = output_plan(recipe)
-    if not dry_run:
+    policy = None
+    if not dry_run:  # refuse a bad --out before any work: the commit checks every target again
         if any(p is None for _, p in plan):
             raise RecipeError(["out: missing (where to write the adapter), or use --dry-run"])
+        names = list(dict.fromkeys(n for form in operand_forms(recipe, methods.get(recipe.method)).values()
+                                   for n in form.names()))
+        policy = output_policy(recipe, ws, names, force)
         for _, p in plan:
-            check_out(p, force)
+            policy.check_folder(p, expected_entries=OUTPUT_FILES)
     gate = None
     if recipe.gate:  # the six conditions first: nothing is written unless every one passes
         gate = check_gate(recipe, ws, progress)
@@ -215,8 +281,6 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
         if gate.error is not None:
             raise gate.error
     ev = gate.evaluation if gate is not None and gate.evaluation is not None else evaluate(recipe, ws, progress)
-    if not dry_run:
-        check_not_inputs(plan, ev.inputs)
     report = RunReport(ev, dry_run, gate=gate)
     built = []
     for multiple, path in plan:
@@ -226,23 +290,30 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
                              None if st is None or st.alpha is None else st.alpha * multiple,
                              None if st is None else st.realized(multiple))
         built.append((b, entry))
+    for b, _ in built:
+        self_check(ev, b)
     failing = [e for _, e in built if e.warnings]
     if recipe.strict and failing:
         raise CheckFailed(f"--strict: {failing[0].warnings[0]}; nothing written")
-    same = set(ev.names) == set(ev.vectors[ev.base_name].modules)
+    report.outputs = [entry for _, entry in built]
     base_model, report.notes = _base_model_for(recipe, ev)
+    if dry_run:
+        return report
+    same = set(ev.names) == set(ev.vectors[ev.base_name].modules)
     template = ev.template.config
     if base_model != template.base_model:
         template = dataclasses.replace(template, base_model=base_model,
                                        raw={**template.raw, "base_model_name_or_path": base_model})
-    for b, entry in built:
-        if not dry_run:
+    with OutputTransaction(policy) as txn:  # every output of the run, or none (a dose ladder too)
+        for b, entry in built:
             manifest = manifest_for(ev, b, entry.path, ws.home, gate=None if gate is None else gate.as_dict())
             title = recipe.name or Path(entry.path).name
             card = model_card(base_model if not report.notes else None, title, card_body(manifest))
-            res = write_adapter(entry.path, (b.tensors, b.written), ev.specs, template=template,
-                                manifest=manifest, card=card, dtype=recipe.dtype, force=force, same_modules=same)
+            folder = txn.folder(entry.path, expected_entries=OUTPUT_FILES)
+            res = write_adapter(folder, (b.tensors, b.written), ev.specs, template=template,
+                                manifest=manifest, card=card, dtype=recipe.dtype, same_modules=same)
             entry.sha256 = res["sha256"]
             entry.manifest = str(Path(entry.path) / MANIFEST_NAME)
-        report.outputs.append(entry)
+        txn.commit()
+    report.recovered = list(txn.recovered)
     return report
