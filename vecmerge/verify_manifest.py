@@ -116,15 +116,17 @@ def figures_check(manifest: dict, expected: dict) -> dict:
 
     Args:
         manifest (dict): vecmerge.json. expected (dict): ``{"figures": {...}, "modules": {m: {...}}}``
-            recomputed from the written weights (see ``verify.compare``).
+            rebuilt from the re-evaluated recipe (``verify.rebuilt_figures``: the pipeline's own cut,
+            rounding and figures, so every key is accounted for; the written weights are checked
+            against the recomputed update by ``update`` and ``step``).
     """
     off = []
     for key in ("figures", "modules"):
         off += differences(jsonable(expected[key]), manifest.get(key), key)
     return check("figures", not off, "; ".join(off[:SHOWN]) + (f" and {len(off) - SHOWN} more" if len(off) > SHOWN
                                                                else "") if off else
-                 f"every figure of figures and modules ({len(expected['modules'])}) recomputes from the written "
-                 f"weights (rtol {FIGURES_RTOL:g})", {"differing": off[:20]})
+                 f"every figure of figures and modules ({len(expected['modules'])}) recomputes from the recipe "
+                 f"(rtol {FIGURES_RTOL:g})", {"differing": off[:20]})
 
 
 def manifest_check(manifest: dict, ev, out: Adapter | None, resolved: dict) -> dict:
