@@ -121,6 +121,26 @@ def test_keep_base_keeps_the_backbones_scale(tmp_path, monkeypatch, run_cli, alp
     assert verify_output("kb")["passed"]
 
 
+
+def test_keep_base_of_a_silent_backbone_writes_the_step(tmp_path, monkeypatch, run_cli, dense_expr):
+    """A backbone of lora_alpha 0 contributes nothing: keep-base writes base + alpha * dir = the step alone (its
+    factors under a non-zero scale would add B0 A0; that output failed verify). Against dense float64 references
+    (safetensors + PEFT's scale rule) within the fp32 tolerance, 1e-5 of each module's norm; verify passes."""
+    from vecmerge.adapter import Adapter
+    from vecmerge.testing import toy_adapter
+    from vecmerge.verify import verify_output
+
+    monkeypatch.chdir(tmp_path)
+    toy_adapter("b", rank=4, lora_alpha=0.0, seed=1)
+    toy_adapter("x", rank=4, seed=2)
+    toy_adapter("y", rank=4, seed=3)
+    res = run_cli("project", "--base", "b", "--dir", "x - y", "--alpha", "0.1", "--rank", "keep-base", "--out", "kb")
+    assert res.exit_code == 0, res.output
+    want, out = dense_expr({"x": 0.1, "y": -0.1}), Adapter("kb")
+    for m, w in want.items():
+        torch.testing.assert_close(out.factors(m).dense(), w, rtol=0, atol=1e-5 * float(torch.linalg.norm(w)))
+    assert verify_output("kb")["passed"]
+
 def test_dose_ladder_manifest_rerun_and_refusals(toy, run_cli):
     res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--dose", "0.5,1,1.456",
                   "--out", "out/v58", "--json")

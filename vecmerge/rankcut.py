@@ -81,13 +81,18 @@ def _cat(x: torch.Tensor, y: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def _keep_base(target, backbone: LowRank | None, step) -> Cut:
-    """Backbone factors kept bit for bit; the step's exact factors, divided by its scale, appended."""
+    """Backbone factors kept bit for bit; the step's exact factors, divided by its scale, appended.
+
+    A backbone module of scale 0 (``lora_alpha`` 0) has no update to keep, and its factors could only carry the
+    step under a non-zero scale, which would add them to the update: it is written as the step alone.
+    """
     if step is None:
         raise RecipeError(["rank=keep-base: needs dir (it keeps the backbone and appends the step)"])
-    b0 = backbone if backbone is not None else LowRank.zeros(target.shape, step.space.device)
+    live = backbone is not None and backbone.scale != 0
+    b0 = backbone if live else LowRank.zeros(target.shape, step.space.device)
     s = step.svd()
     upd = s.truncate(s.exact_rank())
-    sc = b0.scale if b0.scale != 0 else 1.0
+    sc = b0.scale
     x = LowRank(_cat(b0.B, upd.B / sc, 1), _cat(b0.A, upd.A, 0), sc)
     return Cut(x, x.rank, x.rank, s.dropped_error(upd.rank), target.norm(), target.C)
 
