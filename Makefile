@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 DEMO_OUT ?= demo-out
 
-.PHONY: install demo test test-fast lint bench check readme clean
+.PHONY: install demo test test-fast lint bench check readme clean mutate
 
 install: $(VENV)/.installed
 
@@ -34,7 +34,7 @@ test-fast: install
 	$(PY) -m pytest -m "not slow"
 
 lint: install
-	$(VENV)/bin/ruff check vecmerge tests examples benchmarks
+	$(VENV)/bin/ruff check vecmerge tests examples benchmarks tools
 	$(VENV)/bin/lint-imports --no-logo
 
 bench: install
@@ -42,8 +42,16 @@ bench: install
 
 check: lint test
 
+# Mutation testing (not in CI; docs/MUTATION.md): mutmut on the modules where a silent error would hurt, one
+# worker so one core stays free. MODULES=vecmerge.step runs one module's mutants only.
+MUTMUT_SPEC ?= mutmut==3.8.1
+MODULES ?=
+mutate: install
+	$(PY) -c "import mutmut" 2>/dev/null || $(PY) -m pip install "$(MUTMUT_SPEC)"
+	$(PY) tools/mutate.py run $(MODULES)
+
 readme: install
 	$(PY) examples/update_docs.py
 
 clean:
-	rm -rf $(VENV) $(DEMO_OUT) *.egg-info .pytest_cache .ruff_cache .import_linter_cache
+	rm -rf $(VENV) $(DEMO_OUT) mutants *.egg-info .pytest_cache .ruff_cache .import_linter_cache

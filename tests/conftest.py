@@ -232,3 +232,31 @@ def peft_mu():
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The factors in these tests are tiny: one thread is faster than two contending for two cores.
 torch.set_num_threads(1)
+
+
+def _mutation_tests(mutant: str) -> list[str] | None:
+    """The test files (or node-id prefixes) that judge a mutant of its module: setup.cfg ``[mutmut:tests]``.
+
+    ``mutant`` is mutmut's ``MUTANT_UNDER_TEST`` (``vecmerge.step.x_choose_step__mutmut_3``); None when no
+    mutant is under test (mutmut's ``stats``/``fail`` runs, or a plain pytest run) or the module has no entry.
+    """
+    module = mutant.rpartition(".")[0]
+    if not module.startswith("vecmerge."):
+        return None
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).parents[1] / "setup.cfg")
+    picks = cfg.get("mutmut:tests", module, fallback=None)
+    return picks.split() if picks else None
+
+
+def pytest_collection_modifyitems(config, items):
+    """``make mutate``: while mutmut tests a mutant, run only the tests setup.cfg names for its module."""
+    picks = _mutation_tests(os.environ.get("MUTANT_UNDER_TEST", ""))
+    if picks is None:
+        return
+    keep = [it for it in items if it.nodeid.startswith(tuple(picks))]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[it for it in items if it not in keep])
+        items[:] = keep
