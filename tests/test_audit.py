@@ -338,3 +338,78 @@ def test_sign_agreement_and_agreement_beyond_chance_have_different_names(tmp_pat
     assert f"{s['agree']}/21 modules agree in sign" in text and f"beyond chance {s['agree_significant']} agree" in text
     title = report_audit.heatmap_title(res)
     assert title.startswith(f"ref {REF} vs dir {DIR}: {s['agree']}/21 same sign")
+
+
+def _spectrum(values):
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def test_null_with_a_tail_beyond_the_sampled_rank_keeps_the_exact_variance():
+    """Pairs beyond ``rank`` enter as a Gaussian of exactly their variance, so Var(null) = 1/(out in) at any rank.
+
+    The reference is the Haar-rotation identity (exact for every spectrum); the tail shares of the two sides
+    differ (3/4 of ||ref||^2, 2% of ||dir||^2) and out != in, so the tail's formula, its sides and its scale
+    all show (``test_null_band_matches_dense_rotations_and_analytic_std`` compares untruncated nulls with dense
+    rotations). Monte Carlo tolerance: rtol 0.05 on the std, atol 4 standard errors on the mean, at 4000 draws.
+    """
+    out, inn = 6, 5
+    s, t = _spectrum([2.0, 1.5, 1.0, 0.5]), _spectrum([1.0, 0.1, 0.1])
+    std = 1 / math.sqrt(out * inn)
+    for rank in (1, 2):
+        null = audit.null_cosines([(out, inn)], [(s, t)], 4000, seed=1, rank=rank)[0]
+        assert null.dtype == torch.float64 and null.shape == (4000,)
+        torch.testing.assert_close(null.std(), torch.tensor(std, dtype=torch.float64), rtol=0.05, atol=0)
+        torch.testing.assert_close(null.mean(), torch.tensor(0.0, dtype=torch.float64), rtol=0, atol=4 * std / 60)
+
+
+def test_null_draws_are_seeded_and_zero_where_a_side_is_zero():
+    """The same seed gives the same draws (tail included), another seed others; a zero side gives float64 zeros."""
+    s, t = _spectrum([2.0, 1.0, 0.5]), _spectrum([1.0, 0.5, 0.2])
+    shapes = [(7, 5), (7, 5), (7, 5), (7, 5), (4, 3)]
+    spectra = [(s, t), (s * 0, t), (s, t * 0), (s[:0], t), (t, s)]
+    a = audit.null_cosines(shapes, spectra, 50, seed=4, rank=1)
+    b = audit.null_cosines(shapes, spectra, 50, seed=4, rank=1)
+    c = audit.null_cosines(shapes, spectra, 50, seed=5, rank=1)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+    assert not torch.equal(a[0], c[0]) and not torch.equal(a[4], c[4])
+    for i in (1, 2, 3):
+        assert a[i].dtype == torch.float64 and torch.equal(a[i], torch.zeros(50, dtype=torch.float64))
+    assert bool((a[0] != 0).all()) and bool((a[4] != 0).all())
+
+
+def test_mark_chance_figures_and_its_boundary():
+    """``z = cos * sqrt(out in)``; the band is the (1 - LEVEL) quantile of null_cosines with the same seed and
+    (by default) 200 draws; ``chance`` is strict (``|cos| < band``): a cosine exactly at the band is not chance.
+    Exact equalities: the same float64 numbers are recomputed."""
+    s, t = _spectrum([2.0, 1.0]), _spectrum([1.0, 0.5])
+
+    def row(cos, ref_norm=1.0, dir_norm=1.0):
+        return {"shape": [7, 5], "cosine": cos, "ref_norm": ref_norm, "dir_norm": dir_norm, "agree": cos > 0}
+
+    for seed, samples in ((7, 120), (audit.SEED, None)):
+        rows = [row(0.3), row(-0.05)]
+        kw = {} if samples is None else {"samples": samples}
+        audit.mark_chance(rows, [(s, t), (t, s)], seed=seed, **kw)
+        nulls = audit.null_cosines([[7, 5], [7, 5]], [(s, t), (t, s)], samples or 200, seed)
+        for r, null in zip(rows, nulls):
+            assert r["null_band"] == float(torch.quantile(null.abs(), 1.0 - audit.LEVEL))
+            assert r["z"] == pytest.approx(r["cosine"] * math.sqrt(35), rel=1e-15)
+            assert r["null_std"] == pytest.approx(1 / math.sqrt(35), rel=1e-15)
+    band = audit.Z_CRIT / math.sqrt(35)
+    rows = audit.mark_chance([row(band), row(-band), row(band * (1 - 1e-15))], [(s, t)] * 3, samples=0)
+    assert [r["mark"] for r in rows] == ["agree", "disagree", "chance"]
+    assert [r["chance"] for r in rows] == [False, False, True]
+
+
+def test_a_zero_side_gets_the_analytic_band():
+    """A module whose ref (or dir) is zero has no null to sample: its band is ``Z_CRIT / sqrt(out in)``, and it
+    is chance whatever its recorded cosine."""
+    s = _spectrum([1.0, 0.5])
+    rows = [{"shape": [6, 4], "cosine": 0.0, "ref_norm": 0.0, "dir_norm": 1.0, "agree": False},
+            {"shape": [6, 4], "cosine": 0.0, "ref_norm": 1.0, "dir_norm": 0.0, "agree": False},
+            {"shape": [6, 4], "cosine": 0.9, "ref_norm": 0.0, "dir_norm": 0.0, "agree": True}]
+    audit.mark_chance(rows, [(s * 0, s), (s, s * 0), (s * 0, s * 0)], samples=40)
+    for r in rows:
+        assert r["null_band"] == pytest.approx(audit.Z_CRIT / math.sqrt(24), rel=1e-15)
+        assert r["chance"] and r["mark"] == "chance"

@@ -25,3 +25,8 @@ def test_result_needs_every_check():
     r = result("t", rows)
     assert not r["passed"] and r["checks"][1]["detail"] == "not run: no input"
     assert result("t", [check("a", True, "fine")])["passed"]
+
+
+def test_a_check_that_did_not_run_says_so_in_its_figures():
+    row = not_run("peft", "no base model")
+    assert row == {"name": "peft", "passed": False, "detail": "not run: no base model", "figures": {"skipped": True}}

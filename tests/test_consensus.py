@@ -5,6 +5,7 @@ binomial tail is exact (rational arithmetic) and agrees with scipy to rtol 1e-12
 """
 
 import math
+import statistics
 
 import pytest
 import torch
@@ -71,3 +72,103 @@ def test_min_agree_boundary_is_inclusive():
         decide("r", rows, "keep", math.nextafter(0.75, 1.0))
     zero = torch.tensor(0.0)
     assert decide("r", _rows([float(zero)]), "keep", 0.0).summary["agree"] == 0  # a zero inner product disagrees
+
+
+def _chance_rows(spec):
+    """Rows as ``audit.mark_chance`` leaves them: (inner, ref_norm, dir_norm, null_std, mark[, missing])."""
+    rows = []
+    for i, (inner, rn, dn, std, mark, *missing) in enumerate(spec):
+        cos = inner / (rn * dn) if rn > 0 and dn > 0 else 0.0
+        rows.append({"module": f"m{i}", "inner": inner, "cosine": cos, "ref_norm": rn, "dir_norm": dn,
+                     "agree": inner > 0, "null_std": std, "chance": mark == "chance", "mark": mark,
+                     **({"missing": ["a"]} if missing else {})})
+    return rows
+
+
+def test_summary_figures_against_their_formulas():
+    """Every summary figure recomputed by hand (statistics, math.fsum, scipy's binomial test) from rows with unequal
+    norms and null widths; a missing module counts only in the whole-vector figures. rtol 1e-12."""
+    spec = [(0.6, 2.0, 0.5, 0.1, "agree"), (-0.3, 1.5, 1.0, 0.2, "disagree"), (0.02, 1.0, 3.0, 0.3, "chance"),
+            (0.9, 3.0, 0.4, 0.05, "agree"), (-0.4, 0.5, 2.0, 0.1, "chance"), (0.2, 1.0, 1.0, 0.1, "missing", 1)]
+    rows = _chance_rows(spec)
+    s = summarize(rows)
+    counted = rows[:5]
+    cos = [r["cosine"] for r in counted]
+    assert (s["modules"], s["agree"], s["disagree"], s["not_compared"]) == (6, 3, 2, 1)
+    assert s["cosine_median"] == statistics.median(cos) and (s["cosine_min"], s["cosine_max"]) == (min(cos), max(cos))
+    e = [r["dir_norm"] ** 2 for r in counted]
+    assert s["agree_energy"] == pytest.approx((e[0] + e[2] + e[3]) / math.fsum(e), rel=1e-12)
+    assert (s["agree_significant"], s["disagree_significant"], s["chance"]) == (2, 1, 2)
+    assert s["binom_p"] == pytest.approx(binomtest(3, 5, 0.5, alternative="greater").pvalue, rel=1e-12)
+    assert s["binom_p_significant"] == pytest.approx(binomtest(2, 3, 0.5, alternative="greater").pvalue, rel=1e-12)
+    inner = math.fsum(r["inner"] for r in rows)
+    rn = math.sqrt(math.fsum(r["ref_norm"] ** 2 for r in rows))
+    dn = math.sqrt(math.fsum(r["dir_norm"] ** 2 for r in rows))
+    var = math.fsum((r["ref_norm"] * r["dir_norm"] * r["null_std"]) ** 2 for r in rows)
+    assert s["global_inner"] == pytest.approx(inner, rel=1e-12)
+    assert s["global_cosine"] == pytest.approx(inner / (rn * dn), rel=1e-12)
+    assert s["global_z"] == pytest.approx(inner / math.sqrt(var), rel=1e-12)
+    assert var < 1  # a small variance (sub-unit norms and widths) still divides
+
+
+def test_summary_of_zero_and_empty_inputs_is_zero_not_an_error():
+    """No energy, no compared module, a zero side: the shares, cosines and z are 0, never a division by zero."""
+    zero_dir = summarize(_chance_rows([(0.0, 1.0, 0.0, 0.1, "chance"), (0.0, 2.0, 0.0, 0.1, "chance")]))
+    assert (zero_dir["agree_energy"], zero_dir["global_cosine"], zero_dir["global_z"]) == (0.0, 0.0, 0.0)
+    zero_ref = summarize(_chance_rows([(0.0, 0.0, 1.0, 0.1, "chance")]))
+    assert (zero_ref["global_cosine"], zero_ref["global_z"]) == (0.0, 0.0)
+    gone = summarize(_chance_rows([(0.5, 1.0, 1.0, 0.1, "missing", 1), (0.5, 1.0, 1.0, 0.1, "missing", 1)]))
+    assert (gone["cosine_median"], gone["cosine_min"], gone["cosine_max"], gone["agree_energy"]) == (0.0,) * 4
+    assert (gone["agree"], gone["disagree"], gone["not_compared"], gone["binom_p"]) == (0, 0, 2, 1.0)
+    assert gone["global_cosine"] == pytest.approx(0.5, rel=1e-12)  # whole vectors still compare: 1 / (sqrt2 sqrt2)
+
+
+def test_binomial_tail_small_and_out_of_range_counts():
+    """P(X >= k) for k <= 0 is 1 (at any n, n = 0 too); small n against scipy (rtol 1e-12)."""
+    for k, n in [(1, 1), (1, 3), (2, 2), (1, 2)]:
+        assert binom_tail(k, n) == pytest.approx(binomtest(k, n, 0.5, alternative="greater").pvalue, rel=1e-12)
+    assert binom_tail(0, 0) == 1.0 and binom_tail(-1, 5) == 1.0 and binom_tail(0, 7) == 1.0
+
+
+def test_decide_keeps_its_settings_and_refuses_no_modules():
+    rows = _rows([1, -1, 1])
+    res = decide("v54 - v54e2", rows, "drop", 0.5)
+    assert (res.ref, res.on_disagree, res.min_agree, res.rows, res.dropped) == ("v54 - v54e2", "drop", 0.5, rows,
+                                                                                 ("m1",))
+    d = res.to_dict()
+    assert (d["ref"], d["on_disagree"], d["min_agree"], d["rows"]) == ("v54 - v54e2", "drop", 0.5, rows)
+    assert {k: d[k] for k in res.summary} == res.summary
+    with pytest.raises(CheckFailed, match=r"0/0 modules agree \(0.0%\) < min_agree 0.5"):
+        decide("r", [], "keep", 0.5)  # nothing to agree: no share reaches min_agree
+
+
+def test_rows_need_no_svd_report_progress_and_name_experts(split, monkeypatch):
+    """The gate's rows take norms from the factors (no SVD), pass every module through ``progress``, and an
+    expert of a MoE parameter carries its index and its parameter as type (``direction.specs``)."""
+    from types import SimpleNamespace
+
+    from vecmerge.lowrank import LowRank
+    from vecmerge.taskvector import TaskVector
+
+    ws = Workspace()
+    ref, d = ws.evaluate("v54 - v54e2"), ws.evaluate("v51 - v28")
+    seen = []
+
+    def progress(names):
+        seen.extend(names)
+        return names
+
+    def no_svd(self):
+        raise AssertionError("agreement_rows computed singular values")
+
+    monkeypatch.setattr(LowRank, "singular_values", no_svd)
+    rows = agreement_rows(ref, d, progress=progress)
+    assert seen == d.names() and [r["module"] for r in rows] == d.names()
+    monkeypatch.undo()
+    m = d.names()[0]
+    e0, e1 = "model.layers.0.mlp.experts.gate_up_proj.0", "model.layers.0.mlp.experts.gate_up_proj.1"
+    specs = {e: SimpleNamespace(expert=i, target="model.layers.0.mlp.experts.gate_up_proj") for i, e in
+             enumerate((e0, e1))}
+    moe_d, moe_r = TaskVector({e0: d[m], e1: d[m] * 2.0}, specs), TaskVector({e0: ref[m], e1: ref[m]}, specs)
+    rows = agreement_rows(moe_r, moe_d)
+    assert [(r["expert"], r["type"]) for r in rows] == [(0, "gate_up_proj"), (1, "gate_up_proj")]

@@ -137,3 +137,61 @@ def test_wrapped_keys_and_candidates_follow_peft():
     assert param_candidates(raw, "model.layers.0.mlp.experts") == {"gate_up_proj": 1, "down_proj": 3}
     assert param_targeted(raw, "model.layers.3.mlp.experts.down_proj")
     assert not param_targeted(raw, "model.layers.3.shared.down_proj")
+
+
+def test_layers_and_type_paths_of_module_names():
+    from vecmerge.peft_format import module_layer, type_path
+
+    assert module_layer("model.layers.3.self_attn.q_proj") == 3 and module_layer("transformer.h.10.mlp.c_fc") == 10
+    assert module_layer("lm_head") is None
+    assert type_path("transformer.h.0.attn.c_proj") == "attn.c_proj"
+    assert type_path("model.layers.12.mlp.up_proj") == "mlp.up_proj" and type_path("x.0.q") == "q"
+    assert type_path("lm_head") == "lm_head" and type_path("transformer.wte") == "transformer.wte"
+    assert type_path("model.layers.0") == "model.layers.0"  # nothing after the index: the whole name
+
+
+def test_module_types_are_the_shortest_unambiguous_suffixes():
+    """GPT-2's attn.c_proj and mlp.c_proj stay apart, q_proj and c_attn stay short, transformer.wte is wte; the
+    experts of one MoE parameter share its type (ModuleSpec.target). Names may come from any iterable."""
+    from types import SimpleNamespace
+
+    from vecmerge.peft_format import module_types
+
+    names = ["transformer.h.0.attn.c_proj", "transformer.h.0.mlp.c_proj", "transformer.h.1.attn.c_attn",
+             "transformer.h.1.attn.c_proj", "transformer.wte", "lm_head", "model.layers.0.self_attn.q_proj"]
+    assert module_types(iter(names)) == {
+        "transformer.h.0.attn.c_proj": "attn.c_proj", "transformer.h.0.mlp.c_proj": "mlp.c_proj",
+        "transformer.h.1.attn.c_attn": "c_attn", "transformer.h.1.attn.c_proj": "attn.c_proj",
+        "transformer.wte": "wte", "lm_head": "lm_head", "model.layers.0.self_attn.q_proj": "q_proj"}
+    target = "model.layers.0.mlp.experts.gate_up_proj"
+    experts = [f"{target}.{e}" for e in range(3)]
+    specs = {m: SimpleNamespace(expert=e, target=target) for e, m in enumerate(experts)}
+    specs["model.layers.0.mlp.gate"] = SimpleNamespace(expert=None, target="model.layers.0.mlp.gate.weight")
+    got = module_types(experts + ["model.layers.0.mlp.gate", "model.layers.0.mlp.down_proj"], specs)
+    assert got == {**dict.fromkeys(experts, "gate_up_proj"), "model.layers.0.mlp.gate": "gate",
+                   "model.layers.0.mlp.down_proj": "down_proj"}
+
+
+def test_entry_names_of_wrapped_parameters():
+    from vecmerge.peft_format import entry_name
+
+    assert entry_name("model.layers.0.mlp.gate", "weight") == "model.layers.0.mlp.gate"
+    assert entry_name("m.experts", "gate_up_proj") == "m.experts.gate_up_proj"
+    assert entry_name("m.experts", "gate_up_proj", 3) == "m.experts.gate_up_proj.3"
+
+
+def test_pattern_errors_name_the_field_and_the_file():
+    from vecmerge.safe_pattern import PatternError
+
+    with pytest.raises(PatternError) as e:
+        pattern_key(["(a+)+"], "model.q_proj")
+    assert str(e.value).startswith("adapter_config.json: rank_pattern key '(a+)+': a repeat inside a repeat")
+    with pytest.raises(PatternError) as e:
+        pattern_key(["(a+)+"], "model.q_proj", field="alpha_pattern", source="v28/adapter_config.json")
+    assert str(e.value).startswith("v28/adapter_config.json: alpha_pattern key '(a+)+'")
+
+
+def test_rslora_scale_of_a_config():
+    """PEFT's rsLoRA scale alpha / sqrt(r), per module through the patterns (exact: powers of two)."""
+    cfg = LoraConfig(r=4, lora_alpha=8, use_rslora=True, rank_pattern={"up_proj": 16})
+    assert cfg.scale("model.layers.0.self_attn.q_proj") == 4.0 and cfg.scale("model.layers.0.mlp.up_proj") == 2.0

@@ -8,6 +8,7 @@ optimal error (the randomized SVD's measured bound).
 
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -160,3 +161,115 @@ def test_dense_cuts_report_their_exact_error():
     low = lowrank_plus_noise(300, 200, 5, 0.0, 2)  # rank 5: a rank-8 cut keeps 5 and drops only round-off
     c = cut(Dense(low), RankPolicy.parse("8"))
     assert c.rank == 5 and c.error <= 1e-9 * float(torch.linalg.norm(low))
+
+
+def spectral(rows, cols, S, seed):
+    """``U diag(S) V^T`` with random orthonormal U (rows, k), V (cols, k): a dense matrix of known spectrum."""
+    g = torch.Generator().manual_seed(seed)
+    S = torch.as_tensor(S, dtype=torch.float64)
+    U, _ = torch.linalg.qr(torch.randn(rows, len(S), generator=g, dtype=torch.float64))
+    V, _ = torch.linalg.qr(torch.randn(cols, len(S), generator=g, dtype=torch.float64))
+    return (U * S) @ V.T
+
+
+def test_dense_exact_cut_reports_its_error_norm_and_rank():
+    """``exact`` on a dense update: rank 4 of a rank-4 matrix plus a 1e-12 tail, error = the dropped tail's norm
+    (against a dense SVD, rtol 1e-6: the tail is 1e-12 of ||D||) and norm = ||D|| (rtol 1e-12)."""
+    from vecmerge.dense import Dense
+
+    D = spectral(40, 30, [3.0, 2.0, 1.0, 0.5] + [1e-12] * 6, 1)
+    S = torch.linalg.svdvals(D)
+    c = cut(Dense(D), RankPolicy.parse("exact"))
+    assert (c.method, c.rank, c.exact_rank, c.factors.rank, c.power_iters) == ("full", 4, 4, 4, None)
+    assert math.isclose(c.error, float(torch.sqrt((S[4:] ** 2).sum())), rel_tol=1e-6)
+    assert math.isclose(c.norm, float(torch.linalg.norm(D)), rel_tol=1e-12)
+    assert_close(c.factors.dense(), D, rtol=0, atol=1e-11)
+
+
+def test_dense_randomized_cut_is_seeded_and_its_power_iterations_follow_the_rule():
+    """N exceeding min(out, in)/8 gets a third power iteration (N = 25 of 200 does not, 26 does); the seed fixes
+    the test matrix (the same seed: the same bits; another: other bits); a small matrix takes the full SVD,
+    which has no power iterations."""
+    from vecmerge.dense import Dense
+
+    D = lowrank_plus_noise(300, 200, 12, 0.3, 1)
+    assert cut(Dense(D), RankPolicy.parse("25"), seed=1).power_iters == 2
+    assert cut(Dense(D), RankPolicy.parse("26"), seed=1).power_iters == 3
+    for policy in ("8", "energy:0.5"):
+        a, b = cut(Dense(D), RankPolicy.parse(policy), seed=5), cut(Dense(D), RankPolicy.parse(policy), seed=5)
+        c = cut(Dense(D), RankPolicy.parse(policy), seed=6)
+        assert a.method == "randomized" and a.power_iters == 2
+        assert torch.equal(a.factors.B, b.factors.B) and torch.equal(a.factors.A, b.factors.A)
+        assert not torch.equal(a.factors.B, c.factors.B)
+    small = cut(Dense(lowrank_plus_noise(12, 10, 3, 0.1, 2)), RankPolicy.parse("2"))
+    assert (small.method, small.power_iters, small.rank) == ("full", None, 2)
+
+
+@pytest.mark.parametrize("S, k, want", [
+    ([1.0, 1e-8], 2, 2),                        # 1e-16 of ||D||^2 is rank (above EXACT_RTOL^2 = 1e-18)
+    ([1.0, 1e-10], 2, 1),                       # 1e-20 of it is round-off
+    ([1.0, 7e-10, 7e-10, 7e-10], 4, 2),         # the tails add up: two of the three fit under 1e-18
+    ([1.0, 9e-10, 1e-10, 1e-10], 4, 1),         # 1e-20 + 1e-20 + 8.1e-19 still fits
+    ([0.0, 0.0], 2, 0),                         # a zero update has rank 0
+])
+@pytest.mark.parametrize("size", [1e-6, 1.0, 1e6])
+def test_dense_cuts_drop_round_off_directions(S, k, want, size):
+    """Trailing singular values whose squares add up to at most EXACT_RTOL^2 ||D||^2 are not rank (the designed
+    spectra give the rank by hand), at any size of D; the error stays the whole dropped tail (rtol 1e-6)."""
+    from vecmerge.dense import Dense
+
+    D = spectral(30, 20, [s * size for s in S], 3)
+    c = cut(Dense(D), RankPolicy.parse(str(k)))
+    assert c.rank == want and c.factors.rank == want
+    tail = math.sqrt(sum(s * s for s in S[want:])) * size
+    assert math.isclose(c.error, tail, rel_tol=1e-6, abs_tol=1e-15 * size)
+    assert_close(c.factors.dense(), D, rtol=0, atol=1e-9 * size)
+
+
+def test_low_rank_dense_cut_drops_only_round_off_at_any_size():
+    """A rank-5 dense update cut at 8 keeps 5 whatever its size: the round-off directions' energy is measured
+    against ||D||^2, not in absolute terms; the written factors have the cut's rank."""
+    from vecmerge.dense import Dense
+
+    low = lowrank_plus_noise(300, 200, 5, 0.0, 2)
+    for size in (1e-6, 1e6):
+        c = cut(Dense(low * size), RankPolicy.parse("8"))
+        assert c.rank == 5 and c.factors.rank == 5
+        assert c.error <= 1e-9 * float(torch.linalg.norm(low * size))
+
+
+def test_keep_base_appends_the_step_to_the_backbone():
+    """keep-base: the backbone's factors bit for bit (its scale too), then the step's exact-rank factors divided by
+    that scale; rank = backbone rank + step rank, error = the step's dropped round-off, norm = ||target||; without a
+    backbone the factors are the step's own (scale 1); a backbone module of scale 0 (lora_alpha 0) has no update to
+    keep: the step alone is written (before the fix its factors were kept under scale 1, adding B0 A0 to the update).
+    Tolerances: float64 round-off of the factored products, 1e-12 of the largest entry."""
+    base = rand_lr(12, 9, 3, 21, scale=2.5)
+    step = rand_lr(12, 9, 2, 22, scale=0.1)
+    _, (b_core, s_core) = Subspace.of([base, step], (12, 9))
+    target = b_core + s_core
+    dense = base.dense() + step.dense()
+    c = cut(target, RankPolicy("keep-base"), backbone=base, step=s_core)
+    assert torch.equal(c.factors.B[:, :3], base.B) and torch.equal(c.factors.A[:3], base.A)
+    assert c.factors.scale == 2.5 and (c.rank, c.exact_rank, c.factors.rank) == (5, 5, 5)
+    assert_close(c.factors.dense(), dense, rtol=0, atol=1e-12 * float(dense.abs().max()))
+    assert c.error <= 1e-12 * step.norm() and math.isclose(c.norm, float(torch.linalg.norm(dense)), rel_tol=1e-12)
+    alone = cut(s_core, RankPolicy("keep-base"), backbone=None, step=s_core)
+    assert (alone.rank, alone.factors.scale) == (2, 1.0)
+    assert_close(alone.factors.dense(), step.dense(), rtol=0, atol=1e-12 * float(step.dense().abs().max()))
+    silent = LowRank(base.B, base.A, 0.0)  # lora_alpha 0: the backbone's update is zero
+    _, (z_core, s2) = Subspace.of([silent, step], (12, 9))
+    c0 = cut(z_core + s2, RankPolicy("keep-base"), backbone=silent, step=s2)
+    assert (c0.factors.scale, c0.rank) == (1.0, 2)
+    assert_close(c0.factors.dense(), silent.dense() + step.dense(), rtol=0, atol=1e-12 * float(dense.abs().max()))
+
+
+def test_pad_adds_exactly_the_zero_directions_asked_for():
+    """pad(x, r) has rank r (one more included), the same scale and the same update; never fewer than x's rank."""
+    from vecmerge.rankcut import pad
+
+    x = rand_lr(6, 5, 2, 9, scale=3.0)
+    for r in (1, 2, 3, 5):
+        p = pad(x, r)
+        assert p.rank == max(r, 2) and p.scale == 3.0
+        assert_close(p.dense(), x.dense(), rtol=0, atol=0)

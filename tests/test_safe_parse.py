@@ -6,6 +6,7 @@ the call and asserts a bound of a couple of seconds (the unguarded cases ran 60-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -335,3 +336,114 @@ def test_time_budget_off_the_main_thread_uses_a_child_process():
     assert out["ok"] == "q_proj"
     err, seconds = out["slow"]
     assert isinstance(err, PatternError) and SLOW_KEY.replace("\\", "\\\\") in str(err) and seconds < 2.0
+
+
+@pytest.mark.parametrize("key, refused", [
+    ("a{100}.*.*.*.*!", False),          # {100} is a fixed count (MAX_COUNT): 4 variable repeats pass
+    ("a{101}.*.*.*.*!", True),           # {101} counts as unbounded: 5
+    ("a{150}.*.*.*.*!", True),
+    ("a{1,2}.*.*.*.*!", True),           # any {m,n} with m != n is variable
+    ("a{2}.*.*.*.*!", False),
+    (".*.*(?:.*){3}!", True),            # {3} of one repeat is 3: 2 + 3
+    (".*.*.*(?:.*){1}!", False),         # {1} of one repeat is 1: 3 + 1
+    (".*.*.*(.*.*)!", True),             # a group adds its repeats: 3 + 2
+    (".*.*.*(?:a.*.*|b)!", True),        # an alternation adds its costliest branch: 3 + 2
+    (".*.*.*(?:a.*|b.*)!", False),       # 3 + 1
+])
+def test_variable_repeats_are_counted_as_documented(key, refused):
+    """MAX_REPEATS = 4 variable repeats in a row pass, 5 are refused; the count follows the module docstring."""
+    err, _ = timed(check_pattern, key, field="rank_pattern", source="c.json")
+    if refused:
+        assert "variable repeats" in one_line_error(err, source="c.json", cls=PatternError)
+    else:
+        assert err is None
+
+
+@pytest.mark.skipif(not hasattr(re, "NOFLAG"), reason="atomic groups need Python 3.11")
+def test_an_atomic_group_counts_its_repeats():
+    err, _ = timed(check_pattern, ".*.*.*(?>.*.*)!", source="c.json")
+    assert "5 variable repeats" in one_line_error(err, source="c.json", cls=PatternError)
+
+
+def test_refusals_say_what_and_why_in_full():
+    """The messages name the field (rank_pattern by default), the file (adapter_config.json by default), the key,
+    the shape found and the fix, word for word."""
+    cases = {
+        "(a+)+$": "rank_pattern key '(a+)+$': a repeat inside a repeat (such as (a+)+ or (.*)*) can take minutes "
+                  "to match a module name; write the pattern without it (plain module names are enough)",
+        "(?:(?:ab|cd){2})*!": "rank_pattern key '(?:(?:ab|cd){2})*!': a repeated alternation (such as (a|aa)*) can "
+                              "take minutes to match a module name; write the pattern without it (plain module "
+                              "names are enough)",
+        "q_proj(": "rank_pattern key 'q_proj(': not a valid regex (missing ), unterminated subpattern); escape "
+                   r"special characters such as '(' as '\(' or fix the pattern",
+    }
+    for key, problem in cases.items():
+        for err, _ in (timed(check_pattern, key), timed(pattern_matches, key, "model.q_proj")):
+            assert str(one_line_error(err, source="adapter_config.json", cls=PatternError)) == \
+                f"adapter_config.json: {problem}"
+    err, _ = timed(pattern_matches, "(a+)+$", "x", field="alpha_pattern", source="c.json")
+    assert str(err).startswith("c.json: alpha_pattern key '(a+)+$': a repeat inside a repeat")
+
+
+def test_key_length_bound_is_exact():
+    assert check_pattern("a" * 1000) is None
+    err, _ = timed(check_pattern, "a" * 1001, source="c.json")
+    assert "longer than 1000 characters" in one_line_error(err, source="c.json", cls=PatternError)
+
+
+def test_a_key_valid_only_inside_peft_regex_is_accepted_like_peft():
+    """``q_proj)|(k_proj`` is no regex alone, but PEFT uses ``(.*\\.)?(KEY)$``, where it is one: checked as PEFT
+    uses it, and matched as PEFT matches it (plain ``re`` on the wrapped key)."""
+    key = "q_proj)|(k_proj"
+    check_pattern(key)
+    for name in NAMES + ["model.layers.0.self_attn.k_proj", "k_proj_extra"]:
+        assert pattern_matches(key, name) == bool(re.match(rf"(.*\.)?({key})$", name)), name
+
+
+def test_target_module_regexes_get_no_allowance_for_a_prefix():
+    """target_modules is matched as written (no PEFT prefix): its own 5 variable repeats are refused."""
+    from vecmerge.peft_format import targeted
+
+    with pytest.raises(PatternError, match="5 variable repeats"):
+        targeted({"target_modules": r".*.*.*.*.*q_proj"}, "model.layers.0.self_attn.q_proj")
+    assert targeted({"target_modules": r".*.*.*.*q_proj"}, "model.layers.0.self_attn.q_proj")
+
+
+def test_time_budget_off_the_main_thread_keeps_its_bounds():
+    """In the child: a fast key matches even under a 0.2 s budget, the slow one is stopped within budget + 0.5 s
+    (the kill) plus a margin (1.4 s in all), and the message names the key that ran out of time (the second)."""
+    out = {}
+
+    def work():
+        out["fast"] = PatternSet(["x", "q_proj"], budget_s=0.2).first_key("model.q_proj")
+        out["slow"] = timed(PatternSet(["q_proj", SLOW_KEY], budget_s=0.2, source="s.json").first_key, "a" * 400)
+
+    th = threading.Thread(target=work)
+    th.start()
+    th.join(10)
+    assert out["fast"] == "q_proj"
+    err, seconds = out["slow"]
+    msg = one_line_error(err, source="s.json", cls=PatternError)
+    assert msg.startswith(f"s.json: rank_pattern key {SLOW_KEY!r}: matching module") and seconds < 1.4
+
+
+@pytest.mark.parametrize("stdout, named", [(b"0\n1\n", "k1"), ("0\n1\n", "k1"), (b"", "k0"), (None, "k0")])
+def test_a_child_killed_at_the_budget_names_the_key_it_was_on(monkeypatch, stdout, named):
+    """The child prints each key's index before matching it; whatever it printed before the kill (bytes on POSIX,
+    text elsewhere, or nothing) names the key in the message, the first when nothing was printed."""
+    import subprocess
+
+    from vecmerge import safe_pattern
+
+    def killed(*args, **kwargs):
+        raise subprocess.TimeoutExpired(args[0], kwargs.get("timeout"), output=stdout)
+
+    monkeypatch.setattr(safe_pattern.subprocess, "run", killed)
+    monkeypatch.setattr(safe_pattern, "_alarm", lambda s: _no_timer())
+    err, _ = timed(PatternSet(["k0", "k1"], source="c.json").first_key, "model.q_proj")
+    assert one_line_error(err, source="c.json", cls=PatternError).startswith(f"c.json: rank_pattern key '{named}'")
+
+
+@contextlib.contextmanager
+def _no_timer():
+    yield False

@@ -537,3 +537,204 @@ def test_recover_keeps_a_leftover_whose_journal_is_not_trustworthy(tmp_path):
     (line,) = recover(tmp_path)
     assert line.startswith(f"left {tmp_path / leftover} as is") and hidden(tmp_path) == [leftover]
     assert tag_of(tmp_path / leftover / "new") == "old" and tag_of(tmp_path / "out") == "new"
+
+
+# ------------------------------------------------------------------------ crashes in this process (fork)
+def crash_at(step: str, work) -> None:
+    """Run ``work()`` in a forked child that dies (``os._exit``, no clean-up at all) at checkpoint ``step``."""
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest, no exception handling, no atexit
+        def die(at):
+            if at == step:
+                os._exit(0)
+
+        safe_write._checkpoint = die
+        try:
+            work()
+        finally:
+            os._exit(3)  # it never reached the step
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the child did not reach {step}"
+
+
+def leftover_of(parent: Path) -> Path:
+    (name,) = [h for h in hidden(parent) if ".tmp-" in h]
+    return parent / name
+
+
+def test_recover_reports_what_it_restored_and_removes_each_wrapper_once_the_journal_last(tmp_path):
+    """A ladder killed mid-commit: every member is restored (one line each), then each wrapper removed exactly
+    once, the journal's wrapper (the first member's) last, so a crash during clean-up can still be read."""
+    parent = tmp_path / "runs"
+    names = ["out-x0.5", "out-x1"]
+    commit_folders([parent / n for n in names], "old")
+    crash_at("moved out-x1", lambda: commit_folders([parent / n for n in names], "new", force=True))
+    wrappers = {n: next(parent / h for h in hidden(parent) if h.startswith(f".{n}.tmp-")) for n in names}
+    assert (wrappers["out-x0.5"] / "journal.json").is_file()
+    lines = recover(parent)
+    assert lines == [f"restored {parent / 'out-x1'} (a commit of vecmerge was interrupted)",
+                     f"restored {parent / 'out-x0.5'} (a commit of vecmerge was interrupted)",
+                     f"removed the leftover {wrappers['out-x1']}", f"removed the leftover {wrappers['out-x0.5']}"]
+    assert [tag_of(parent / n) for n in names] == ["old", "old"] and hidden(parent) == []
+
+
+def test_recover_after_a_crash_while_the_old_output_was_aside(tmp_path, monkeypatch):
+    """No atomic swap: the old output was moved aside and the path is empty; the next recovery puts it back and
+    says so."""
+    commit_folders([tmp_path / "out"], "old")
+    monkeypatch.setattr(safe_write, "exchange", _no_swap)
+    monkeypatch.setattr(safe_recover, "exchange", _no_swap)
+    crash_at("aside", lambda: commit_folders([tmp_path / "out"], "new", force=True))
+    assert tag_of(tmp_path / "out") is None
+    wrapper = leftover_of(tmp_path)
+    assert recover(tmp_path) == [f"restored {tmp_path / 'out'} (a commit of vecmerge was interrupted)",
+                                 f"removed the leftover {wrapper}"]
+    assert tag_of(tmp_path / "out") == "old" and hidden(tmp_path) == []
+
+
+def _journal(wrapper: Path) -> dict:
+    return json.loads((wrapper / "journal.json").read_text())
+
+
+@pytest.mark.parametrize("damage", ["state", "parent", "name", "big", "other-file", "journal-dir"])
+def test_recover_trusts_only_a_journal_vecmerge_wrote(tmp_path, damage):
+    """A committing leftover whose journal is off in any one way is left exactly as it is (with the line saying
+    so): a state other than committing/done, a member whose wrapper is not beside its target or not named after
+    it, a journal over 1 MiB, a marker naming another file, a journal that is not a file."""
+    parent = tmp_path / "runs"
+    commit_folders([parent / "out"], "old")
+    crash_at("moved out", lambda: commit_folders([parent / "out"], "new", force=True))
+    wrapper = leftover_of(parent)
+    plan = _journal(wrapper)
+    journal = wrapper / "journal.json"
+    if damage == "state":
+        plan["state"] = "paused"
+    elif damage == "parent":
+        plan["members"][0]["target"] = str(tmp_path / "out")
+    elif damage == "name":
+        plan["members"][0]["target"] = str(parent / "other")
+    elif damage == "big":
+        plan["pad"] = "x" * (3 << 19)  # 1.5 MiB: a valid journal, but larger than any vecmerge writes
+    if damage in ("state", "parent", "name", "big"):
+        journal.write_text(json.dumps(plan))
+    elif damage == "other-file":
+        marker = json.loads((wrapper / ".vecmerge-partial").read_text())
+        (wrapper / "plan.json").write_text(journal.read_text())
+        (wrapper / ".vecmerge-partial").write_text(json.dumps({**marker, "journal": str(wrapper / "plan.json")}))
+        journal = wrapper / "plan.json"
+    else:
+        journal.unlink()
+        journal.mkdir()
+    assert recover(parent) == [f"left {wrapper} as is: its journal {journal} is not one vecmerge wrote; inspect it"]
+    assert tag_of(parent / "out") == "new" and tag_of(wrapper / "new") == "old"
+
+
+@pytest.mark.parametrize("damage", ["symlinked-marker", "big-marker"])
+def test_recover_ignores_a_leftover_whose_marker_is_not_plainly_vecmerges(tmp_path, damage):
+    """The marker must be a plain file of at most 64 KiB naming vecmerge; a symbolic link to a good marker, or a
+    marker padded past 64 KiB, leaves the folder untouched (recover does nothing, says nothing)."""
+    parent = tmp_path / "runs"
+    parent.mkdir()
+    crash_at("built", lambda: commit_folders([parent / "out"], "new"))
+    wrapper = leftover_of(parent)
+    marker = wrapper / ".vecmerge-partial"
+    info = json.loads(marker.read_text())
+    if damage == "symlinked-marker":
+        (tmp_path / "elsewhere.json").write_text(json.dumps(info))
+        marker.unlink()
+        os.symlink(tmp_path / "elsewhere.json", marker)
+    else:
+        marker.write_text(json.dumps({**info, "pad": "x" * (100 << 10)}))
+    assert recover(parent) == [] and wrapper.is_dir()
+
+
+def test_recover_leaves_a_leftover_whose_owner_is_alive_and_closes_what_it_opened(tmp_path):
+    """A marker another holder has locked is a live run's: left alone, without error. Recovering a dead one
+    leaves no descriptor open."""
+    import fcntl
+
+    parent = tmp_path / "runs"
+    parent.mkdir()
+    crash_at("built", lambda: commit_folders([parent / "out"], "new"))
+    wrapper = leftover_of(parent)
+    fd = os.open(wrapper / ".vecmerge-partial", os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        assert recover(parent) == [] and wrapper.is_dir()
+    finally:
+        os.close(fd)
+    before = sorted(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    assert recover(parent) == [f"removed the unfinished output {wrapper}"] and hidden(parent) == []
+    if before is not None:
+        assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.parametrize("swap", ["user-folder", "user-file-added"])
+def test_a_target_changed_between_the_check_and_the_swap_is_put_back(tmp_path, monkeypatch, swap):
+    """--force replaces only what the check allowed: if, by the swap, the old output was replaced by the user's
+    folder (or got a file the user added), that folder goes back untouched and the commit fails."""
+    commit_folders([tmp_path / "out"], "old")
+
+    def meanwhile(step):
+        if step == "journal":
+            if swap == "user-folder":
+                os.rename(tmp_path / "out", tmp_path / "moved")
+                (tmp_path / "out").mkdir()
+                (tmp_path / "out" / "notes.txt").write_text("mine")
+            else:
+                (tmp_path / "out" / "my-eval.txt").write_text("mine")
+
+    monkeypatch.setattr(safe_write, "_checkpoint", meanwhile)
+    with pytest.raises(OutputError) as err:
+        with OutputTransaction(OutputPolicy(force=True)) as txn:
+            write_output(txn.folder(tmp_path / "out", expected_entries=[*FILES, "vecmerge.json"]), "new")
+            txn.commit()
+    one_line(err, "--out", "changed while vecmerge was writing; it was left as is")
+    mine = "notes.txt" if swap == "user-folder" else "my-eval.txt"
+    assert (tmp_path / "out" / mine).read_text() == "mine"
+    assert [h for h in hidden(tmp_path) if ".tmp-" in h] == []
+
+
+def test_a_file_target_changed_between_the_check_and_the_swap_is_put_back(tmp_path, monkeypatch):
+    """The same for a file (--plot): a PNG replaced by another kind of file before the swap is put back."""
+    policy = OutputPolicy(force=True)
+    write_file(tmp_path / "p.png", PNG_BYTES + b"old", policy=policy, kind=PNG, flag="--plot")
+
+    def meanwhile(step):
+        if step == "journal":
+            (tmp_path / "p.png").write_bytes(b"my text, not an image")
+
+    monkeypatch.setattr(safe_write, "_checkpoint", meanwhile)
+    with pytest.raises(OutputError) as err:
+        write_file(tmp_path / "p.png", PNG_BYTES + b"new", policy=policy, kind=PNG, flag="--plot")
+    one_line(err, "--plot", "changed while vecmerge was writing")
+    assert (tmp_path / "p.png").read_bytes() == b"my text, not an image" and hidden(tmp_path) == []
+
+
+def test_discard_folder_is_recoverable_at_every_step_and_cleans_its_folder_first(tmp_path, monkeypatch):
+    """discard_folder first recovers the leftovers beside its target (not in the working directory), names --out in
+    its refusals, and a crash mid-discard leaves a marked wrapper beside the target that the next run removes."""
+    parent = tmp_path / "runs"
+    commit_folders([parent / "demo"], "old")
+    crash_at("built", lambda: commit_folders([parent / "other"], "new"))
+    monkeypatch.chdir(tmp_path)
+    discard_folder(parent / "demo", policy=OutputPolicy(force=True))
+    assert not (parent / "demo").exists() and hidden(parent) == []
+    (parent / "notes").mkdir()
+    (parent / "notes" / "n.txt").write_text("x")
+    with pytest.raises(OutputError) as err:
+        discard_folder(parent / "notes", policy=OutputPolicy(force=True))
+    one_line(err, f"--out {parent / 'notes'}: exists and holds no vecmerge.json")
+    commit_folders([parent / "demo"], "old")
+    crash_at("discarded", lambda: discard_folder(parent / "demo", policy=OutputPolicy(force=True)))
+    wrapper = leftover_of(parent)
+    assert wrapper.name.startswith(".demo.tmp-") and not (parent / "demo").exists()
+    assert json.loads((wrapper / ".vecmerge-partial").read_text())["tool"] == "vecmerge"
+    assert recover(parent) == [f"removed the unfinished output {wrapper}"] and hidden(parent) == []
+
+
+def test_a_transaction_that_was_aborted_says_so():
+    txn = OutputTransaction(OutputPolicy())
+    txn.abort()
+    with pytest.raises(OutputError, match="these outputs were already aborted"):
+        txn.commit()
