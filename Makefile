@@ -43,7 +43,8 @@ bench: install
 check: lint test
 
 # Mutation testing (not in CI; docs/MUTATION.md): mutmut on the modules where a silent error would hurt, one
-# worker so one core stays free. MODULES=vecmerge.step runs one module's mutants only.
+# worker so one core stays free (MUTATE_CHILDREN=2 for two). MODULES=vecmerge.step runs again one module's
+# mutants, keeping the other results.
 MUTMUT_SPEC ?= mutmut==3.8.1
 MODULES ?=
 mutate: install

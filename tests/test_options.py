@@ -34,3 +34,36 @@ def test_options_import_no_torch():
     code = "import sys, vecmerge.options, vecmerge.recipe; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() \
         == "False"
+
+
+def test_choose_step_energy_and_floor_against_hand_computed_tails():
+    """step-energy:E keeps the smallest k with sum_{i>=k} S_i^2 <= (1 - E) ||step||^2 (the boundary included), never
+    above the exact rank; the floor (round-off scale) lowers the exact rank, which caps every policy."""
+    S = torch.tensor([3.0, 2.0, 1.0], dtype=torch.float64)           # tails from k: 14, 5, 1, 0
+    pol = RankPolicy.parse("step-energy:0.75")
+    assert pol.choose(S, step_norm=2.0) == (2, 3)                     # (1 - 0.75) * 4 = 1: tail 1 <= 1 at k = 2
+    assert pol.choose(S, step_norm=1.9) == (3, 3)                     # 0.9025: tail 1 > it, k = 3
+    assert pol.choose(S, step_norm=100.0) == (0, 3)                   # 2500 >= 14: nothing needs keeping
+    assert RankPolicy.parse("step-energy:1").choose(S, step_norm=1.0) == (3, 3)
+    with pytest.raises(RecipeError, match=r"rank=step-energy:0.75: measures the step, and this update has none"):
+        pol.choose(S)
+    T = torch.tensor([3.0, 2.0, 1.0, 1e-6], dtype=torch.float64)
+    assert RankPolicy.parse("exact").choose(T) == (4, 4)              # 1e-6 of ||S|| = 3.7 is rank (above 1e-9)
+    assert RankPolicy.parse("exact").choose(T, floor=1e4) == (3, 3)   # 1e-6 <= 1e-9 * 1e4: round-off
+    assert RankPolicy.parse("energy:1").choose(T, floor=1e4) == (3, 3)
+    assert RankPolicy.parse("4").choose(T, floor=1e4) == (3, 3)
+    assert RankPolicy.parse("step-energy:0.999").choose(T, floor=1e4, step_norm=1e-3) == (3, 3)
+
+
+def test_parse_spellings_and_names():
+    """Case and spaces are ignored; energy shares are written back with %g; fixed ranks as integers."""
+    assert RankPolicy.parse(" Exact ") == RankPolicy("exact")
+    assert RankPolicy.parse("KEEP-BASE") == RankPolicy("keep-base")
+    assert RankPolicy.parse("12") == RankPolicy("fixed", 12) and str(RankPolicy("fixed", 12)) == "12"
+    assert RankPolicy.parse("energy:1") == RankPolicy("energy", 1.0)
+    assert RankPolicy.parse("step-energy:0.5") == RankPolicy("step-energy", 0.5)
+    assert str(RankPolicy.parse("step-energy:0.5")) == "step-energy:0.5"
+    with pytest.raises(RecipeError) as e:
+        RankPolicy.parse("energy:")
+    assert str(e.value) == ("recipe: rank='energy:': use 'exact', a positive integer, 'energy:E' or 'step-energy:E' "
+                            "with 0 < E <= 1, or 'keep-base'")

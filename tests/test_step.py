@@ -87,3 +87,82 @@ def test_choose_step_needs_a_size(toy):
     ws = Workspace()
     with pytest.raises(RecipeError, match="give trust"):
         choose_step(ws.evaluate("v54"), ws.evaluate("v51 - v28"))
+
+
+def _tv(norms: dict):
+    """A TaskVector whose module m is the 1x1 update [[norms[m]]] (||x_m|| = |norms[m]|, exact)."""
+    from vecmerge.lowrank import LowRank
+    from vecmerge.taskvector import TaskVector
+
+    return TaskVector({m: LowRank(torch.tensor([[float(v)]], dtype=torch.float64),
+                                  torch.ones(1, 1, dtype=torch.float64)) for m, v in norms.items()}, {})
+
+
+BASE = {"a": 3.0, "b": 4.0, "c": 12.0}      # ||base|| = 13
+DIRN = {"a": 1.0, "b": 0.0, "c": 2.0}       # ||dir|| = sqrt(5)
+
+
+def test_global_step_fields_against_the_closed_form():
+    """alpha = T ||base|| / ||dir|| = 0.1 * 13 / sqrt(5); every module gets it; the numbers that justify it are kept.
+    rel 1e-15: the same few float64 operations."""
+    st = choose_step(_tv(BASE), _tv(DIRN), trust=0.1)
+    alpha = 0.1 * 13 / math.sqrt(5)
+    assert st.alpha == pytest.approx(alpha, rel=1e-15) and st.module_alpha == {m: st.alpha for m in BASE}
+    assert (st.trust, st.scope, st.requested_alpha, st.clipped) == (0.1, "global", None, False)
+    assert st.base_norm == pytest.approx(13.0, rel=1e-15) and st.dir_norm == pytest.approx(math.sqrt(5), rel=1e-15)
+    assert st.base_module_norms == pytest.approx(BASE, rel=1e-15) and st.dir_module_norms == pytest.approx(DIRN,
+                                                                                                        rel=1e-15)
+    bound = st.alpha
+    at = choose_step(_tv(BASE), _tv(DIRN), trust=0.1, alpha=-bound)  # exactly at the bound: not clipped
+    assert (at.alpha, at.clipped, at.requested_alpha) == (-bound, False, -bound)
+    free = choose_step(_tv(BASE), _tv(DIRN), alpha=-7.0)
+    assert (free.alpha, free.trust, free.clipped) == (-7.0, None, False) and free.module_alpha["b"] == -7.0
+
+
+def test_module_step_bounds_each_module_by_its_own_norm():
+    """Module scope: alpha_m = T ||base_m|| / ||dir_m|| (0 where the direction is zero); with --alpha, each module
+    takes min(|alpha|, alpha_m) with alpha's sign, and clipped says whether any was reduced."""
+    st = choose_step(_tv(BASE), _tv(DIRN), trust=0.5, scope="module")
+    assert st.alpha is None and (st.scope, st.trust, st.clipped) == ("module", 0.5, False)
+    assert st.module_alpha == pytest.approx({"a": 1.5, "b": 0.0, "c": 3.0}, rel=1e-15)
+    mixed = choose_step(_tv(BASE), _tv(DIRN), trust=0.5, scope="module", alpha=-2.0)
+    assert mixed.module_alpha == pytest.approx({"a": -1.5, "b": 0.0, "c": -2.0}, rel=1e-15)
+    assert mixed.clipped and mixed.requested_alpha == -2.0
+    inside = choose_step(_tv(BASE), _tv({"a": 1.0, "b": 1.0, "c": 1.0}), trust=0.5, scope="module", alpha=1.5)
+    assert inside.module_alpha == {"a": 1.5, "b": 1.5, "c": 1.5} and not inside.clipped  # a's bound is 1.5 exactly
+
+
+def test_step_refusals_say_what_to_give():
+    with pytest.raises(RecipeError, match=r"^recipe: trust_scope=module needs trust$"):
+        choose_step(_tv(BASE), _tv(DIRN), alpha=1.0, scope="module")
+    with pytest.raises(RecipeError, match="backbone is zero"):
+        choose_step(_tv({"a": 0.0}), _tv({"a": 1.0}), trust=0.1)
+    assert choose_step(_tv({"a": 0.0}), _tv({"a": 1.0}), alpha=0.5).alpha == 0.5  # an explicit alpha needs no norm
+    with pytest.raises(RecipeError, match="direction is zero in every module"):
+        choose_step(_tv(BASE), _tv({"a": 0.0, "b": 0.0, "c": 0.0}), alpha=1.0)
+
+
+def test_realized_step_figures_against_a_hand_computation():
+    """realized(multiple): s_m = |alpha_m * multiple| ||dir_m||, global = sqrt(sum s_m^2) / ||base||, step_norm, and
+    min/median/max of s_m / ||base_m|| over modules with both norms non-zero (rel 1e-15)."""
+    from vecmerge.step import StepSize
+
+    dn = {"a": 1.0, "b": 2.0, "c": 0.0, "d": 1.0, "e": 3.0}
+    bn = {"a": 4.0, "b": 0.0, "c": 1.0, "d": 2.0, "e": 1.0}
+    alpha = {"a": 2.0, "b": -1.0, "c": 5.0, "d": -0.5, "e": 1.0}
+    st = StepSize(None, alpha, 0.1, "module", None, False, 10.0, 1.0, bn, dn)
+    r = st.realized(3.0)
+    s = {m: abs(alpha[m] * 3.0) * dn[m] for m in dn}                  # a 6, b 6, c 0, d 1.5, e 9
+    per = sorted(s[m] / bn[m] for m in ("a", "d", "e"))               # 1.5, 0.75, 9
+    assert r["step_norm"] == pytest.approx(math.sqrt(sum(v * v for v in s.values())), rel=1e-15)
+    assert r["global"] == pytest.approx(r["step_norm"] / 10.0, rel=1e-15)
+    assert (r["module_min"], r["module_median"], r["module_max"]) == pytest.approx((per[0], per[1], per[2]), rel=1e-15)
+    assert st.realized()["step_norm"] == pytest.approx(r["step_norm"] / 3.0, rel=1e-15)
+    flat = StepSize(None, {"a": 1.0}, None, "global", 1.0, False, 0.0, 1.0, {"a": 0.0}, {"a": 1.0}).realized()
+    assert flat == {"global": math.inf, "step_norm": 1.0, "module_min": 0.0, "module_median": 0.0, "module_max": 0.0}
+
+
+def test_trust_alpha_of_a_zero_direction_is_zero():
+    from vecmerge.step import trust_alpha
+
+    assert trust_alpha(3.0, 0.0, 0.5) == 0.0 and trust_alpha(3.0, 2.0, 0.5) == 0.75

@@ -373,3 +373,94 @@ def test_embedding_lora_on_tied_weights_verifies(tmp_path, monkeypatch, hf_base,
     checks = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
     assert res.exit_code == 0, [c for c in checks.values() if not c["passed"]]
     assert checks["logits"]["figures"]["rel_max_diff"] < 1e-5
+
+
+def _dense_figures(out: Path, dense_expr, dense_updates, skip=()):
+    """verify's update and step figures from dense float64 of the raw files (safetensors + PEFT's scale rule):
+    I_m = base_m + alpha dir_m with alpha from the manifest, W_m as PEFT reads it."""
+    man = json.loads((out / "vecmerge.json").read_text())
+    alpha = man["resolved"]["alpha"]
+    base, d = dense_expr({"v54": 1.0}), dense_expr({"v51": 1.0, "v28": -1.0})
+    written = dense_updates(out)
+    names = [m for m in base if m not in skip]
+    err = {m: float((written[m] - base[m] - alpha * d[m]).norm()) for m in names}
+    tgt = {m: float((base[m] + alpha * d[m]).norm()) for m in names}
+    step_sq = math.fsum(alpha**2 * float((d[m] ** 2).sum()) for m in base)
+    moved = math.fsum(float(((written[m] - base[m]) * alpha * d[m]).sum()) for m in names)
+    rel = {m: err[m] / tgt[m] for m in names}
+    return {"rel": rel, "rel_error": math.sqrt(math.fsum(e * e for e in err.values()) / math.fsum(
+        t * t for t in tgt.values())), "survival": moved / step_sq,
+        "residual": math.sqrt(math.fsum(e * e for e in err.values()) / step_sq), "step_norm": math.sqrt(step_sq)}
+
+
+@pytest.mark.parametrize("extra, compared_to", [((), "recomputed update"),
+                                                (("--rank", "4"), "recorded rank-cut error")])
+def test_update_and_step_figures_are_the_documented_formulas(toy, run_cli, dense_expr, dense_updates, extra,
+                                                            compared_to):
+    """Every figure of the update and step checks against dense float64 (rtol 1e-6: fp32 factors read back):
+    per-module max, worst module, the aggregate ``sqrt(sum ||W - I||^2 / sum ||I||^2)``, survival
+    ``sum <W - base, step> / ||step||^2``, residual ``||W - I|| / ||step||``, ||step||; and what it compared to."""
+    project(run_cli, "out", *extra)
+    want = _dense_figures(Path("out"), dense_expr, dense_updates)
+    res = by_name(verify_output("out"))
+    upd, step = res["update"], res["step"]
+    assert upd["passed"] and step["passed"]
+    assert upd["figures"]["worst_module"] == max(want["rel"], key=want["rel"].get)
+    assert upd["figures"]["max_rel_error"] == pytest.approx(max(want["rel"].values()), rel=1e-6)
+    assert upd["figures"]["rel_error"] == pytest.approx(want["rel_error"], rel=1e-6)
+    assert (upd["figures"]["tolerance"], upd["figures"]["compared_to"]) == (1e-5, compared_to)
+    assert upd["detail"] == ("every module within 1e-05 of the " + ("recorded rank-cut error" if extra else
+                                                                     "recomputed update (relative Frobenius)"))
+    for key in ("survival", "residual", "step_norm"):
+        assert step["figures"][key] == pytest.approx(want[key], rel=1e-6), key
+    assert step["figures"]["tolerance"] == 1e-4
+    if extra:  # the cut loses part of the step: verify expects the recorded survival, not 1
+        man = json.loads(Path("out/vecmerge.json").read_text())
+        assert step["detail"].endswith(f"expected {man['figures']['survival']:.8f} within 0.0001")
+        assert step["figures"]["survival"] < 1 - 1e-3
+
+
+def test_a_rescaled_module_is_named_with_its_error_and_scale(toy, run_cli):
+    """One module's B times 1.0001: the detail names it, its error, the file, and that its tensors are the
+    recomputed ones scaled by 1.0001 (a pure rescaling is recognised as one)."""
+    project(run_cli)
+    rewrite_tensor(Path("out"), B_KEY, lambda t: t * (1 + 1e-4))
+    upd = by_name(verify_output("out"))["update"]
+    rel = upd["figures"]["max_rel_error"]
+    assert upd["detail"] == (f"1/14 modules differ from the recomputed update, e.g. {MODULE}: relative error "
+                             f"{rel:.3e} > 1e-05; tensors of {MODULE} in adapter_model.safetensors do not hold the "
+                             "recomputed factors (scaled by 1.0001)")
+    assert not upd["passed"] and upd["figures"]["bad_modules"] == [MODULE]
+
+
+def test_a_changed_module_of_a_rank_cut_names_its_recorded_error(toy, run_cli):
+    """A rank-cut output is compared with its recorded cut error: one module's B times 1.01 moves its error off the
+    record (the cut's residual is orthogonal to the cut, so 1.0001 would not), and the detail shows both."""
+    project(run_cli, "out", "--rank", "4")
+    rewrite_tensor(Path("out"), B_KEY, lambda t: t * 1.01)
+    upd = by_name(verify_output("out"))["update"]
+    man = json.loads(Path("out/vecmerge.json").read_text())
+    assert not upd["passed"] and upd["figures"]["bad_modules"] == [MODULE]
+    assert upd["detail"].startswith(f"1/14 modules differ from the recomputed update, e.g. {MODULE}: relative error ")
+    assert f" > 1e-05 (recorded {man['modules'][MODULE]['rel_error']!r}); tensors of {MODULE}" in upd["detail"]
+
+
+def test_a_changed_entry_is_not_called_a_rescaling(toy, run_cli):
+    project(run_cli)
+    rewrite_tensor(Path("out"), B_KEY, lambda t: t.index_put_((torch.tensor([0]), torch.tensor([0])),
+                                                               t[0, 0] + 0.1 * t.abs().max()))
+    detail = by_name(verify_output("out"))["update"]["detail"]
+    assert detail.endswith("in adapter_model.safetensors do not hold the recomputed factors") and "scaled" not in detail
+
+
+def test_an_unreadable_module_is_named_and_the_others_still_compared(toy, run_cli, dense_expr, dense_updates):
+    """A module with a NaN fails the update check by name; every other module is still compared (figures over
+    the 13 others against dense float64, rtol 1e-6)."""
+    project(run_cli)
+    want = _dense_figures(Path("out"), dense_expr, dense_updates, skip=(MODULE,))
+    rewrite_tensor(Path("out"), B_KEY, lambda t: t.index_put_((torch.tensor([0]), torch.tensor([0])),
+                                                               torch.tensor(float("nan"))))
+    upd = by_name(verify_output("out"))["update"]
+    assert not upd["passed"] and upd["detail"] == f"{MODULE}: unreadable or non-finite factors"
+    assert upd["figures"]["rel_error"] == pytest.approx(want["rel_error"], rel=1e-6)
+    assert upd["figures"]["worst_module"] == max(want["rel"], key=want["rel"].get)

@@ -22,6 +22,7 @@ import argparse
 import configparser
 import fnmatch
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -31,7 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHILDREN = 1  # one core stays free on a 2-core machine
+CHILDREN = int(os.environ.get("MUTATE_CHILDREN", "1"))  # workers; 1 keeps a core free on a 2-core machine
 
 KILLED, SURVIVED, TIMEOUT, NO_TESTS, NOT_CHECKED, OTHER = "killed", "survived", "timeout", "no tests", \
     "not checked", "suspicious"
