@@ -168,3 +168,37 @@ def test_manifest_check_passes_a_clean_output_and_names_each_edited_field(toy, r
         "not a sha256", "output.modules is 3, recomputes to 14"]
     res = edited(lambda m: m["output"].pop("card_sha256"))
     assert res["figures"]["differing"] == ["output.card_sha256 is missing"]
+
+
+def test_at_most_twenty_differences_are_kept_in_the_figures():
+    want = {"figures": {f"f{i:02d}": 1.0 for i in range(25)}, "modules": {}}
+    res = figures_check({"figures": {f"f{i:02d}": 2.0 for i in range(25)}, "modules": {}}, want)
+    assert len(res["figures"]["differing"]) == 20 and res["detail"].endswith(" and 21 more")
+
+
+def test_manifest_check_names_missing_sections_once_and_foreign_pins(toy, run_cli):
+    """A missing section is one line (not also 'recomputes to'); the recipe's pins must equal the inputs' copy."""
+    path = _project(run_cli)
+    original = path.read_text()
+
+    def edited(edit):
+        path.write_text(original)
+        return _manifest_detail(path, edit)["figures"]["differing"]
+
+    def drop(*keys):
+        return lambda m: [m.pop(k) for k in keys]
+
+    assert edited(drop("tool", "kind", "method")) == ["tool is missing", "kind is missing", "method is missing"]
+    assert edited(drop("created", "vecmerge_version")) == ["created is missing", "vecmerge_version is missing"]
+    gone = edited(drop("resolved"))  # then each field of it is missing too
+    assert gone[0] == "resolved is missing" and len(gone) > 2
+    assert all(x.startswith("resolved.") and x.endswith(" is missing") for x in gone[1:])
+    assert edited(drop("missing_modules")) == ["missing_modules is missing"]
+    assert edited(drop("inputs"))[:2] == ["inputs is missing", "inputs names , the recipe reads v28, v51, v54"]
+    assert edited(lambda m: m["output"].update(extra=1) or m["output"].pop("weights")) == [
+        "output.extra is not a field vecmerge writes", "output.weights is missing"]
+    assert edited(lambda m: m.update({f"k{i:02d}": 0 for i in range(25)}))[:1] == ["k00 is not a field vecmerge writes"]
+    assert len(edited(lambda m: m.update({f"k{i:02d}": 0 for i in range(25)}))) == 20
+    # the copy the model card shows must equal the recipe's pin (its hashes are compared with the files above)
+    assert edited(lambda m: m["inputs"]["v28"].update(base_model="other")) == [
+        "inputs.v28.base_model is 'other', recomputes to 'toy-base'"]

@@ -523,9 +523,11 @@ def with_absolute_inputs(manifest: dict, folder) -> dict:
         return {n: {**e, "path": str(root / e["path"])} if isinstance(e, dict) and isinstance(e.get("path"), str)
                 else e for n, e in entries.items()}
 
-    out = dict(manifest, inputs=fix(manifest.get("inputs")))
-    if isinstance(manifest.get("recipe"), dict):
-        out["recipe"] = dict(manifest["recipe"], inputs=fix(manifest["recipe"].get("inputs")))
+    out = dict(manifest)  # a section the manifest lacks stays absent (verify names it as missing)
+    if "inputs" in manifest:
+        out["inputs"] = fix(manifest["inputs"])
+    if isinstance(manifest.get("recipe"), dict) and "inputs" in manifest["recipe"]:
+        out["recipe"] = dict(manifest["recipe"], inputs=fix(manifest["recipe"]["inputs"]))
     return out
 
 
