@@ -464,3 +464,63 @@ def test_an_unreadable_module_is_named_and_the_others_still_compared(toy, run_cl
     assert not upd["passed"] and upd["detail"] == f"{MODULE}: unreadable or non-finite factors"
     assert upd["figures"]["rel_error"] == pytest.approx(want["rel_error"], rel=1e-6)
     assert upd["figures"]["worst_module"] == max(want["rel"], key=want["rel"].get)
+
+
+def test_a_module_whose_update_is_zero_verifies(tmp_path, monkeypatch, run_cli):
+    """A zero backbone and a dropped (disagreeing) module: that module's intended update is exactly zero, its error
+    is absolute (no division by a zero norm) and the output verifies."""
+    from vecmerge.testing import toy_trajectory
+
+    disagree = "model.layers.1.mlp.up_proj"
+    toy_trajectory(tmp_path / "t", disagree=(disagree,))
+    monkeypatch.chdir(tmp_path / "t")
+    res = run_cli("project", "--base", "v54-v54", "--dir", "v51-v28", "--alpha", "0.1", "--consensus-ref",
+                  "v54-v54e2", "--on-disagree", "drop", "--out", "z")
+    assert res.exit_code == 0, res.output
+    out = verify_output("z")
+    assert out["passed"], [c for c in out["checks"] if not c["passed"]]
+    assert Adapter(Path("z")).factors(disagree).norm() == 0.0
+
+
+@pytest.mark.parametrize("edit", ["drop-entry", "string-error"])
+def test_an_edited_record_of_a_rank_cut_fails_by_name(toy, run_cli, edit):
+    """A rank-cut output is judged against its recorded per-module errors: a module whose record is gone or is not
+    a number fails the update check by name (never a crash)."""
+    project(run_cli, "out", "--rank", "4")
+    path = Path("out/vecmerge.json")
+    man = json.loads(path.read_text())
+    if edit == "drop-entry":
+        del man["modules"][MODULE]
+    else:
+        man["modules"][MODULE]["rel_error"] = "0.1"
+    path.write_text(json.dumps(man))
+    upd = by_name(verify_output("out"))["update"]
+    assert not upd["passed"] and upd["figures"]["bad_modules"] == [MODULE]
+
+
+def test_verify_reports_progress_over_every_module(toy, run_cli):
+    project(run_cli)
+    seen = []
+
+    def progress(items):
+        items = list(items)
+        seen.append(items)
+        return items
+
+    assert verify_output("out", progress=progress)["passed"]
+    names = sorted(Adapter(Path("out")).modules)
+    assert any(all(isinstance(x, str) for x in s) and sorted(s) == names for s in seen)
+
+
+def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli):
+    """verify.compare keeps every module's recomputed update by default (the PEFT checks compare against them)."""
+    from vecmerge.recipe import with_absolute_inputs
+    from vecmerge.verify import TOLERANCES, compare, recompute
+
+    project(run_cli)
+    man = json.loads(Path("out/vecmerge.json").read_text())
+    ev, _ = recompute(with_absolute_inputs(man, Path("out")), Path("out"))
+    out = Adapter(Path("out"))
+    checks, expected = compare(out, ev, man, TOLERANCES["fp32"])
+    assert sorted(expected) == sorted(out.modules) and [c["name"] for c in checks] == ["update", "step"]
+    assert compare(out, ev, man, TOLERANCES["fp32"], keep_expected=False)[1] is None
