@@ -30,3 +30,11 @@ def test_result_needs_every_check():
 def test_a_check_that_did_not_run_says_so_in_its_figures():
     row = not_run("peft", "no base model")
     assert row == {"name": "peft", "passed": False, "detail": "not run: no base model", "figures": {"skipped": True}}
+
+
+def test_close_is_inclusive_and_relative_to_the_reference():
+    """|a - b| <= atol + rtol |b|: the bound itself passes (exactly representable numbers), and the tolerance
+    scales with |b| (1e6 +- 1 is close at rtol 1e-6, not at 1e-7)."""
+    assert close(1.5, 1.0, 0.25, atol=0.25) and not close(1.5, 1.0, 0.25, atol=0.125)
+    assert close(1e6 + 1, 1e6, 1e-6, atol=0.0) and not close(1e6 + 1, 1e6, 1e-7, atol=0.0)
+    assert close(4.0, 2.0, 1.0, atol=0.0) and not close(4.5, 2.0, 1.0, atol=0.0)

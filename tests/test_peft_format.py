@@ -195,3 +195,137 @@ def test_rslora_scale_of_a_config():
     """PEFT's rsLoRA scale alpha / sqrt(r), per module through the patterns (exact: powers of two)."""
     cfg = LoraConfig(r=4, lora_alpha=8, use_rslora=True, rank_pattern={"up_proj": 16})
     assert cfg.scale("model.layers.0.self_attn.q_proj") == 4.0 and cfg.scale("model.layers.0.mlp.up_proj") == 2.0
+
+
+TARGET_CONFIGS = [
+    {"target_modules": ["q_proj", "up_proj"]},
+    {"target_modules": ["self_attn.q_proj"]},
+    {"target_modules": r".*\.layers\.3\..*proj"},
+    {"target_modules": ["q_proj", "up_proj"], "exclude_modules": ["up_proj"]},
+    {"target_modules": ["q_proj", "up_proj"], "exclude_modules": r".*layers\.12.*"},
+    {"target_modules": ["q_proj", "up_proj", "c_attn"], "layers_to_transform": 3},
+    {"target_modules": ["q_proj", "up_proj"], "layers_to_transform": [3, 12], "layers_pattern": "layers"},
+    {"target_modules": ["q_proj", "up_proj", "c_attn"], "layers_to_transform": [3], "layers_pattern": ["h", "layers"]},
+    {"target_modules": ["q_proj"], "layers_to_transform": [0], "layers_pattern": "decoder.layers"},
+    {"target_modules": ["q_proj"], "layers_to_transform": []},
+    {"target_modules": []},
+    {"target_modules": "model.layers.3.self_attn.q_proj"},
+]
+TARGET_NAMES = ["model.layers.3.self_attn.q_proj", "model.layers.12.mlp.up_proj", "model.layers.3.mlp.q_proj_x",
+                "lm_head", "model.decoder.layers.0.q_proj", "transformer.h.3.attn.c_attn", "q_proj",
+                "model.layers.3.self_attn.k_proj"]
+
+
+@pytest.mark.parametrize("raw", TARGET_CONFIGS)
+def test_targeted_equals_peft_check_target_module_exists(raw):
+    """The reference is PEFT's own check_target_module_exists on a peft.LoraConfig of the same fields."""
+    import peft
+    from peft.tuners.tuners_utils import check_target_module_exists
+
+    cfg = peft.LoraConfig(**raw)
+    for name in TARGET_NAMES:
+        assert targeted(raw, name) == bool(check_target_module_exists(cfg, name)), name
+
+
+@pytest.mark.parametrize("raw, problem", [
+    ({"target_modules": 3}, "target_modules=3 (a regex string or a list of names)"),
+    ({"target_modules": ["q_proj"], "exclude_modules": [1]}, "exclude_modules=[1] (a regex string or a list of names)"),
+    ({"target_modules": ["q_proj"], "layers_pattern": {}}, "layers_pattern={} (a regex string or a list of names)"),
+    ({"target_modules": ["q_proj"], "layers_to_transform": "3"},
+     "layers_to_transform='3' (a layer index or a list of them)"),
+    ({"target_modules": ["q_proj"], "layers_to_transform": [True]},
+     "layers_to_transform=[True] (a layer index or a list of them)"),
+])
+def test_targeted_refuses_fields_of_the_wrong_type_by_name(raw, problem):
+    with pytest.raises(AdapterError) as e:
+        targeted(raw, "model.layers.3.self_attn.q_proj", source="c.json")
+    assert str(e.value) == f"c.json: invalid {problem}; fix the config"
+
+
+GOOD = {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"]}
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"r": True}, "r=True (a positive integer up to 1048576)"),
+    ({"r": 1048577}, "r=1048577 (a positive integer up to 1048576)"),
+    ({"r": 2.0}, "r=2.0 (a positive integer up to 1048576)"),
+    ({"lora_alpha": "8"}, "lora_alpha='8' (a finite number)"),
+    ({"lora_alpha": True}, "lora_alpha=True (a finite number)"),
+    ({"rank_pattern": {"q_proj": 0}}, "rank_pattern (a mapping of regex to positive integers)"),
+    ({"rank_pattern": {"q_proj": 1048577}}, "rank_pattern (a mapping of regex to positive integers)"),
+    ({"rank_pattern": ["q_proj"]}, "rank_pattern (a mapping of regex to positive integers)"),
+    ({"alpha_pattern": {"q_proj": "x"}}, "alpha_pattern (a mapping of regex to finite numbers)"),
+    ({"alpha_pattern": 5}, "alpha_pattern (a mapping of regex to finite numbers)"),
+    ({"use_rslora": "yes"}, "use_rslora='yes' (true or false)"),
+    ({"fan_in_fan_out": 1}, "fan_in_fan_out=1 (true or false)"),
+    ({"base_model_name_or_path": 7}, "base_model_name_or_path=7 (a string)"),
+    ({"modules_to_save": "lm_head"}, "modules_to_save='lm_head' (a list of module names)"),
+    ({"modules_to_save": [3]}, "modules_to_save=[3] (a list of module names)"),
+    ({"r": 0, "lora_alpha": None}, "r=0 (a positive integer up to 1048576), lora_alpha=None (a finite number)"),
+])
+def test_config_fields_are_checked_and_named(tmp_path, change, problem):
+    """Each field vecmerge reads is type-checked; all problems of a file in one line naming it."""
+    from vecmerge.peft_format import LoraConfig
+
+    path = tmp_path / "adapter_config.json"
+    path.write_text(json.dumps({**GOOD, **change}))
+    with pytest.raises(AdapterError) as e:
+        LoraConfig.read(path)
+    assert str(e.value) == f"{path}: invalid {problem}; fix the config"
+
+
+def test_config_limits_and_defaults_are_accepted(tmp_path):
+    """The bounds themselves are valid (r = 1 and 2^20, lora_alpha 0); absent optional fields take PEFT's defaults."""
+    from vecmerge.peft_format import LoraConfig
+
+    path = tmp_path / "adapter_config.json"
+    path.write_text(json.dumps({**GOOD, "r": 1048576, "lora_alpha": 0, "rank_pattern": {"q_proj": 1},
+                                "use_rslora": None, "base_model_name_or_path": None, "modules_to_save": None}))
+    cfg = LoraConfig.read(path)
+    assert (cfg.r, cfg.lora_alpha, cfg.use_rslora, cfg.fan_in_fan_out, cfg.modules_to_save) == (1048576, 0.0, False,
+                                                                                                 False, [])
+    assert (cfg.rank_pattern, cfg.alpha_pattern, cfg.base_model, cfg.source) == ({"q_proj": 1}, {}, None, str(path))
+    path.write_text(json.dumps({"r": 8, "lora_alpha": 16.5, "use_rslora": True, "fan_in_fan_out": True,
+                                "base_model_name_or_path": "org/m", "modules_to_save": ["lm_head"]}))
+    cfg = LoraConfig.read(path)  # peft_type defaults to LORA
+    assert (cfg.lora_alpha, cfg.use_rslora, cfg.fan_in_fan_out, cfg.base_model, cfg.modules_to_save) == (
+        16.5, True, True, "org/m", ["lm_head"])
+    assert cfg.target_modules is None and cfg.raw["r"] == 8 and cfg.scale_rule == "alpha/sqrt(r) (rsLoRA)"
+
+
+@pytest.mark.parametrize("raw, message", [
+    ([1, 2], "expected a JSON object; restore the file from the training run"),
+    ({**GOOD, "peft_type": "lora"}, None),
+    ({**GOOD, "peft_type": "ia3"}, "peft_type is IA3; vecmerge handles LoRA adapters only"),
+    ({**GOOD, "use_dora": False}, None),
+    ({**GOOD, "layer_replication": [[0, 1]]}, "layer_replication is set: layer replication changes the model's layers; "
+                                               "vecmerge handles plain LoRA only"),
+    ({**GOOD, "init_lora_weights": "PiSSA_niter_4"}, "init_lora_weights='PiSSA_niter_4' changes the base weights"),
+    ({**GOOD, "init_lora_weights": "loftq"}, "init_lora_weights='loftq' changes the base weights"),
+    ({**GOOD, "init_lora_weights": True}, None),
+    ({**GOOD, "init_lora_weights": "gaussian"}, None),
+])
+def test_config_refusals_word_for_word(tmp_path, raw, message):
+    from vecmerge.peft_format import LoraConfig
+
+    path = tmp_path / "adapter_config.json"
+    path.write_text(json.dumps(raw))
+    if message is None:
+        assert LoraConfig.read(path).r == 4
+        return
+    with pytest.raises(AdapterError) as e:
+        LoraConfig.read(path)
+    assert str(e.value).startswith(f"{path}: {message}")
+    with pytest.raises(AdapterError, match="no adapter_config.json; point at a PEFT LoRA folder"):
+        LoraConfig.read(tmp_path / "nothing" / "adapter_config.json")
+
+
+def test_a_bad_pattern_key_is_refused_when_the_config_is_read(tmp_path):
+    from vecmerge.peft_format import LoraConfig
+    from vecmerge.safe_pattern import PatternError
+
+    path = tmp_path / "adapter_config.json"
+    path.write_text(json.dumps({**GOOD, "alpha_pattern": {"(a+)+": 2}}))
+    with pytest.raises(PatternError) as e:
+        LoraConfig.read(path)
+    assert str(e.value).startswith(f"{path}: alpha_pattern key '(a+)+': a repeat inside a repeat")
