@@ -22,6 +22,7 @@ from .peft_format import (
     BIN_NAME,
     CONFIG_NAME,
     KEY,
+    PREFIX,
     SAFETENSORS_DTYPES,
     SAFETENSORS_NAME,
     STORED_DTYPES,
@@ -90,6 +91,7 @@ class Adapter:
                 "meaningful sum; pass --modules-to-save drop to merge the LoRA part only (the output saves none)"
             )
         self.base_layer_copies: list[str] = []
+        self.saved_keys: list[str] = []  # full weights of modules_to_save, as PEFT saves them (<module>.<param>)
         self.specs = self._index()
 
     # -- opening ----------------------------------------------------------------------------
@@ -133,6 +135,9 @@ class Adapter:
             if m is None:
                 if "modules_to_save" in key:
                     continue  # reported through the config's modules_to_save
+                if self._saved_module(key):
+                    self.saved_keys.append(key)  # PEFT >= 0.15 saves them as base_model.model.<module>.<param>
+                    continue
                 if key.endswith(".base_layer.weight"):
                     # PEFT saves a copy of a targeted embedding's base weight (save_embedding_layers);
                     # it is the base model's weight, not part of the update.
@@ -153,6 +158,11 @@ class Adapter:
         if not specs:
             raise AdapterError(f"{self.weights_path}: no LoRA tensors found; is this a LoRA adapter?")
         return specs
+
+    def _saved_module(self, key: str) -> bool:
+        """A tensor of a ``modules_to_save`` module: its module path ends with an entry (PEFT's rule)."""
+        module = key.removeprefix(PREFIX).rsplit(".", 1)[0]
+        return any(module.endswith(entry) for entry in self.config.modules_to_save)
 
     def _spec(self, mod: str, entry: dict) -> ModuleSpec:
         where = f"{self.weights_path}: module {mod}"

@@ -22,6 +22,11 @@ from .options import (
     AUDIT_VIEWS,
     DTYPE_HELP,
     DTYPE_NAMES,
+    EXTRACT_OTHERS,
+    EXTRACT_OTHERS_HELP,
+    EXTRACT_RANK_HELP,
+    EXTRACT_TARGETS_HELP,
+    FUSE_DTYPE_HELP,
     KEEP_BASE_HELP,
     MODULES_TO_SAVE,
     MODULES_TO_SAVE_HELP,
@@ -301,6 +306,51 @@ def verify(obj: Ctx, target, base_model, identities, as_json):
 
     commands.verify(obj.ws(), list(target), base_model=base_model, identities=identities, as_json=as_json,
                     echo=_echo, progress=obj.bars())
+
+
+@main.command()
+@click.option("--base-model", required=True, type=click.Path(file_okay=False), help="The base model folder.")
+@click.option("--tuned", required=True, type=click.Path(file_okay=False), help="The fully fine-tuned model folder.")
+@click.option("--rank", required=True, help=EXTRACT_RANK_HELP + ".")
+@click.option("--targets", default="all-linear", show_default=True, help=EXTRACT_TARGETS_HELP + ".")
+@click.option("--others", type=click.Choice(EXTRACT_OTHERS), default=None, help=EXTRACT_OTHERS_HELP + ".")
+@click.option("--dtype", type=click.Choice(DTYPE_NAMES), default="fp32", show_default=True,
+              help="dtype of the written factors.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the randomized range finder.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output adapter folder.")
+@click.option("--force", is_flag=True, help="Replace an existing --out that vecmerge wrote.")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest instead of the report.")
+@click.option("--modules", "show_modules", is_flag=True, help="Also print the per-module table.")
+@click.pass_obj
+@handled
+def extract(obj: Ctx, base_model, tuned, rank, targets, others, dtype, seed, out, force, as_json, show_modules):
+    """A LoRA from a full fine-tune: each module's difference cut at --rank, with its exact error."""
+    from . import commands
+
+    commands.extract(base_model, tuned, out, rank=rank, targets=[t for t in targets.split(",") if t.strip()],
+                     others=others, dtype=dtype, seed=seed, force=force, as_json=as_json, show_modules=show_modules,
+                     echo=_echo, progress=obj.bars())
+
+
+@main.command()
+@click.argument("adapter", type=click.Path(file_okay=False))
+@click.option("--base-model", type=click.Path(file_okay=False),
+              help="The base model folder (default: the workspace's base_model).")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output model folder.")
+@click.option("--dtype", type=click.Choice(DTYPE_NAMES), default=None, help=FUSE_DTYPE_HELP + ".")
+@click.option("--force", is_flag=True, help="Replace an existing --out that vecmerge wrote.")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest instead of the report.")
+@click.pass_obj
+@handled
+def fuse(obj: Ctx, adapter, base_model, out, dtype, force, as_json):
+    """ADAPTER added into the base model's weights, written as a plain sharded safetensors model."""
+    base_model = base_model or obj.ws().base_model
+    if base_model is None:
+        _usage("fuse: give --base-model (or base_model in vecmerge.yaml)")
+    from . import commands
+
+    commands.fuse(adapter, base_model, out, dtype=dtype, force=force, as_json=as_json, echo=_echo,
+                  progress=obj.bars())
 
 
 @main.command()

@@ -1,0 +1,236 @@
+"""``vecmerge extract``: a full fine-tune as a LoRA, module by module, with the exact error of every cut.
+
+For every targeted module m (``modelparts``): ``D_m = W_tuned - W_base`` in float64 and the LoRA layout
+(out, in) (the weight transposed for Conv1D and embeddings), cut by ``extract_rank.cut_module`` into
+``B = U sqrt(S)``, ``A = sqrt(S) Vh`` (scale 1: ``lora_alpha = r``) with the exact dropped energy
+``||D_m||^2 - sum S^2``. Both models are read one tensor at a time (``modelfiles``): memory holds one
+module's tensors and work, never a model; the factors go to a scratch file as they are made.
+
+Every other tensor that differs (norms, biases, untargeted matrices, a resized vocabulary, tensors only
+one model has) is listed first, before any cut, and handled as ``others`` says: ``save`` keeps its whole
+module from the fine-tune as PEFT ``modules_to_save`` (a resized embedding or head too: resize the base's
+token embeddings before loading), ``drop`` leaves it out; with no choice given and something differing,
+nothing is done (exit 2, the list in the message). What cannot be saved is refused under ``save``: a
+differing bias of a LoRA-targeted module (PEFT saves a module whole or as LoRA, not both) and tensors only
+one model has.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .errors import UsageError, few
+from .extract_rank import ExtractRank, cut_module
+from .modelfiles import ModelError, ModelFolder, to_tensor
+from .modelparts import ALL_LINEAR, Part, module_of, parts, select
+from .options import EXTRACT_OTHERS
+
+OTHERS = EXTRACT_OTHERS
+
+
+@dataclass
+class Other:
+    """A tensor outside the targets that differs. kind: changed | resized | added | removed."""
+
+    tensor: str
+    kind: str
+    base_shape: tuple | None
+    tuned_shape: tuple | None
+    rel_change: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"tensor": self.tensor, "kind": self.kind, "base_shape": self.base_shape,
+                "tuned_shape": self.tuned_shape, "rel_change": self.rel_change}
+
+
+@dataclass
+class Extraction:
+    """What the scan and the cuts found (no files yet).
+
+    Args:
+        base, tuned (ModelFolder). targets (dict[str, Part]). policy (ExtractRank). others (list[Other]).
+        others_policy (str | None). saved_modules (list[str]): modules_to_save. saved_tensors (list[str]).
+        modules (dict[str, dict]): per module the manifest record. seed (int).
+    """
+
+    base: ModelFolder
+    tuned: ModelFolder
+    targets: dict
+    policy: ExtractRank
+    others: list
+    others_policy: str | None
+    seed: int = 0
+    saved_modules: list = field(default_factory=list)
+    saved_tensors: list = field(default_factory=list)
+    modules: dict = field(default_factory=dict)
+
+    @property
+    def resized(self) -> list:
+        return [o for o in self.others if o.kind == "resized"]
+
+    def figures(self) -> dict:
+        """Global kept share and error: ``sum dropped / sum total`` over the modules; rank range."""
+        tot = sum(r["total_energy"] for r in self.modules.values())
+        drop = sum(r["dropped_energy"] for r in self.modules.values())
+        ranks = [r["rank"] for r in self.modules.values()] or [0]
+        worst = max(self.modules, key=lambda m: self.modules[m]["rel_error"], default=None)
+        return {"modules": len(self.modules), "rank": {"min": min(ranks), "max": max(ranks), "sum": sum(ranks)},
+                "total_energy": tot, "dropped_energy": drop, "kept_share": 1 - drop / tot if tot > 0 else 1.0,
+                "rel_error": math.sqrt(drop / tot) if tot > 0 else 0.0, "worst_module": worst,
+                "max_rel_error": self.modules[worst]["rel_error"] if worst else 0.0,
+                "minimal": sum(1 for r in self.modules.values() if r.get("minimal")),
+                "others": len(self.others), "saved_modules": len(self.saved_modules)}
+
+
+def lora_difference(base_t: torch.Tensor, tuned_t: torch.Tensor, part: Part) -> torch.Tensor:
+    """``W_tuned - W_base`` in float64, in the LoRA layout (out, in)."""
+    D = tuned_t.to(torch.float64) - base_t.to(torch.float64)
+    return D.T if part.transposed else D
+
+
+def _rel_change(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.to(torch.float64), b.to(torch.float64)
+    n = float(torch.linalg.vector_norm(b))
+    d = float(torch.linalg.vector_norm(a - b))
+    return d / n if n > 0 else d
+
+
+def find_others(base: ModelFolder, tuned: ModelFolder, target_weights: set) -> list[Other]:
+    """Every tensor outside the targets that differs between the models (values compared, not dtypes)."""
+    out = []
+    for name in tuned.in_file_order():
+        if name in target_weights:
+            continue
+        t = tuned.info(name)
+        if name not in base.tensors:
+            out.append(Other(name, "added", None, t.shape))
+            continue
+        b = base.info(name)
+        if b.shape != t.shape:
+            out.append(Other(name, "resized", b.shape, t.shape))
+            continue
+        tb, bb = tuned.files[t.file].read_bytes(t, feed_hash=False), base.files[b.file].read_bytes(b, feed_hash=False)
+        if t.dtype == b.dtype and tb == bb:
+            continue
+        tt, bt = to_tensor(tb, t), to_tensor(bb, b)
+        if t.dtype != b.dtype and torch.equal(tt.to(torch.float64), bt.to(torch.float64)):
+            continue
+        out.append(Other(name, "changed", b.shape, t.shape, _rel_change(tt, bt) if t.is_float else None))
+    out += [Other(n, "removed", base.info(n).shape, None) for n in base.in_file_order()
+            if n not in tuned.tensors and n not in target_weights]
+    return out
+
+
+def others_message(others: list) -> str:
+    kinds = {k: [o for o in others if o.kind == k] for k in ("changed", "resized", "added", "removed")}
+    parts_ = [f"{len(v)} {k}" for k, v in kinds.items() if v]
+    resized = "; ".join(f"{o.tensor} {o.base_shape} -> {o.tuned_shape}" for o in kinds["resized"][:2])
+    return (f"{len(others)} tensors outside --targets differ between the models ({', '.join(parts_)}: "
+            f"{few([o.tensor for o in others], 4)}" + (f"; resized: {resized}" if resized else "") + ")")
+
+
+def plan_saved(ex: Extraction) -> None:
+    """Under ``save``: the modules to save whole (every tensor of each), or a UsageError for what cannot be."""
+    if ex.others_policy != "save" or not ex.others:
+        return
+    bad_one_sided = [o.tensor for o in ex.others if o.kind in ("added", "removed")]
+    if bad_one_sided:
+        raise UsageError(f"--others save: {few(bad_one_sided)} exist in only one model, which an adapter cannot "
+                         "express; pass --others drop to leave them out (they are listed in the manifest)")
+    mods = sorted({module_of(o.tensor) for o in ex.others})
+    lora = [m for m in mods if m in ex.targets]
+    if lora:
+        raise UsageError(f"--others save: {few([o.tensor for o in ex.others if module_of(o.tensor) in lora])} "
+                         "belong to LoRA-targeted modules, and PEFT saves a module either whole or as LoRA; pass "
+                         "--others drop to leave them out, or leave those modules out of --targets")
+    everything = set(ex.tuned.tensors) | set(ex.base.tensors)
+    all_modules = {p for n in everything for p in _prefixes(n)}
+    for m in mods:
+        hit = sorted(k for k in all_modules if k.endswith(m) and k != m)
+        if hit:
+            raise UsageError(f"--others save: PEFT's modules_to_save entry {m!r} would also match {few(hit)}; "
+                             "pass --others drop")
+    ex.saved_modules = mods
+    ex.saved_tensors = sorted(n for n in ex.tuned.tensors if module_of(n) in set(mods))
+
+
+def _prefixes(name: str) -> list[str]:
+    bits = name.split(".")
+    return [".".join(bits[:i]) for i in range(1, len(bits))]
+
+
+def open_extraction(base_path, tuned_path, *, rank: str, targets=(ALL_LINEAR,), others: str | None = None,
+                    seed: int = 0) -> Extraction:
+    """Open both models, pick the targets, and list what else differs (reads the non-target tensors once).
+
+    Args:
+        base_path, tuned_path (str | Path): model folders. rank (str): N | energy:E | auto.
+        targets (Iterable[str]): module names (PEFT's suffix rule) or ``all-linear``.
+        others (str | None): save | drop | None (refuse when anything differs). seed (int): sketch seed.
+    """
+    policy = ExtractRank.parse(rank)
+    if others not in (None, *OTHERS):
+        raise UsageError(f"--others {others!r}: use save or drop")
+    base, tuned = ModelFolder(base_path, "--base-model"), ModelFolder(tuned_path, "--tuned")
+    if base.model_type != tuned.model_type:
+        raise ModelError(f"--tuned {tuned.path}: model_type {tuned.model_type!r} differs from the base's "
+                         f"{base.model_type!r}; extract from a fine-tune of --base-model")
+    bparts, tparts = parts(base.tensors, base.model_type), parts(tuned.tensors, tuned.model_type)
+    picked = select(bparts, [t.strip() for t in targets if t.strip()])
+    chosen = {m: bparts[m] for m in picked if m in tparts and tparts[m].weight_shape == bparts[m].weight_shape}
+    layouts = {p.kind for p in chosen.values()} - {"embedding"}
+    if len(layouts) > 1:
+        conv = few([m for m, p in chosen.items() if p.kind == "conv1d"], 3)
+        raise UsageError(f"--targets: picks both Conv1D ({conv}) and Linear modules, and PEFT has one fan_in_fan_out "
+                         "per adapter; extract them separately with narrower --targets")
+    ex = Extraction(base, tuned, chosen, policy, find_others(base, tuned, {p.weight for p in chosen.values()}),
+                    others, seed)
+    if ex.others and others is None:
+        raise UsageError(others_message(ex.others) + "; pass --others save to keep their modules whole "
+                         "(modules_to_save) or --others drop to leave them out")
+    plan_saved(ex)
+    return ex
+
+
+def cut_all(ex: Extraction, sink, progress=None) -> None:
+    """Cut every target in the fine-tune's file order (so both files hash as they are read).
+
+    Args:
+        ex (Extraction). sink (callable): ``sink(module, Part, ModuleCut)`` stores the factors.
+        progress (callable | None): wraps an iterable (tqdm).
+    """
+    order = [n for n in ex.tuned.in_file_order()]
+    weights = {p.weight: p for p in ex.targets.values()}
+    it = progress(order) if progress else order
+    for name in it:
+        if name not in weights:
+            ex.tuned.read_bytes(name)
+            if name in ex.base.tensors:
+                ex.base.read_bytes(name)
+            continue
+        part = weights[name]
+        D = lora_difference(ex.base.read(name), ex.tuned.read(name), part)
+        total = float(torch.linalg.vector_norm(D) ** 2)
+        c = cut_module(D, ex.policy, ex.seed, total)
+        del D
+        s = c.svd
+        rec = {"kind": part.kind, "shape": list(part.shape), "rank": c.rank, "method": s.method,
+               "power_iters": c.power_iters, "total_energy": s.total_energy, "dropped_energy": s.dropped_energy,
+               "kept_share": s.captured_share, "rel_error": s.relative_error}
+        if ex.policy.kind == "energy":
+            rec.update(rank_lower_bound=c.rank_lower_bound, minimal=c.minimal)
+        if ex.policy.kind == "auto":
+            rec.update(sigma=c.sigma, threshold=c.threshold)
+        ex.modules[part.name] = rec
+        sink(part.name, part, c)
+    for name in ex.base.in_file_order():
+        if name not in ex.tuned.tensors:
+            ex.base.read_bytes(name)
+
+
+def base_model_name(path: Path) -> str:
+    return str(Path(path).resolve())
