@@ -30,6 +30,7 @@ from .modelparts import ALL_LINEAR, Part, module_of, parts, select
 from .options import EXTRACT_OTHERS
 
 OTHERS = EXTRACT_OTHERS
+TIED_HEAD = "lm_head"
 
 
 @dataclass
@@ -53,7 +54,9 @@ class Extraction:
 
     Args:
         base, tuned (ModelFolder). targets (dict[str, Part]). policy (ExtractRank). others (list[Other]).
-        others_policy (str | None). saved_modules (list[str]): modules_to_save. saved_tensors (list[str]).
+        others_policy (str | None). saved_modules (list[str]): modules_to_save.
+        saved_tensors (dict[str, str]): tensor name in the adapter -> the fine-tune's tensor it holds (the
+            same name, but for a tied head: ``lm_head.weight`` -> the token embedding).
         modules (dict[str, dict]): per module the manifest record. seed (int).
     """
 
@@ -65,7 +68,7 @@ class Extraction:
     others_policy: str | None
     seed: int = 0
     saved_modules: list = field(default_factory=list)
-    saved_tensors: list = field(default_factory=list)
+    saved_tensors: dict = field(default_factory=dict)
     modules: dict = field(default_factory=dict)
 
     @property
@@ -154,8 +157,29 @@ def plan_saved(ex: Extraction) -> None:
         if hit:
             raise UsageError(f"--others save: PEFT's modules_to_save entry {m!r} would also match {few(hit)}; "
                              "pass --others drop")
-    ex.saved_modules = mods
-    ex.saved_tensors = sorted(n for n in ex.tuned.tensors if module_of(n) in set(mods))
+    ex.saved_tensors = {n: n for n in sorted(ex.tuned.tensors) if module_of(n) in set(mods)}
+    emb = tied_embedding(ex.tuned)
+    if emb is not None and emb in ex.saved_tensors:  # the head shares the embedding: save its copy as lm_head
+        mods.append(TIED_HEAD)
+        ex.saved_tensors[f"{TIED_HEAD}.weight"] = emb
+    ex.saved_modules = sorted(mods)
+
+
+def tied_embedding(model: ModelFolder) -> str | None:
+    """The token embedding a causal LM's head is tied to (``tie_word_embeddings``, no head stored), else None.
+
+    PEFT's ``modules_to_save`` copies a module, which unties it: a saved embedding needs a saved head too.
+    """
+    cfg = model.config
+    if not cfg.get("tie_word_embeddings", True) or f"{TIED_HEAD}.weight" in model.tensors:
+        return None
+    if not any(str(a).endswith(("ForCausalLM", "LMHeadModel")) for a in cfg.get("architectures") or []):
+        return None
+    vocab = cfg.get("vocab_size")
+    hits = [p.weight for p in parts(model.tensors, model.model_type).values()
+            if p.kind == "embedding" and p.weight_shape[0] == vocab and "position" not in p.name and
+            not p.name.endswith("wpe")]
+    return hits[0] if len(hits) == 1 else None
 
 
 def _prefixes(name: str) -> list[str]:
@@ -175,13 +199,31 @@ def open_extraction(base_path, tuned_path, *, rank: str, targets=(ALL_LINEAR,), 
     policy = ExtractRank.parse(rank)
     if others not in (None, *OTHERS):
         raise UsageError(f"--others {others!r}: use save or drop")
-    base, tuned = ModelFolder(base_path, "--base-model"), ModelFolder(tuned_path, "--tuned")
+    base = ModelFolder(base_path, "--base-model")
+    try:
+        tuned = ModelFolder(tuned_path, "--tuned")
+    except BaseException:
+        base.close()
+        raise
+    try:
+        return _scan(base, tuned, policy, targets, others, seed)
+    except BaseException:
+        base.close()
+        tuned.close()
+        raise
+
+
+def _scan(base: ModelFolder, tuned: ModelFolder, policy: ExtractRank, targets, others, seed: int) -> Extraction:
     if base.model_type != tuned.model_type:
         raise ModelError(f"--tuned {tuned.path}: model_type {tuned.model_type!r} differs from the base's "
                          f"{base.model_type!r}; extract from a fine-tune of --base-model")
     bparts, tparts = parts(base.tensors, base.model_type), parts(tuned.tensors, tuned.model_type)
     picked = select(bparts, [t.strip() for t in targets if t.strip()])
     chosen = {m: bparts[m] for m in picked if m in tparts and tparts[m].weight_shape == bparts[m].weight_shape}
+    emb = tied_embedding(tuned)
+    if emb is not None and module_of(emb) in chosen:
+        raise UsageError(f"--targets: {module_of(emb)} is tied to the output head, and a LoRA on the embedding does "
+                         "not move the head; leave it out of --targets (--others save keeps it, and the head, whole)")
     layouts = {p.kind for p in chosen.values()} - {"embedding"}
     if len(layouts) > 1:
         conv = few([m for m, p in chosen.items() if p.kind == "conv1d"], 3)

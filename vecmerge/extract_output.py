@@ -60,7 +60,7 @@ class _Factors:
 
 
 def _write_weights(tmp: Path, ex: Extraction, fac: _Factors) -> None:
-    saved = [(PREFIX + n, ex.tuned.info(n)) for n in ex.saved_tensors]
+    saved = [(PREFIX + n, ex.tuned.info(src)) for n, src in ex.saved_tensors.items()]
     entries = [(k, code, shape) for k, code, shape, _, _ in fac.entries] + [(k, t.dtype, t.shape) for k, t in saved]
     w = SafetensorsWriter(tmp / SAFETENSORS_NAME, entries, {"format": "pt"})
     try:

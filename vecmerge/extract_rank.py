@@ -162,6 +162,9 @@ def cut_module(D: torch.Tensor, policy: ExtractRank, seed: int = 0, total: float
     if not math.isfinite(total):
         raise RecipeError(["the difference has NaN/Inf entries; check both models"], "extract")
     cache: list = []
+    if total == 0.0:  # an unchanged module: nothing to keep, whatever the policy
+        z = D.new_zeros
+        return ModuleCut(TruncatedSVD(z(rows, 0), z(0), z(0, cols), 0.0, 0.0, "full", 0.0), 0, 0)
     if policy.kind == "fixed":
         svd, q = _cut(D, cache, int(policy.value), total, seed)
         return ModuleCut(svd, svd.rank, q)
@@ -170,8 +173,6 @@ def cut_module(D: torch.Tensor, policy: ExtractRank, seed: int = 0, total: float
         kk = min(kk, full)
         last = kk == full or use_full_svd(rows, cols, kk)
         svd, q = _cut(D, cache, full if last else kk, total, seed)
-        if total == 0.0:
-            return ModuleCut(_truncate(svd, 0), 0, q)
         if policy.kind == "energy":
             target = (policy.value - ENERGY_SLACK) * total
             cum = torch.cumsum(svd.S**2, 0)

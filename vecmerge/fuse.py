@@ -31,6 +31,7 @@ from . import __version__
 from .adapter import Adapter
 from .errors import UsageError
 from .export import CARD_NAME, MANIFEST_NAME, jsonable, model_card
+from .extract import TIED_HEAD, tied_embedding
 from .modelfiles import (
     CONFIG,
     DTYPE_CODES,
@@ -85,16 +86,31 @@ def fused_weight(W: torch.Tensor, B: torch.Tensor, A: torch.Tensor, scale: float
     return out, d_sq, e_sq
 
 
-def _saved_tensors(a: Adapter, base: ModelFolder) -> dict:
-    """``{base tensor: adapter key}`` of the adapter's modules_to_save; shapes must equal the base's."""
-    out = {}
+def _saved_tensors(a: Adapter, base: ModelFolder) -> tuple[dict, list]:
+    """``({base tensor: adapter key}, [tied head keys])`` of the adapter's modules_to_save.
+
+    A saved ``lm_head.weight`` for a base whose head is tied to its token embedding (and so not stored) is
+    skipped when it equals the saved embedding (``extract`` writes it so for PEFT); else it is an error.
+    """
+    out, tied = {}, []
+    emb = tied_embedding(base)
     for key in a.saved_keys:
         name = base_tensor(base, key.removeprefix(PREFIX))
+        if name is None and emb is not None and key == f"{PREFIX}{TIED_HEAD}.weight":
+            tied.append(key)
+            continue
         if name is None:
             raise ModelError(f"{a.weights_path}: saved tensor {key} has no counterpart in the base model; the adapter "
                              "was trained on another model")
         out[name] = key
-    return out
+    if tied:
+        from safetensors import safe_open
+
+        with safe_open(str(a.weights_path), framework="pt") as f:
+            if emb not in out or not torch.equal(f.get_tensor(tied[0]), f.get_tensor(out[emb])):
+                raise ModelError(f"{a.weights_path}: saves a head {tied[0]} other than its embedding, but the base "
+                                 f"ties the head to {emb}; a fused model cannot hold both")
+    return out, tied
 
 
 def plan(a: Adapter, base: ModelFolder) -> tuple[dict, dict]:
@@ -109,7 +125,7 @@ def plan(a: Adapter, base: ModelFolder) -> tuple[dict, dict]:
             raise ModelError(f"{a.path}: module {m} updates a {spec.weight_shape} weight, the base's {name} is "
                              f"{base.info(name).shape}; the adapter was trained on another model")
         mods[name] = m
-    saved = _saved_tensors(a, base)
+    saved, _ = _saved_tensors(a, base)
     return mods, saved
 
 
@@ -131,9 +147,9 @@ def fuse(adapter, base_model, out, *, dtype: str | None = None, force: bool = Fa
     policy.check_folder(out)
     a = Adapter(adapter, modules_to_save="drop")
     base = ModelFolder(base_model)
-    mods, saved = plan(a, base)
-    saved_src = _open_saved(a) if saved else None
     try:
+        mods, saved = plan(a, base)
+        saved_src = _open_saved(a) if saved else None
         with OutputTransaction(policy) as txn:
             tmp = txn.folder(out)
             man = _write(tmp, a, base, mods, saved, saved_src, dtype, progress)

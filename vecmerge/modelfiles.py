@@ -83,6 +83,14 @@ class TensorFile:
 
     def __init__(self, path: Path, index: int = 0):
         self.path, self.index = Path(path), index
+        self._f = None
+        try:
+            self._parse()
+        except BaseException:
+            self.close()
+            raise
+
+    def _parse(self) -> None:
         try:
             self._f = open(self.path, "rb")
             self.size = os.fstat(self._f.fileno()).st_size
@@ -171,7 +179,8 @@ class TensorFile:
         return self._digest
 
     def close(self) -> None:
-        self._f.close()
+        if self._f is not None:
+            self._f.close()
 
 
 def to_tensor(buf: bytearray, info: TensorInfo) -> torch.Tensor:
@@ -207,8 +216,18 @@ class ModelFolder:
             raise ModelError(f"{flag} {self.path}: no {CONFIG} (a JSON object); point at a folder saved with "
                              "save_pretrained")
         names, wmap = self._shard_names()
-        self.files = [TensorFile(self.path / n, i) for i, n in enumerate(names)]
+        self.files: list[TensorFile] = []
         self.tensors: dict[str, TensorInfo] = {}
+        try:
+            for i, n in enumerate(names):
+                self.files.append(TensorFile(self.path / n, i))
+            self._index(wmap)
+        except BaseException:
+            self.close()
+            raise
+        self.sharded = wmap is not None
+
+    def _index(self, wmap: dict | None) -> None:
         for f in self.files:
             for k, t in f.tensors.items():
                 if k in self.tensors:
@@ -221,7 +240,6 @@ class ModelFolder:
         if wmap is not None and set(wmap) - set(self.tensors):
             raise ModelError(f"{self.path / INDEX_NAME}: names {few(sorted(set(wmap) - set(self.tensors)))}, which "
                              "no shard holds; copy the model again")
-        self.sharded = wmap is not None
 
     def _shard_names(self) -> tuple[list[str], dict | None]:
         index = self.path / INDEX_NAME
@@ -293,6 +311,12 @@ class ModelFolder:
         for f in self.files:
             f.close()
 
+    def __enter__(self) -> ModelFolder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 def _sha256_path(path: Path) -> str:
     h = hashlib.sha256()
@@ -305,7 +329,7 @@ def _sha256_path(path: Path) -> str:
 def tensor_bytes(t: torch.Tensor):
     """A buffer over a tensor's bytes (no copy for a contiguous CPU tensor)."""
     t = t.detach().to("cpu").contiguous()
-    return t.view(torch.uint8).numpy() if t.numel() else b""
+    return t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b""
 
 
 class SafetensorsWriter:

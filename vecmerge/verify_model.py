@@ -136,14 +136,14 @@ def _extract_saved(out: Adapter, tuned: ModelFolder, man: dict) -> dict:
     from safetensors import safe_open
 
     bad = []
-    names = (man.get("others") or {}).get("saved_tensors") or []
+    names = (man.get("others") or {}).get("saved_tensors") or {}
     with safe_open(str(out.weights_path), framework="pt") as f:
         keys = set(f.keys())
-        for n in names:
-            if PREFIX + n not in keys or n not in tuned.tensors:
+        for n, src in names.items():
+            if PREFIX + n not in keys or src not in tuned.tensors:
                 bad.append(n)
                 continue
-            info = tuned.info(n)
+            info = tuned.info(src)
             want = to_tensor(tuned.files[info.file].read_bytes(info, False), info)
             if not torch.equal(f.get_tensor(PREFIX + n), want):
                 bad.append(n)
@@ -180,6 +180,9 @@ def verify_extract(path: Path, man: dict, tol: dict, progress=None) -> dict:
         checks.append(check("others", got == rec, f"{len(got)} differing tensors outside the targets, as recorded"
                             if got == rec else f"the models differ outside the targets in "
                             f"{few([t for t, _ in sorted(set(got) ^ set(rec))])}, which the manifest lists otherwise"))
+    for m in (base, tuned):
+        if m is not None and (base is None or tuned is None):
+            m.close()
     if base is not None and tuned is not None:
         checks.insert(0, _hash_check("inputs", {**_prefixed("base", man["inputs"]["base"]["files"]),
                                                 **_prefixed("tuned", man["inputs"]["tuned"]["files"])},
@@ -222,6 +225,9 @@ def verify_fuse(path: Path, man: dict, tol: dict, progress=None) -> dict:
         checks.append(check("adapter", ok, "weights and config hash as recorded" if ok else
                             f"{a.path}: weights or config changed after the fuse"))
     if base is None or outm is None or a is None:
+        for m in (base, outm):
+            if m is not None:
+                m.close()
         return result(str(path), checks, kind="fuse output")
     mods = {r["tensor"]: m for m, r in (man.get("modules") or {}).items()}
     saved = man.get("saved") or {}
