@@ -18,6 +18,7 @@ one model has.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import torch
 
 from .errors import UsageError, few
 from .extract_rank import ExtractRank, cut_module
-from .modelfiles import ModelError, ModelFolder, to_tensor
+from .modelfiles import CHUNK_BYTES, ModelError, ModelFolder, TensorInfo, itemsize, to_tensor
 from .modelparts import ALL_LINEAR, Part, module_of, parts, select
 from .options import EXTRACT_OTHERS
 
@@ -90,16 +91,46 @@ class Extraction:
 
 
 def lora_difference(base_t: torch.Tensor, tuned_t: torch.Tensor, part: Part) -> torch.Tensor:
-    """``W_tuned - W_base`` in float64, in the LoRA layout (out, in)."""
-    D = tuned_t.to(torch.float64) - base_t.to(torch.float64)
+    """``W_tuned - W_base`` in float64, in the LoRA layout (out, in) (one float64 matrix in memory)."""
+    D = tuned_t.to(torch.float64)
+    D.sub_(base_t)
     return D.T if part.transposed else D
 
 
-def _rel_change(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.to(torch.float64), b.to(torch.float64)
-    n = float(torch.linalg.vector_norm(b))
-    d = float(torch.linalg.vector_norm(a - b))
-    return d / n if n > 0 else d
+def compare(base: ModelFolder, tuned: ModelFolder, name: str) -> float | None:
+    """None if tensor ``name`` holds the same values in both models, else ``||t - b|| / ||b||`` (float64;
+    integer tensors too, by value).
+
+    Read in pieces of ``CHUNK_BYTES`` (an embedding is compared without holding it whole); bytes equal
+    means equal; a different dtype is compared by value.
+    """
+    bi, ti = base.info(name), tuned.info(name)
+    if bi.dtype == ti.dtype:
+        equal = all(x == y for x, y in zip(base.read_chunks(name, feed_hash=False),
+                                          tuned.read_chunks(name, feed_hash=False)))
+        if equal:
+            return None
+    step = CHUNK_BYTES // 8
+    elems = math.prod(bi.shape)
+    d_sq = n_sq = 0.0
+    same = True
+    for s in range(0, elems, step):
+        e = min(s + step, elems)
+        b = _slice(base, bi, s, e).to(torch.float64)
+        t = _slice(tuned, ti, s, e).to(torch.float64)
+        same = same and torch.equal(t, b)
+        d_sq += float(((t - b) ** 2).sum())
+        n_sq += float((b * b).sum())
+    if same:
+        return None
+    return math.sqrt(d_sq / n_sq) if n_sq > 0 else math.sqrt(d_sq)
+
+
+def _slice(model: ModelFolder, info, s: int, e: int) -> torch.Tensor:
+    """Elements ``s..e`` of a tensor (flattened), read from its file."""
+    k = itemsize(info.dtype)
+    part = TensorInfo(info.name, info.dtype, (e - s,), info.file, info.start + s * k, info.start + e * k)
+    return to_tensor(model.files[info.file].read_bytes(part, feed_hash=False), part)
 
 
 def find_others(base: ModelFolder, tuned: ModelFolder, target_weights: set) -> list[Other]:
@@ -116,13 +147,9 @@ def find_others(base: ModelFolder, tuned: ModelFolder, target_weights: set) -> l
         if b.shape != t.shape:
             out.append(Other(name, "resized", b.shape, t.shape))
             continue
-        tb, bb = tuned.files[t.file].read_bytes(t, feed_hash=False), base.files[b.file].read_bytes(b, feed_hash=False)
-        if t.dtype == b.dtype and tb == bb:
-            continue
-        tt, bt = to_tensor(tb, t), to_tensor(bb, b)
-        if t.dtype != b.dtype and torch.equal(tt.to(torch.float64), bt.to(torch.float64)):
-            continue
-        out.append(Other(name, "changed", b.shape, t.shape, _rel_change(tt, bt) if t.is_float else None))
+        rel = compare(base, tuned, name)
+        if rel is not None:
+            out.append(Other(name, "changed", b.shape, t.shape, rel))
     out += [Other(n, "removed", base.info(n).shape, None) for n in base.in_file_order()
             if n not in tuned.tensors and n not in target_weights]
     return out
@@ -249,12 +276,14 @@ def cut_all(ex: Extraction, sink, progress=None) -> None:
     weights = {p.weight: p for p in ex.targets.values()}
     it = progress(order) if progress else order
     for name in it:
-        if name not in weights:
-            ex.tuned.read_bytes(name)
-            if name in ex.base.tensors:
-                ex.base.read_bytes(name)
+        if name not in weights:  # read only to hash the files on the way
+            for model in (ex.tuned, ex.base):
+                if name in model.tensors:
+                    for _ in model.read_chunks(name):
+                        pass
             continue
         part = weights[name]
+        t0 = time.perf_counter()
         D = lora_difference(ex.base.read(name), ex.tuned.read(name), part)
         total = float(torch.linalg.vector_norm(D) ** 2)
         c = cut_module(D, ex.policy, ex.seed, total)
@@ -262,7 +291,7 @@ def cut_all(ex: Extraction, sink, progress=None) -> None:
         s = c.svd
         rec = {"kind": part.kind, "shape": list(part.shape), "rank": c.rank, "method": s.method,
                "power_iters": c.power_iters, "total_energy": s.total_energy, "dropped_energy": s.dropped_energy,
-               "kept_share": s.captured_share, "rel_error": s.relative_error}
+               "kept_share": s.captured_share, "rel_error": s.relative_error, "seconds": time.perf_counter() - t0}
         if ex.policy.kind == "energy":
             rec.update(rank_lower_bound=c.rank_lower_bound, minimal=c.minimal)
         if ex.policy.kind == "auto":
@@ -271,7 +300,8 @@ def cut_all(ex: Extraction, sink, progress=None) -> None:
         sink(part.name, part, c)
     for name in ex.base.in_file_order():
         if name not in ex.tuned.tensors:
-            ex.base.read_bytes(name)
+            for _ in ex.base.read_chunks(name):
+                pass
 
 
 def base_model_name(path: Path) -> str:

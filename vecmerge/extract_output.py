@@ -69,7 +69,7 @@ def _write_weights(tmp: Path, ex: Extraction, fac: _Factors) -> None:
                 f.seek(off)
                 w.write(key, f.read(n))
         for key, t in saved:
-            w.write(key, ex.tuned.files[t.file].read_bytes(t, feed_hash=False))
+            w.write(key, ex.tuned.files[t.file].read_chunks(t, feed_hash=False))
         w.close()
     except BaseException:
         w.abort()

@@ -40,6 +40,9 @@ from .modelfiles import (
     ModelError,
     ModelFolder,
     SafetensorsWriter,
+    itemsize,
+    tensor_bytes,
+    to_tensor,
     write_index,
 )
 from .peft_format import DTYPES, PREFIX
@@ -164,6 +167,11 @@ def fuse(adapter, base_model, out, *, dtype: str | None = None, force: bool = Fa
     return man
 
 
+def _piece(info, nbytes: int):
+    """A flat TensorInfo for ``nbytes`` of ``info``'s bytes (to view a piece as elements)."""
+    return type(info)(info.name, info.dtype, (nbytes // itemsize(info.dtype),), info.file, 0, nbytes)
+
+
 def _open_saved(a: Adapter):
     if a.weights_path.suffix != ".safetensors":
         raise ModelError(f"{a.weights_path}: modules_to_save in a .bin adapter; save the adapter as safetensors")
@@ -208,10 +216,11 @@ def _write(tmp: Path, a: Adapter, base: ModelFolder, mods: dict, saved: dict, sa
                                          "save it, and fuse into that")
                     w.write(n, t.to(ST_DTYPES[code]))
                 elif code == info.dtype:
-                    w.write(n, base.read_bytes(n))
+                    w.write(n, base.read_chunks(n))
                     copied += 1
                 else:
-                    w.write(n, base.read(n).to(ST_DTYPES[code]))
+                    w.write(n, (tensor_bytes(to_tensor(c, _piece(info, len(c))).to(ST_DTYPES[code]))
+                                for c in base.read_chunks(n)))
                     converted += 1
                 total_size += math.prod(info.shape) * torch.empty(0, dtype=ST_DTYPES[code]).element_size()
                 wmap[n] = f.path.name

@@ -37,6 +37,7 @@ CONFIG = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 HEADER_MAX = 100 << 20          # the safetensors library's own bound
+CHUNK_BYTES = 64 << 20          # pieces in which large tensors are compared and copied
 ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
              "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
@@ -148,21 +149,30 @@ class TensorFile:
         Args:
             info (TensorInfo): a tensor of this file. feed_hash (bool): False for a read outside the hashing pass.
         """
-        buf = bytearray(info.nbytes)
+        return self._read(info, info.start, info.end, feed_hash)
+
+    def read_chunks(self, info: TensorInfo, chunk_bytes: int = CHUNK_BYTES, feed_hash: bool = True):
+        """The raw bytes of one tensor in pieces of at most ``chunk_bytes`` (whole elements), in order."""
+        size = max(1, chunk_bytes // itemsize(info.dtype)) * itemsize(info.dtype)
+        for s in range(info.start, info.end, size):
+            yield self._read(info, s, min(s + size, info.end), feed_hash)
+
+    def _read(self, info: TensorInfo, start: int, end: int, feed_hash: bool) -> bytearray:
+        buf = bytearray(end - start)
         try:
-            self._f.seek(info.start)
+            self._f.seek(start)
             got = self._f.readinto(buf)
         except OSError as e:
             raise ModelError(f"{self.path}: cannot read tensor {info.name} ({e.strerror or e}); copy it again"
                              ) from None
-        if got != info.nbytes:
+        if got != end - start:
             raise ModelError(f"{self.path}: tensor {info.name} is cut short; the file changed while reading")
         if not feed_hash:
             return buf
-        if self._ordered and info.start == self._pos:
+        if self._ordered and start == self._pos:
             self._sha.update(buf)
-            self._pos = info.end
-        elif info.nbytes:
+            self._pos = end
+        elif end > start:
             self._ordered = False
         return buf
 
@@ -278,6 +288,11 @@ class ModelFolder:
         t = self.tensors[name]
         return self.files[t.file].read_bytes(t)
 
+    def read_chunks(self, name: str, chunk_bytes: int = CHUNK_BYTES, feed_hash: bool = True):
+        """``TensorFile.read_chunks`` of the tensor ``name``."""
+        t = self.tensors[name]
+        return self.files[t.file].read_chunks(t, chunk_bytes, feed_hash)
+
     def read(self, name: str) -> torch.Tensor:
         """One tensor, in its stored dtype (its own memory)."""
         t = self.tensors[name]
@@ -375,18 +390,28 @@ class SafetensorsWriter:
                     self._error = e
 
     def write(self, name: str, data) -> None:
-        """Queue the bytes of ``name`` (a tensor or a bytes-like of exactly its size)."""
+        """Queue the bytes of ``name``: a tensor, a bytes-like, or an iterable of bytes-likes (its pieces)."""
         if self._error is not None:
             raise self._error
         if self._next >= len(self._order) or self._order[self._next][0] != name:
             want = self._order[self._next][0] if self._next < len(self._order) else "nothing more"
             raise ModelError(f"{self.path}: wrote {name}, expected {want} (internal order error)")
-        buf = tensor_bytes(data) if isinstance(data, torch.Tensor) else data
-        if memoryview(buf).nbytes != self._order[self._next][1]:
-            raise ModelError(f"{self.path}: {name} has {memoryview(buf).nbytes} bytes, its header says "
-                             f"{self._order[self._next][1]} (internal size error)")
+        if isinstance(data, torch.Tensor):
+            data = [tensor_bytes(data)]
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            data = [data]
+        n = 0
+        for buf in data:
+            n += memoryview(buf).nbytes
+            if n > self._order[self._next][1]:
+                break
+            self._q.put(buf)
+            if self._error is not None:
+                raise self._error
+        if n != self._order[self._next][1]:
+            raise ModelError(f"{self.path}: {name} has {n}+ bytes, its header says {self._order[self._next][1]} "
+                             "(internal size error)")
         self._next += 1
-        self._q.put(buf)
 
     def close(self) -> None:
         """Wait for the writes, check that every tensor was written, close the file."""
