@@ -137,7 +137,8 @@ def test_bf16_rounds_once_and_converts_the_rest(bases, tmp_path, dense_updates):
     assert cfg.get("dtype", cfg.get("torch_dtype")) == "bfloat16"
     assert man["figures"]["converted"] == len(got) - len(upd)
     assert 0 < man["figures"]["rounding_rel"] < 1
-    assert verify_output(tmp_path / "out")["passed"]
+    res = verify_output(tmp_path / "out")
+    assert res["passed"], [c for c in res["checks"] if not c["passed"]]
 
 
 def test_extract_then_fuse_logits_agreement(tmp_path, capsys):

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .errors import UsageError, few
@@ -92,7 +93,7 @@ class Extraction:
 
 def lora_difference(base_t: torch.Tensor, tuned_t: torch.Tensor, part: Part) -> torch.Tensor:
     """``W_tuned - W_base`` in float64, in the LoRA layout (out, in) (one float64 matrix in memory)."""
-    D = tuned_t.to(torch.float64)
+    D = tuned_t.to(torch.float64, copy=True)  # a copy: the tensor's bytes may still be being hashed
     D.sub_(base_t)
     return D.T if part.transposed else D
 
@@ -106,8 +107,8 @@ def compare(base: ModelFolder, tuned: ModelFolder, name: str) -> float | None:
     """
     bi, ti = base.info(name), tuned.info(name)
     if bi.dtype == ti.dtype:
-        equal = all(x == y for x, y in zip(base.read_chunks(name, feed_hash=False),
-                                          tuned.read_chunks(name, feed_hash=False)))
+        equal = all(np.array_equal(x, y) for x, y in zip(base.read_chunks(name, feed_hash=False),
+                                                         tuned.read_chunks(name, feed_hash=False)))
         if equal:
             return None
     step = CHUNK_BYTES // 8

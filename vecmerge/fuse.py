@@ -3,12 +3,13 @@
 For every LoRA module m with update ``D_m = scale * B @ A`` (PEFT's scale rule, in the base layout:
 transposed for ``fan_in_fan_out`` and embeddings) and base weight ``W_m``::
 
-    fused_m = round_dtype(W_m + D_m)        (the sum formed in float64, rounded once)
+    fused_m = round_dtype(W_m + D_m)        (the sum in float64 for fp32 outputs, float32 for bf16/fp16)
 
-in row blocks of ``BLOCK_BYTES``, so memory holds one weight, its output and one block. Tensors of the
-adapter's ``modules_to_save`` replace the base's; every other tensor is copied byte for byte (converted
-only when ``--dtype`` differs from its stored dtype). The output keeps the base's shard names, tensor order
-and ``__metadata__``, writes the index with the new ``total_size``, and copies the base's other top-level
+in row blocks of ``BLOCK_BYTES``, so memory holds one weight, its output and one block (a float32 sum's
+error is far below a bf16 or fp16 rounding step: see ``fused_weight``). Tensors of the adapter's
+``modules_to_save`` replace the base's; every other tensor is copied byte for byte (converted only when
+``--dtype`` differs from its stored dtype). The output keeps the base's shard names, tensor order and
+``__metadata__``, writes the index with the new ``total_size``, and copies the base's other top-level
 files (config, generation config, tokenizer, license; the base's README.md and vecmerge.json excepted;
 ``config.json``'s dtype follows ``--dtype``). ``vecmerge.json`` (``kind: fuse``) records the base's and
 the adapter's hashes, every output file's sha256, and per module ``||D||`` and how far rounding moved the
@@ -61,32 +62,46 @@ def base_tensor(base: ModelFolder, name: str) -> str | None:
     return short if short in base.tensors else None
 
 
+def work_dtype(out_dtype: torch.dtype) -> torch.dtype:
+    """The precision of the sum: float64 for fp32 (and fp64) outputs, float32 for bf16 and fp16 ones."""
+    return torch.float64 if out_dtype in (torch.float32, torch.float64) else torch.float32
+
+
 def fused_weight(W: torch.Tensor, B: torch.Tensor, A: torch.Tensor, scale: float, transposed: bool,
                  out_dtype: torch.dtype) -> tuple[torch.Tensor, float, float]:
-    """``round(W + D)`` with ``D = scale * B @ A`` (transposed when the layout says), summed in float64.
+    """``round(W + D)`` with ``D = scale * B @ A`` (transposed when the layout says), in row blocks.
+
+    The sum is formed in ``work_dtype(out_dtype)`` (``addmm``: one BLAS call adds the product to W) and
+    rounded to ``out_dtype``. For a bf16 or fp16 output the float32 sum's own error (2^-24 relative) is 1/2^16
+    (bf16) or 1/2^13 (fp16) of the output's rounding step, so the result is the float64 sum rounded once
+    but for values that fall that close to a rounding tie (one ulp off there; ``verify`` allows one ulp).
 
     Args:
         W (Tensor): the base weight, as stored. B (Tensor): (out, r). A (Tensor): (r, in). scale (float).
         transposed (bool): W holds ``(B @ A).T``. out_dtype (torch.dtype): the stored dtype of the result.
 
     Returns:
-        (fused, ``||D||_F^2``, ``||fused - (W + D)||_F^2``), the sums in float64.
+        (fused, ``||D||_F^2`` (float64, from the factors: ``s^2 sum (B^T B) * (A A^T)``),
+        ``||fused - (W + D)||_F^2`` (in the working precision)).
     """
-    left, right = B.to(torch.float64) * scale, A.to(torch.float64)
+    work = work_dtype(out_dtype)
+    B64, A64 = B.to(torch.float64) * scale, A.to(torch.float64)
+    d_sq = float(((B64.T @ B64) * (A64 @ A64.T)).sum())
+    left, right = B64.to(work), A64.to(work)
     if transposed:
-        left, right = right.T, left.T
+        left, right = right.T.contiguous(), left.T.contiguous()
     rows, cols = W.shape
     out = torch.empty(W.shape, dtype=out_dtype)
     step = max(1, BLOCK_BYTES // (8 * max(cols, 1)))
-    d_sq = e_sq = 0.0
+    e_sq = 0.0
     for i in range(0, rows, step):
-        delta = left[i:i + step] @ right
-        exact = W[i:i + step].to(torch.float64) + delta
-        block = exact.to(out_dtype)
-        out[i:i + step] = block
-        d_sq += float((delta * delta).sum())
-        e_sq += float(((block.to(torch.float64) - exact) ** 2).sum())
-    return out, d_sq, e_sq
+        acc = W[i:i + step].to(work, copy=True)  # never W itself: its bytes may still be being hashed
+        acc.addmm_(left[i:i + step], right)
+        block = out[i:i + step]
+        block.copy_(acc)
+        acc.sub_(block)
+        e_sq += float(torch.linalg.vector_norm(acc)) ** 2
+    return out, max(d_sq, 0.0), e_sq
 
 
 def _saved_tensors(a: Adapter, base: ModelFolder) -> tuple[dict, list]:
@@ -271,7 +286,8 @@ def card_body(manifest: dict) -> str:
     fig, inp = manifest["figures"], manifest["inputs"]
     lines = [f"The LoRA `{inp['adapter']['path']}` fused into `{inp['base']['path']}` by "
              "[vecmerge](https://pypi.org/project/vecmerge/): a plain model, no PEFT needed.", "",
-             f"- {fig['modules']} modules updated (W + scale * B @ A summed in float64, rounded once to "
+             f"- {fig['modules']} modules updated (W + scale * B @ A summed in float64 for fp32, float32 for "
+             "bf16/fp16, rounded to "
              f"{manifest['settings']['dtype'] or 'each tensor’s stored dtype'}); {fig['saved']} tensors replaced by "
              f"the adapter's modules_to_save; {fig['copied']} copied byte for byte",
              f"- rounding moved the update by {fig['rounding_rel']:.3e} of its norm (worst module "

@@ -28,6 +28,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .errors import VecmergeError, few
@@ -49,6 +50,40 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".ms
 
 class ModelError(VecmergeError):
     """A model folder (or safetensors file) that cannot be read as transformers safetensors."""
+
+
+class BackgroundSha256:
+    """sha256 of a stream whose pieces are hashed by a thread (hashlib releases the GIL on large buffers).
+
+    ``update`` queues a buffer, which the caller must never modify afterwards (tensors read from a file
+    share its memory: compute on copies); ``hexdigest`` waits for the rest.
+    """
+
+    def __init__(self, head: bytes = b""):
+        self._h = hashlib.sha256(head)
+        self._q: queue.Queue | None = None
+        self._thread: threading.Thread | None = None
+
+    def _drain(self) -> None:
+        while (item := self._q.get()) is not None:
+            self._h.update(item)
+
+    def update(self, buf) -> None:
+        if self._thread is None:
+            self._q = queue.Queue(maxsize=4)
+            self._thread = threading.Thread(target=self._drain, daemon=True)
+            self._thread.start()
+        self._q.put(buf)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._q.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def hexdigest(self) -> str:
+        self.stop()
+        return self._h.hexdigest()
 
 
 def itemsize(code: str) -> int:
@@ -103,7 +138,7 @@ class TensorFile:
             raw = self._f.read(n)
         except OSError as e:
             raise ModelError(f"{self.path}: cannot read it ({e.strerror or e}); check the path") from None
-        self._sha = hashlib.sha256(head + raw)
+        self._sha = BackgroundSha256(head + raw)
         self._pos, self._ordered, self._digest = 8 + n, True, None
         self.data_start = 8 + n
         try:
@@ -143,8 +178,8 @@ class TensorFile:
                              f"{self.size}-byte file; the file is truncated or corrupt, copy it again")
         return TensorInfo(name, code, tuple(shape), self.index, start, end)
 
-    def read_bytes(self, info: TensorInfo, feed_hash: bool = True) -> bytearray:
-        """The raw bytes of one tensor (the file's sha256 is fed when such reads go in file order).
+    def read_bytes(self, info: TensorInfo, feed_hash: bool = True) -> np.ndarray:
+        """The raw bytes of one tensor as a uint8 array (the file's sha256 is fed when such reads go in order).
 
         Args:
             info (TensorInfo): a tensor of this file. feed_hash (bool): False for a read outside the hashing pass.
@@ -157,11 +192,11 @@ class TensorFile:
         for s in range(info.start, info.end, size):
             yield self._read(info, s, min(s + size, info.end), feed_hash)
 
-    def _read(self, info: TensorInfo, start: int, end: int, feed_hash: bool) -> bytearray:
-        buf = bytearray(end - start)
+    def _read(self, info: TensorInfo, start: int, end: int, feed_hash: bool) -> np.ndarray:
+        buf = np.empty(end - start, dtype=np.uint8)  # not zero-filled: the read fills it
         try:
             self._f.seek(start)
-            got = self._f.readinto(buf)
+            got = self._f.readinto(memoryview(buf)) if end > start else 0
         except OSError as e:
             raise ModelError(f"{self.path}: cannot read tensor {info.name} ({e.strerror or e}); copy it again"
                              ) from None
@@ -180,7 +215,8 @@ class TensorFile:
         """The file's sha256: from the reads if they covered it in order, else by reading it again."""
         if self._digest is None:
             if not (self._ordered and self._pos == self.size):
-                self._sha, self._pos = hashlib.sha256(), 0
+                self._sha.stop()
+                self._sha, self._pos = BackgroundSha256(), 0
                 self._f.seek(0)
                 for chunk in iter(lambda: self._f.read(1 << 22), b""):
                     self._sha.update(chunk)
@@ -191,9 +227,11 @@ class TensorFile:
     def close(self) -> None:
         if self._f is not None:
             self._f.close()
+        if getattr(self, "_sha", None) is not None:
+            self._sha.stop()
 
 
-def to_tensor(buf: bytearray, info: TensorInfo) -> torch.Tensor:
+def to_tensor(buf, info: TensorInfo) -> torch.Tensor:
     """The bytes of ``info`` as a tensor of its dtype and shape (sharing ``buf``)."""
     if not info.nbytes:
         return torch.empty(info.shape, dtype=ST_DTYPES[info.dtype])
@@ -284,7 +322,7 @@ class ModelFolder:
     def info(self, name: str) -> TensorInfo:
         return self.tensors[name]
 
-    def read_bytes(self, name: str) -> bytearray:
+    def read_bytes(self, name: str) -> np.ndarray:
         t = self.tensors[name]
         return self.files[t.file].read_bytes(t)
 
@@ -398,7 +436,7 @@ class SafetensorsWriter:
             raise ModelError(f"{self.path}: wrote {name}, expected {want} (internal order error)")
         if isinstance(data, torch.Tensor):
             data = [tensor_bytes(data)]
-        elif isinstance(data, (bytes, bytearray, memoryview)):
+        elif isinstance(data, (bytes, bytearray, memoryview, np.ndarray)):
             data = [data]
         n = 0
         for buf in data:

@@ -73,7 +73,7 @@ def render_fuse(man: dict) -> str:
     dtype = man["settings"]["dtype"] or "each tensor's stored dtype"
     worst = max(man["modules"], key=lambda m: man["modules"][m]["rounding_rel"], default=None)
     lines = [f"fuse: {man['inputs']['adapter']['path']} into {man['inputs']['base']['path']} -> {man.get('out')}",
-             f"{fig['modules']} modules updated (W + scale * B @ A in float64, rounded once to {dtype}); "
+             f"{fig['modules']} modules updated (W + scale * B @ A, rounded once to {dtype}); "
              f"{fig['saved']} tensors replaced by the adapter's modules_to_save; {fig['copied']} copied byte for "
              f"byte, {fig['converted']} converted",
              f"rounding moved the update by {g(fig['rounding_rel'])} of its norm (worst {worst}: "
