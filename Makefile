@@ -38,6 +38,7 @@ lint: install
 
 bench: install
 	$(PY) benchmarks/run.py
+	$(PY) benchmarks/bench_extract.py
 
 check: lint test
 

@@ -328,3 +328,22 @@ def test_model_type_mismatch_is_refused(tmp_path):
     tuned = write_model(tmp_path / "t", small(), model_type="qwen3")
     with pytest.raises(VecmergeError, match="model_type 'qwen3' differs"):
         extract(base, tuned, tmp_path / "o", rank="2")
+
+
+@pytest.mark.slow
+def test_sharded_base_and_single_file_fine_tune(tmp_path):
+    """Different shard layouts: the base is read out of file order, so its hash takes a second pass."""
+    from finetune import build, finetune, save
+
+    model = build("qwen3")
+    base = save(model, tmp_path / "base", max_shard_size="20KB")
+    tuned = save(finetune(model), tmp_path / "tuned")
+    assert (base / "model.safetensors.index.json").is_file() and (tuned / "model.safetensors").is_file()
+    man = extract(base, tuned, tmp_path / "out", rank="1000", others="save")
+    import hashlib
+
+    for name, h in man["inputs"]["base"]["files"].items():
+        assert h == hashlib.sha256((base / name).read_bytes()).hexdigest()
+    ids = prompt()
+    assert rel_max(logits(peft_model(base, tmp_path / "out"), ids), logits(tuned, ids)) <= 1e-4
+    assert verify_output(tmp_path / "out")["passed"]

@@ -15,7 +15,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from vecmerge.modelfiles import INDEX_NAME, ModelError, ModelFolder, SafetensorsWriter, write_index
+from vecmerge.modelfiles import INDEX_NAME, ModelError, ModelFolder
+from vecmerge.modelwrite import SafetensorsWriter, write_index
 
 
 def sha(path) -> str:

@@ -23,8 +23,9 @@ from . import __version__
 from .adapter import ModuleSpec, sha256_file
 from .export import CARD_NAME, MANIFEST_NAME, build_config, jsonable, model_card, prepare_modules
 from .extract import Extraction, cut_all, open_extraction
-from .modelfiles import DTYPE_CODES, ModelFolder, SafetensorsWriter, tensor_bytes
+from .modelfiles import DTYPE_CODES, ModelFolder
 from .modelparts import ALL_LINEAR
+from .modelwrite import SafetensorsWriter, tensor_bytes
 from .peft_format import CONFIG_NAME, DTYPES, PREFIX, SAFETENSORS_NAME
 from .safe_write import OutputPolicy, OutputTransaction
 

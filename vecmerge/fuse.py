@@ -33,19 +33,8 @@ from .adapter import Adapter
 from .errors import UsageError
 from .export import CARD_NAME, MANIFEST_NAME, jsonable, model_card
 from .extract import TIED_HEAD, tied_embedding
-from .modelfiles import (
-    CONFIG,
-    DTYPE_CODES,
-    INDEX_NAME,
-    ST_DTYPES,
-    ModelError,
-    ModelFolder,
-    SafetensorsWriter,
-    itemsize,
-    tensor_bytes,
-    to_tensor,
-    write_index,
-)
+from .modelfiles import CONFIG, DTYPE_CODES, INDEX_NAME, ST_DTYPES, ModelError, ModelFolder, itemsize, to_tensor
+from .modelwrite import SafetensorsWriter, tensor_bytes, write_index
 from .peft_format import DTYPES, PREFIX
 from .safe_write import OutputPolicy, OutputTransaction
 
