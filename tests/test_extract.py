@@ -347,3 +347,14 @@ def test_sharded_base_and_single_file_fine_tune(tmp_path):
     ids = prompt()
     assert rel_max(logits(peft_model(base, tmp_path / "out"), ids), logits(tuned, ids)) <= 1e-4
     assert verify_output(tmp_path / "out")["passed"]
+
+
+def test_run_refuses_an_extract_manifest(tmp_path, run_cli):
+    b = small()
+    t = {k: v + 0.5 for k, v in b.items()}
+    extract(write_model(tmp_path / "b", b), write_model(tmp_path / "t", t), tmp_path / "o", rank="2", others="drop")
+    r = run_cli("run", tmp_path / "o" / "vecmerge.json")
+    assert r.exit_code == 2 and "records a 'vecmerge extract' output" in r.output
+    r = run_cli("extract", "--base-model", tmp_path / "b", "--tuned", tmp_path / "t", "--rank", "2", "--targets",
+                ",", "--out", tmp_path / "o2")
+    assert r.exit_code == 2 and "no module names given" in r.output

@@ -38,6 +38,8 @@ def test_select_rules():
     assert select(p, ["self_attn.q_proj"]) == ["model.layers.0.self_attn.q_proj"]
     with pytest.raises(UsageError, match="q_pro.*match no 2-D weight.*down_proj"):
         select(p, ["q_pro"])
+    with pytest.raises(UsageError, match="no module names given"):
+        select(p, [])
 
 
 def _meta_model(arch):

@@ -280,11 +280,27 @@ def run_cmd(obj: Ctx, recipe, out, force, dry_run, as_json, show_modules):
     from . import commands
     from .recipe import load
 
+    _not_a_model_manifest(recipe)
     r = load(recipe)
     if out:
         r = dataclasses.replace(r, out=out)
     commands.merge(obj.ws(), r, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules,
                    echo=_echo, progress=obj.bars())
+
+
+def _not_a_model_manifest(path) -> None:
+    """``vecmerge run`` of an extract or fuse manifest: say which command made it (it is no recipe)."""
+    from .errors import VecmergeError
+    from .safe_parse import load_json
+
+    if str(path).endswith(".json"):
+        try:
+            data = load_json(path)
+        except VecmergeError:
+            return  # the recipe loader reports it
+        if isinstance(data, dict) and data.get("kind") in ("extract", "fuse"):
+            _usage(f"run: {path} records a 'vecmerge {data['kind']}' output, not a recipe; run 'vecmerge "
+                   f"{data['kind']}' again with its settings, or check the output with 'vecmerge verify'")
 
 
 @main.command()

@@ -252,6 +252,9 @@ def _scan(base: ModelFolder, tuned: ModelFolder, policy: ExtractRank, targets, o
     if emb is not None and module_of(emb) in chosen:
         raise UsageError(f"--targets: {module_of(emb)} is tied to the output head, and a LoRA on the embedding does "
                          "not move the head; leave it out of --targets (--others save keeps it, and the head, whole)")
+    if not chosen:
+        raise UsageError(f"--targets: {few(picked)} exist in the base but not with the same shape in the fine-tune; "
+                         "nothing to extract (--others lists what differs)")
     layouts = {p.kind for p in chosen.values()} - {"embedding"}
     if len(layouts) > 1:
         conv = few([m for m, p in chosen.items() if p.kind == "conv1d"], 3)

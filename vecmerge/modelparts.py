@@ -101,6 +101,8 @@ def select(available: dict, targets: list[str], flag: str = "--targets") -> list
     Args:
         available (dict[str, Part]): ``parts(...)`` of the model. targets (list[str]): names, or ``all-linear``.
     """
+    if not targets:
+        raise UsageError(f"{flag}: no module names given; name modules (q_proj,v_proj) or use {ALL_LINEAR}")
     picked, idle = set(), []
     for t in targets:
         if t == ALL_LINEAR:

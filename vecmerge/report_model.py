@@ -5,8 +5,15 @@ Both take the command's manifest (``vecmerge.json`` content); ``--json`` prints 
 
 from __future__ import annotations
 
+import re
+
 from .errors import few
 from .report import g, table
+
+
+def _natural(name: str) -> list:
+    """``layers.10`` after ``layers.9``: digit runs compared as numbers."""
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name)]
 
 
 def _by_type(modules: dict) -> list[list]:
@@ -31,8 +38,9 @@ def render_extract(man: dict, show_modules: bool = False) -> str:
              f"({fig['rank']['sum']} in all); kept share {g(fig['kept_share'], 6)} of the update's squared norm, "
              f"relative error {g(fig['rel_error'])} (worst {fig['worst_module']}: {g(fig['max_rel_error'])})"]
     if s["rank"].startswith("energy"):
-        lines.append(f"energy: {fig['minimal']}/{fig['modules']} ranks certified minimal (the others lie within "
-                     "their recorded [rank_lower_bound, rank])")
+        lines.append(f"energy: {fig['minimal']}/{fig['modules']} ranks certified minimal"
+                     + (" (the others lie within their recorded [rank_lower_bound, rank])"
+                        if fig["minimal"] < fig["modules"] else ""))
     if s["rank"] == "auto":
         sig = [r["sigma"] for r in man["modules"].values() if r.get("sigma") is not None]
         lines.append(f"auto: kept singular values above the Gavish-Donoho threshold for a noise level sigma estimated "
@@ -60,7 +68,7 @@ def render_extract(man: dict, show_modules: bool = False) -> str:
                          "(model.resize_token_embeddings); the fine-tune's tokenizer files are in the folder")
     if show_modules:
         rows = [[m, r["rank"], g(r["kept_share"], 6), g(r["rel_error"]), r["method"], r["power_iters"]]
-                for m, r in man["modules"].items()]
+                for m, r in sorted(man["modules"].items(), key=lambda kv: _natural(kv[0]))]
         lines += ["", table(rows, ["module", "rank", "kept share", "rel error", "method", "power iters"])]
     lines.append(f"\nwrote {man.get('out')} in {g(fig.get('seconds'), 3)} s; check it with: vecmerge verify "
                  f"{man.get('out')}")
