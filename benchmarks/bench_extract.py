@@ -160,8 +160,14 @@ def adapter_errors(root: Path, adapter: Path, names: list[str]) -> dict:
     return out
 
 
-def plain_copy(src: Path, dst: Path) -> dict:
-    """Read every shard with safetensors and write it again (and the index), then fsync: the I/O floor."""
+def plain_copy(src: Path, dst: Path, hashed: bool = False) -> dict:
+    """Read every shard with safetensors and write it again (and the index), then fsync: the I/O floor.
+
+    With ``hashed``, also the sha256 of every input and output shard (two threads), as fuse records them.
+    """
+    import hashlib
+    import threading
+
     from safetensors.torch import load_file, save_file
 
     shutil.rmtree(dst, ignore_errors=True)
@@ -178,6 +184,19 @@ def plain_copy(src: Path, dst: Path) -> dict:
         fd = os.open(p, os.O_RDONLY)
         os.fsync(fd)
         os.close(fd)
+    if hashed:
+        def digest(folder):
+            for p in sorted(folder.glob("*.safetensors")):
+                h = hashlib.sha256()
+                with open(p, "rb") as f:
+                    for chunk in iter(lambda: f.read(1 << 24), b""):
+                        h.update(chunk)
+
+        threads = [threading.Thread(target=digest, args=(d,)) for d in (src, dst)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     return {"bytes": n}
 
 
@@ -230,17 +249,19 @@ def bench_shape(shape: str, a) -> dict:
                                                                     str(mo), *ref_names]))
         else:
             res["mergekit"]["error"] = r["stderr"][-800:]
-    fused, fuses, copies = root / "fused", [], []
-    for i in range(a.repeat):  # alternating, so that neither gets the warmer page cache
-        log(f"{shape}: plain read+write, then vecmerge fuse (round {i + 1} of {a.repeat})")
+    fused, fuses, copies, hashed = root / "fused", [], [], []
+    for i in range(a.repeat):  # alternating, so that none gets the warmer page cache
+        log(f"{shape}: plain read+write, the same with sha256, then vecmerge fuse (round {i + 1} of {a.repeat})")
         copies.append(br.measure([sys.executable, HELPER, "copy", str(data / "base"), str(root / "copy")]))
+        shutil.rmtree(root / "copy", ignore_errors=True)
+        hashed.append(br.measure([sys.executable, HELPER, "copy", str(data / "base"), str(root / "copy"), "--hash"]))
         shutil.rmtree(root / "copy", ignore_errors=True)
         r = br.measure(vm("fuse", out, "--base-model", data / "base", "--out", fused, "--force"))
         if r["rc"]:
             raise RuntimeError(r["stderr"][-2000:])
         fuses.append(r)
         shutil.rmtree(fused, ignore_errors=True)
-    for key, runs in (("fuse", fuses), ("copy", copies)):
+    for key, runs in (("fuse", fuses), ("copy", copies), ("copy_hashed", hashed)):
         res[key] = {"wall": min(r["wall"] for r in runs), "walls": [r["wall"] for r in runs],
                     "cpu": min(r["cpu"] for r in runs), "peak": max(r["peak"] for r in runs)}
     return res
@@ -258,8 +279,9 @@ def per_type_reference_seconds(res: dict) -> float:
 def render(results: list) -> str:
     gb = lambda b: f"{b / GIB:.2f}"  # noqa: E731
     lines = ["| shape | layers timed | vecmerge extract s (all layers) | reference | reference s (all layers) "
-             "| speed-up | peak above start-up GiB | worst error vs optimal | fuse s / read+write s (CPU s) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| speed-up | peak above start-up GiB | worst error vs optimal | fuse s / read+write s (CPU s) "
+             "| read+write+sha256 s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         sc, ex = r["scale"], r["extract"]
         ours_all = ex["wall"] * sc
@@ -274,7 +296,8 @@ def render(results: list) -> str:
                      f"| {ref_name} | {ref_all:.0f} | {ref_all / ours_all:.1f}x | "
                      f"{gb(ex['peak'] - r['startup']['peak'])} | {max(ratios) - 1:+.3%} | "
                      f"{r['fuse']['wall']:.1f} / {r['copy']['wall']:.1f} = "
-                     f"{r['fuse']['wall'] / r['copy']['wall']:.2f} ({r['fuse']['cpu']:.1f} / {r['copy']['cpu']:.1f}) |")
+                     f"{r['fuse']['wall'] / r['copy']['wall']:.2f} ({r['fuse']['cpu']:.1f} / {r['copy']['cpu']:.1f}) | "
+                     f"{r['copy_hashed']['wall']:.1f} |")
     return "\n".join(lines)
 
 
@@ -296,6 +319,7 @@ def main(argv=None) -> None:
     cp = sub.add_parser("copy")
     cp.add_argument("src", type=Path)
     cp.add_argument("dst", type=Path)
+    cp.add_argument("--hash", action="store_true")
     p.add_argument("--out", type=Path, default=Path("bench-out/extract"))
     p.add_argument("--shapes", default="qwen3-0.6b,llama-3-8b")
     p.add_argument("--layers", default="", help="e.g. qwen3-0.6b=4,llama-3-8b=2 (layers written and timed)")
@@ -318,7 +342,7 @@ def main(argv=None) -> None:
         print(json.dumps(adapter_errors(a.root, a.adapter, a.names)))
         return
     if a.cmd == "copy":
-        print(json.dumps(plain_copy(a.src, a.dst)))
+        print(json.dumps(plain_copy(a.src, a.dst, a.hash)))
         return
     a.layers = {k: int(v) for k, v in (x.split("=") for x in a.layers.split(",") if x)}
     a.mergekit_shapes = a.mergekit_shapes.split(",")
