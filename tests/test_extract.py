@@ -358,3 +358,16 @@ def test_run_refuses_an_extract_manifest(tmp_path, run_cli):
     r = run_cli("extract", "--base-model", tmp_path / "b", "--tuned", tmp_path / "t", "--rank", "2", "--targets",
                 ",", "--out", tmp_path / "o2")
     assert r.exit_code == 2 and "no module names given" in r.output
+
+
+def test_verify_of_an_edited_manifest_is_one_error(tmp_path):
+    from vecmerge.errors import OutputError
+
+    b = small()
+    t = {k: v + 0.5 for k, v in b.items()}
+    extract(write_model(tmp_path / "b", b), write_model(tmp_path / "t", t), tmp_path / "o", rank="2", others="drop")
+    man = json.loads((tmp_path / "o" / "vecmerge.json").read_text())
+    del man["inputs"]
+    (tmp_path / "o" / "vecmerge.json").write_text(json.dumps(man))
+    with pytest.raises(OutputError, match="not a complete extract manifest"):
+        verify_output(tmp_path / "o")
