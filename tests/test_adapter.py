@@ -182,3 +182,15 @@ def test_nan_shape_and_dtype_refusals(tmp_path):
                                           torch.ones(48)))
     with pytest.raises(AdapterError, match="DoRA magnitude"):
         Adapter(p)
+
+
+@pytest.mark.slow
+def test_peft_saved_modules_are_read_under_drop(peft_adapter):
+    """PEFT >= 0.15 saves modules_to_save as base_model.model.<module>.<param> (no 'modules_to_save' in the key)."""
+    p = peft_adapter("mts_norm", r=2, target_modules=["q_proj"], modules_to_save=["model.norm"])
+    keys = set(load_file(str(p / "adapter_model.safetensors")))
+    assert "base_model.model.model.norm.weight" in keys
+    with pytest.raises(AdapterError, match="modules_to_save"):
+        Adapter(p)
+    a = Adapter(p, modules_to_save="drop")
+    assert a.saved_keys == ["base_model.model.model.norm.weight"] and len(a.modules) == 2
