@@ -97,7 +97,8 @@ def measure(cmd: list[str], cwd=None, mem_limit: int | None = None, env: dict | 
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return {"wall": wall, "peak": ru.ru_maxrss * 1024, "rc": p.returncode, "timed_out": timed_out,
+        return {"wall": wall, "peak": ru.ru_maxrss * 1024, "cpu": ru.ru_utime + ru.ru_stime, "rc": p.returncode,
+                "timed_out": timed_out,
                 "stdout": out.read().decode(errors="replace"), "stderr": err.read().decode(errors="replace")}
 
 

@@ -244,3 +244,13 @@ def test_content_sha256_is_weights_and_config(tmp_path):
     (path / "adapter_model.safetensors").unlink()
     with pytest.raises(AdapterError, match="no adapter_model.safetensors or adapter_model.bin"):
         folder_content_sha256(path)
+@pytest.mark.slow
+def test_peft_saved_modules_are_read_under_drop(peft_adapter):
+    """PEFT >= 0.15 saves modules_to_save as base_model.model.<module>.<param> (no 'modules_to_save' in the key)."""
+    p = peft_adapter("mts_norm", r=2, target_modules=["q_proj"], modules_to_save=["model.norm"])
+    keys = set(load_file(str(p / "adapter_model.safetensors")))
+    assert "base_model.model.model.norm.weight" in keys
+    with pytest.raises(AdapterError, match="modules_to_save"):
+        Adapter(p)
+    a = Adapter(p, modules_to_save="drop")
+    assert a.saved_keys == ["base_model.model.model.norm.weight"] and len(a.modules) == 2

@@ -156,6 +156,11 @@ class Adapter:
         self.saved_modules: list[str] = []  # keys of full saved modules left out (modules_to_save: drop)
         self.specs = self._index()
 
+    @property
+    def saved_keys(self) -> list[str]:
+        """The file keys of the saved full modules (``modules_to_save``), as in ``saved_modules``."""
+        return list(self.saved_modules)
+
     def _is_saved_module(self, key: str) -> bool:
         """A full weight of a ``modules_to_save`` module: ``...modules_to_save...`` (older PEFT) or, as
         peft 0.21 saves it, ``base_model.model.<module>.<param>`` for a module the config lists."""

@@ -19,7 +19,6 @@ import torch
 
 from .lowrank import COMPUTE_DTYPE, SVD, LowRank, f64
 
-
 KAPPA_MAX = 1e6  # lift through ``S R^-1`` only below this condition number of R (error ~ kappa * 1e-16)
 
 

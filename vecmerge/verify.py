@@ -299,6 +299,16 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
     """
     path = Path(path)
     manifest = read_manifest(path)
+    kind = manifest.get("kind") if isinstance(manifest, dict) else None
+    if kind in ("extract", "fuse"):  # a LoRA extracted from a fine-tune, or a model with a LoRA fused in
+        from .verify_model import verify_extract, verify_fuse
+
+        tol = TOLERANCES.get((manifest.get("output") or {}).get("dtype") or "fp32", TOLERANCES["bf16"])
+        try:
+            return (verify_extract if kind == "extract" else verify_fuse)(path, manifest, tol, progress)
+        except (KeyError, TypeError) as e:
+            raise OutputError(f"{path / 'vecmerge.json'}: not a complete {kind} manifest (missing or malformed "
+                              f"{e}); it was edited or truncated, write the output again") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("recipe"), dict) or "output" not in manifest:
         raise OutputError(f"{path / 'vecmerge.json'}: lacks 'recipe' or 'output'; not a vecmerge manifest")
     bad = shape_problems(manifest)
