@@ -360,7 +360,9 @@ class Adapter:
             raise AdapterError(f"{self.weights_path}: module {module}: cannot read tensors ({e}); "
                                "the file is truncated or corrupt, copy it again") from None
         for slot, t in (("lora_A", A), ("lora_B", B)):
-            if not torch.isfinite(t).all():
+            # one reduction: a NaN/Inf entry makes the sum non-finite (a finite sum that overflows is checked
+            # entry by entry, and passes when every entry is finite)
+            if not bool(torch.isfinite(t.sum(dtype=torch.float32))) and not bool(torch.isfinite(t).all()):
                 bad = int((~torch.isfinite(t)).sum())
                 raise AdapterError(f"{self.weights_path}: module {module}: {slot} has {bad} NaN/Inf entries; "
                                    "the checkpoint diverged, use an earlier one")

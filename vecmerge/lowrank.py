@@ -49,7 +49,7 @@ def magnitude(x) -> float:
     if isinstance(x, LowRank):
         if x.rank == 0 or x.scale == 0.0:
             return 0.0
-        return abs(x.scale) * float(f64(x.B).abs().max()) * float(f64(x.A).abs().max())
+        return abs(x.scale) * float(x.B.abs().max()) * float(x.A.abs().max())
     if isinstance(x, torch.Tensor):
         return float(x.abs().max()) if x.numel() else 0.0
     return abs(float(x))
@@ -63,8 +63,8 @@ def check_magnitude(module: str, what: str, x, fix: str) -> None:
         module (str): for the message. what (str): the quantity (``"base (1e300*v28)"``).
         x (Tensor | LowRank | float): a core, an update or a norm of the module. fix (str): what to change.
     """
-    size = magnitude(x)
-    if not math.isfinite(size) or (isinstance(x, torch.Tensor) and not bool(torch.isfinite(x).all())):
+    size = magnitude(x)  # a NaN entry makes the max NaN: the one reduction also finds non-finite entries
+    if not math.isfinite(size):
         problem = "is not finite (it overflows float64 or holds NaN)"
     elif size > SAFE_MAX:
         problem = f"reaches {size:.3g}, too large for float64 norms and products (at most {SAFE_MAX:g})"

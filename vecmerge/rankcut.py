@@ -59,6 +59,8 @@ class Cut:
         method (str): ``core`` (SVD of the small core), ``full`` (full SVD of a dense update),
             ``randomized`` (randomized truncated SVD of a dense update) or ``factors`` (written as given).
         power_iters (int | None): randomized only: the power iterations used.
+        left_core (Tensor | None): (p, rank) ``Qb^T B`` of the written B for a core input (``U_k sqrt(S_k)``),
+            so the rounding's projection need not form it again.
     """
 
     factors: LowRank
@@ -69,6 +71,7 @@ class Cut:
     kept: torch.Tensor | None = None
     method: str = "core"
     power_iters: int | None = None
+    left_core: torch.Tensor | None = None
 
     @property
     def rel_error(self) -> float:
@@ -104,7 +107,9 @@ def pad(x: LowRank, rank: int) -> LowRank:
 def _padded(c: Cut, rank: int | None) -> Cut:
     if rank is None or rank <= c.rank:
         return c
-    return dataclasses.replace(c, factors=pad(c.factors, rank), rank=rank)
+    left = None if c.left_core is None else torch.cat([c.left_core, c.left_core.new_zeros(c.left_core.shape[0],
+                                                                                       rank - c.rank)], 1)
+    return dataclasses.replace(c, factors=pad(c.factors, rank), rank=rank, left_core=left)
 
 
 def _split(U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor, k: int) -> LowRank:
@@ -179,5 +184,6 @@ def cut(x, policy: RankPolicy, *, backbone: LowRank | None = None, step=None, ra
     root = torch.sqrt(S[:k])
     factors = LowRank(x.space.left(U[:, :k] * root), x.space.right(root[:, None] * Vh[:k]), 1.0)
     kept = (U[:, :k] * S[:k]) @ Vh[:k]
-    c = Cut(factors, k, exact, float(torch.sqrt((S[k:] ** 2).sum())), float(torch.linalg.vector_norm(S)), kept)
+    c = Cut(factors, k, exact, float(torch.sqrt((S[k:] ** 2).sum())), float(torch.linalg.vector_norm(S)), kept,
+            left_core=U[:, :k] * root)
     return _padded(c, rank)

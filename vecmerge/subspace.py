@@ -31,24 +31,23 @@ class Subspace:
     stack), which never forms Qb: half the work of a second, Householder QR. That is exact up to
     ``kappa(R) * u`` (u = 1.1e-16), so it is used only while ``kappa(Rb), kappa(Ra) <= KAPPA_MAX``;
     a worse-conditioned stack (nearly repeated factors, ``x - x``) forms the Householder bases from the
-    same stack instead (``bases()``: the same R, so they match the cores bit for bit; from the kept
-    Householder reflectors when memory allows, so no second QR). ``release()``
+    same stack instead (``bases()``: the same R, so they match the cores bit for bit). ``release()``
     drops whatever full-size arrays a lift made, so a whole-model pipeline holds one module's at a time.
 
     Args:
         terms (list[LowRank]): the non-zero terms, in stacking order (their factors, as read).
         shape (tuple[int, int]): (out, in). p (int), q (int): basis widths.
         R (tuple[Tensor, Tensor] | None): (Rb (p, p_b), Ra (q, q_a)), the stacks' R factors.
-        reflectors (tuple | None): ((a, tau) of Sb, (a, tau) of Sa) from ``torch.geqrf``, kept when memory
-            allows: the explicit bases are then ``householder_product(a, tau)``, no second QR.
+        stacks (tuple[Tensor, Tensor] | None): (Sb, Sa) kept from the start when memory allows (else
+            formed again from the terms when a lift needs them).
         device (torch.device | None): where the cores live (the terms' device; cpu when there are none).
     """
 
-    def __init__(self, terms: list[LowRank], shape: tuple[int, int], p: int, q: int, R=None, reflectors=None,
+    def __init__(self, terms: list[LowRank], shape: tuple[int, int], p: int, q: int, R=None, stacks=None,
                  device=None):
         self._terms, self.shape, self.p, self.q = terms, (int(shape[0]), int(shape[1])), p, q
         self._R = R
-        self._reflectors = reflectors
+        self._stacks_kept = stacks
         self._stacks_now = None
         self._q = None
         self._implicit: bool | None = None
@@ -73,14 +72,9 @@ class Subspace:
             space = cls([], shape, 0, 0, device=device)
             return space, [space.zero() for _ in terms]
         Bs, As = cls._stacks(live)
-        if keep_bases:  # Householder reflectors kept: the bases, if ever needed, cost only their forming
-            (ab, tb), (aa, ta) = torch.geqrf(Bs), torch.geqrf(As)
-            Rb, Ra = torch.triu(ab[:min(ab.shape)]), torch.triu(aa[:min(aa.shape)])
-            space = cls(live, shape, Rb.shape[0], Ra.shape[0], R=(Rb, Ra), reflectors=((ab, tb), (aa, ta)))
-        else:
-            Rb = torch.linalg.qr(Bs, mode="r").R
-            Ra = torch.linalg.qr(As, mode="r").R
-            space = cls(live, shape, Rb.shape[0], Ra.shape[0], R=(Rb, Ra))
+        Rb = torch.linalg.qr(Bs, mode="r").R
+        Ra = torch.linalg.qr(As, mode="r").R
+        space = cls(live, shape, Rb.shape[0], Ra.shape[0], R=(Rb, Ra), stacks=(Bs, As) if keep_bases else None)
         cores, col = [], 0
         for t in terms:
             if t.rank == 0:
@@ -92,7 +86,9 @@ class Subspace:
         return space, cores
 
     def stacks(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(Sb, Sa): the stacked factors, formed again from the terms (kept until ``release()``)."""
+        """(Sb, Sa): the stacked factors, kept from the start or formed again (until ``release()``)."""
+        if self._stacks_kept is not None:
+            return self._stacks_kept
         if self._stacks_now is None:
             self._stacks_now = self._stacks(self._terms)
         return self._stacks_now
@@ -116,16 +112,13 @@ class Subspace:
             if not self._terms:
                 self._q = (torch.zeros(self.shape[0], 0, dtype=COMPUTE_DTYPE, device=self.device),
                            torch.zeros(self.shape[1], 0, dtype=COMPUTE_DTYPE, device=self.device))
-            elif self._reflectors is not None:
-                self._q = tuple(torch.linalg.householder_product(a[:, :tau.shape[0]], tau)
-                                for a, tau in self._reflectors)
             else:
                 Bs, As = self.stacks()
                 self._q = (torch.linalg.qr(Bs).Q, torch.linalg.qr(As).Q)
         return self._q
 
     def release(self) -> None:
-        """Drop the full-size arrays a lift formed (reflectors kept from the start stay)."""
+        """Drop the full-size arrays a lift formed (stacks kept from the start stay)."""
         self._q = None
         self._stacks_now = None
 
@@ -144,15 +137,21 @@ class Subspace:
             return (self.stacks()[1] @ torch.linalg.solve_triangular(self._R[1], Y.T, upper=True)).T
         return Y @ self.bases()[1].T
 
+    def core_of_left(self, X: torch.Tensor) -> torch.Tensor:
+        """``Qb^T X`` (p, k) for X (out, k): ``Rb^-T Sb^T X``, or the explicit basis."""
+        if self.implicit():
+            return torch.linalg.solve_triangular(self._R[0].T, self.stacks()[0].T @ X, upper=False)
+        return self.bases()[0].T @ X
+
+    def core_of_right(self, Y: torch.Tensor) -> torch.Tensor:
+        """``Y Qa`` (k, q) for Y (k, in): ``Y Sa Ra^-1``, or the explicit basis."""
+        if self.implicit():
+            return torch.linalg.solve_triangular(self._R[1], Y @ self.stacks()[1], upper=True, left=False)
+        return Y @ self.bases()[1]
+
     def core_of(self, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
         """``Qb^T X Y Qa`` (p, q) for any factored ``X Y`` (X (out, k), Y (k, in)), in the span or not."""
-        if self.implicit():
-            (Rb, Ra), (Sb, Sa) = self._R, self.stacks()
-            left = torch.linalg.solve_triangular(Rb.T, Sb.T @ X, upper=False)  # Rb^-T Sb^T X
-            right = torch.linalg.solve_triangular(Ra, Y @ Sa, upper=True, left=False)  # Y Sa Ra^-1
-            return left @ right
-        Qb, Qa = self.bases()
-        return (Qb.T @ X) @ (Y @ Qa)
+        return self.core_of_left(X) @ self.core_of_right(Y)
 
 
 @dataclass(frozen=True)

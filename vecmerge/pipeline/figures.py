@@ -45,34 +45,51 @@ def check_figures(fig: dict) -> None:
                            "magnitudes are extreme, check their lora_alpha and the coefficients")
 
 
-def rounding(written: LowRank, exact: LowRank, space: Subspace) -> tuple[float, torch.Tensor]:
+def _rounding_terms(written: LowRank, exact: LowRank):
+    """``(dB, A1, B2, dA)`` with ``E = W - R = dB A1 + B2 dA`` (``B1 = s_W B_W``, ``B2 = s_R B_R``)."""
+    dev = exact.device
+    B1, A1 = written.scale * f64(written.B.to(dev)), f64(written.A.to(dev))
+    B2, A2 = exact.scale * f64(exact.B), f64(exact.A)
+    return B1 - B2, A1, B2, A1 - A2
+
+
+def _rounding_sq(dB, A1, B2, dA) -> float:
+    """``||dB A1 + B2 dA||^2`` from Gram blocks: ``<dB^T dB, A1 A1^T> + <B2^T B2, dA dA^T> + 2 <dB^T B2, A1 dA^T>``.
+
+    Every term is of the order of the rounding (no cancellation of large terms), so no digits are lost.
+    """
+    return float(((dB.T @ dB) * (A1 @ A1.T)).sum() + ((B2.T @ B2) * (dA @ dA.T)).sum()
+                 + 2.0 * ((dB.T @ B2) * (A1 @ dA.T)).sum())
+
+
+def rounding(written: LowRank, exact: LowRank, space: Subspace, left_core=None) -> tuple[float, torch.Tensor]:
     """``E = W - R`` of a rounded copy W of factors R: ``(||E||_F, Qb^T E Qa)``.
 
-    ``E = (B1 - B2) A1 + B2 (A1 - A2)`` with ``B1 = s_W B_W``, ``B2 = s_R B_R``: every term is of the
-    order of the rounding, so its Gram norm ``sum((X^T X) * (Y Y^T))`` loses no digits.
+    ``E = (B1 - B2) A1 + B2 (A1 - A2)`` with ``B1 = s_W B_W``, ``B2 = s_R B_R`` (``_rounding_sq``), and
+    ``Qb^T E Qa = (Qb^T dB)(A1 Qa) + (Qb^T B2)(dA Qa)``.
 
     Args:
         written (LowRank): W as stored. exact (LowRank): R before rounding. space (Subspace): the basis.
+        left_core (Tensor | None): (p, rank) ``Qb^T B2`` when the cut knows it (a core's ``U_k sqrt(S_k)``).
     """
     if exact.rank == 0:
         return 0.0, space.zero().C
-    B1, A1 = written.scale * f64(written.B.to(exact.device)), f64(written.A.to(exact.device))
-    B2, A2 = exact.scale * f64(exact.B), f64(exact.A)
-    X = torch.cat([B1 - B2, B2], 1)
-    Y = torch.cat([A1, A1 - A2], 0)
-    sq = float(((X.T @ X) * (Y @ Y.T)).sum())
-    return max(sq, 0.0) ** 0.5, space.core_of(X, Y)
+    dB, A1, B2, dA = _rounding_terms(written, exact)
+    sq = _rounding_sq(dB, A1, B2, dA)
+    if left_core is None:
+        core = space.core_of(torch.cat([dB, B2], 1), torch.cat([A1, dA], 0))
+    else:
+        k = dB.shape[1]
+        right = space.core_of_right(torch.cat([A1, dA], 0))  # (2k, q): [A1; dA] Qa
+        core = space.core_of_left(dB) @ right[:k] + (exact.scale * left_core) @ right[k:]
+    return max(sq, 0.0) ** 0.5, core
 
 
 def rounding_norm(written: LowRank, exact: LowRank) -> float:
     """``||W - R||_F`` of a rounded copy W of factors R (``rounding`` without a basis)."""
     if exact.rank == 0:
         return 0.0
-    B1, A1 = written.scale * f64(written.B.to(exact.device)), f64(written.A.to(exact.device))
-    B2, A2 = exact.scale * f64(exact.B), f64(exact.A)
-    X = torch.cat([B1 - B2, B2], 1)
-    Y = torch.cat([A1, A1 - A2], 0)
-    return max(float(((X.T @ X) * (Y @ Y.T)).sum()), 0.0) ** 0.5
+    return max(_rounding_sq(*_rounding_terms(written, exact)), 0.0) ** 0.5
 
 
 def figures(ev, rows: dict) -> dict:
