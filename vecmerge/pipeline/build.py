@@ -123,7 +123,7 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
             W = w[m].lowrank
             return ModuleBuild(c, w[m], rounding_norm(W, c.factors), None, None, None, target.distance(W),
                                target.inner(W), moved, target.norm())
-        e_norm, e_core = rounding(w[m].lowrank, c.factors, target.space, c.left_core)
+        e_norm, e_core = rounding(w[m].lowrank, c.factors, target.space, c.cores)
         target.space.release()  # one module's full-size bases at a time
         return ModuleBuild(c, w[m], e_norm, e_core, target, step_m, moved=moved)
 
