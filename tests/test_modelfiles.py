@@ -16,7 +16,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from vecmerge.modelfiles import INDEX_NAME, ModelError, ModelFolder
-from vecmerge.modelwrite import SafetensorsWriter, write_index
+from vecmerge.modelwrite import SafetensorsStream, SafetensorsWriter, write_index
 
 
 def sha(path) -> str:
@@ -69,6 +69,55 @@ def test_writer_refuses_out_of_order_and_wrong_size(tmp_path):
     with pytest.raises(ModelError, match="bytes"):
         w.write("a", torch.zeros(3))
     w.abort()
+
+
+def _stream_groups(n=6):
+    """n modules of (A (r, 5), B (7, r)) with r = 1..n, bounded by rank 9 (two digits would be 10)."""
+    g = torch.Generator().manual_seed(1)
+    made = {f"m{i}": {f"m{i}.A": torch.randn(i + 1, 5, generator=g).bfloat16(),
+                      f"m{i}.B": torch.randn(7, i + 1, generator=g).bfloat16()} for i in range(n)}
+    groups = [(m, [(f"{m}.A", "BF16", (9, 5)), (f"{m}.B", "BF16", (7, 9))]) for m in made]
+    return made, groups
+
+
+def test_stream_writes_in_declared_order_whatever_the_put_order(tmp_path):
+    """Tensors put from 3 threads in shuffled order: the file equals the one from puts in order byte for byte,
+    loads with safetensors bit for bit, its header is the exact one padded with spaces to a multiple of 8,
+    and close() returns hashlib's sha256 of the whole file."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    made, groups = _stream_groups()
+    files = []
+    for k, order in enumerate((list(made), random.Random(3).sample(list(made), len(made)))):
+        path = tmp_path / f"s{k}.safetensors"
+        st = SafetensorsStream(path, groups, {"format": "pt"})
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(lambda m, st=st: st.put(m, made[m]), order))
+        assert st.close() == sha(path)
+        files.append(path.read_bytes())
+    assert files[0] == files[1]
+    got = load_file(str(tmp_path / "s1.safetensors"))
+    want = {k: t for ts in made.values() for k, t in ts.items()}
+    assert list(got) == sorted(want) and all(torch.equal(got[k], want[k]) for k in want)
+    n = struct.unpack("<Q", files[0][:8])[0]
+    head = files[0][8:8 + n]
+    assert n % 8 == 0 and head.rstrip(b" ") == head.rstrip() and json.loads(head)["__metadata__"] == {"format": "pt"}
+    offsets = [json.loads(head)[k]["data_offsets"] for ts in made.values() for k in ts]
+    assert offsets[0][0] == 0 and all(a[1] == b[0] for a, b in zip(offsets, offsets[1:]))  # declared order
+
+
+def test_stream_refuses_shapes_over_their_bounds_and_missing_groups(tmp_path):
+    made, groups = _stream_groups(2)
+    st = SafetensorsStream(tmp_path / "a.safetensors", groups)
+    with pytest.raises(ModelError, match=r"m0.A is torch.bfloat16 \(10, 5\), over its bound BF16 \(9, 5\)"):
+        st.put("m0", {"m0.A": torch.zeros(10, 5).bfloat16(), "m0.B": made["m0"]["m0.B"]})
+    with pytest.raises(ModelError, match="unexpected tensors"):
+        st.put("m0", {"m0.A": made["m0"]["m0.A"]})
+    st.put("m1", made["m1"])  # early: held until m0 comes
+    with pytest.raises(ModelError, match="2 modules were not written"):
+        st.close()
+    st.abort()
 
 
 def test_reader_matches_safetensors_and_hashes_single_file(tmp_path):

@@ -16,14 +16,18 @@ expression, audit, method and rank cut then sees plain modules; ``export`` group
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .errors import AdapterError
 from .lowrank import LowRank
+from .modelfiles import ST_DTYPES
 from .peft_format import (
     BIN_NAME,
     CONFIG_NAME,
@@ -42,6 +46,8 @@ from .peft_format import (
     unwrap,
 )
 from .safe_parse import short
+
+LOAD_CHUNK = 1 << 24  # bytes read (and hashed) at a time by Adapter.load
 
 
 def sha256_file(path: Path) -> str:
@@ -144,6 +150,7 @@ class Adapter:
         self.modules_to_save_policy = modules_to_save
         self.weights_path = self._find_weights()
         self._tensors = self._open()
+        self._loaded = None  # (buffer, {key: header entry}, data start) once ``load`` read the file
         saved = [k for k in self._tensors[0] if "modules_to_save" in k]
         if (self.config.modules_to_save or saved) and modules_to_save != "drop":
             what = self.config.modules_to_save or sorted({k.split(".modules_to_save")[0] for k in saved})
@@ -340,9 +347,54 @@ class Adapter:
     def modules(self) -> list[str]:
         return list(self.specs)
 
+    def load(self) -> None:
+        """Read the safetensors weights file into memory once, hashing it in the same pass (``sha256``).
+
+        The tensors then come from these bytes, so the recorded sha256 is exactly that of what was merged
+        (a file replaced while vecmerge runs cannot slip in), and the file is read once, sequentially, in
+        16 MiB pieces while each piece is still in cache. A no-op for ``.bin`` files (already in memory).
+        """
+        if self._loaded is not None or self._tensors[1] is None:
+            return
+        p = self.weights_path
+        size = p.stat().st_size
+        buf = np.empty(size, dtype=np.uint8)  # not zero-filled: every byte is read into it
+        view, h, pos = memoryview(buf), hashlib.sha256(), 0
+        with open(p, "rb") as f:
+            while pos < size:
+                n = f.readinto(view[pos:pos + LOAD_CHUNK])
+                if not n:
+                    raise AdapterError(f"{p}: ended after {pos} of {size} bytes while being read; copy it again")
+                h.update(view[pos:pos + n])
+                pos += n
+        n = int.from_bytes(bytes(buf[:8]), "little")
+        try:
+            header = json.loads(bytes(buf[8:8 + n])) if 8 + n <= size else None
+        except ValueError:
+            header = None
+        if not isinstance(header, dict) or set(header) - {"__metadata__"} != set(self._tensors[0]):
+            raise AdapterError(f"{p}: changed while being read (its header no longer matches); run again")
+        self._loaded = (buf, header, 8 + n)
+        self.__dict__["sha256"] = h.hexdigest()
+
     def _read(self, key) -> torch.Tensor:
-        t = self._tensors[0][key]
-        return t[:] if self._tensors[1] is not None else t
+        if self._tensors[1] is None:
+            return self._tensors[0][key]
+        if self._loaded is None:
+            return self._tensors[0][key][:]
+        buf, header, start = self._loaded
+        entry = header[key]
+        dtype, shape = ST_DTYPES.get(entry.get("dtype")), entry.get("shape")
+        (lo, hi) = entry.get("data_offsets", (0, -1))
+        n = math.prod(shape) if isinstance(shape, list) else -1
+        if dtype is None or n < 0 or lo < 0 or start + hi > len(buf) or (hi - lo) != n * dtype.itemsize:
+            raise AdapterError(f"{self.weights_path}: {key}: its header entry changed while being read; run again")
+        if n == 0:
+            return torch.empty(shape, dtype=dtype)
+        off = start + lo
+        if off % dtype.itemsize:  # an unaligned tensor (allowed by the format): copy it out
+            return torch.frombuffer(bytearray(buf[off:off + hi - lo]), dtype=dtype).view(shape)
+        return torch.frombuffer(buf, dtype=dtype, count=n, offset=off).view(shape)
 
     def factors(self, module: str, device=None) -> LowRank:
         """Read one module as ``LowRank(lora_B, lora_A, scale)`` in its stored dtype, on ``device``.
@@ -377,7 +429,7 @@ class Adapter:
 
     @cached_property
     def sha256(self) -> str:
-        """sha256 of the weights file."""
+        """sha256 of the weights file (of the bytes read, after ``load``)."""
         return sha256_file(self.weights_path)
 
     @cached_property

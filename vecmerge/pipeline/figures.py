@@ -104,54 +104,64 @@ def rounding_norm(written: LowRank, exact: LowRank) -> float:
     return max(_rounding_sq(*_rounding_terms(written, exact)), 0.0) ** 0.5
 
 
+def module_figures(ev, m: str, r) -> tuple[dict, tuple]:
+    """One module's entry of ``figures`` and its parts of the sums: ``(entry, (||W-T||^2, ||E||^2, ||T||^2,
+    ||step||^2, landed))`` with ``landed`` the inner product that survival sums (``<W - base, step>`` or,
+    for a merge, ``<W, T>``; 0.0 when neither applies).
+
+    Args:
+        ev (Evaluation): the evaluated recipe (its base cores). m (str): the module. r (ModuleBuild): its build.
+    """
+    target = r.target
+    e_norm, e_core = r.rounding, r.rounding_core
+    if r.error is not None:
+        err = r.error
+    else:
+        diff = r.cut.kept - target.C
+        err = max(float((diff**2).sum()) + e_norm**2 + 2 * float((diff * e_core).sum()), 0.0) ** 0.5
+    tn = r.target_norm if r.target_norm is not None else target.norm()
+    entry = {"rank": r.written.rank, "exact_rank": r.cut.exact_rank, "rel_error": err / tn if tn > 0 else err,
+             "cut_error": r.cut.error}
+    if r.cut.method != "core":
+        entry["cut"] = r.cut.method
+        if r.cut.power_iters is not None:
+            entry["power_iters"] = r.cut.power_iters
+    step_sq = landed = 0.0
+    if ev.recipe.kind == "merge":
+        landed = r.inner if r.inner is not None else (
+            float((r.cut.kept * target.C).sum()) + float((e_core * target.C).sum()))
+        entry["survival"] = landed / (tn * tn) if tn > 0 else 1.0
+    if ev.step is not None:
+        s = r.step.C
+        sn = float(torch.linalg.matrix_norm(s))
+        landed = float(((r.cut.kept - ev.operands["base"][m].C) * s).sum()) + float((e_core * s).sum())
+        step_sq = sn * sn
+        entry["step_norm"] = sn
+        entry["survival"] = landed / step_sq if sn > 0 else 1.0
+    return entry, (err * err, e_norm * e_norm, tn * tn, step_sq, landed)
+
+
 def figures(ev, rows: dict) -> dict:
     """Survival, residual, dtype effect, per-module rank and error of one output (see the module docstring).
 
     Args:
-        ev (Evaluation): the evaluated recipe (its base cores). rows (dict[str, ModuleBuild]): per module.
+        ev (Evaluation): the evaluated recipe (its base cores). rows (dict[str, ModuleBuild]): per module
+            (its ``figure`` when the build measured it already).
 
     Returns:
         ``{modules: {m: {rank, exact_rank, rel_error, cut_error[, step_norm, survival]}}, rank: {min, median,
         max}, rel_error, dtype_effect, norm (||T||, the intended update)[, survival, residual,
         dtype_effect_on_step]}``.
     """
-    base = ev.operands.get("base")
     has_step = ev.step is not None
     merge = ev.recipe.kind == "merge"
-    step_sq = inner_sum = resid_sq = dtype_sq = target_sq = 0.0
     per = {}
+    resid_sq = dtype_sq = target_sq = step_sq = inner_sum = 0.0
     for m, r in rows.items():
-        target = r.target
-        e_norm, e_core = r.rounding, r.rounding_core
-        if r.error is not None:
-            err = r.error
-        else:
-            diff = r.cut.kept - target.C
-            err = max(float((diff**2).sum()) + e_norm**2 + 2 * float((diff * e_core).sum()), 0.0) ** 0.5
-        tn = r.target_norm if r.target_norm is not None else target.norm()
-        resid_sq += err * err
-        dtype_sq += e_norm * e_norm
-        target_sq += tn * tn
-        entry = {"rank": r.written.rank, "exact_rank": r.cut.exact_rank, "rel_error": err / tn if tn > 0 else err,
-                 "cut_error": r.cut.error}
-        if r.cut.method != "core":
-            entry["cut"] = r.cut.method
-            if r.cut.power_iters is not None:
-                entry["power_iters"] = r.cut.power_iters
-        if merge:
-            landed = r.inner if r.inner is not None else (
-                float((r.cut.kept * target.C).sum()) + float((e_core * target.C).sum()))
-            inner_sum += landed
-            entry["survival"] = landed / (tn * tn) if tn > 0 else 1.0
-        if has_step:
-            s = r.step.C
-            sn = float(torch.linalg.matrix_norm(s))
-            moved = float(((r.cut.kept - base[m].C) * s).sum()) + float((e_core * s).sum())
-            step_sq += sn * sn
-            inner_sum += moved
-            entry["step_norm"] = sn
-            entry["survival"] = moved / (sn * sn) if sn > 0 else 1.0
-        per[m] = entry
+        entry, (e2, d2, t2, s2, landed) = r.figure if r.figure is not None else module_figures(ev, m, r)
+        per[m] = dict(entry)
+        resid_sq, dtype_sq, target_sq = resid_sq + e2, dtype_sq + d2, target_sq + t2
+        step_sq, inner_sum = step_sq + s2, inner_sum + landed
     ranks = [e["rank"] for e in per.values()]
     fig = {"modules": per,
            "rank": {"min": min(ranks), "median": statistics.median(ranks), "max": max(ranks)},
