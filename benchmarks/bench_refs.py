@@ -73,6 +73,17 @@ def project_cmd(out) -> list[str]:
             "--consensus-ref", "v54-v54e2", "--out", str(out), "--force"]
 
 
+def verify_cmd(out) -> list[str]:
+    """``vecmerge verify`` of the step's output (re-derives it from the manifest: the same work again, checked)."""
+    return [str(Path(sys.executable).with_name("vecmerge")), "--quiet", "verify", str(out)]
+
+
+def audit_cmd() -> list[str]:
+    """``vecmerge audit`` of the step's two trajectories (run in ROOT)."""
+    return [str(Path(sys.executable).with_name("vecmerge")), "--quiet", "audit", "--ref", "v54-v54e2", "--dir",
+            "v51-v28", "--format", "json"]
+
+
 def measure(cmd: list[str], cwd=None, mem_limit: int | None = None, env: dict | None = None,
             timeout: float | None = None) -> dict:
     """Run ``cmd``; wall time, peak RSS (bytes, from wait4's rusage), exit code and output.

@@ -637,16 +637,17 @@ def evidence_export(obj: Ctx, fmt, as_json):
 @click.option("--metric", help="Only this metric.")
 @click.option("--stale", "include_stale", is_flag=True, help="Include records of weights a name no longer has.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a PNG of the means with error bars.")
+@click.option("--force", is_flag=True, help="Replace an existing --plot PNG.")
 @_json_option
 @global_options
 @click.pass_obj
 @handled
-def evidence_show(obj: Ctx, names, metric, include_stale, plot, as_json):
+def evidence_show(obj: Ctx, names, metric, include_stale, plot, force, as_json):
     """n, mean, std, SE, 95% CI, min, max, range per model (all, or NAMES) and per sub-score."""
     from . import commands
 
-    commands.evidence_show(obj.ws(), list(names), metric, include_stale=include_stale, plot=plot, as_json=as_json,
-                           echo=_echo)
+    commands.evidence_show(obj.ws(), list(names), metric, include_stale=include_stale, plot=plot, force=force,
+                           as_json=as_json, echo=_echo)
 
 
 @evidence.command("compare")

@@ -187,19 +187,24 @@ def evidence_export(ws: Workspace, fmt: str = "csv", *, echo=print) -> str:
 
 
 def evidence_show(ws: Workspace, names=(), metric: str | None = None, *, include_stale: bool = False, plot=None,
-                  as_json: bool = False, echo=print) -> dict:
-    """``vecmerge evidence show [NAME...] [--metric M] [--stale] [--plot F.png]``: summaries of current runs.
+                  force: bool = False, as_json: bool = False, echo=print) -> dict:
+    """``vecmerge evidence show [NAME...] [--metric M] [--stale] [--plot F.png [--force]]``: summaries of current runs.
 
     Args:
         plot (str | Path | None): a PNG of means with their t intervals, written atomically, never over the
-            ledger, the workspace file or an adapter folder.
+            ledger, the workspace file, an adapter folder or the base model, nor over an existing file
+            unless ``force`` and it is a PNG.
     """
     ledger = _ledger(ws)
+    policy = None
+    if plot:  # refused before any work
+        policy = OutputPolicy.for_command(inputs=[ledger.path, *([ws.file] if ws.file else [])],
+                                          workspace_adapters=ws.adapters, base_model=ws.base_model, force=force)
+        policy.check_file(plot, PNG, flag="--plot")
     out = evidence.show(ledger, list(names) or None, metric, current_sha=ws.current_shas(ledger.models()),
                         include_stale=include_stale)
     if plot:
-        report_evidence.plot_show(out, plot, inputs=[ledger.path, *([ws.file] if ws.file else []),
-                                                     *ws.adapters.values()])
+        write_file(plot, lambda f: report_evidence.plot_show(out, f), policy=policy, kind=PNG, flag="--plot")
     echo(to_json(out) if as_json else report_evidence.render_show(out))
     if plot:
         echo(f"plot: {plot}", err=as_json)
