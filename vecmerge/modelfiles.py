@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import VecmergeError, few
+from .errors import ModelError, few
 from .safe_parse import ParseError, load_json, parse_json
 
 CONFIG = "config.json"
@@ -40,10 +40,6 @@ DTYPE_CODES = {v: k for k, v in ST_DTYPES.items()}
 FLOAT_CODES = ("F64", "F32", "F16", "BF16")
 # Files of a model folder that are weights (never copied as "the base's other files").
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".msgpack", ".h5", ".onnx")
-
-
-class ModelError(VecmergeError):
-    """A model folder (or safetensors file) that cannot be read as transformers safetensors."""
 
 
 class BackgroundSha256:
