@@ -236,7 +236,9 @@ class LowRank:
         """Frobenius norm ``||s B A||_F = |s| ||Rb Ra^T||_F``; stable for near-cancelling sums."""
         if self.rank == 0 or self.scale == 0.0:
             return 0.0
-        return float(torch.linalg.matrix_norm(self.core().C))
+        Rb = torch.linalg.qr(f64(self.B), mode="r").R  # R factors only: the bases are not needed
+        Ra = torch.linalg.qr(f64(self.A).T, mode="r").R
+        return abs(self.scale) * float(torch.linalg.matrix_norm(Rb @ Ra.T))
 
     def singular_values(self) -> torch.Tensor:
         """Singular values from the R factors only: ``B = Qb Rb, A^T = Qa Ra`` => ``sigma(|s| Rb Ra^T)``.

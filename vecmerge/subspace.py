@@ -227,4 +227,5 @@ class InSpan:
 
     def lowrank(self) -> LowRank:
         """The same update as factors ``(Qb C, Qa^T)`` (rank q), for code that wants a LowRank."""
-        return LowRank(self.space.left(self.C), self.space.bases()[1].T, 1.0)
+        eye = torch.eye(self.space.q, dtype=self.C.dtype, device=self.C.device)
+        return LowRank(self.space.left(self.C), self.space.right(eye), 1.0)

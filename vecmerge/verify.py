@@ -43,13 +43,15 @@ from .checks import check, close, not_run, result, within
 from .dense import Dense
 from .errors import OutputError, UsageError, VecmergeError, few, shown
 from .export import read_manifest
-from .lowrank import LowRank, combine
+from .lowrank import LowRank
 from .peft_format import CONFIG_NAME, LoraConfig
-from .pipeline import evaluate, intended
+from .pipeline import evaluate
 from .pipeline.build import build_output
+from .pipeline.evaluation import intended_core
 from .pipeline.figures import TOLERANCES
 from .pipeline.manifest import manifest_figures, merge_formula, resolved_for
 from .recipe import Recipe, manifest_root, with_absolute_inputs
+from .subspace import InSpan
 from .verify_adapter import config_checks, identity_checks, open_output
 from .verify_manifest import figures_check, files_check, manifest_check, shape_problems
 from .verify_peft import peft_checks
@@ -182,7 +184,11 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None, keep_exp
         return not isinstance(want, (int, float)) or not within(abs(r["rel_error"] - want), tu)
 
     for m in progress(ev.names) if progress else ev.names:
-        target, step_m = intended(ev, m, recipe.multiple)
+        core, step_core = intended_core(ev, m, recipe.multiple)  # norms and <base, step> from the cores
+        target = core.lowrank() if isinstance(core, InSpan) else core
+        step_m = None if step_core is None else step_core.lowrank()
+        if isinstance(core, InSpan):
+            core.space.release()  # the lifts above formed full-size arrays: one module's at a time
         if keep_expected:
             expected[m] = target
         if m not in out.specs:
@@ -196,16 +202,16 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None, keep_exp
         except VecmergeError:
             shape_bad.append(f"{m}: unreadable or non-finite factors")  # also reported by the finite check
             continue
-        err, tn = _distance(W, target), target.norm()
+        err, tn = _distance(W, target), core.norm()
         err_sq, tgt_sq = err_sq + err * err, tgt_sq + tn * tn
         rows[m] = {"rel_error": err / tn if tn > 0 else err}
         if off(m, rows[m]):
             hints[m] = _scale_hint(W, target, tu)
         if merge:
             landed += _inner(W, target)
-        if step_m is not None:
-            sn = step_m.norm()
-            mv = combine([(1.0, W), (-1.0, base[m].lowrank())]).inner(step_m)
+        if step_m is not None:  # <W - base, step> = <W, step> - <base, step> (the latter from the cores)
+            sn = step_core.norm()
+            mv = W.inner(step_m) - base[m].inner(step_core)
             step_sq, moved = step_sq + sn * sn, moved + mv
             rows[m]["survival"] = mv / (sn * sn) if sn > 0 else 1.0
     bad = list(hints)
