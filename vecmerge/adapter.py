@@ -48,6 +48,7 @@ from .peft_format import (
 from .safe_parse import short
 
 LOAD_CHUNK = 1 << 24  # bytes read (and hashed) at a time by Adapter.load
+HEADER_MAX = 100 << 20  # safetensors' own limit on a header's size
 
 
 def sha256_file(path: Path) -> str:
@@ -151,6 +152,7 @@ class Adapter:
         self.weights_path = self._find_weights()
         self._tensors = self._open()
         self._loaded = None  # (buffer, {key: header entry}, data start) once ``load`` read the file
+        self._st_header = None  # ({key: header entry}, data start), read on the first tensor read
         saved = [k for k in self._tensors[0] if "modules_to_save" in k]
         if (self.config.modules_to_save or saved) and modules_to_save != "drop":
             what = self.config.modules_to_save or sorted({k.split(".modules_to_save")[0] for k in saved})
@@ -370,28 +372,56 @@ class Adapter:
         n = int.from_bytes(bytes(buf[:8]), "little")
         try:
             header = json.loads(bytes(buf[8:8 + n])) if 8 + n <= size else None
-        except ValueError:
+        except (ValueError, RecursionError):
             header = None
         if not isinstance(header, dict) or set(header) - {"__metadata__"} != set(self._tensors[0]):
             raise AdapterError(f"{p}: changed while being read (its header no longer matches); run again")
         self._loaded = (buf, header, 8 + n)
         self.__dict__["sha256"] = h.hexdigest()
 
+    def _header(self) -> tuple[dict, int]:
+        """``(header, data start)`` of the safetensors file, from ``load``'s bytes or read from the file once."""
+        if self._loaded is not None:
+            return self._loaded[1], self._loaded[2]
+        if self._st_header is None:
+            with open(self.weights_path, "rb") as f:
+                n = int.from_bytes(f.read(8), "little")
+                raw = f.read(n) if n <= HEADER_MAX else b""
+            try:
+                header = json.loads(raw)
+            except (ValueError, RecursionError):
+                header = None
+            if not isinstance(header, dict) or set(header) - {"__metadata__"} != set(self._tensors[0]):
+                raise AdapterError(f"{self.weights_path}: changed while being read (its header no longer matches); "
+                                   "run again")
+            self._st_header = (header, 8 + n)
+        return self._st_header
+
     def _read(self, key) -> torch.Tensor:
+        """One stored tensor: from ``load``'s bytes, else read from the file (not mapped, so memory holds
+        only the tensors in use, never the pages of the whole file)."""
         if self._tensors[1] is None:
             return self._tensors[0][key]
-        if self._loaded is None:
-            return self._tensors[0][key][:]
-        buf, header, start = self._loaded
-        entry = header[key]
+        header, start = self._header()
+        entry = header[key] if isinstance(header.get(key), dict) else {}
         dtype, shape = ST_DTYPES.get(entry.get("dtype")), entry.get("shape")
-        (lo, hi) = entry.get("data_offsets", (0, -1))
-        n = math.prod(shape) if isinstance(shape, list) else -1
-        if dtype is None or n < 0 or lo < 0 or start + hi > len(buf) or (hi - lo) != n * dtype.itemsize:
+        lo, hi = (entry.get("data_offsets") or (0, -1))[:2]
+        n = math.prod(shape) if isinstance(shape, list) and all(isinstance(d, int) for d in shape) else -1
+        size = len(self._loaded[0]) if self._loaded is not None else self.weights_path.stat().st_size
+        if dtype is None or n < 0 or not 0 <= lo <= hi or start + hi > size or (hi - lo) != n * dtype.itemsize:
             raise AdapterError(f"{self.weights_path}: {key}: its header entry changed while being read; run again")
         if n == 0:
             return torch.empty(shape, dtype=dtype)
         off = start + lo
+        if self._loaded is None:
+            data = bytearray(hi - lo)
+            with open(self.weights_path, "rb", buffering=0) as f:
+                f.seek(off)
+                got = f.readinto(data)
+            if got != hi - lo:
+                raise AdapterError(f"{self.weights_path}: {key}: the file ended early; copy it again")
+            return torch.frombuffer(data, dtype=dtype).view(shape)
+        buf = self._loaded[0]
         if off % dtype.itemsize:  # an unaligned tensor (allowed by the format): copy it out
             return torch.frombuffer(bytearray(buf[off:off + hi - lo]), dtype=dtype).view(shape)
         return torch.frombuffer(buf, dtype=dtype, count=n, offset=off).view(shape)
