@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
-from vecmerge.errors import OutputError
 from vecmerge.report_evidence import render_gate
 
 
