@@ -371,3 +371,28 @@ def test_verify_of_an_edited_manifest_is_one_error(tmp_path):
     (tmp_path / "o" / "vecmerge.json").write_text(json.dumps(man))
     with pytest.raises(OutputError, match="not a complete extract manifest"):
         verify_output(tmp_path / "o")
+
+
+def test_model_card_front_matter_names_the_base_model(tmp_path, run_cli):
+    """Issue 16 item 1i: the extract's README.md opens with YAML front matter ``library_name: peft`` and
+    ``base_model`` = the base folder (its resolved path, the same as the config's base_model_name_or_path), quoted so
+    that a folder name with ``: `` and ``#`` parses back exactly; the heading names the fine-tune, the text both."""
+    import yaml
+
+    b = small()
+    t = {k: v + 0.5 for k, v in b.items()}
+    base = write_model(tmp_path / "base: v1 #2", b)
+    tuned = write_model(tmp_path / "tuned", t)
+    r = run_cli("extract", "--base-model", base, "--tuned", tuned, "--rank", "2", "--others", "drop", "--out",
+                tmp_path / "o")
+    assert r.exit_code == 0, r.output
+    card = (tmp_path / "o" / "README.md").read_text()
+    assert card.startswith("---\n")
+    front, body = card[4:].split("\n---\n", 1)
+    meta = yaml.safe_load(front)
+    assert meta["library_name"] == "peft" and meta["base_model"] == str(base.resolve())
+    assert meta["base_model"] == json.loads((tmp_path / "o" / "adapter_config.json").read_text())[
+        "base_model_name_or_path"]
+    assert {"lora", "vecmerge"} <= set(meta["tags"])
+    assert body.lstrip("\n").splitlines()[0] == "# LoRA extracted from tuned"
+    assert f"`{tuned.resolve()}` of `{base.resolve()}`" in body

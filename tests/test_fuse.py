@@ -204,3 +204,36 @@ def test_refusals_and_cli(bases, tmp_path, run_cli):
     assert r.exit_code == 2 and "lies inside" in r.output
     r = run_cli("verify", tmp_path / "o")
     assert r.exit_code == 0 and "PASSED" in r.output
+
+
+def test_tokenizer_and_other_files_are_copied_byte_for_byte(bases, tmp_path, run_cli):
+    """Issue 16 item 2d: the base's tokenizer files (JSON, and a binary tokenizer.model) are in the fused folder as
+    byte-identical copies, listed in the manifest; the base's own README.md is not copied (the fused model gets its
+    own card); verify compares the copies with the base's files and names one that was changed."""
+    import shutil
+
+    from vecmerge.testing import toy_adapter
+
+    base = tmp_path / "base"
+    shutil.copytree(bases["qwen3"], base)
+    files = {"tokenizer.json": json.dumps({"version": "1.0", "model": {"vocab": {"é": 0, "<s>": 1}}},
+                                          ensure_ascii=False).encode(),  # no trailing newline, UTF-8
+             "tokenizer_config.json": b'{"bos_token": "<s>", "model_max_length": 64}\n',
+             "special_tokens_map.json": b'{"bos_token": "<s>"}',
+             "tokenizer.model": bytes(range(256)) * 3}
+    for name, data in files.items():
+        (base / name).write_bytes(data)
+    (base / "README.md").write_text("# the base's own card\n")
+    adapter = toy_adapter(tmp_path / "lora", config=json.loads((base / "config.json").read_text()), rank=2)
+    res = run_cli("fuse", adapter, "--base-model", base, "--out", tmp_path / "fused")
+    assert res.exit_code == 0, res.output
+    man = json.loads((tmp_path / "fused" / "vecmerge.json").read_text())
+    for name, data in files.items():
+        assert (tmp_path / "fused" / name).read_bytes() == data, name
+    assert set(files) <= set(man["output"]["copied_files"]) and "README.md" not in man["output"]["copied_files"]
+    assert "the base's own card" not in (tmp_path / "fused" / "README.md").read_text()
+    res = run_cli("verify", tmp_path / "fused", "--json")
+    assert res.exit_code == 0 and next(c for c in json.loads(res.stdout)["checks"] if c["name"] == "files")["passed"]
+    (tmp_path / "fused" / "tokenizer.json").write_bytes(files["tokenizer.json"] + b" ")
+    res = run_cli("verify", tmp_path / "fused")
+    assert res.exit_code != 0 and "tokenizer.json: differs from the base's" in res.output

@@ -391,3 +391,21 @@ def test_figures_match_dense_float64(tmp_path, monkeypatch, dense_expr, dense_up
     assert fig["dtype_effect"] == pytest.approx((sums["dtype"] / sums["target"]) ** 0.5, rel=1e-8)
     assert fig["residual"] == pytest.approx((sums["resid"] / sums["step"]) ** 0.5, rel=1e-8)
     assert fig["survival"] == pytest.approx(sums["moved"] / sums["step"], rel=1e-8)
+
+
+def test_recipe_name_titles_the_model_card(toy, run_cli):
+    """Issue 10 item 8a: ``name:`` is the card's heading (kept on one line); without it the output folder's name is."""
+    # a YAML single-quoted scalar with a blank line: the name holds a newline
+    (toy / "r.yaml").write_text("name: 'v58: small step\n\n  from v54'\nbase: v54\ndir: v51 - v28\ntrust: 0.0113\n"
+                                "out: out/named\n")
+    res = run_cli("run", "r.yaml")
+    assert res.exit_code == 0, res.output
+    card = (toy / "out" / "named" / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: peft\n")
+    body = card.split("---\n", 2)[2]  # after the front matter
+    assert [line for line in body.splitlines() if line.startswith("# ")] == ["# v58: small step from v54"]
+    assert body.startswith("# v58: small step from v54\n")
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--out", "out/plain")
+    assert res.exit_code == 0, res.output
+    plain = (toy / "out" / "plain" / "README.md").read_text().split("---\n", 2)[2]
+    assert plain.splitlines()[0] == "# plain"
