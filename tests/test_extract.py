@@ -374,9 +374,10 @@ def test_verify_of_an_edited_manifest_is_one_error(tmp_path):
 
 
 def test_model_card_front_matter_names_the_base_model(tmp_path, run_cli):
-    """Issue 16 item 1i: the extract's README.md opens with YAML front matter ``library_name: peft`` and
-    ``base_model`` = the base folder (its resolved path, the same as the config's base_model_name_or_path), quoted so
-    that a folder name with ``: `` and ``#`` parses back exactly; the heading names the fine-tune, the text both."""
+    """Issue 16 item 1i: the extract's README.md opens with YAML front matter ``library_name: peft`` and no
+    ``base_model`` (a local folder is not a hub id: the Hub refuses it, as project's cards do without
+    --base-model-id), which parses as YAML even for a folder named with ``: `` and ``#``; the config keeps the
+    local path; the heading names the fine-tune, the text both folders."""
     import yaml
 
     b = small()
@@ -390,9 +391,9 @@ def test_model_card_front_matter_names_the_base_model(tmp_path, run_cli):
     assert card.startswith("---\n")
     front, body = card[4:].split("\n---\n", 1)
     meta = yaml.safe_load(front)
-    assert meta["library_name"] == "peft" and meta["base_model"] == str(base.resolve())
-    assert meta["base_model"] == json.loads((tmp_path / "o" / "adapter_config.json").read_text())[
-        "base_model_name_or_path"]
+    assert meta["library_name"] == "peft" and "base_model" not in meta
+    assert json.loads((tmp_path / "o" / "adapter_config.json").read_text())["base_model_name_or_path"] == str(
+        base.resolve())
     assert {"lora", "vecmerge"} <= set(meta["tags"])
     assert body.lstrip("\n").splitlines()[0] == "# LoRA extracted from tuned"
     assert f"`{tuned.resolve()}` of `{base.resolve()}`" in body

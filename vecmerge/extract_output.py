@@ -164,8 +164,9 @@ def extract(base_model, tuned, out, *, rank: str, targets=(ALL_LINEAR,), others:
                              "modules": len(fac.written), "files": sorted(p.name for p in tmp.iterdir())
                              + [MANIFEST_NAME, CARD_NAME]}
             (tmp / MANIFEST_NAME).write_text(json.dumps(jsonable(man), indent=2, allow_nan=False) + "\n")
-            (tmp / CARD_NAME).write_text(model_card(man["inputs"]["base"]["path"],
-                                                    f"LoRA extracted from {ex.tuned.path.name}", card_body(man)))
+            # a local path is not a hub id: the card's front matter names no base model (as project's without
+            # --base-model-id); the body names both folders
+            (tmp / CARD_NAME).write_text(model_card(None, f"LoRA extracted from {ex.tuned.path.name}", card_body(man)))
             txn.commit()
     finally:
         ex.base.close()

@@ -12,7 +12,8 @@ error is far below a bf16 or fp16 rounding step: see ``fused_weight``). Tensors 
 ``__metadata__``, writes the index with the new ``total_size``, and copies the base's other top-level
 files (config, generation config, tokenizer, license; the base's README.md and vecmerge.json excepted;
 ``config.json``'s dtype follows ``--dtype``). ``vecmerge.json`` (``kind: fuse``) records the base's and
-the adapter's hashes, every output file's sha256, and per module ``||D||`` and how far rounding moved the
+the adapter's hashes, every written weight shard's sha256 (other files are listed; verify compares them
+with the base's), and per module ``||D||`` and how far rounding moved the
 update: ``rounding_rel = ||fused - (W + D)|| / ||D||`` (in bf16 a small update next to a large weight
 loses much of itself: this says how much). Written atomically by ``safe_write.OutputTransaction``.
 """
