@@ -11,6 +11,8 @@ import shutil
 
 import pytest
 import torch
+from conftest import SPLIT_DISAGREE as DISAGREE  # noqa: E402
+from conftest import fro  # noqa: E402
 from safetensors.torch import load_file
 
 from vecmerge.errors import CheckFailed
@@ -19,23 +21,11 @@ from vecmerge.recipe import Recipe
 from vecmerge.testing import toy_trajectory, tree_hashes
 from vecmerge.workspace import Workspace
 
-DISAGREE = "model.layers.1.mlp.up_proj"
-
 
 def run(*args, **kwargs) -> dict:
     return _run(*args, **kwargs).to_dict()
 
 
-def fro(d):
-    return math.sqrt(sum(float((x**2).sum()) for x in d.values()))
-
-
-@pytest.fixture
-def split(tmp_path, monkeypatch):
-    root = tmp_path / "split"
-    toy_trajectory(root, disagree=(DISAGREE,))
-    monkeypatch.chdir(root)
-    return root
 
 
 def test_consensus_fail_drop_keep(split, run_cli, dense_expr, dense_updates):
