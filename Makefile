@@ -39,6 +39,7 @@ lint: install
 
 bench: install
 	$(PY) benchmarks/run.py
+	$(PY) benchmarks/bench_extract.py
 
 check: lint test
 

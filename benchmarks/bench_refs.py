@@ -32,6 +32,9 @@ SHAPES = {  # module shapes (q/k/v/o/gate/up/down of every layer) and LoRA rank
 }
 INPUTS = ("v54", "v51", "v28", "v54e2")  # what the v58 step reads
 TRUST = 0.0113
+# Later checkpoints move every factor a little, as training does (toy_trajectory factor_noise): exactly repeated
+# factors would make the stacks rank-deficient, which trained adapters never are (see BENCHMARKS.md).
+FACTOR_NOISE = 0.02
 WEIGHTS = "adapter_model.safetensors"
 PREFIX = "base_model.model."
 
@@ -52,13 +55,13 @@ def make_data(root: Path, name: str, seed: int = 0) -> Path:
     from vecmerge.testing import llm_shapes, toy_trajectory
 
     stamp = root / "bench-stamp.json"
-    want = json.dumps({"shape": SHAPES[name], "seed": seed})
+    want = json.dumps({"shape": SHAPES[name], "seed": seed, "factor_noise": FACTOR_NOISE})
     if stamp.is_file() and stamp.read_text() == want:
         return root
     shutil.rmtree(root, ignore_errors=True)
     s = SHAPES[name]
     shapes = llm_shapes(s["layers"], s["hidden"], s["intermediate"], s["heads"], s["kv_heads"], s["head_dim"])
-    toy_trajectory(root, shapes=shapes, rank=s["r"] // 2, seed=seed)
+    toy_trajectory(root, shapes=shapes, rank=s["r"] // 2, seed=seed, factor_noise=FACTOR_NOISE)
     stamp.write_text(want)
     return root
 
@@ -68,6 +71,17 @@ def project_cmd(out) -> list[str]:
     exe = Path(sys.executable).with_name("vecmerge")
     return [str(exe), "--quiet", "project", "--base", "v54", "--dir", "v51-v28", "--trust", str(TRUST),
             "--consensus-ref", "v54-v54e2", "--out", str(out), "--force"]
+
+
+def verify_cmd(out) -> list[str]:
+    """``vecmerge verify`` of the step's output (re-derives it from the manifest: the same work again, checked)."""
+    return [str(Path(sys.executable).with_name("vecmerge")), "--quiet", "verify", str(out)]
+
+
+def audit_cmd() -> list[str]:
+    """``vecmerge audit`` of the step's two trajectories (run in ROOT)."""
+    return [str(Path(sys.executable).with_name("vecmerge")), "--quiet", "audit", "--ref", "v54-v54e2", "--dir",
+            "v51-v28", "--format", "json"]
 
 
 def measure(cmd: list[str], cwd=None, mem_limit: int | None = None, env: dict | None = None,
@@ -97,7 +111,8 @@ def measure(cmd: list[str], cwd=None, mem_limit: int | None = None, env: dict | 
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return {"wall": wall, "peak": ru.ru_maxrss * 1024, "rc": p.returncode, "timed_out": timed_out,
+        return {"wall": wall, "peak": ru.ru_maxrss * 1024, "cpu": ru.ru_utime + ru.ru_stime, "rc": p.returncode,
+                "timed_out": timed_out,
                 "stdout": out.read().decode(errors="replace"), "stderr": err.read().decode(errors="replace")}
 
 

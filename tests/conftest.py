@@ -24,6 +24,7 @@ Tests that train a model or load one through PEFT/transformers carry ``@pytest.m
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from pathlib import Path
@@ -227,6 +228,25 @@ def peft_mu():
     mod = importlib.util.module_from_spec(mod_spec)
     mod_spec.loader.exec_module(mod)
     return mod
+
+
+SPLIT_DISAGREE = "model.layers.1.mlp.up_proj"  # the module where the ``split`` trajectory's two steps disagree
+
+
+@pytest.fixture
+def split(tmp_path, monkeypatch):
+    """A toy trajectory (cwd) whose reference step disagrees in sign with the direction in ``SPLIT_DISAGREE``."""
+    from vecmerge.testing import toy_trajectory
+
+    root = tmp_path / "split"
+    toy_trajectory(root, disagree=(SPLIT_DISAGREE,))
+    monkeypatch.chdir(root)
+    return root
+
+
+def fro(d: dict) -> float:
+    """The global Frobenius norm of ``{module: dense tensor}``."""
+    return math.sqrt(sum(float((x**2).sum()) for x in d.values()))
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

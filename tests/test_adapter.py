@@ -244,3 +244,48 @@ def test_content_sha256_is_weights_and_config(tmp_path):
     (path / "adapter_model.safetensors").unlink()
     with pytest.raises(AdapterError, match="no adapter_model.safetensors or adapter_model.bin"):
         folder_content_sha256(path)
+@pytest.mark.slow
+def test_peft_saved_modules_are_read_under_drop(peft_adapter):
+    """PEFT >= 0.15 saves modules_to_save as base_model.model.<module>.<param> (no 'modules_to_save' in the key)."""
+    p = peft_adapter("mts_norm", r=2, target_modules=["q_proj"], modules_to_save=["model.norm"])
+    keys = set(load_file(str(p / "adapter_model.safetensors")))
+    assert "base_model.model.model.norm.weight" in keys
+    with pytest.raises(AdapterError, match="modules_to_save"):
+        Adapter(p)
+    a = Adapter(p, modules_to_save="drop")
+    assert a.saved_keys == ["base_model.model.model.norm.weight"] and len(a.modules) == 2
+
+
+def test_load_reads_once_and_hashes_the_bytes_it_reads(tmp_path):
+    """Adapter.load: every factor equal bit for bit to safetensors' own reading, also float32 tensors at
+    offsets that are not a multiple of 4 (after a bf16 tensor of odd size: the format allows it), and
+    sha256 equal to hashlib's over the file; a file replaced by another layout after opening is refused
+    with one line naming it."""
+    import hashlib
+
+    from vecmerge.modelwrite import SafetensorsStream
+
+    shapes = {"model.layers.0.mlp.down_proj": (5, 7), "model.layers.0.mlp.up_proj": (7, 5)}
+    folder = toy_adapter(tmp_path / "a", shapes=shapes, rank=3, seed=3)
+    weights = folder / "adapter_model.safetensors"
+    sd = load_file(str(weights))
+    keys = [k for k in sd if "down_proj.lora_A" in k] + [k for k in sd if "down_proj.lora_A" not in k]
+    sd[keys[0]] = sd[keys[0]].bfloat16()  # 3 x 7: 21 bf16 entries, 42 bytes
+    weights.unlink()
+    st = SafetensorsStream(weights, [(k, [(k, "BF16" if i == 0 else "F32", tuple(sd[k].shape))])
+                                     for i, k in enumerate(keys)])
+    for k in keys:
+        st.put(k, {k: sd[k]})
+    st.close()
+    a = Adapter(folder)
+    a.load()
+    assert a.sha256 == hashlib.sha256(weights.read_bytes()).hexdigest()
+    want = load_file(str(weights))
+    unloaded = Adapter(folder)  # read tensor by tensor from the file instead
+    for m, spec in a.specs.items():
+        for x in (a.factors(m), unloaded.factors(m)):
+            assert torch.equal(x.A, want[spec.keys[0]]) and torch.equal(x.B, want[spec.keys[1]])
+    b = Adapter(folder)
+    save_file({k: v for k, v in want.items() if "up_proj" not in k}, str(weights))  # replaced after opening
+    with pytest.raises(AdapterError, match=r"adapter_model.safetensors: changed while being read"):
+        b.load()

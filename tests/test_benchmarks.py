@@ -5,6 +5,8 @@ No timing is asserted; ``make bench`` measures speed and memory.
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 from pathlib import Path
 
@@ -73,3 +75,75 @@ def test_merge_rows_on_tiny_shapes(tmp_path):
         res["runs"][label] = {"ours": {**o, "peak": 1}, "peft": {**p, "peak": 2}, "peft_kind": kind, "check": c}
     text = "\n".join(bm.rows(res))
     assert "| ties full vs `ties_svd` |" in text and "Targets (merges):" in text
+
+
+def test_extract_bench_blocks_on_tiny_shapes(tmp_path, monkeypatch, run_cli):
+    """bench_extract's building blocks on a 1-layer model of hidden 32 (no timing asserted): the synthetic pair differs
+    only in the targets; ``reference`` gives the optimal rank-R error of float64 numpy's SVD (rel 1e-5: it runs a
+    float32 SVD); ``adapter_errors`` of ``vecmerge extract --rank R`` equals the manifest's error (rel 1e-9, the same
+    fp32 factors in float64) and, on the full-SVD path, the optimal one (rel 1e-5); ``plain_copy`` writes the same
+    tensors; the table's worst-error column is max(ours / optimal) - 1."""
+    import bench_extract as be
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file
+
+    from vecmerge.modelfiles import ModelFolder
+
+    monkeypatch.setitem(be.SHAPES, "tiny", dict(hidden=32, inter=48, heads=4, kv=2, head_dim=8, vocab=64, layers=4,
+                                                rank=4, sample=1))
+    s, rank = be.SHAPES["tiny"], 4
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data"
+    be.make_data(data, "tiny", 1)
+    stamp = (data / "done-tiny-1").stat().st_mtime_ns
+    be.make_data(data, "tiny", 1)
+    assert (data / "done-tiny-1").stat().st_mtime_ns == stamp  # reused, not rewritten
+    names = [f"model.layers.0.{k}.weight" for k in be.module_shapes(s)]
+    D = {}
+    with ModelFolder(data / "base") as b, ModelFolder(data / "tuned") as t:
+        index = json.loads((data / "base" / "model.safetensors.index.json").read_text())["weight_map"]
+        assert len(index) == 7 + 2 + 3 and set(names) <= set(index)  # targets, 2 layer norms, embed, norm, head
+        for name in index:
+            x, y = b.read(name), t.read(name)
+            assert x.dtype == y.dtype == torch.bfloat16
+            if name in names:
+                D[name] = y.double() - x.double()
+                assert float(D[name].norm()) > 0, name
+            else:  # norms, embeddings and lm_head: equal in both
+                assert torch.equal(x, y), name
+
+    ref = be.reference(data, names, rank)
+    for n in names:
+        S = np.linalg.svd(D[n].numpy(), compute_uv=False)
+        want = math.sqrt((S[rank:] ** 2).sum() / (S**2).sum())
+        assert ref[n]["optimal_rel_error"] == pytest.approx(want, rel=1e-5), n
+
+    res = run_cli("extract", "--base-model", data / "base", "--tuned", data / "tuned", "--rank", rank, "--out", "lora")
+    assert res.exit_code == 0, res.output
+    man = json.loads((tmp_path / "lora" / "vecmerge.json").read_text())["modules"]
+    errors = be.adapter_errors(data, tmp_path / "lora", names)
+    for n in names:
+        m = man[n.removesuffix(".weight")]
+        assert m["method"] == "full" and errors[n] == pytest.approx(m["rel_error"], rel=1e-9), n
+        assert errors[n] == pytest.approx(ref[n]["optimal_rel_error"], rel=1e-5), n
+
+    copied = be.plain_copy(data / "base", tmp_path / "copy", hashed=True)
+    shards = sorted((data / "base").glob("*.safetensors"))
+    assert copied["bytes"] == sum((tmp_path / "copy" / p.name).stat().st_size for p in shards)
+    for p in shards:
+        x, y = load_file(p), load_file(tmp_path / "copy" / p.name)
+        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+    for p in (data / "base").glob("*.json"):
+        assert (tmp_path / "copy" / p.name).read_bytes() == p.read_bytes()
+
+    run = {"wall": 1.0, "cpu": 1.0, "peak": 2 * 2**30}
+    row = {"shape": "tiny", "spec": s, "layers_sampled": 1, "layers_full": 4, "scale": 4.0, "startup": run,
+           "extract": {**run, "rel_error": {n.removesuffix(".weight"): man[n.removesuffix(".weight")]["rel_error"]
+                                            for n in names}},
+           "reference": ref, "fuse": run, "copy": run, "copy_hashed": run}
+    worst = max(man[n.removesuffix(".weight")]["rel_error"] / ref[n]["optimal_rel_error"] for n in names) - 1
+    assert be.render([row]).splitlines()[2].split(" | ")[7] == f"{worst:+.3%}"
+    q = "model.layers.0.self_attn.q_proj"  # one module 1.5% above its optimal error: the column shows it
+    row["extract"]["rel_error"][q] = 1.015 * ref[f"{q}.weight"]["optimal_rel_error"]
+    assert be.render([row]).splitlines()[2].split(" | ")[7] == "+1.500%"

@@ -28,6 +28,29 @@ def test_inspect_table_and_json(toy, run_cli):
     assert info["norm_by_type"]["q_proj"] == pytest.approx(dense_q, rel=1e-10)
 
 
+
+def test_inspect_lists_modules_to_save_instead_of_refusing(tmp_path, monkeypatch, run_cli, dense_updates):
+    """Issue 12 item 3: full modules saved as PEFT 0.21 writes them (``base_model.model.lm_head.weight``, no
+    ``modules_to_save.default``) are listed by inspect, text and JSON, and left out of the norm (rel 1e-9 against
+    the LoRA updates alone); the same folder is refused by refactor without --modules-to-save drop."""
+    folder = toy_adapter(tmp_path / "h", extra_config={"modules_to_save": ["lm_head", "embed_tokens"]})
+    sd = load_file(folder / "adapter_model.safetensors")
+    saved = {"base_model.model.lm_head.weight": torch.randn(96, 32), "base_model.model.model.embed_tokens.weight":
+             torch.randn(96, 32)}
+    save_file({**sd, **saved}, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
+    monkeypatch.chdir(tmp_path)
+    res = run_cli("inspect", "h")
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("modules_to_save"))
+    assert "lm_head, embed_tokens: full trained weights (2 tensor(s)), not LoRA" in line
+    info = json.loads(run_cli("inspect", "h", "--json").output)
+    assert info["modules_to_save"] == ["lm_head", "embed_tokens"] and sorted(info["saved_modules"]) == sorted(saved)
+    assert info["modules"] == 14
+    want = sum(float((d**2).sum()) for d in dense_updates(folder).values()) ** 0.5
+    assert info["norm"] == pytest.approx(want, rel=1e-9)
+    res = run_cli("refactor", "h", "--out", "o")
+    assert res.exit_code == 2 and "--modules-to-save drop" in res.output and not (tmp_path / "o").exists()
+
 def test_refactor_exact_and_cut_report(toy, run_cli):
     res = run_cli("refactor", "0.5*v16", "--out", "x")
     assert res.exit_code == 2 and "'v16' is not an adapter name" in res.output

@@ -173,18 +173,46 @@ def test_import_export_round_trip_and_directions(ws, run_cli):
     assert "already says higher is better" in line and record_count(ws) == 12
 
 
+
+def test_import_json_states_what_was_imported(ws, run_cli):
+    """Issue 13 item 5j: ``import --json`` prints one JSON document (stdout only) naming the files, the record count and
+    the ids written (those in the ledger), the models, metrics, item-level rows, declared directions and the names
+    that are no adapter here (recorded without a sha256)."""
+    ok(run_cli("evidence", "add", "v28", *V28))  # ids 1, 2
+    (ws / "runs.csv").write_text("model,metric,value,item\n" + "".join(f"v51,official_total,{v},\n" for v in V51)
+                                 + "v51,item_acc,1.0,q1\nv51,item_acc,0.0,q2\nv60,official_total,0.9895,\n")
+    res = ok(run_cli("evidence", "import", "runs.csv", "--higher-is-better", "official_total", "--json"))
+    assert res.stderr == ""
+    out = json.loads(res.stdout)
+    assert out == {"files": ["runs.csv"], "records": 8, "ids": [3, 10], "models": ["v51", "v60"],
+                   "metrics": ["item_acc", "official_total"], "item_level": 2, "directions": {"official_total": True},
+                   "unhashed": ["v60"]}
+    ledger = Ledger(ws / "vecmerge-evidence.db")
+    recs = ledger.records(["v51", "v60"], "official_total") + ledger.records(["v51"], "item_acc")
+    assert sorted(r.id for r in recs) == list(range(3, 11)) and record_count(ws) == 10
+
 def test_show_plot_is_a_png_and_never_overwrites_an_input(ws, run_cli):
+    """--plot: a PNG, written atomically; refused over the ledger, the workspace file and inside an adapter even
+    with --force; over an existing file only with --force and only if it is a PNG."""
     ok(run_cli("evidence", "add", "v51", *V51))
     ok(run_cli("evidence", "add", "v59", "0.9944"))
     res = ok(run_cli("evidence", "show", "--plot", "scores.png"))
     assert (ws / "scores.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "plot: scores.png" in res.stdout
     assert not list(ws.glob(".scores.png.*"))
     ledger_bytes = (ws / "vecmerge-evidence.db").read_bytes()
-    for target in ("vecmerge-evidence.db", "vecmerge.yaml", "v51/adapter_model.safetensors"):
-        before = (ws / target).read_bytes()
-        assert "would overwrite an input" in one_error_line(run_cli("evidence", "show", "--plot", target))
-        assert (ws / target).read_bytes() == before
+    for target in ("vecmerge-evidence.db", "vecmerge.yaml", "v51/adapter_model.safetensors", "v51/plot.png"):
+        before = (ws / target).read_bytes() if (ws / target).exists() else None
+        line = one_error_line(run_cli("evidence", "show", "--plot", target, "--force"))
+        assert "which vecmerge never writes" in line or "inside the adapter folder" in line, line
+        assert ((ws / target).read_bytes() if (ws / target).exists() else None) == before
     assert (ws / "vecmerge-evidence.db").read_bytes() == ledger_bytes
+    first = (ws / "scores.png").read_bytes()
+    assert "already exists; pass --force" in one_error_line(run_cli("evidence", "show", "--plot", "scores.png"))
+    ok(run_cli("evidence", "add", "v59", "0.9950"))
+    ok(run_cli("evidence", "show", "--plot", "scores.png", "--force"))  # a PNG of ours: replaced whole
+    assert (ws / "scores.png").read_bytes() != first and not [p for p in ws.iterdir() if p.name.startswith(".")]
+    (ws / "notes.txt").write_text("mine")
+    assert "is not a PNG" in one_error_line(run_cli("evidence", "show", "--plot", "notes.txt", "--force"))
 
 
 def _calibration_csv(path, models: int, seed: int = 3) -> None:

@@ -5,9 +5,10 @@ with them to rtol 1e-9 and their orthogonality holds to 1e-12 of ||base||^2.
 """
 
 import json
-import math
 
 import pytest
+from conftest import SPLIT_DISAGREE as DISAGREE  # noqa: E402
+from conftest import fro  # noqa: E402
 
 from vecmerge import methods
 from vecmerge.errors import RecipeError
@@ -15,23 +16,8 @@ from vecmerge.methods import Field, Method
 from vecmerge.pipeline import run
 from vecmerge.recipe import Recipe
 from vecmerge.report import render_merge
-from vecmerge.testing import toy_trajectory
 from vecmerge.verify import verify_output
 from vecmerge.workspace import Workspace
-
-DISAGREE = "model.layers.1.mlp.up_proj"
-
-
-def fro(d):
-    return math.sqrt(sum(float((x**2).sum()) for x in d.values()))
-
-
-@pytest.fixture
-def split(tmp_path, monkeypatch):
-    root = tmp_path / "split"
-    toy_trajectory(root, disagree=(DISAGREE,))
-    monkeypatch.chdir(root)
-    return root
 
 
 def test_onto_ref_and_orthogonal_against_dense(split, dense_expr):

@@ -392,17 +392,26 @@ def toy_moe(folder: Path, seed: int, zero_expert: int | None = None, **config) -
 
 def peft_formula(folder: Path) -> dict:
     """Every update of a toy folder by PEFT's own formulas: ``einsum("o r e, e r i -> e o i") * scale`` per
-    expert parameter, ``scale * B @ A`` otherwise (ParamWrapper.get_delta_weight, Linear.get_delta_weight)."""
+    expert parameter, ``scale * B @ A`` otherwise (ParamWrapper.get_delta_weight, Linear.get_delta_weight); r and
+    alpha per target by PEFT's pattern rule (``get_pattern_key``), so that written outputs read alike."""
+    from peft.utils.other import get_pattern_key
+
     sd = {k: v.double() for k, v in load_file(folder / "adapter_model.safetensors").items()}
     cfg = json.loads((folder / "adapter_config.json").read_text())
-    r = cfg["r"]
+    rp, ap = cfg.get("rank_pattern") or {}, cfg.get("alpha_pattern") or {}
+
+    def r_scale(target: str) -> tuple[int, float]:
+        r = rp.get(get_pattern_key(rp.keys(), target), cfg["r"])
+        return r, ap.get(get_pattern_key(ap.keys(), target), cfg["lora_alpha"]) / r
+
     out = {}
     for i in range(2):
         p, m = f"{PFX}.{i}", f"model.layers.{i}"
-        for mod in ("self_attn.q_proj", "mlp.gate"):
-            out[f"{m}.{mod}"] = 2.0 * sd[f"{p}.{mod}.lora_B.weight"] @ sd[f"{p}.{mod}.lora_A.weight"]
-        for param, key, rank, scale in (("gate_up_proj", "experts.base_layer", 2 * r, 2.0),
-                                        ("down_proj", "experts", r, 2.0)):
+        for mod, target in (("self_attn.q_proj", f"{m}.self_attn.q_proj"), ("mlp.gate", f"{m}.mlp.gate.weight")):
+            scale = r_scale(target)[1]
+            out[f"{m}.{mod}"] = scale * sd[f"{p}.{mod}.lora_B.weight"] @ sd[f"{p}.{mod}.lora_A.weight"]
+        for param, key in (("gate_up_proj", "experts.base_layer"), ("down_proj", "experts")):
+            rank, scale = r_scale(f"{m}.mlp.experts.{param}")
             A = sd[f"{p}.mlp.{key}.lora_A.weight"].reshape(E, rank, -1)
             B = sd[f"{p}.mlp.{key}.lora_B.weight"].reshape(-1, rank, E)
             d = torch.einsum("o r e, e r i -> e o i", B, A) * scale
@@ -514,3 +523,78 @@ def test_toy_expert_counts_must_agree(tmp_path, run_cli, monkeypatch):
     save_file(sd, str(b / "adapter_model.safetensors"), metadata={"format": "pt"})
     res = run_cli("refactor", "a + b", "--allow-missing", "--out", "o")
     assert res.exit_code == 2 and "different base models" in res.output and not (tmp_path / "o").exists()
+
+
+# -- vecmerge merge on MoE adapters: each expert merged as its own module, written in PEFT's layout ----------
+MERGES = {  # CLI flags, and the dense reference on each module's (expert's) updates
+    "linear": ["--method", "linear"],
+    "ties-core": ["--method", "ties", "--density", "0.5", "--space", "core"],
+    "ties-full-rank4": ["--method", "ties", "--density", "0.5", "--rank", "4"],  # dense cut of every expert
+}
+
+
+def merge_reference(mu, case: str, D: dict, names, w) -> dict:
+    """The dense reference of ``case`` per module: ``sum w_i D_i`` (linear); PEFT's TIES on the updates' cores in
+    their principal bases (core space); PEFT's TIES on the dense updates, then the optimal rank-4 cut (full)."""
+    from test_merge import optimal_cut, peft_elementwise, principal
+
+    out = {}
+    for m in D[names[0]]:
+        xs = [D[n][m] for n in names]
+        if case == "linear":
+            out[m] = sum(c * x for c, x in zip(w, xs))
+        elif case == "ties-core":
+            U, V = principal(xs)
+            out[m] = U @ peft_elementwise(mu, "ties", [U.T @ x @ V for x in xs], w, [0.5] * len(xs)) @ V.T
+        else:
+            out[m] = optimal_cut(peft_elementwise(mu, "ties", xs, w, [0.5] * len(xs)), 4)
+    return out
+
+
+@pytest.mark.parametrize("case", list(MERGES))
+def test_toy_merge_methods_on_experts_equal_the_dense_reference(tmp_path, run_cli, monkeypatch, peft_mu, case):
+    """Issue 18 item 2c. Tolerance, relative Frobenius per module (every expert): 1e-6 for the lossless merges
+    (fp32 factors round by ~4e-8), 1e-5 against the optimal dense cut (fp32 plus float64 SVD round-off).
+    ``ties-full-rank4`` crashed in the experts' figures (a dense cut has no exact rank) before the fix."""
+    monkeypatch.chdir(tmp_path)
+    names, w = ("a", "b", "c"), [0.5, -1.0, 2.0]
+    for seed, n in enumerate(names):
+        toy_moe(tmp_path / n, seed, zero_expert=1 if n == "b" else None)
+    res = run_cli("merge", *MERGES[case], *names, "--weights", "0.5,-1,2", "--out", "m", "--json")
+    assert res.exit_code == 0, res.output
+    want = merge_reference(peft_mu, case, {n: peft_formula(tmp_path / n) for n in names}, names, w)
+    got = peft_formula(tmp_path / "m")
+    assert set(got) == set(want)
+    for m in want:
+        assert rel(got[m], want[m]) <= (1e-5 if case == "ties-full-rank4" else 1e-6), m
+    # PEFT's layout kept: the same nested keys and target_parameters; one rank per parameter, zeros counted
+    cfg = json.loads((tmp_path / "m" / "adapter_config.json").read_text())
+    assert cfg["target_parameters"] == TOY_CONFIG["target_parameters"]
+    assert set(load_file(tmp_path / "m" / "adapter_model.safetensors")) == set(
+        load_file(tmp_path / "a" / "adapter_model.safetensors"))
+    x = json.loads(res.stdout)["outputs"][0]["figures"]["experts"]
+    assert x["stored_directions"] == x["own_directions"] + x["zero_directions"]
+    if case == "ties-full-rank4":
+        assert {p["rank"] for p in x["parameters"].values()} == {4} and x["zero_directions"] == 0
+    assert_merge_identity(tmp_path / "m")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["linear", "ties-core"])
+def test_merge_on_experts_loads_in_peft_with_the_dense_reference_deltas(moe, run_cli, monkeypatch, peft_mu, case):
+    """Issue 18 item 2c on a real Qwen3-MoE adapter (q/v_proj plus gate_up_proj and down_proj experts): PEFT loads the
+    merge, and its own get_delta_weight of every module and expert equals the dense reference merge of PEFT's
+    updates of the inputs (relative Frobenius 1e-5: fp32 factors); verify's PEFT checks (load, deltas, logits,
+    merge_and_unload) pass."""
+    root = moe("qwen3_moe", "experts")
+    monkeypatch.chdir(root)
+    names, w = ("v28", "v51", "v54"), [0.5, -1.0, 2.0]
+    out = f"merge_{case}"
+    res = run_cli("merge", *MERGES[case], *names, "--weights", "0.5,-1,2", "--out", out)
+    assert res.exit_code == 0, res.output
+    want = merge_reference(peft_mu, case, {n: peft_updates(root / "base", root / n) for n in names}, names, w)
+    got = peft_updates(root / "base", root / out)
+    assert set(got) == set(want) and sum(m.split(".")[-1].isdigit() for m in got) == 2 * 2 * QWEN3_MOE["num_experts"]
+    for m in want:
+        assert rel(got[m], want[m]) <= 1e-5, m
+    assert_merge_identity(root / out, base_model=root / "base")

@@ -11,6 +11,8 @@ import shutil
 
 import pytest
 import torch
+from conftest import SPLIT_DISAGREE as DISAGREE  # noqa: E402
+from conftest import fro  # noqa: E402
 from safetensors.torch import load_file
 
 from vecmerge.errors import CheckFailed
@@ -19,23 +21,11 @@ from vecmerge.recipe import Recipe
 from vecmerge.testing import toy_trajectory, tree_hashes
 from vecmerge.workspace import Workspace
 
-DISAGREE = "model.layers.1.mlp.up_proj"
-
 
 def run(*args, **kwargs) -> dict:
     return _run(*args, **kwargs).to_dict()
 
 
-def fro(d):
-    return math.sqrt(sum(float((x**2).sum()) for x in d.values()))
-
-
-@pytest.fixture
-def split(tmp_path, monkeypatch):
-    root = tmp_path / "split"
-    toy_trajectory(root, disagree=(DISAGREE,))
-    monkeypatch.chdir(root)
-    return root
 
 
 def test_consensus_fail_drop_keep(split, run_cli, dense_expr, dense_updates):
@@ -379,3 +369,53 @@ def test_project_multipliers_shape_the_direction_before_alpha(toy, dense_expr, d
     from vecmerge.verify import verify_output
 
     assert verify_output(toy / "half")["passed"]
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.02])  # 0.0: collinear stacks (Householder bases); 0.02: the implicit lift
+@pytest.mark.parametrize("dtype,rank", [("bf16", "exact"), ("fp16", 6), ("fp32", 5)])
+def test_figures_match_dense_float64(tmp_path, monkeypatch, dense_expr, dense_updates, noise, dtype, rank):
+    """Every figure of an output against dense float64 from the written file: rel_error, dtype_effect, survival,
+    residual per module and overall (rtol 1e-8; the dense side differences rounded updates of ~1e-3 relative size,
+    so it keeps ~13 digits). The rounding term E = W - R needs the cut R: the dense SVD of T at the same rank."""
+    toy_trajectory(tmp_path / "t", factor_noise=noise)
+    monkeypatch.chdir(tmp_path / "t")
+    rep = run(Recipe.from_dict({"base": "v54", "dir": "v51 - v28", "trust": 0.0113, "rank": rank, "dtype": dtype,
+                                "out": "o"}), Workspace())
+    fig, alpha = rep["outputs"][0]["figures"], rep["step"]["alpha"]
+    base, d = dense_expr({"v54": 1.0}), dense_expr({"v51": 1.0, "v28": -1.0})
+    W = dense_updates("o")
+    sums = dict(resid=0.0, dtype=0.0, target=0.0, step=0.0, moved=0.0)
+    for m, f in fig["modules"].items():
+        T, step = base[m] + alpha * d[m], alpha * d[m]
+        U, S, Vh = torch.linalg.svd(T, full_matrices=False)
+        R = (U[:, :f["rank"]] * S[:f["rank"]]) @ Vh[:f["rank"]]
+        resid, rnd = float((W[m] - T).norm()), float((W[m] - R).norm())
+        assert rnd > 0  # the rounding is real in every dtype
+        assert f["rel_error"] == pytest.approx(resid / float(T.norm()), rel=1e-8), m
+        assert f["survival"] == pytest.approx(float(((W[m] - base[m]) * step).sum()) / float(step.norm()) ** 2,
+                                              rel=1e-8), m
+        for k, v in (("resid", resid**2), ("dtype", rnd**2), ("target", float(T.norm()) ** 2),
+                     ("step", float(step.norm()) ** 2), ("moved", float(((W[m] - base[m]) * step).sum()))):
+            sums[k] += v
+    assert fig["rel_error"] == pytest.approx((sums["resid"] / sums["target"]) ** 0.5, rel=1e-8)
+    assert fig["dtype_effect"] == pytest.approx((sums["dtype"] / sums["target"]) ** 0.5, rel=1e-8)
+    assert fig["residual"] == pytest.approx((sums["resid"] / sums["step"]) ** 0.5, rel=1e-8)
+    assert fig["survival"] == pytest.approx(sums["moved"] / sums["step"], rel=1e-8)
+
+
+def test_recipe_name_titles_the_model_card(toy, run_cli):
+    """Issue 10 item 8a: ``name:`` is the card's heading (kept on one line); without it the output folder's name is."""
+    # a YAML single-quoted scalar with a blank line: the name holds a newline
+    (toy / "r.yaml").write_text("name: 'v58: small step\n\n  from v54'\nbase: v54\ndir: v51 - v28\ntrust: 0.0113\n"
+                                "out: out/named\n")
+    res = run_cli("run", "r.yaml")
+    assert res.exit_code == 0, res.output
+    card = (toy / "out" / "named" / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: peft\n")
+    body = card.split("---\n", 2)[2]  # after the front matter
+    assert [line for line in body.splitlines() if line.startswith("# ")] == ["# v58: small step from v54"]
+    assert body.startswith("# v58: small step from v54\n")
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--out", "out/plain")
+    assert res.exit_code == 0, res.output
+    plain = (toy / "out" / "plain" / "README.md").read_text().split("---\n", 2)[2]
+    assert plain.splitlines()[0] == "# plain"

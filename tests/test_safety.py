@@ -254,21 +254,25 @@ def test_item4_sigterm_while_building_leaves_no_leftovers(toy, run_cli):
 
 
 def _disk_full_on_call(mp, n: int) -> list:
-    """save_file writes half the file, then fails as safetensors 0.8 does on a full disk (its message), on its
-    n-th call."""
-    import safetensors.torch
-    from safetensors import SafetensorError
+    """The n-th weights file fails as a full disk does (ENOSPC from write) after its first module's bytes."""
+    import errno
 
-    real, calls = safetensors.torch.save_file, []
+    from vecmerge.modelwrite import SafetensorsStream
 
-    def save_file(tensors, path, metadata=None):
+    real_init, real_put, calls = SafetensorsStream.__init__, SafetensorsStream.put, []
+
+    def init(self, path, *args, **kwargs):
         calls.append(path)
-        if len(calls) == n:
-            Path(path).write_bytes(b"\0" * 1000)
-            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
-        return real(tensors, path, metadata=metadata)
+        self._fail_at = len(calls) == n
+        real_init(self, path, *args, **kwargs)
 
-    mp.setattr(safetensors.torch, "save_file", save_file)
+    def put(self, group, tensors):
+        real_put(self, group, tensors)
+        if self._fail_at and self._next >= 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+
+    mp.setattr(SafetensorsStream, "__init__", init)
+    mp.setattr(SafetensorsStream, "put", put)
     return calls
 
 

@@ -42,3 +42,24 @@ def test_cores_equal_the_terms_and_their_algebra():
 def test_an_all_zero_module():
     space, cores = Subspace.of([LowRank.zeros((5, 4))], (5, 4))
     assert (space.p, space.q) == (0, 0) and cores[0].norm() == 0.0
+
+
+def test_condition_bound_and_the_lift_it_guards():
+    """condition_bound is an upper bound on kappa_2(R) within a factor m (against torch.linalg.cond), inf when
+    R is singular; the implicit lift is taken below KAPPA_MAX, and both lifts give the same update (rtol 1e-10)."""
+    from vecmerge.subspace import KAPPA_MAX, condition_bound
+
+    g = torch.Generator().manual_seed(0)
+    for m, spread in ((8, 1.0), (16, 1e3), (12, 1e7)):
+        Q = torch.linalg.qr(torch.randn(50, m, generator=g, dtype=torch.float64)).Q
+        R = torch.linalg.qr(Q * torch.logspace(0, math.log10(spread), m, dtype=torch.float64), mode="r").R
+        kappa = float(torch.linalg.cond(R))
+        assert kappa * (1 - 1e-9) <= condition_bound(R) <= m * kappa
+    assert condition_bound(torch.triu(torch.ones(4, 4, dtype=torch.float64)) * torch.tensor([1.0, 1, 0, 1]))\
+        == math.inf
+    good = [rand_lr(40, 30, 4, 1), rand_lr(40, 30, 3, 2)]
+    twin = [good[0], LowRank(good[0].B * (1 + 1e-12), good[0].A, 1.0)]  # collinear stacks: kappa ~ 1e12
+    for terms, implicit in ((good, True), (twin, False)):
+        space, cores = Subspace.of(terms, (40, 30))
+        assert space.implicit() is implicit and (condition_bound(space._R[0]) <= KAPPA_MAX) is implicit
+        assert_close(lift(cores[0]), terms[0].dense(), rtol=1e-10, atol=1e-12)

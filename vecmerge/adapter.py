@@ -16,14 +16,20 @@ expression, audit, method and rank cut then sees plain modules; ``export`` group
 from __future__ import annotations
 
 import hashlib
+import json
+import math
+import mmap
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .errors import AdapterError
 from .lowrank import LowRank
+from .modelfiles import ST_DTYPES
 from .peft_format import (
     BIN_NAME,
     CONFIG_NAME,
@@ -42,6 +48,23 @@ from .peft_format import (
     unwrap,
 )
 from .safe_parse import short
+
+LOAD_CHUNK = 1 << 24  # bytes read (and hashed) at a time by Adapter.load
+HEADER_MAX = 100 << 20  # safetensors' own limit on a header's size
+
+
+def _read_buffer(size: int) -> np.ndarray:
+    """``size`` bytes to read a file into: an anonymous mapping with transparent huge pages where the kernel
+    offers them (a first touch of fresh memory costs a page fault per 4 KiB, which is most of the cost of
+    reading a file from the page cache), else plain memory; never zero-filled before the read."""
+    if size > 0 and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            m = mmap.mmap(-1, size)
+            m.madvise(mmap.MADV_HUGEPAGE)
+            return np.frombuffer(m, dtype=np.uint8)
+        except (OSError, ValueError):
+            pass
+    return np.empty(size, dtype=np.uint8)
 
 
 def sha256_file(path: Path) -> str:
@@ -144,6 +167,8 @@ class Adapter:
         self.modules_to_save_policy = modules_to_save
         self.weights_path = self._find_weights()
         self._tensors = self._open()
+        self._loaded = None  # (buffer, {key: header entry}, data start) once ``load`` read the file
+        self._st_header = None  # ({key: header entry}, data start), read on the first tensor read
         saved = [k for k in self._tensors[0] if "modules_to_save" in k]
         if (self.config.modules_to_save or saved) and modules_to_save != "drop":
             what = self.config.modules_to_save or sorted({k.split(".modules_to_save")[0] for k in saved})
@@ -155,6 +180,11 @@ class Adapter:
         self.base_layer_copies: list[str] = []
         self.saved_modules: list[str] = []  # keys of full saved modules left out (modules_to_save: drop)
         self.specs = self._index()
+
+    @property
+    def saved_keys(self) -> list[str]:
+        """The file keys of the saved full modules (``modules_to_save``), as in ``saved_modules``."""
+        return list(self.saved_modules)
 
     def _is_saved_module(self, key: str) -> bool:
         """A full weight of a ``modules_to_save`` module: ``...modules_to_save...`` (older PEFT) or, as
@@ -335,9 +365,88 @@ class Adapter:
     def modules(self) -> list[str]:
         return list(self.specs)
 
+    def load(self) -> None:
+        """Read the safetensors weights file into memory once, hashing it in the same pass (``sha256``).
+
+        The tensors then come from these bytes, so the recorded sha256 is exactly that of what was merged
+        (a file replaced while vecmerge runs cannot slip in), and the file is read once, sequentially, in
+        16 MiB pieces while each piece is still in cache. A no-op for ``.bin`` files (already in memory).
+        """
+        if self._loaded is not None or self._tensors[1] is None:
+            return
+        p = self.weights_path
+        size = p.stat().st_size
+        buf = _read_buffer(size)
+        view, h, pos = memoryview(buf), hashlib.sha256(), 0
+        # a second thread hashes each piece while the next one is read (hashlib releases the GIL)
+        with open(p, "rb") as f, ThreadPoolExecutor(1, thread_name_prefix="vecmerge-sha256") as pool:
+            hashed = None
+            while pos < size:
+                n = f.readinto(view[pos:pos + LOAD_CHUNK])
+                if not n:
+                    raise AdapterError(f"{p}: ended after {pos} of {size} bytes while being read; copy it again")
+                if hashed is not None:
+                    hashed.result()
+                hashed = pool.submit(h.update, view[pos:pos + n])
+                pos += n
+            if hashed is not None:
+                hashed.result()
+        n = int.from_bytes(bytes(buf[:8]), "little")
+        try:
+            header = json.loads(bytes(buf[8:8 + n])) if 8 + n <= size else None
+        except (ValueError, RecursionError):
+            header = None
+        if not isinstance(header, dict) or set(header) - {"__metadata__"} != set(self._tensors[0]):
+            raise AdapterError(f"{p}: changed while being read (its header no longer matches); run again")
+        self._loaded = (buf, header, 8 + n)
+        self.__dict__["sha256"] = h.hexdigest()
+
+    def _header(self) -> tuple[dict, int]:
+        """``(header, data start)`` of the safetensors file, from ``load``'s bytes or read from the file once."""
+        if self._loaded is not None:
+            return self._loaded[1], self._loaded[2]
+        if self._st_header is None:
+            with open(self.weights_path, "rb") as f:
+                n = int.from_bytes(f.read(8), "little")
+                raw = f.read(n) if n <= HEADER_MAX else b""
+            try:
+                header = json.loads(raw)
+            except (ValueError, RecursionError):
+                header = None
+            if not isinstance(header, dict) or set(header) - {"__metadata__"} != set(self._tensors[0]):
+                raise AdapterError(f"{self.weights_path}: changed while being read (its header no longer matches); "
+                                   "run again")
+            self._st_header = (header, 8 + n)
+        return self._st_header
+
     def _read(self, key) -> torch.Tensor:
-        t = self._tensors[0][key]
-        return t[:] if self._tensors[1] is not None else t
+        """One stored tensor: from ``load``'s bytes, else read from the file (not mapped, so memory holds
+        only the tensors in use, never the pages of the whole file)."""
+        if self._tensors[1] is None:
+            return self._tensors[0][key]
+        header, start = self._header()
+        entry = header[key] if isinstance(header.get(key), dict) else {}
+        dtype, shape = ST_DTYPES.get(entry.get("dtype")), entry.get("shape")
+        lo, hi = (entry.get("data_offsets") or (0, -1))[:2]
+        n = math.prod(shape) if isinstance(shape, list) and all(isinstance(d, int) for d in shape) else -1
+        size = len(self._loaded[0]) if self._loaded is not None else self.weights_path.stat().st_size
+        if dtype is None or n < 0 or not 0 <= lo <= hi or start + hi > size or (hi - lo) != n * dtype.itemsize:
+            raise AdapterError(f"{self.weights_path}: {key}: its header entry changed while being read; run again")
+        if n == 0:
+            return torch.empty(shape, dtype=dtype)
+        off = start + lo
+        if self._loaded is None:
+            data = bytearray(hi - lo)
+            with open(self.weights_path, "rb", buffering=0) as f:
+                f.seek(off)
+                got = f.readinto(data)
+            if got != hi - lo:
+                raise AdapterError(f"{self.weights_path}: {key}: the file ended early; copy it again")
+            return torch.frombuffer(data, dtype=dtype).view(shape)
+        buf = self._loaded[0]
+        if off % dtype.itemsize:  # an unaligned tensor (allowed by the format): copy it out
+            return torch.frombuffer(bytearray(buf[off:off + hi - lo]), dtype=dtype).view(shape)
+        return torch.frombuffer(buf, dtype=dtype, count=n, offset=off).view(shape)
 
     def factors(self, module: str, device=None) -> LowRank:
         """Read one module as ``LowRank(lora_B, lora_A, scale)`` in its stored dtype, on ``device``.
@@ -355,7 +464,9 @@ class Adapter:
             raise AdapterError(f"{self.weights_path}: module {module}: cannot read tensors ({e}); "
                                "the file is truncated or corrupt, copy it again") from None
         for slot, t in (("lora_A", A), ("lora_B", B)):
-            if not torch.isfinite(t).all():
+            # one reduction: a NaN/Inf entry makes the sum non-finite (a finite sum that overflows is checked
+            # entry by entry, and passes when every entry is finite)
+            if not bool(torch.isfinite(t.sum(dtype=torch.float32))) and not bool(torch.isfinite(t).all()):
                 bad = int((~torch.isfinite(t)).sum())
                 raise AdapterError(f"{self.weights_path}: module {module}: {slot} has {bad} NaN/Inf entries; "
                                    "the checkpoint diverged, use an earlier one")
@@ -370,7 +481,7 @@ class Adapter:
 
     @cached_property
     def sha256(self) -> str:
-        """sha256 of the weights file."""
+        """sha256 of the weights file (of the bytes read, after ``load``)."""
         return sha256_file(self.weights_path)
 
     @cached_property

@@ -29,6 +29,11 @@ from .options import (
     BASE_MODEL_ID_HELP,
     DTYPE_HELP,
     DTYPE_NAMES,
+    EXTRACT_OTHERS,
+    EXTRACT_OTHERS_HELP,
+    EXTRACT_RANK_HELP,
+    EXTRACT_TARGETS_HELP,
+    FUSE_DTYPE_HELP,
     KEEP_BASE_HELP,
     MODULES_TO_SAVE,
     MODULES_TO_SAVE_HELP,
@@ -486,6 +491,7 @@ def run_cmd(obj: Ctx, recipe, out, force, base_model_id, dry_run, as_json, show_
     from .options import is_hub_id
     from .recipe import load
 
+    _not_a_model_manifest(recipe)
     r = load(recipe)
     if out:
         r = dataclasses.replace(r, out=out)
@@ -496,6 +502,21 @@ def run_cmd(obj: Ctx, recipe, out, force, base_model_id, dry_run, as_json, show_
         r = dataclasses.replace(r, base_model_id=base_model_id)
     commands.merge(obj.ws(), r, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules,
                    echo=_echo, progress=obj.bars())
+
+
+def _not_a_model_manifest(path) -> None:
+    """``vecmerge run`` of an extract or fuse manifest: say which command made it (it is no recipe)."""
+    from .errors import VecmergeError
+    from .safe_parse import load_json
+
+    if str(path).endswith(".json"):
+        try:
+            data = load_json(path)
+        except VecmergeError:
+            return  # the recipe loader reports it
+        if isinstance(data, dict) and data.get("kind") in ("extract", "fuse"):
+            _usage(f"run: {path} records a 'vecmerge {data['kind']}' output, not a recipe; run 'vecmerge "
+                   f"{data['kind']}' again with its settings, or check the output with 'vecmerge verify'")
 
 
 @main.command()
@@ -616,16 +637,17 @@ def evidence_export(obj: Ctx, fmt, as_json):
 @click.option("--metric", help="Only this metric.")
 @click.option("--stale", "include_stale", is_flag=True, help="Include records of weights a name no longer has.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a PNG of the means with error bars.")
+@click.option("--force", is_flag=True, help="Replace an existing --plot PNG.")
 @_json_option
 @global_options
 @click.pass_obj
 @handled
-def evidence_show(obj: Ctx, names, metric, include_stale, plot, as_json):
+def evidence_show(obj: Ctx, names, metric, include_stale, plot, force, as_json):
     """n, mean, std, SE, 95% CI, min, max, range per model (all, or NAMES) and per sub-score."""
     from . import commands
 
-    commands.evidence_show(obj.ws(), list(names), metric, include_stale=include_stale, plot=plot, as_json=as_json,
-                           echo=_echo)
+    commands.evidence_show(obj.ws(), list(names), metric, include_stale=include_stale, plot=plot, force=force,
+                           as_json=as_json, echo=_echo)
 
 
 @evidence.command("compare")
@@ -704,6 +726,53 @@ def gate_cmd(obj: Ctx, base, direction, consensus_ref, trust, metric, as_json):
 
     commands.gate(obj.ws(), base, direction, consensus_ref=consensus_ref, trust=trust, metric=metric,
                   as_json=as_json, echo=_echo, progress=obj.bars())
+
+
+@main.command()
+@click.option("--base-model", required=True, type=click.Path(file_okay=False), help="The base model folder.")
+@click.option("--tuned", required=True, type=click.Path(file_okay=False), help="The fully fine-tuned model folder.")
+@click.option("--rank", required=True, help=EXTRACT_RANK_HELP + ".")
+@click.option("--targets", default="all-linear", show_default=True, help=EXTRACT_TARGETS_HELP + ".")
+@click.option("--others", type=click.Choice(EXTRACT_OTHERS), default=None, help=EXTRACT_OTHERS_HELP + ".")
+@click.option("--dtype", type=click.Choice(DTYPE_NAMES), default="fp32", show_default=True,
+              help="dtype of the written factors.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the randomized range finder.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output adapter folder.")
+@click.option("--force", is_flag=True, help="Replace an existing --out that vecmerge wrote.")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest instead of the report.")
+@click.option("--modules", "show_modules", is_flag=True, help="Also print the per-module table.")
+@global_options
+@click.pass_obj
+@handled
+def extract(obj: Ctx, base_model, tuned, rank, targets, others, dtype, seed, out, force, as_json, show_modules):
+    """A LoRA from a full fine-tune: each module's difference cut at --rank, with its exact error."""
+    from . import commands
+
+    commands.extract(base_model, tuned, out, rank=rank, targets=[t for t in targets.split(",") if t.strip()],
+                     others=others, dtype=dtype, seed=seed, force=force, as_json=as_json, show_modules=show_modules,
+                     echo=_echo, progress=obj.bars())
+
+
+@main.command()
+@click.argument("adapter", type=click.Path(file_okay=False))
+@click.option("--base-model", type=click.Path(file_okay=False),
+              help="The base model folder (default: the workspace's base_model).")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output model folder.")
+@click.option("--dtype", type=click.Choice(DTYPE_NAMES), default=None, help=FUSE_DTYPE_HELP + ".")
+@click.option("--force", is_flag=True, help="Replace an existing --out that vecmerge wrote.")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest instead of the report.")
+@global_options
+@click.pass_obj
+@handled
+def fuse(obj: Ctx, adapter, base_model, out, dtype, force, as_json):
+    """ADAPTER added into the base model's weights, written as a plain sharded safetensors model."""
+    base_model = base_model or obj.ws().base_model
+    if base_model is None:
+        _usage("fuse: give --base-model (or base_model in vecmerge.yaml)")
+    from . import commands
+
+    commands.fuse(adapter, base_model, out, dtype=dtype, force=force, as_json=as_json, echo=_echo,
+                  progress=obj.bars())
 
 
 @main.command()

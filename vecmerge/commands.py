@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import report_audit, report_evidence, report_verify
+from . import report_audit, report_evidence, report_model, report_verify
 from .audit import audit_pairwise, audit_trajectories
 from .describe import describe
 from .errors import CheckFailed, UsageError, VecmergeError
@@ -187,19 +187,24 @@ def evidence_export(ws: Workspace, fmt: str = "csv", *, echo=print) -> str:
 
 
 def evidence_show(ws: Workspace, names=(), metric: str | None = None, *, include_stale: bool = False, plot=None,
-                  as_json: bool = False, echo=print) -> dict:
-    """``vecmerge evidence show [NAME...] [--metric M] [--stale] [--plot F.png]``: summaries of current runs.
+                  force: bool = False, as_json: bool = False, echo=print) -> dict:
+    """``vecmerge evidence show [NAME...] [--metric M] [--stale] [--plot F.png [--force]]``: summaries of current runs.
 
     Args:
         plot (str | Path | None): a PNG of means with their t intervals, written atomically, never over the
-            ledger, the workspace file or an adapter folder.
+            ledger, the workspace file, an adapter folder or the base model, nor over an existing file
+            unless ``force`` and it is a PNG.
     """
     ledger = _ledger(ws)
+    policy = None
+    if plot:  # refused before any work
+        policy = OutputPolicy.for_command(inputs=[ledger.path, *([ws.file] if ws.file else [])],
+                                          workspace_adapters=ws.adapters, base_model=ws.base_model, force=force)
+        policy.check_file(plot, PNG, flag="--plot")
     out = evidence.show(ledger, list(names) or None, metric, current_sha=ws.current_shas(ledger.models()),
                         include_stale=include_stale)
     if plot:
-        report_evidence.plot_show(out, plot, inputs=[ledger.path, *([ws.file] if ws.file else []),
-                                                     *ws.adapters.values()])
+        write_file(plot, lambda f: report_evidence.plot_show(out, f), policy=policy, kind=PNG, flag="--plot")
     echo(to_json(out) if as_json else report_evidence.render_show(out))
     if plot:
         echo(f"plot: {plot}", err=as_json)
@@ -291,3 +296,36 @@ def gate(ws: Workspace, base: str, direction: str, *, consensus_ref: str | None 
         bad = [f"{r['condition']} {r['status']}" for r in out["rows"] if r["status"] != "PASS"]
         raise CheckFailed(f"gate: {len(bad)} of {len(out['rows'])} conditions did not pass ({', '.join(bad)})")
     return out
+
+
+def extract(base_model, tuned, out, *, rank: str, targets=("all-linear",), others=None, dtype: str = "fp32",
+            seed: int = 0, force: bool = False, as_json: bool = False, show_modules: bool = False, echo=print,
+            progress=None) -> dict:
+    """``vecmerge extract``: a LoRA from a full fine-tune (``extract_output.extract``), then its report.
+
+    Args:
+        base_model, tuned (str | Path): model folders. out (str | Path). rank (str): N | energy:E | auto.
+        targets (Iterable[str]). others (str | None): save | drop. dtype (str). seed (int). force (bool).
+        as_json (bool): print the manifest. show_modules (bool): also the per-module table.
+    """
+    from .extract_output import extract as run_extract
+
+    man = run_extract(base_model, tuned, out, rank=rank, targets=targets, others=others, dtype=dtype, seed=seed,
+                      force=force, progress=_bar(progress, "extract"))
+    echo(to_json(man) if as_json else report_model.render_extract(man, show_modules))
+    return man
+
+
+def fuse(adapter, base_model, out, *, dtype=None, force: bool = False, as_json: bool = False, echo=print,
+         progress=None) -> dict:
+    """``vecmerge fuse``: ADAPTER added into BASE's weights, written as a plain model; then its report.
+
+    Args:
+        adapter (str | Path): a PEFT LoRA folder. base_model (str | Path). out (str | Path).
+        dtype (str | None): fp32 | bf16 | fp16, or None (stored dtypes). force (bool). as_json (bool).
+    """
+    from .fuse import fuse as run_fuse
+
+    man = run_fuse(adapter, base_model, out, dtype=dtype, force=force, progress=_bar(progress, "fuse"))
+    echo(to_json(man) if as_json else report_model.render_fuse(man))
+    return man

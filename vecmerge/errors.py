@@ -75,6 +75,10 @@ class NumericError(VecmergeError):
     """A module whose numbers leave float64's safe range (overflow, underflow, NaN): never written silently."""
 
 
+class ModelError(VecmergeError):
+    """A model folder (or safetensors file) that cannot be read as transformers safetensors."""
+
+
 class OutputError(VecmergeError):
     """An output folder that exists (without --force) or cannot be written."""
 

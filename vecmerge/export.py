@@ -14,10 +14,8 @@ keys (``pack_params``), with one r and one alpha per parameter, resolved on ``<m
 
 from __future__ import annotations
 
-import errno
 import json
 import math
-import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -29,6 +27,8 @@ from . import __version__
 from .adapter import ModuleSpec, sha256_file
 from .errors import OutputError
 from .lowrank import COMPUTE_DTYPE, LowRank
+from .modelfiles import DTYPE_CODES
+from .modelwrite import SafetensorsStream
 from .peft_format import (
     CONFIG_NAME,
     DTYPES,
@@ -222,42 +222,69 @@ def pack_params(written: dict, specs: dict) -> dict:
     return tensors
 
 
-def write_adapter(folder, prepared: tuple, specs: dict, *, template: LoraConfig | None, manifest: dict,
-                  card: str, dtype: str = "fp32", same_modules: bool = True) -> dict:
-    """Write ``prepared`` as a PEFT LoRA folder into ``folder`` (empty: staged by ``OutputTransaction``).
+def weights_stream(path, specs: dict, dtype: str, names, extra_rank: dict | None = None) -> SafetensorsStream:
+    """The adapter's safetensors file, streamed module by module (``SafetensorsStream``) in ``names`` order.
+
+    Each module's rank is bounded by ``min(out, in)`` (plus ``extra_rank[m]``: keep-base appends the
+    backbone's own factors), which is all the header's room needs.
 
     Args:
-        folder (str | Path): the empty folder to fill (``txn.folder(out)``); the transaction moves it into place.
-        prepared (tuple): ``prepare_modules(...)``: the tensors and {module: WrittenModule}.
+        path (Path): the file to create. specs (dict[str, ModuleSpec]): layouts. dtype (str): fp32, bf16 or fp16.
+        names (Iterable[str]): the modules, in file order. extra_rank (dict[str, int] | None): see above.
+    """
+    code = DTYPE_CODES[DTYPES[dtype]]
+    groups = []
+    for m in names:
+        out, inn = specs[m].shape
+        r = max(1, min(out, inn) + (extra_rank or {}).get(m, 0))
+        a_key, b_key = factor_keys(m, specs[m].kind)
+        groups.append((m, [(a_key, code, (r, inn)), (b_key, code, (out, r))]))
+    return SafetensorsStream(path, groups, {"format": "pt"})
+
+
+def write_tensors(path, tensors: dict) -> str:
+    """Write ``{key: tensor}`` as a safetensors file (in that order); returns its sha256."""
+    stream = SafetensorsStream(path, [(k, [(k, DTYPE_CODES[t.dtype], tuple(t.shape))]) for k, t in tensors.items()],
+                               {"format": "pt"})
+    try:
+        for k, t in tensors.items():
+            stream.put(k, {k: t})
+        return stream.close()
+    except BaseException:
+        stream.abort()
+        raise
+
+
+def write_adapter(folder, written: dict, specs: dict, *, weights_sha256: str | None = None,
+                  tensors: dict | None = None, template: LoraConfig | None, manifest: dict, card: str,
+                  dtype: str = "fp32", same_modules: bool = True) -> dict:
+    """Complete a PEFT LoRA folder in ``folder`` (empty but for a streamed weights file: staged by
+    ``OutputTransaction``): the weights (unless streamed), config, manifest and model card.
+
+    Args:
+        folder (str | Path): the folder to fill (``txn.folder(out)``); the transaction moves it into place.
+        written (dict[str, WrittenModule]): what each module became (its stored rank and alpha).
         specs (dict[str, ModuleSpec]): layout of each module (kind, transposed).
+        weights_sha256 (str | None): the sha256 of ``adapter_model.safetensors`` already streamed into
+            ``folder`` (``weights_stream``); else ``tensors`` (dict[str, Tensor]) are written here.
         template (LoraConfig | None): config to start from (base model, task type, coverage).
         manifest (dict): written as ``vecmerge.json`` with ``output`` (sha256s of the files, dtype) added.
         card (str): the README.md model card.
-        dtype (str): the dtype ``prepared`` was made with (recorded in the manifest).
+        dtype (str): the dtype the factors were rounded to (recorded in the manifest).
         same_modules (bool): the module set equals the template's (keep its target_modules).
 
     Returns:
-        dict with ``written`` ({module: WrittenModule}), ``sha256`` of the weights file and ``config``.
-        A full disk or another write failure is an OSError (``OutputTransaction`` turns it into one
-        OutputError line naming the output, and keeps nothing).
+        dict with ``sha256`` of the weights file and ``config``. A full disk or another write failure is
+        an OSError (``OutputTransaction`` turns it into one OutputError line naming the output, and keeps
+        nothing).
     """
-    from safetensors import SafetensorError
-    from safetensors.torch import save_file
-
     folder = Path(folder)
-    tensors, written = prepared
     ranks = {specs[m].target: w.rank for m, w in written.items()}  # experts of a parameter share one r
     alphas = {specs[m].target: w.alpha for m, w in written.items()}
     config = build_config(template, specs, ranks, alphas, same_modules)
-    try:
-        save_file(tensors, str(folder / SAFETENSORS_NAME), metadata={"format": "pt"})
-    except SafetensorError as e:  # the Rust writer's I/O errors (ENOSPC, EFBIG...): an OSError for the caller
-        code = re.search(r"(?:code: |os error )(\d+)", str(e))
-        err = int(code.group(1)) if code else errno.EIO
-        raise OSError(err, os.strerror(err), str(folder / SAFETENSORS_NAME)) from None
+    sha = weights_sha256 if weights_sha256 is not None else write_tensors(folder / SAFETENSORS_NAME, tensors)
     (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     (folder / CARD_NAME).write_text(card)
-    sha = sha256_file(folder / SAFETENSORS_NAME)
     manifest = dict(manifest)
     manifest["vecmerge_version"] = __version__
     manifest["output"] = {"weights": SAFETENSORS_NAME, "sha256": sha,
@@ -265,7 +292,7 @@ def write_adapter(folder, prepared: tuple, specs: dict, *, template: LoraConfig 
                           "card_sha256": sha256_file(folder / CARD_NAME), "dtype": dtype,
                           "modules": len(written)}
     (folder / MANIFEST_NAME).write_text(json.dumps(jsonable(manifest), indent=2, allow_nan=False) + "\n")
-    return {"written": written, "sha256": sha, "config": config}
+    return {"sha256": sha, "config": config}
 
 
 def jsonable(x):

@@ -49,7 +49,7 @@ def magnitude(x) -> float:
     if isinstance(x, LowRank):
         if x.rank == 0 or x.scale == 0.0:
             return 0.0
-        return abs(x.scale) * float(f64(x.B).abs().max()) * float(f64(x.A).abs().max())
+        return abs(x.scale) * float(x.B.abs().max()) * float(x.A.abs().max())
     if isinstance(x, torch.Tensor):
         return float(x.abs().max()) if x.numel() else 0.0
     return abs(float(x))
@@ -63,8 +63,8 @@ def check_magnitude(module: str, what: str, x, fix: str) -> None:
         module (str): for the message. what (str): the quantity (``"base (1e300*v28)"``).
         x (Tensor | LowRank | float): a core, an update or a norm of the module. fix (str): what to change.
     """
-    size = magnitude(x)
-    if not math.isfinite(size) or (isinstance(x, torch.Tensor) and not bool(torch.isfinite(x).all())):
+    size = magnitude(x)  # a NaN entry makes the max NaN: the one reduction also finds non-finite entries
+    if not math.isfinite(size):
         problem = "is not finite (it overflows float64 or holds NaN)"
     elif size > SAFE_MAX:
         problem = f"reaches {size:.3g}, too large for float64 norms and products (at most {SAFE_MAX:g})"
@@ -236,7 +236,9 @@ class LowRank:
         """Frobenius norm ``||s B A||_F = |s| ||Rb Ra^T||_F``; stable for near-cancelling sums."""
         if self.rank == 0 or self.scale == 0.0:
             return 0.0
-        return float(torch.linalg.matrix_norm(self.core().C))
+        Rb = torch.linalg.qr(f64(self.B), mode="r").R  # R factors only: the bases are not needed
+        Ra = torch.linalg.qr(f64(self.A).T, mode="r").R
+        return abs(self.scale) * float(torch.linalg.matrix_norm(Rb @ Ra.T))
 
     def singular_values(self) -> torch.Tensor:
         """Singular values from the R factors only: ``B = Qb Rb, A^T = Qa Ra`` => ``sigma(|s| Rb Ra^T)``.

@@ -125,3 +125,16 @@ class RankPolicy:
     def __str__(self) -> str:
         return {"exact": "exact", "fixed": f"{int(self.value)}", "energy": f"energy:{self.value:g}",
                 "step-energy": f"step-energy:{self.value:g}", "keep-base": "keep-base"}[self.kind]
+
+# vecmerge extract / fuse (the names live here so that the CLI stays torch-free)
+EXTRACT_OTHERS = ("save", "drop")
+EXTRACT_OTHERS_HELP = ("what to do with tensors outside --targets that differ (norms, biases, a resized vocabulary): "
+                       "save their modules whole as modules_to_save, or drop them (listed in the manifest); required "
+                       "when any differ")
+EXTRACT_RANK_HELP = ("N (the rank-N cut of each module's difference), energy:E (each module's smallest rank keeping "
+                     "share E of its squared norm, written with rank_pattern), or auto (singular values above a "
+                     "Gavish-Donoho noise threshold, see docs)")
+EXTRACT_TARGETS_HELP = ("comma-separated module names matched as PEFT does (q_proj, mlp.down_proj, embed_tokens, "
+                        "lm_head) or all-linear (every linear/Conv1D weight but the output head)")
+FUSE_DTYPE_HELP = ("dtype of every floating tensor written (default: each keeps the base's stored dtype, copied byte "
+                   "for byte)")

@@ -59,6 +59,9 @@ class Cut:
         method (str): ``core`` (SVD of the small core), ``full`` (full SVD of a dense update),
             ``randomized`` (randomized truncated SVD of a dense update) or ``factors`` (written as given).
         power_iters (int | None): randomized only: the power iterations used.
+        cores (tuple[Tensor, Tensor] | None): ``(Qb^T B (p, rank), A Qa (rank, q))`` of the written factors
+            for a core input (``U_k sqrt(S_k)``, ``sqrt(S_k) V_k^T``), so measuring the rounding need not
+            project them again.
     """
 
     factors: LowRank
@@ -69,6 +72,7 @@ class Cut:
     kept: torch.Tensor | None = None
     method: str = "core"
     power_iters: int | None = None
+    cores: tuple | None = None
 
     @property
     def rel_error(self) -> float:
@@ -109,7 +113,12 @@ def pad(x: LowRank, rank: int) -> LowRank:
 def _padded(c: Cut, rank: int | None) -> Cut:
     if rank is None or rank <= c.rank:
         return c
-    return dataclasses.replace(c, factors=pad(c.factors, rank), rank=rank)
+    cores = None
+    if c.cores is not None:
+        L, Rc = c.cores
+        cores = (torch.cat([L, L.new_zeros(L.shape[0], rank - c.rank)], 1),
+                 torch.cat([Rc, Rc.new_zeros(rank - c.rank, Rc.shape[1])], 0))
+    return dataclasses.replace(c, factors=pad(c.factors, rank), rank=rank, cores=cores)
 
 
 def _split(U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor, k: int) -> LowRank:
@@ -182,7 +191,9 @@ def cut(x, policy: RankPolicy, *, backbone: LowRank | None = None, step=None, ra
     k, exact = policy.choose(S, x.floor, step_norm)
     k = k if rank is None else min(rank, exact)
     root = torch.sqrt(S[:k])
-    factors = LowRank(x.space.left(U[:, :k] * root), x.space.right(root[:, None] * Vh[:k]), 1.0)
+    L, Rc = U[:, :k] * root, root[:, None] * Vh[:k]
+    factors = LowRank(x.space.left(L), x.space.right(Rc), 1.0)
     kept = (U[:, :k] * S[:k]) @ Vh[:k]
-    c = Cut(factors, k, exact, float(torch.sqrt((S[k:] ** 2).sum())), float(torch.linalg.vector_norm(S)), kept)
+    c = Cut(factors, k, exact, float(torch.sqrt((S[k:] ** 2).sum())), float(torch.linalg.vector_norm(S)), kept,
+            cores=(L, Rc))
     return _padded(c, rank)

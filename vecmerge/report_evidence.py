@@ -7,10 +7,7 @@ minima and maxima, 5 for intervals and differences (a difference of runs is the 
 
 from __future__ import annotations
 
-import os
-import tempfile
 import textwrap
-from pathlib import Path
 
 from .errors import OutputError
 from .report import g, table
@@ -174,52 +171,15 @@ def render_gate(d: dict) -> str:
                       gate_verdict(d)])
 
 
-def write_atomic(path, data: bytes, *, inputs=()) -> Path:
-    """Write ``data`` to ``path`` through a temporary sibling renamed into place; never over an input.
-
-    Local to this module until the shared safe writer lands (issue 11).
-
-    Args:
-        path (str | Path): the file to write. data (bytes): its content.
-        inputs (Iterable[str | Path]): files and folders that must not be written (the ledger, the workspace,
-            adapter folders): ``path`` may be none of them nor lie inside one.
-    """
-    path = Path(path)
-    target = path.resolve()
-    for src in inputs:
-        s = Path(src).resolve()
-        if target == s or s in target.parents:
-            raise OutputError(f"{path}: would overwrite an input ({src}); choose another file")
-    if path.is_dir():
-        raise OutputError(f"{path}: is a folder; give a file name such as scores.png")
-    if not target.parent.is_dir():
-        raise OutputError(f"{path}: the folder {path.parent} does not exist; create it first")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=target.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as an ordinary new file (mkstemp makes it 0600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def plot_show(d: dict, path, *, inputs=()) -> Path:
+def plot_show(d: dict, f) -> None:
     """A PNG of each model's mean with its t interval as an error bar (``show``'s summaries, whole runs).
 
     Single runs are drawn as hollow points without a bar (one run has no spread). One panel per metric.
 
     Args:
-        d (dict): ``evidence.commands.show``'s result. path (str | Path): the PNG. inputs: see ``write_atomic``.
+        d (dict): ``evidence.commands.show``'s result. f (BinaryIO): where the PNG goes (``safe_write.write_file``
+            stages it and moves it into place).
     """
-    import io
-
     try:
         import matplotlib
 
@@ -247,7 +207,5 @@ def plot_show(d: dict, path, *, inputs=()) -> Path:
     conf = f"{summaries[0]['confidence']:.0%}"
     axes[0, 0].set_title(f"mean and {conf} t interval per model (hollow: a single run)", fontsize=9)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    fig.savefig(f, format="png")
     plt.close(fig)
-    return write_atomic(path, buf.getvalue(), inputs=inputs)

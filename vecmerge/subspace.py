@@ -13,31 +13,62 @@ Only lifting back to factors (``InSpan.svd``) touches out and in again, once, to
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from .lowrank import COMPUTE_DTYPE, SVD, LowRank, f64
 
+KAPPA_MAX = 1e6  # lift through ``S R^-1`` only below this condition number of R (error ~ kappa * 1e-16)
+
+
+def condition_bound(R: torch.Tensor) -> float:
+    """``||R||_F ||R^-1||_F``, an upper bound on the 2-norm condition number of a triangular R (inf if singular).
+
+    At most ``m`` times ``kappa_2(R)`` (R is m x m); one triangular inverse, O(m^3 / 3), a sixth of an SVD's time.
+
+    Args:
+        R (Tensor): (m, m) upper triangular.
+    """
+    if not bool((R.diagonal() != 0).all()):
+        return math.inf
+    eye = torch.eye(R.shape[0], dtype=R.dtype, device=R.device)
+    inverse = torch.linalg.solve_triangular(R, eye, upper=True)
+    bound = float(torch.linalg.matrix_norm(R) * torch.linalg.matrix_norm(inverse))
+    return bound if math.isfinite(bound) else math.inf
+
 
 class Subspace:
     """Orthonormal bases containing the column and row spaces of a module's terms.
 
-    The cores come from the R factors alone (``torch.linalg.qr(mode="r")``); the bases ``Qb`` (out x p)
-    and ``Qa`` (in x q) are formed only when something is lifted back to full size, and ``release()``
-    drops them again, so a whole-model pipeline holds one module's bases at a time. Re-forming them
-    runs the same Householder QR on the same stack, so they match the cores bit for bit.
+    Only the R factors of the stacks are computed (``torch.linalg.qr(mode="r")``): the stacks are
+    ``Sb = [B_1 .. B_n] = Qb Rb`` and ``Sa = [A_1^T .. A_n^T] = Qa Ra``. Lifting a core back to full
+    size uses ``Qb X = Sb (Rb^-1 X)`` (a triangular solve on a small matrix, then one product with the
+    stack), which never forms Qb: half the work of a second, Householder QR. That is exact up to
+    ``kappa(R) * u`` (u = 1.1e-16), so it is used only while ``condition_bound`` (>= kappa) of Rb and Ra is
+    at most ``KAPPA_MAX``;
+    a worse-conditioned stack (nearly repeated factors, ``x - x``) forms the Householder bases from the
+    same stack instead (``bases()``: the same R, so they match the cores bit for bit). ``release()``
+    drops whatever full-size arrays a lift made, so a whole-model pipeline holds one module's at a time.
 
     Args:
         terms (list[LowRank]): the non-zero terms, in stacking order (their factors, as read).
         shape (tuple[int, int]): (out, in). p (int), q (int): basis widths.
+        R (tuple[Tensor, Tensor] | None): (Rb (p, p_b), Ra (q, q_a)), the stacks' R factors.
+        stacks (tuple[Tensor, Tensor] | None): (Sb, Sa) kept from the start when memory allows (else
+            formed again from the terms when a lift needs them).
         device (torch.device | None): where the cores live (the terms' device; cpu when there are none).
     """
 
-    def __init__(self, terms: list[LowRank], shape: tuple[int, int], p: int, q: int, bases=None, device=None):
+    def __init__(self, terms: list[LowRank], shape: tuple[int, int], p: int, q: int, R=None, stacks=None,
+                 device=None):
         self._terms, self.shape, self.p, self.q = terms, (int(shape[0]), int(shape[1])), p, q
-        self._q = bases
-        self._pinned = bases is not None
+        self._R = R
+        self._stacks_kept = stacks
+        self._stacks_now = None
+        self._q = None
+        self._implicit: bool | None = None
         self.device = terms[0].device if terms else torch.device(device or "cpu")
 
     @staticmethod
@@ -47,11 +78,11 @@ class Subspace:
     @classmethod
     def of(cls, terms: list[LowRank], shape: tuple[int, int],
            keep_bases: bool = False, device=None) -> tuple[Subspace, list[InSpan]]:
-        """QR of ``[B_1 .. B_n]`` and ``[A_1^T .. A_n^T]``; the space and each term's core.
+        """R factors of ``[B_1 .. B_n]`` and ``[A_1^T .. A_n^T]``; the space and each term's core.
 
         Term i's core is ``s_i Rb[:, i] Ra[:, i]^T`` (its blocks of the two R factors): exact, no
         projection needed. Cost O((out + in) R^2) for R the summed ranks. With ``keep_bases`` the
-        bases are formed now and kept (faster when memory allows); otherwise only R is computed.
+        stacks are kept for lifting (faster when memory allows); otherwise they are formed again then.
         ``device`` places an all-zero module (no live term); otherwise the terms' device is used.
         """
         live = [t for t in terms if t.rank > 0]
@@ -59,13 +90,9 @@ class Subspace:
             space = cls([], shape, 0, 0, device=device)
             return space, [space.zero() for _ in terms]
         Bs, As = cls._stacks(live)
-        if keep_bases:
-            (Qb, Rb), (Qa, Ra) = torch.linalg.qr(Bs), torch.linalg.qr(As)
-            space = cls(live, shape, Rb.shape[0], Ra.shape[0], (Qb, Qa))
-        else:
-            Rb = torch.linalg.qr(Bs, mode="r").R
-            Ra = torch.linalg.qr(As, mode="r").R
-            space = cls(live, shape, Rb.shape[0], Ra.shape[0])
+        Rb = torch.linalg.qr(Bs, mode="r").R
+        Ra = torch.linalg.qr(As, mode="r").R
+        space = cls(live, shape, Rb.shape[0], Ra.shape[0], R=(Rb, Ra), stacks=(Bs, As) if keep_bases else None)
         cores, col = [], 0
         for t in terms:
             if t.rank == 0:
@@ -76,37 +103,72 @@ class Subspace:
             col += t.rank
         return space, cores
 
+    def stacks(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Sb, Sa): the stacked factors, kept from the start or formed again (until ``release()``)."""
+        if self._stacks_kept is not None:
+            return self._stacks_kept
+        if self._stacks_now is None:
+            self._stacks_now = self._stacks(self._terms)
+        return self._stacks_now
+
+    def implicit(self) -> bool:
+        """Whether lifting may go through ``S R^-1`` (square, well-conditioned R; see the class docstring)."""
+        if self._implicit is None:
+            ok = bool(self._terms)
+            for R in self._R or ():
+                if not ok or R.shape[0] != R.shape[1]:
+                    ok = False
+                    break
+                ok = condition_bound(R) <= KAPPA_MAX
+            self._implicit = ok
+        return self._implicit
+
     def bases(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(Qb, Qa), formed on first use and kept until ``release()``."""
+        """(Qb, Qa) formed explicitly (Householder, from the same stacks), kept until ``release()``."""
         if self._q is None:
             if not self._terms:
                 self._q = (torch.zeros(self.shape[0], 0, dtype=COMPUTE_DTYPE, device=self.device),
                            torch.zeros(self.shape[1], 0, dtype=COMPUTE_DTYPE, device=self.device))
             else:
-                Bs, As = self._stacks(self._terms)
+                Bs, As = self.stacks()
                 self._q = (torch.linalg.qr(Bs).Q, torch.linalg.qr(As).Q)
         return self._q
 
     def release(self) -> None:
-        """Drop the full-size bases (unless kept from the start); the next lift forms them again."""
-        if not self._pinned:
-            self._q = None
+        """Drop the full-size arrays a lift formed (stacks kept from the start stay)."""
+        self._q = None
+        self._stacks_now = None
 
     def zero(self) -> InSpan:
         return InSpan(torch.zeros(self.p, self.q, dtype=COMPUTE_DTYPE, device=self.device), self, 0.0)
 
     def left(self, X: torch.Tensor) -> torch.Tensor:
-        """``Qb @ X`` for X (p, k) -> (out, k)."""
+        """``Qb @ X`` for X (p, k) -> (out, k): ``Sb (Rb^-1 X)``, or the explicit basis."""
+        if self.implicit():
+            return self.stacks()[0] @ torch.linalg.solve_triangular(self._R[0], X, upper=True)
         return self.bases()[0] @ X
 
     def right(self, Y: torch.Tensor) -> torch.Tensor:
-        """``Y @ Qa^T`` for Y (k, q) -> (k, in)."""
+        """``Y @ Qa^T`` for Y (k, q) -> (k, in): ``(Sa (Ra^-1 Y^T))^T``, or the explicit basis."""
+        if self.implicit():
+            return (self.stacks()[1] @ torch.linalg.solve_triangular(self._R[1], Y.T, upper=True)).T
         return Y @ self.bases()[1].T
+
+    def core_of_left(self, X: torch.Tensor) -> torch.Tensor:
+        """``Qb^T X`` (p, k) for X (out, k): ``Rb^-T Sb^T X``, or the explicit basis."""
+        if self.implicit():
+            return torch.linalg.solve_triangular(self._R[0].T, self.stacks()[0].T @ X, upper=False)
+        return self.bases()[0].T @ X
+
+    def core_of_right(self, Y: torch.Tensor) -> torch.Tensor:
+        """``Y Qa`` (k, q) for Y (k, in): ``Y Sa Ra^-1``, or the explicit basis."""
+        if self.implicit():
+            return torch.linalg.solve_triangular(self._R[1], Y @ self.stacks()[1], upper=True, left=False)
+        return Y @ self.bases()[1]
 
     def core_of(self, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
         """``Qb^T X Y Qa`` (p, q) for any factored ``X Y`` (X (out, k), Y (k, in)), in the span or not."""
-        Qb, Qa = self.bases()
-        return (Qb.T @ X) @ (Y @ Qa)
+        return self.core_of_left(X) @ self.core_of_right(Y)
 
 
 @dataclass(frozen=True)
@@ -165,4 +227,5 @@ class InSpan:
 
     def lowrank(self) -> LowRank:
         """The same update as factors ``(Qb C, Qa^T)`` (rank q), for code that wants a LowRank."""
-        return LowRank(self.space.left(self.C), self.space.bases()[1].T, 1.0)
+        eye = torch.eye(self.space.q, dtype=self.C.dtype, device=self.C.device)
+        return LowRank(self.space.left(self.C), self.space.right(eye), 1.0)

@@ -108,13 +108,17 @@ def toy_adapter(out, *, shapes: dict | None = None, config=None, rank: int = 4, 
 
 
 def toy_trajectory(root, *, shapes: dict | None = None, rank: int = 4, seed: int = 0, step: float = 0.3,
-                   disagree: tuple = (), unrelated: bool = False, dtype: str = "fp32") -> dict[str, Path]:
+                   disagree: tuple = (), unrelated: bool = False, dtype: str = "fp32",
+                   factor_noise: float = 0.0) -> dict[str, Path]:
     """Correlated checkpoints v28, v51 (continuation of v28), v54e2, v54 (next epoch), plus vecmerge.yaml.
 
     Every adapter has rank ``2 * rank``: an own random part and a part along a shared per-module
     direction ``D_m = Bd_m Ad_m``. v51 - v28 and v54 - v54e2 both move along D_m (plus small own
     noise), so their signs agree in every module except those in ``disagree``, where the backbone's
     step points the other way. With ``unrelated=True`` the two steps use independent directions.
+    ``factor_noise`` (a share, e.g. 0.02) also moves the other factors of v51, v54e2 and v54 (the shared
+    direction's and the A factors) by independent noise, as training does: without it checkpoints repeat
+    each other's factors exactly, so their stacked factors are rank-deficient (trained adapters never are).
 
     Returns:
         {"v28": Path, "v51": Path, "v54e2": Path, "v54": Path}
@@ -132,19 +136,21 @@ def toy_trajectory(root, *, shapes: dict | None = None, rank: int = 4, seed: int
     own54 = {m: (rnd(o, rank), rnd(rank, i)) for m, (o, i) in shapes.items()}
     paths = {}
 
-    def save(name, own, dirs, coef, jitter):
+    def save(name, own, dirs, coef, jitter, move=0.0):
         fac = {}
         for m in shapes:
             Bo, Ao = own[m]
             Bd, Ad = dirs[m]
             c = coef(m)
+            if move:
+                Ao, Bd, Ad = (x + move * rnd(*x.shape) for x in (Ao, Bd, Ad))
             fac[m] = (torch.cat([Bo + jitter * rnd(*Bo.shape), c * Bd], 1), torch.cat([Ao, Ad], 0))
         paths[name] = write_peft_folder(root / name, fac, r=2 * rank, lora_alpha=2 * rank, dtype=dtype)
 
     save("v28", own28, shared, lambda m: 1.0, 0.0)
-    save("v51", own28, shared, lambda m: 1.0 + step, 0.02)
-    save("v54e2", own54, other, lambda m: 0.5, 0.0)
-    save("v54", own54, other, lambda m: 0.5 + (-step if m in disagree else step), 0.02)
+    save("v51", own28, shared, lambda m: 1.0 + step, 0.02, factor_noise)
+    save("v54e2", own54, other, lambda m: 0.5, 0.0, factor_noise)
+    save("v54", own54, other, lambda m: 0.5 + (-step if m in disagree else step), 0.02, factor_noise)
     (root / "vecmerge.yaml").write_text("adapters:\n" + "".join(f"  {k}: {k}\n" for k in paths))
     return paths
 

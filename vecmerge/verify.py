@@ -43,13 +43,16 @@ from .checks import check, close, not_run, result, within
 from .dense import Dense
 from .errors import OutputError, UsageError, VecmergeError, few, shown
 from .export import read_manifest
-from .lowrank import LowRank, combine
+from .kernels import map_modules
+from .lowrank import LowRank
 from .peft_format import CONFIG_NAME, LoraConfig
-from .pipeline import evaluate, intended
+from .pipeline import evaluate
 from .pipeline.build import build_output
+from .pipeline.evaluation import intended_core
 from .pipeline.figures import TOLERANCES
 from .pipeline.manifest import manifest_figures, merge_formula, resolved_for
 from .recipe import Recipe, manifest_root, with_absolute_inputs
+from .subspace import InSpan
 from .verify_adapter import config_checks, identity_checks, open_output
 from .verify_manifest import figures_check, files_check, manifest_check, shape_problems
 from .verify_peft import peft_checks
@@ -181,31 +184,47 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None, keep_exp
         want = rec.get(m, {}).get("rel_error")
         return not isinstance(want, (int, float)) or not within(abs(r["rel_error"] - want), tu)
 
-    for m in progress(ev.names) if progress else ev.names:
-        target, step_m = intended(ev, m, recipe.multiple)
-        if keep_expected:
-            expected[m] = target
+    def one(m: str) -> dict:
+        """Module m measured alone (worker threads): its figures, or why it could not be compared."""
+        core, step_core = intended_core(ev, m, recipe.multiple)  # norms and <base, step> from the cores
+        target = core.lowrank() if isinstance(core, InSpan) else core
+        step_m = None if step_core is None else step_core.lowrank()
+        if isinstance(core, InSpan):
+            core.space.release()  # the lifts above formed full-size arrays: one module's at a time
+        got = {"target": target if keep_expected else None}
         if m not in out.specs:
-            shape_bad.append(f"{m}: recomputed but not written")
-            continue
+            return {**got, "bad": f"{m}: recomputed but not written"}
         if out.specs[m].shape != target.shape:
-            shape_bad.append(f"{m}: {out.specs[m].shape} written, {target.shape} expected")
-            continue
+            return {**got, "bad": f"{m}: {out.specs[m].shape} written, {target.shape} expected"}
         try:
             W = out.factors(m)
         except VecmergeError:
-            shape_bad.append(f"{m}: unreadable or non-finite factors")  # also reported by the finite check
-            continue
-        err, tn = _distance(W, target), target.norm()
-        err_sq, tgt_sq = err_sq + err * err, tgt_sq + tn * tn
-        rows[m] = {"rel_error": err / tn if tn > 0 else err}
-        if off(m, rows[m]):
-            hints[m] = _scale_hint(W, target, tu)
+            return {**got, "bad": f"{m}: unreadable or non-finite factors"}  # also reported by the finite check
+        err, tn = _distance(W, target), core.norm()
+        got.update(err=err, tn=tn, row={"rel_error": err / tn if tn > 0 else err})
+        if off(m, got["row"]):
+            got["hint"] = _scale_hint(W, target, tu)
         if merge:
-            landed += _inner(W, target)
-        if step_m is not None:
-            sn = step_m.norm()
-            mv = combine([(1.0, W), (-1.0, base[m].lowrank())]).inner(step_m)
+            got["landed"] = _inner(W, target)
+        if step_m is not None:  # <W - base, step> = <W, step> - <base, step> (the latter from the cores)
+            sn = step_core.norm()
+            got.update(sn=sn, mv=W.inner(step_m) - base[m].inner(step_core))
+        return got
+
+    for m, got in map_modules(one, list(ev.names), progress).items():  # summed in module order
+        if keep_expected:
+            expected[m] = got["target"]
+        if "bad" in got:
+            shape_bad.append(got["bad"])
+            continue
+        err, tn = got["err"], got["tn"]
+        err_sq, tgt_sq = err_sq + err * err, tgt_sq + tn * tn
+        rows[m] = got["row"]
+        if "hint" in got:
+            hints[m] = got["hint"]
+        landed += got.get("landed", 0.0)
+        if "sn" in got:
+            sn, mv = got["sn"], got["mv"]
             step_sq, moved = step_sq + sn * sn, moved + mv
             rows[m]["survival"] = mv / (sn * sn) if sn > 0 else 1.0
     bad = list(hints)
@@ -247,12 +266,16 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None, keep_exp
 
 def rebuilt_figures(ev) -> dict:
     """``{"figures", "modules"}`` as the pipeline writes them into the manifest, rebuilt from the recomputed
-    recipe (the same cut and rounding, so every key is accounted for: merges, experts, cuts)."""
-    figs, mods = manifest_figures(build_output(ev, ev.recipe.multiple).figures)
+    recipe (the same cut and rounding, so every key is accounted for: merges, experts, cuts). Each module's
+    tensors are dropped as soon as they are made (but for ``target_parameters`` experts, packed at the end)."""
+    params = any(s.param for s in ev.specs.values())
+    built = build_output(ev, ev.recipe.multiple, sink=None if params else _discard)
+    figs, mods = manifest_figures(built.figures)
     return {"figures": figs, "modules": mods}
 
 
-
+def _discard(module: str, tensors: dict) -> None:
+    """A ``build_output`` sink that keeps nothing (only the figures are wanted)."""
 
 def base_model_check(base_model: Path, out: Adapter | None, manifest: dict, allow: bool = False,
                      aliases: dict | None = None, root: Path | None = None) -> dict:
@@ -299,6 +322,16 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
     """
     path = Path(path)
     manifest = read_manifest(path)
+    kind = manifest.get("kind") if isinstance(manifest, dict) else None
+    if kind in ("extract", "fuse"):  # a LoRA extracted from a fine-tune, or a model with a LoRA fused in
+        from .verify_model import verify_extract, verify_fuse
+
+        tol = TOLERANCES.get((manifest.get("output") or {}).get("dtype") or "fp32", TOLERANCES["bf16"])
+        try:
+            return (verify_extract if kind == "extract" else verify_fuse)(path, manifest, tol, progress)
+        except (KeyError, TypeError) as e:
+            raise OutputError(f"{path / 'vecmerge.json'}: not a complete {kind} manifest (missing or malformed "
+                              f"{e}); it was edited or truncated, write the output again") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("recipe"), dict) or "output" not in manifest:
         raise OutputError(f"{path / 'vecmerge.json'}: lacks 'recipe' or 'output'; not a vecmerge manifest")
     bad = shape_problems(manifest)

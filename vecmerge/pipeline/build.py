@@ -15,6 +15,7 @@ common rank (``experts.py``) and packed into PEFT's layout (``export.pack_params
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +30,7 @@ from ..rankcut import Cut, cut
 from ..subspace import InSpan
 from .evaluation import Evaluation, intended_core, method_params, module_operands
 from .experts import common_ranks, expert_figures
-from .figures import check_figures, figures, rounding, rounding_norm
+from .figures import check_figures, figures, module_figures, rounding, rounding_norm
 
 CUT_SEED = 0  # the randomized SVD's seed: module m uses module_seed(CUT_SEED, m)
 
@@ -39,7 +40,8 @@ class ModuleBuild:
     """One module of one output.
 
     Args:
-        cut (Cut): the re-factored update R_m. written (WrittenModule): W_m as stored.
+        cut (Cut): the re-factored update R_m. written (WrittenModule): W_m as stored (both without their
+            factors once streamed to the file: ``slim``).
         rounding (float): ``||W_m - R_m||_F``. rounding_core (Tensor | None): (p, q) its projection on the
         basis (None for a dense target). target (InSpan | None): the intended update T_m as a core (None
         for a dense target, released once measured: one module's dense matrix at a time).
@@ -49,6 +51,7 @@ class ModuleBuild:
         moved (tuple | None): a merge: per model i, ``(||T_m - x_i||^2, ||x_i||^2)`` (the intended merge
             against each model's own update).
         target_norm (float | None): ``||T_m||_F`` (dense targets, whose matrix is not kept).
+        figure (tuple | None): ``figures.module_figures`` of this build (its entry and its parts of the sums).
     """
 
     cut: Cut
@@ -61,6 +64,14 @@ class ModuleBuild:
     inner: float | None = None
     moved: tuple | None = None
     target_norm: float | None = None
+    figure: tuple | None = None
+
+    def slim(self) -> ModuleBuild:
+        """This build once written: its figures (``figure``), ranks and norms, without its arrays (the cut's
+        float64 factors, the stored tensors, the cores), so a whole model's builds take little memory."""
+        return dataclasses.replace(self, cut=dataclasses.replace(self.cut, factors=None, cores=None, kept=None),
+                                   written=dataclasses.replace(self.written, lowrank=None), rounding_core=None,
+                                   target=None, step=None)
 
 
 @dataclass(frozen=True)
@@ -68,7 +79,8 @@ class BuiltOutput:
     """Everything needed to write one output and report on it.
 
     Args:
-        multiple (float): the dose (alpha multiplier). tensors (dict[str, Tensor]): the safetensors content.
+        multiple (float): the dose (alpha multiplier). tensors (dict[str, Tensor]): the safetensors content
+            (empty when a sink took each module's tensors as they were made).
         modules (dict[str, ModuleBuild]): per module, in order. figures (dict): see ``figures.figures``.
     """
 
@@ -83,17 +95,26 @@ class BuiltOutput:
         return {m: b.written for m, b in self.modules.items()}
 
 
-def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
-    """Cut, round and measure every module of one output (no file I/O).
+def build_output(ev: Evaluation, multiple: float, progress=None, *, sink=None, check=None) -> BuiltOutput:
+    """Cut, round and measure every module of one output.
 
     Args:
         ev (Evaluation): the evaluated recipe. multiple (float): the dose of this output.
         progress: optional callable wrapping the module iterable (a tqdm bar).
+        sink (callable | None): ``sink(module, {key: tensor})`` takes each module's tensors as soon as they
+            are made (from worker threads, in any order; ``export.WeightsStream.put``); the build then keeps
+            only the small cores and figures of each module (``ModuleBuild.slim``) and ``tensors`` stays
+            empty. Not for adapters with ``target_parameters``, whose experts are packed together at the end.
+        check (callable | None): ``check(module, ModuleBuild, {key: tensor})``, called for each module
+            before its tensors go to the sink (``runner.module_check``: refuse an output verify would fail).
     """
     recipe = ev.recipe
     policy = recipe.rank_policy
     keep = tuple(ev.names) if policy.kind == "keep-base" else ()
     backbone = ev.vectors[ev.base_name]
+    params = any(s.param for s in ev.specs.values())
+    if sink is not None and params:
+        raise TypeError("build_output: target_parameters outputs are packed at the end; pass no sink")
     per_module: dict = {}  # module -> its tensors (filled from worker threads; ordered below)
 
     def one(m: str, rank: int | None = None) -> ModuleBuild:
@@ -109,7 +130,6 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
         for name, factor in (("B", c.factors.B), ("A", c.factors.A)):
             check_magnitude(m, f"the re-factored {name}", factor, "report this with the recipe")
         t, w = prepare_modules({m: c.factors}, ev.specs, recipe.dtype, keep)
-        per_module[m] = t
         moved = None
         if ev.model_keys:
             xs = [ev.operands[k][m] for k in ev.model_keys]
@@ -121,15 +141,24 @@ def build_output(ev: Evaluation, multiple: float, progress=None) -> BuiltOutput:
                 moved = tuple(((target - x).norm() ** 2, x.norm() ** 2) for x in xs)
         if isinstance(target, Dense):
             W = w[m].lowrank
-            return ModuleBuild(c, w[m], rounding_norm(W, c.factors), None, None, None, target.distance(W),
-                               target.inner(W), moved, target.norm())
-        e_norm, e_core = rounding(w[m].lowrank, c.factors, target.space)
-        target.space.release()  # one module's full-size bases at a time
-        return ModuleBuild(c, w[m], e_norm, e_core, target, step_m, moved=moved)
+            b = ModuleBuild(c, w[m], rounding_norm(W, c.factors), None, None, None, target.distance(W),
+                            target.inner(W), moved, target.norm())
+        else:
+            e_norm, e_core = rounding(w[m].lowrank, c.factors, target.space, c.cores)
+            target.space.release()  # one module's full-size bases at a time
+            b = ModuleBuild(c, w[m], e_norm, e_core, target, step_m, moved=moved)
+        b = dataclasses.replace(b, figure=module_figures(ev, m, b))
+        if check is not None:
+            check(m, b, t)
+        if sink is None:
+            per_module[m] = t
+            return b
+        sink(m, t)
+        return b.slim()
 
     rows = map_modules(one, list(ev.names), progress)
-    tensors = {k: v for m in ev.names for k, v in per_module[m].items()}
-    if not any(s.param for s in ev.specs.values()):  # no target_parameters: nothing to group
+    tensors = {k: v for m in ev.names if m in per_module for k, v in per_module[m].items()}
+    if not params:  # no target_parameters: nothing to group
         fig = figures(ev, rows)
         check_figures(fig)
         return BuiltOutput(multiple, tensors, rows, fig)

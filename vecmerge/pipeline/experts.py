@@ -61,7 +61,9 @@ def expert_figures(own: dict, rows: dict, specs: dict, own_figures: dict | None)
     for target, members in groups(specs, rows).items():
         k = rows[members[0]].cut.rank
         own_k = [(own[m] if m in own else rows[m]).cut.rank for m in members]
-        zero = [k - min(k, rows[m].cut.exact_rank) for m in members]
+        # a randomized cut of a dense update has no exact rank: it keeps its own k_e directions, padded to k
+        kept = [o if rows[m].cut.exact_rank is None else rows[m].cut.exact_rank for m, o in zip(members, own_k)]
+        zero = [k - min(k, x) for x in kept]
         params[target] = {"experts": len(members), "rank": k, "own_rank": {"min": min(own_k), "max": max(own_k)},
                           "padded_experts": sum(z > 0 for z in zero), "zero_directions": sum(zero)}
         stored, needed, zeros = stored + k * len(members), needed + sum(own_k), zeros + sum(zero)

@@ -45,84 +45,123 @@ def check_figures(fig: dict) -> None:
                            "magnitudes are extreme, check their lora_alpha and the coefficients")
 
 
-def rounding(written: LowRank, exact: LowRank, space: Subspace) -> tuple[float, torch.Tensor]:
+def _rounding_terms(written: LowRank, exact: LowRank):
+    """``(dB, A1, B2, dA)`` with ``E = W - R = dB A1 + B2 dA`` (``B1 = s_W B_W``, ``B2 = s_R B_R``)."""
+    dev = exact.device
+    B1, A1 = written.scale * f64(written.B.to(dev)), f64(written.A.to(dev))
+    B2, A2 = exact.scale * f64(exact.B), f64(exact.A)
+    return B1 - B2, A1, B2, A1 - A2
+
+
+def _rounding_sq(dB, A1, B2, dA) -> float:
+    """``||dB A1 + B2 dA||^2`` from Gram blocks: ``<dB^T dB, A1 A1^T> + <B2^T B2, dA dA^T> + 2 <dB^T B2, A1 dA^T>``.
+
+    Every term is of the order of the rounding (no cancellation of large terms), so no digits are lost.
+    """
+    return float(((dB.T @ dB) * (A1 @ A1.T)).sum() + ((B2.T @ B2) * (dA @ dA.T)).sum()
+                 + 2.0 * ((dB.T @ B2) * (A1 @ dA.T)).sum())
+
+
+def rounding(written: LowRank, exact: LowRank, space: Subspace, cores=None) -> tuple[float, torch.Tensor]:
     """``E = W - R`` of a rounded copy W of factors R: ``(||E||_F, Qb^T E Qa)``.
 
-    ``E = (B1 - B2) A1 + B2 (A1 - A2)`` with ``B1 = s_W B_W``, ``B2 = s_R B_R``: every term is of the
-    order of the rounding, so its Gram norm ``sum((X^T X) * (Y Y^T))`` loses no digits.
+    ``E = dB A1 + B2 dA`` with ``B1 = s_W B_W``, ``B2 = s_R B_R``, ``dB = B1 - B2``, ``dA = A1 - A2``. When
+    the cut knows R's cores (``B2 = Qb L``, ``A2 = Rc Qa^T``), only ``P_b = Qb^T dB``, ``P_a = dA Qa``,
+    ``dB^T dB`` and ``dA dA^T`` touch the full size; with ``A1 Qa = Rc + P_a``::
+
+        Qb^T E Qa = P_b (Rc + P_a) + L P_a
+        ||E||^2   = <dB^T dB, A1 A1^T> + <L^T L, dA dA^T> + 2 <P_b^T L, A1 dA^T>
+        A1 A1^T   = Rc Rc^T + Rc P_a^T + P_a Rc^T + dA dA^T,    A1 dA^T = Rc P_a^T + dA dA^T
+
+    (the bases are orthonormal: ``B2^T B2 = L^T L``, ``dB^T B2 = P_b^T L``). Every term is of the order
+    of the rounding or multiplies it (no cancellation of large terms), so no digits are lost; the cost is
+    half that of the six full-size Gram products of the general form (``_rounding_sq``).
 
     Args:
         written (LowRank): W as stored. exact (LowRank): R before rounding. space (Subspace): the basis.
+        cores (tuple[Tensor, Tensor] | None): ``(L (p, k), Rc (k, q))``, R's cores when the cut knows
+            them (a core's ``U_k sqrt(S_k)`` and ``sqrt(S_k) V_k^T``, the scale folded in).
     """
     if exact.rank == 0:
         return 0.0, space.zero().C
-    B1, A1 = written.scale * f64(written.B.to(exact.device)), f64(written.A.to(exact.device))
-    B2, A2 = exact.scale * f64(exact.B), f64(exact.A)
-    X = torch.cat([B1 - B2, B2], 1)
-    Y = torch.cat([A1, A1 - A2], 0)
-    sq = float(((X.T @ X) * (Y @ Y.T)).sum())
-    return max(sq, 0.0) ** 0.5, space.core_of(X, Y)
+    dB, A1, B2, dA = _rounding_terms(written, exact)
+    if cores is None:
+        core = space.core_of(torch.cat([dB, B2], 1), torch.cat([A1, dA], 0))
+        return max(_rounding_sq(dB, A1, B2, dA), 0.0) ** 0.5, core
+    L, Rc = cores
+    Pb, Pa = space.core_of_left(dB), space.core_of_right(dA)
+    dAdA = dA @ dA.T
+    cross = Rc @ Pa.T
+    A1A1 = Rc @ Rc.T + cross + cross.T + dAdA
+    sq = float(((dB.T @ dB) * A1A1).sum() + ((L.T @ L) * dAdA).sum() + 2.0 * ((Pb.T @ L) * (cross + dAdA)).sum())
+    return max(sq, 0.0) ** 0.5, Pb @ (Rc + Pa) + L @ Pa
 
 
 def rounding_norm(written: LowRank, exact: LowRank) -> float:
     """``||W - R||_F`` of a rounded copy W of factors R (``rounding`` without a basis)."""
     if exact.rank == 0:
         return 0.0
-    B1, A1 = written.scale * f64(written.B.to(exact.device)), f64(written.A.to(exact.device))
-    B2, A2 = exact.scale * f64(exact.B), f64(exact.A)
-    X = torch.cat([B1 - B2, B2], 1)
-    Y = torch.cat([A1, A1 - A2], 0)
-    return max(float(((X.T @ X) * (Y @ Y.T)).sum()), 0.0) ** 0.5
+    return max(_rounding_sq(*_rounding_terms(written, exact)), 0.0) ** 0.5
+
+
+def module_figures(ev, m: str, r) -> tuple[dict, tuple]:
+    """One module's entry of ``figures`` and its parts of the sums: ``(entry, (||W-T||^2, ||E||^2, ||T||^2,
+    ||step||^2, landed))`` with ``landed`` the inner product that survival sums (``<W - base, step>`` or,
+    for a merge, ``<W, T>``; 0.0 when neither applies).
+
+    Args:
+        ev (Evaluation): the evaluated recipe (its base cores). m (str): the module. r (ModuleBuild): its build.
+    """
+    target = r.target
+    e_norm, e_core = r.rounding, r.rounding_core
+    if r.error is not None:
+        err = r.error
+    else:
+        diff = r.cut.kept - target.C
+        err = max(float((diff**2).sum()) + e_norm**2 + 2 * float((diff * e_core).sum()), 0.0) ** 0.5
+    tn = r.target_norm if r.target_norm is not None else target.norm()
+    entry = {"rank": r.written.rank, "exact_rank": r.cut.exact_rank, "rel_error": err / tn if tn > 0 else err,
+             "cut_error": r.cut.error}
+    if r.cut.method != "core":
+        entry["cut"] = r.cut.method
+        if r.cut.power_iters is not None:
+            entry["power_iters"] = r.cut.power_iters
+    step_sq = landed = 0.0
+    if ev.recipe.kind == "merge":
+        landed = r.inner if r.inner is not None else (
+            float((r.cut.kept * target.C).sum()) + float((e_core * target.C).sum()))
+        entry["survival"] = landed / (tn * tn) if tn > 0 else 1.0
+    if ev.step is not None:
+        s = r.step.C
+        sn = float(torch.linalg.matrix_norm(s))
+        landed = float(((r.cut.kept - ev.operands["base"][m].C) * s).sum()) + float((e_core * s).sum())
+        step_sq = sn * sn
+        entry["step_norm"] = sn
+        entry["survival"] = landed / step_sq if sn > 0 else 1.0
+    return entry, (err * err, e_norm * e_norm, tn * tn, step_sq, landed)
 
 
 def figures(ev, rows: dict) -> dict:
     """Survival, residual, dtype effect, per-module rank and error of one output (see the module docstring).
 
     Args:
-        ev (Evaluation): the evaluated recipe (its base cores). rows (dict[str, ModuleBuild]): per module.
+        ev (Evaluation): the evaluated recipe (its base cores). rows (dict[str, ModuleBuild]): per module
+            (its ``figure`` when the build measured it already).
 
     Returns:
         ``{modules: {m: {rank, exact_rank, rel_error, cut_error[, step_norm, survival]}}, rank: {min, median,
         max}, rel_error, dtype_effect, norm (||T||, the intended update)[, survival, residual,
         dtype_effect_on_step]}``.
     """
-    base = ev.operands.get("base")
     has_step = ev.step is not None
     merge = ev.recipe.kind == "merge"
-    step_sq = inner_sum = resid_sq = dtype_sq = target_sq = 0.0
     per = {}
+    resid_sq = dtype_sq = target_sq = step_sq = inner_sum = 0.0
     for m, r in rows.items():
-        target = r.target
-        e_norm, e_core = r.rounding, r.rounding_core
-        if r.error is not None:
-            err = r.error
-        else:
-            diff = r.cut.kept - target.C
-            err = max(float((diff**2).sum()) + e_norm**2 + 2 * float((diff * e_core).sum()), 0.0) ** 0.5
-        tn = r.target_norm if r.target_norm is not None else target.norm()
-        resid_sq += err * err
-        dtype_sq += e_norm * e_norm
-        target_sq += tn * tn
-        entry = {"rank": r.written.rank, "exact_rank": r.cut.exact_rank, "rel_error": err / tn if tn > 0 else err,
-                 "cut_error": r.cut.error}
-        if r.cut.method != "core":
-            entry["cut"] = r.cut.method
-            if r.cut.power_iters is not None:
-                entry["power_iters"] = r.cut.power_iters
-        if merge:
-            landed = r.inner if r.inner is not None else (
-                float((r.cut.kept * target.C).sum()) + float((e_core * target.C).sum()))
-            inner_sum += landed
-            entry["survival"] = landed / (tn * tn) if tn > 0 else 1.0
-        if has_step:
-            s = r.step.C
-            sn = float(torch.linalg.matrix_norm(s))
-            moved = float(((r.cut.kept - base[m].C) * s).sum()) + float((e_core * s).sum())
-            step_sq += sn * sn
-            inner_sum += moved
-            entry["step_norm"] = sn
-            entry["survival"] = moved / (sn * sn) if sn > 0 else 1.0
-        per[m] = entry
+        entry, (e2, d2, t2, s2, landed) = r.figure if r.figure is not None else module_figures(ev, m, r)
+        per[m] = dict(entry)
+        resid_sq, dtype_sq, target_sq = resid_sq + e2, dtype_sq + d2, target_sq + t2
+        step_sq, inner_sum = step_sq + s2, inner_sum + landed
     ranks = [e["rank"] for e in per.values()]
     fig = {"modules": per,
            "rank": {"min": min(ranks), "median": statistics.median(ranks), "max": max(ranks)},

@@ -57,6 +57,7 @@ def open_inputs(recipe: Recipe, ws: Workspace, names: list[str]) -> tuple[Worksp
         if name in inputs:
             continue
         a = ws.adapter(name, recipe.modules_to_save)
+        a.load()  # read once, hashed in the same pass: the sha256 below is that of the bytes merged
         pins = recipe.inputs.get(name, {})
         for key, path, actual in (("sha256", a.weights_path, a.sha256),
                                   ("config_sha256", a.path / CONFIG_NAME, a.config_sha256)):

@@ -21,15 +21,15 @@ import torch
 from .. import __version__, methods
 from ..basemodel import canonical, differ, mismatch_text
 from ..errors import CheckFailed, RecipeError, few, shown
-from ..export import MANIFEST_NAME, OUTPUT_FILES, model_card, write_adapter
+from ..export import MANIFEST_NAME, OUTPUT_FILES, model_card, weights_stream, write_adapter
 from ..options import is_hub_id
-from ..peft_format import DTYPES, factor_keys
+from ..peft_format import DTYPES, SAFETENSORS_NAME, factor_keys
 from ..recipe import Recipe
 from ..safe_write import OutputTransaction
 from ..workspace import Workspace
 from .build import BuiltOutput, build_output
 from .evaluation import Evaluation, evaluate, operand_forms
-from .figures import TOLERANCES
+from .figures import TOLERANCES, module_figures
 from .gate import GateCheck, GateFailed, check_gate
 from .inputs import output_plan, output_policy
 from .manifest import card_body, manifest_for
@@ -197,23 +197,44 @@ def _base_model_for(recipe: Recipe, ev: Evaluation) -> tuple[str | None, list[st
                   "ORG/NAME (or base_model_id: in vecmerge.yaml) to write its hub id before uploading"]
 
 
-def self_check(ev: Evaluation, built: BuiltOutput) -> None:
+class ModuleCheck:
+    """``build_output``'s per-module check: would ``vecmerge verify`` refuse this module of a lossless output?
+
+    verify accepts ``||W_m - T_m|| / ||T_m|| <= TOLERANCES[dtype]["update"]`` per module; each module is
+    measured while its factors are still in memory, and a failing one keeps its relative error and its
+    cause (``_cause``) for ``self_check``'s message. Safe to call from worker threads.
+
+    Args:
+        ev (Evaluation): the evaluated recipe.
+    """
+
+    def __init__(self, ev: Evaluation):
+        self.ev, self.failed = ev, {}  # module -> (rel_error, cause)
+
+    def __call__(self, m: str, b, tensors: dict) -> None:
+        recipe = self.ev.recipe
+        if not recipe.rank_policy.lossless:
+            return  # verify compares a rank cut with its recorded error, which always reproduces
+        rel = (b.figure or module_figures(self.ev, m, b))[0]["rel_error"]
+        if not rel <= TOLERANCES[recipe.dtype]["update"]:
+            self.failed[m] = (rel, _cause(self.ev, m, b, tensors))
+
+
+def self_check(ev: Evaluation, built: BuiltOutput, failed: dict) -> None:
     """CheckFailed if ``vecmerge verify`` would fail this output (a lossless one): nothing is written silently.
 
-    verify accepts ``||W_m - T_m|| / ||T_m|| <= TOLERANCES[dtype]["update"]`` per module and a survival
-    within ``TOLERANCES[dtype]["survival"]`` of 1; the figures measure exactly these before writing.
+    verify accepts ``||W_m - T_m|| / ||T_m|| <= TOLERANCES[dtype]["update"]`` per module (``ModuleCheck``'s
+    ``failed``: the worst is named) and a survival within ``TOLERANCES[dtype]["survival"]`` of 1.
     """
     recipe, fig = ev.recipe, built.figures
     if not recipe.rank_policy.lossless:
         return  # verify compares a rank cut with its recorded error, which always reproduces
     tol = TOLERANCES[recipe.dtype]
-    worse = [m for m, e in fig["modules"].items() if not e["rel_error"] <= tol["update"]]
-    if worse:
-        m = max(worse, key=lambda k: fig["modules"][k]["rel_error"])
+    if failed:
+        m = max(sorted(failed), key=lambda k: failed[k][0])
         raise CheckFailed(f"module {m}: the written {recipe.dtype} update misses the intended one by "
-                          f"{fig['modules'][m]['rel_error']:.3g} of its norm, over the {tol['update']:g} that "
-                          f"'vecmerge verify' accepts ({len(worse)} module(s)); nothing written. "
-                          + _cause(ev, built, m))
+                          f"{failed[m][0]:.3g} of its norm, over the {tol['update']:g} that "
+                          f"'vecmerge verify' accepts ({len(failed)} module(s)); nothing written. " + failed[m][1])
     if "survival" in fig and not abs(fig["survival"] - 1.0) <= tol["survival"]:
         raise CheckFailed(f"{fig['survival']:.6g} of the step survives rounding to {recipe.dtype}, off 1 by more "
                           f"than the {tol['survival']:g} that 'vecmerge verify' accepts; nothing written. The step "
@@ -226,13 +247,18 @@ def _subnormal(t) -> int:
     return int(((t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)).sum()) if t.is_floating_point() else 0
 
 
-def _cause(ev: Evaluation, built: BuiltOutput, m: str) -> str:
-    """Why module ``m``'s written factors lost precision: subnormal inputs or outputs, or plain rounding."""
+def _cause(ev: Evaluation, m: str, b, tensors: dict) -> str:
+    """Why module ``m``'s written factors lost precision: subnormal inputs or outputs, or plain rounding.
+
+    Args:
+        ev (Evaluation). m (str): the module. b (ModuleBuild): its build (with its factors).
+        tensors (dict[str, Tensor]): its stored tensors (none for a packed expert).
+    """
     dtype = ev.recipe.dtype
     tiny = torch.finfo(DTYPES[dtype]).tiny
     spec = ev.specs[m]
-    exact = built.modules[m].cut.factors
-    stored = [built.tensors.get(k) for k in factor_keys(m, spec.kind)]  # A, B (absent for a packed expert)
+    exact = b.cut.factors
+    stored = [tensors.get(k) for k in factor_keys(m, spec.kind)]  # A, B (absent for a packed expert)
     written = sum(_subnormal(t) + int(((t == 0) & (e.cpu() != 0)).sum())
                   for t, e in zip(stored, (exact.A, exact.B)) if t is not None and t.shape == e.shape)
     inputs = {n: _subnormal(v.modules[m].B) + _subnormal(v.modules[m].A)
@@ -242,9 +268,43 @@ def _cause(ev: Evaluation, built: BuiltOutput, m: str) -> str:
     if written:
         fix = "scale the update up" if dtype == "fp32" else "use --dtype fp32"
         why.append(f"{written} of the written factors' entries fell below {tiny:.3g}, the smallest normal {dtype} "
-                   f"number (the update's norm is {built.modules[m].target.norm():.3g}); {fix}")
+                   f"number (the update's norm is {b.target_norm if b.target is None else b.target.norm():.3g}); {fix}")
     return "Cause: " + "; ".join(why) if why else ("Cause: rounding to " + dtype
                                                      + ("; use --dtype fp32" if dtype != "fp32" else ""))
+
+
+def _build(ev: Evaluation, ws: Workspace, multiple: float, path, progress, folder: Path | None = None):
+    """One output built and checked: ``(BuiltOutput, OutputReport, weights sha256 | None)``.
+
+    With ``folder`` (a staged output folder) the weights are streamed into it as the modules are made
+    (``export.weights_stream``; not for ``target_parameters`` adapters, whose tensors come back in
+    ``BuiltOutput.tensors``). Raises CheckFailed for a lossless output that verify would refuse, or any
+    warning under ``--strict``.
+    """
+    recipe = ev.recipe
+    check = ModuleCheck(ev)
+    stream = None
+    if folder is not None and not any(s.param for s in ev.specs.values()):
+        extra = None
+        if recipe.rank_policy.kind == "keep-base":  # the backbone's own factors come first, then the step's
+            backbone = ev.vectors[ev.base_name].modules
+            extra = {m: backbone[m].rank for m in ev.names if m in backbone}
+        stream = weights_stream(folder / SAFETENSORS_NAME, ev.specs, recipe.dtype, ev.names, extra)
+    try:
+        b = build_output(ev, multiple, progress, sink=None if stream is None else stream.put, check=check)
+        self_check(ev, b, check.failed)
+        st = ev.step
+        entry = OutputReport(multiple, path, b.figures, warnings_for(ev, b, (ws.home,)),
+                             None if st is None or st.alpha is None else st.alpha * multiple,
+                             None if st is None else st.realized(multiple))
+        if recipe.strict and entry.warnings:
+            raise CheckFailed(f"--strict: {entry.warnings[0]}; nothing written")
+        sha = None if stream is None else stream.close()
+    except BaseException:
+        if stream is not None:
+            stream.abort()
+        raise
+    return b, entry, sha
 
 
 def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, force: bool = False,
@@ -282,38 +342,33 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
             raise gate.error
     ev = gate.evaluation if gate is not None and gate.evaluation is not None else evaluate(recipe, ws, progress)
     report = RunReport(ev, dry_run, gate=gate)
-    built = []
-    for multiple, path in plan:
-        b = build_output(ev, multiple, progress)
-        st = ev.step
-        entry = OutputReport(multiple, path, b.figures, warnings_for(ev, b, (ws.home,)),
-                             None if st is None or st.alpha is None else st.alpha * multiple,
-                             None if st is None else st.realized(multiple))
-        built.append((b, entry))
-    for b, _ in built:
-        self_check(ev, b)
-    failing = [e for _, e in built if e.warnings]
-    if recipe.strict and failing:
-        raise CheckFailed(f"--strict: {failing[0].warnings[0]}; nothing written")
-    report.outputs = [entry for _, entry in built]
-    base_model, report.notes = _base_model_for(recipe, ev)
+    base_model, notes = _base_model_for(recipe, ev)
     if dry_run:
+        for multiple, path in plan:
+            report.outputs.append(_build(ev, ws, multiple, path, progress)[1])
+        report.notes = notes
         return report
     same = set(ev.names) == set(ev.vectors[ev.base_name].modules)
     template = ev.template.config
     if base_model != template.base_model:
         template = dataclasses.replace(template, base_model=base_model,
                                        raw={**template.raw, "base_model_name_or_path": base_model})
-    with OutputTransaction(policy) as txn:  # every output of the run, or none (a dose ladder too)
-        for b, entry in built:
+    # Every output of the run, or none (a dose ladder too): each is streamed into its staged folder as it
+    # is built (one module's tensors in memory at a time), and a failed check leaves nothing behind.
+    with OutputTransaction(policy) as txn:
+        for multiple, path in plan:
+            folder = txn.folder(path, expected_entries=OUTPUT_FILES)
+            b, entry, sha = _build(ev, ws, multiple, path, progress, folder)
             manifest = manifest_for(ev, b, entry.path, ws.home, gate=None if gate is None else gate.as_dict())
             title = recipe.name or Path(entry.path).name
-            card = model_card(base_model if not report.notes else None, title, card_body(manifest))
-            folder = txn.folder(entry.path, expected_entries=OUTPUT_FILES)
-            res = write_adapter(folder, (b.tensors, b.written), ev.specs, template=template,
-                                manifest=manifest, card=card, dtype=recipe.dtype, same_modules=same)
+            card = model_card(base_model if not notes else None, title, card_body(manifest))
+            res = write_adapter(folder, b.written, ev.specs, weights_sha256=sha, tensors=b.tensors if sha is None
+                                else None, template=template, manifest=manifest, card=card, dtype=recipe.dtype,
+                                same_modules=same)
             entry.sha256 = res["sha256"]
             entry.manifest = str(Path(entry.path) / MANIFEST_NAME)
+            report.outputs.append(entry)
         txn.commit()
+    report.notes = notes
     report.recovered = list(txn.recovered)
     return report
