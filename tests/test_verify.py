@@ -502,14 +502,14 @@ def test_verify_reports_progress_over_every_module(toy, run_cli):
     project(run_cli)
     seen = []
 
-    def progress(items):
+    def progress(items, total=None):
         items = list(items)
         seen.append(items)
         return items
 
     assert verify_output("out", progress=progress)["passed"]
-    names = sorted(Adapter(Path("out")).modules)
-    assert any(all(isinstance(x, str) for x in s) and sorted(s) == names for s in seen)
+    # modules are compared on worker threads, so the bar advances once per finished module (not by name)
+    assert len(Adapter(Path("out")).modules) in [len(s) for s in seen]
 
 
 def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli):
