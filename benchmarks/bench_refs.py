@@ -66,22 +66,31 @@ def make_data(root: Path, name: str, seed: int = 0) -> Path:
     return root
 
 
-def project_cmd(out) -> list[str]:
-    """The v58 step as a user types it (run in ROOT, where vecmerge.yaml lives)."""
+DEVICE = "cpu"  # --device of every vecmerge process timed (run.py --device)
+
+
+def vecmerge_exe() -> list[str]:
+    """The ``vecmerge`` console script beside this Python, or the CLI through ``-c`` where none is installed
+    (a machine that runs the tree from PYTHONPATH)."""
     exe = Path(sys.executable).with_name("vecmerge")
-    return [str(exe), "--quiet", "project", "--base", "v54", "--dir", "v51-v28", "--trust", str(TRUST),
-            "--consensus-ref", "v54-v54e2", "--out", str(out), "--force"]
+    return [str(exe)] if exe.is_file() else [sys.executable, "-c", "from vecmerge.cli import main; main()"]
 
 
-def verify_cmd(out) -> list[str]:
+def project_cmd(out, device: str | None = None) -> list[str]:
+    """The v58 step as a user types it (run in ROOT, where vecmerge.yaml lives)."""
+    return [*vecmerge_exe(), "--quiet", "--device", device or DEVICE, "project", "--base", "v54", "--dir",
+            "v51-v28", "--trust", str(TRUST), "--consensus-ref", "v54-v54e2", "--out", str(out), "--force"]
+
+
+def verify_cmd(out, device: str | None = None) -> list[str]:
     """``vecmerge verify`` of the step's output (re-derives it from the manifest: the same work again, checked)."""
-    return [str(Path(sys.executable).with_name("vecmerge")), "--quiet", "verify", str(out)]
+    return [*vecmerge_exe(), "--quiet", "--device", device or DEVICE, "verify", str(out)]
 
 
 def audit_cmd() -> list[str]:
     """``vecmerge audit`` of the step's two trajectories (run in ROOT)."""
-    return [str(Path(sys.executable).with_name("vecmerge")), "--quiet", "audit", "--ref", "v54-v54e2", "--dir",
-            "v51-v28", "--format", "json"]
+    return [*vecmerge_exe(), "--quiet", "--device", DEVICE, "audit", "--ref", "v54-v54e2", "--dir", "v51-v28",
+            "--format", "json"]
 
 
 def measure(cmd: list[str], cwd=None, mem_limit: int | None = None, env: dict | None = None,

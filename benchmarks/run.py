@@ -65,10 +65,10 @@ def mem_available() -> int:
 
 def startup(n: int = 5) -> dict:
     """Best-of-n wall time and peak RSS of tiny processes next to ``vecmerge --help``."""
-    py, vm = sys.executable, str(Path(sys.executable).with_name("vecmerge"))
+    py = sys.executable
     cmds = {"python -c pass": [py, "-c", "pass"], "python -c 'import torch'": [py, "-c", "import torch"],
             "python -c 'import torch, safetensors.torch'": [py, "-c", "import torch, safetensors.torch"],
-            "vecmerge --help": [vm, "--help"]}
+            "vecmerge --help": [*br.vecmerge_exe(), "--help"]}
     out = {}
     for label, cmd in cmds.items():
         runs = [br.measure(cmd) for _ in range(n)]
@@ -91,6 +91,7 @@ def bench_shape(name: str, a, baseline_rss: int) -> dict:
     spec, env = br.SHAPES[name], a.env
     small = name in ("tiny", "qwen3-0.6b")
     base, cap = a.out / name, min(24 * GIB, mem_available() - 2 * GIB)
+    cap = cap if a.device == "cpu" else None  # CUDA maps far more address space than it uses: no cap there
     root, out_vm, out_floor = base / "data", base / "out-vecmerge", base / "out-floor"
     log(f"{name}: writing/reusing synthetic adapters under {root}")
     br.last_json(br.measure([sys.executable, HELPER, "data", str(root), "-", "--shape", name]))
@@ -101,8 +102,8 @@ def bench_shape(name: str, a, baseline_rss: int) -> dict:
     shutil.rmtree(out_vm, ignore_errors=True)
     vm_runs, floor_runs = [], []
     for i in range(a.repeat if small else 1):
-        log(f"{name}: vecmerge project, run {i + 1} (address space capped at {cap / GIB:.1f} GiB, "
-            f"killed after {a.timeout:g} s)")
+        log(f"{name}: vecmerge --device {a.device} project, run {i + 1} (address space "
+            f"{f'capped at {cap / GIB:.1f} GiB' if cap else 'not capped'}, killed after {a.timeout:g} s)")
         r = br.measure(br.project_cmd(out_vm), cwd=root, mem_limit=cap, env=env, timeout=a.timeout)
         vm_runs.append(r)
         done = r["rc"] == 0
@@ -125,6 +126,11 @@ def bench_shape(name: str, a, baseline_rss: int) -> dict:
             log(f"{name}: vecmerge {label}: best {min(r['wall'] for r in runs):.2f} s, exit {runs[-1]['rc']}")
             res[label] = {"wall": min(r["wall"] for r in runs), "peak": max(r["peak"] for r in runs),
                           "rc": runs[-1]["rc"], "error": runs[-1]["stderr"].strip()[-300:] if runs[-1]["rc"] else None}
+        if a.device != "cpu":  # the accelerator's output, re-derived and checked on the CPU: an independent check
+            r = br.measure(br.verify_cmd(out_vm, "cpu"), cwd=root, env=env, timeout=a.timeout)
+            log(f"{name}: vecmerge --device cpu verify of the {a.device} output: {r['wall']:.2f} s, exit {r['rc']}")
+            res["verify_cpu"] = {"wall": r["wall"], "peak": r["peak"], "rc": r["rc"],
+                                 "error": r["stderr"].strip()[-300:] if r["rc"] else None}
     best = min(vm_runs, key=lambda r: r["wall"])
     res["vecmerge"] = {"wall": best["wall"], "peak": max(r["peak"] for r in vm_runs), "rc": vm_runs[-1]["rc"],
                        "timed_out": vm_runs[-1]["timed_out"], "walls": [r["wall"] for r in vm_runs],
@@ -182,10 +188,11 @@ def table(results: list, start: dict) -> str:
                     f"{fl['peak'] / MIB:,.0f} | 1.0x | 1.0x | | |")
         rows.append(f"| {s} | **vecmerge project** process{state} | {lo}{sec(vm['wall'])} | {lo}{vm['peak'] / MIB:,.0f}"
                     f" | {ratio(vm['wall'], fl['wall'], lo)} | {ratio(vm['peak'], fl['peak'], lo)} | | |")
-        for label in ("verify", "audit"):
+        for label in ("verify", "verify_cpu", "audit"):
             if label in r:
                 x = r[label]
-                rows.append(f"| {s} | vecmerge {label} process{'' if x['rc'] == 0 else ' (FAILED)'} | "
+                what = "verify --device cpu of that output" if label == "verify_cpu" else label
+                rows.append(f"| {s} | vecmerge {what} process{'' if x['rc'] == 0 else ' (FAILED)'} | "
                             f"{sec(x['wall'])} | {x['peak'] / MIB:,.0f} | {ratio(x['wall'], fl['wall'])} | "
                             f"{ratio(x['peak'], fl['peak'])} | | |")
         if inp:
@@ -266,7 +273,10 @@ def main(argv=None) -> int:
     p.add_argument("--merges-layers", type=int, default=1, help="Layers of the merge rows' model (default 1, x28).")
     p.add_argument("--no-merges", action="store_true", help="Skip the classic-merge rows (TIES, DARE vs PEFT).")
     p.add_argument("--merges-only", action="store_true", help="Only the classic-merge rows.")
+    p.add_argument("--device", default="cpu",
+                   help="--device of the timed vecmerge processes (cuda: also a CPU verify of the output).")
     a = p.parse_args(argv)
+    br.DEVICE = a.device
     a.env = {v: str(a.threads) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")} if a.threads else {}
     names = ["qwen3-0.6b", "llama3-8b", "llama3-70b"]
     if a.quick:
@@ -295,6 +305,11 @@ def main(argv=None) -> int:
     cmd = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
     head = (f"`{cmd.strip()}` on {info['date']}: {info['cpu']}, {info['nproc']} cores, torch {info['torch']}, "
             f"peft {info['peft']}, threads: {a.threads or 'torch default'}")
+    if a.device != "cpu":
+        gpu = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name(), "
+                              "torch.version.cuda)"], capture_output=True, text=True).stdout.strip()
+        head += (f"; vecmerge on `--device {a.device}` ({gpu}; peak RSS is host memory only, "
+                 "the floor stays on the CPU)")
     mem = next((ln for ln in info["free_g"].splitlines() if ln.startswith("Mem:")), "")
     cols = mem.split()
     mem = f"{cols[1]} GiB total, {cols[-1]} GiB available (free -g)" if len(cols) == 7 else mem
