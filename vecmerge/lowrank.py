@@ -35,6 +35,11 @@ def resolve_device(name) -> torch.device:
         raise VecmergeError(f"--device {name}: vecmerge runs on cpu or cuda; use one of those")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise VecmergeError(f"--device {name}: no CUDA device is visible to torch; use --device cpu")
+    if dev.type == "cuda":
+        # torch loads its CUDA linear algebra lazily, and that first load fails when it happens on two worker
+        # threads at once ("lazy wrapper should be called at most once", pytorch/pytorch#90613): load it here,
+        # on the calling thread, before kernels.map_modules spreads modules over threads.
+        torch.linalg.qr(torch.eye(2, dtype=torch.float64, device=dev))
     return dev
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from .adapter import Adapter, folder_content_sha256
 from .errors import ExpressionError, VecmergeError, WorkspaceError, few
 from .expr import NAME_RE, LinearForm, parse
+from .lowrank import resolve_device
 from .options import is_hub_id
 from .safe_parse import ParseError, load_yaml, safe_path, short
 from .taskvector import TaskVector, linear_combination
@@ -59,7 +60,7 @@ class Workspace:
         self.evidence: Path | None = None
         self.metric: str | None = None
         self.gate: dict | None = None  # the raw gate: section (evidence.gate.GateConfig.from_dict reads it)
-        self.device = device
+        self.device = resolve_device(device) if device is not None else None
         if path is None and (self.root / WORKSPACE_NAME).is_file():
             path = self.root / WORKSPACE_NAME
         if path is not None:
