@@ -254,15 +254,17 @@ def test_library_refuses_negative_samples(toy):
         _audit(ref=REF, direction=DIR, samples=-1)
 
 
-def test_zero_module_is_chance(toy):
+def test_zero_module_is_marked_zero_and_not_compared(toy):
     ws = Workspace()
     ref, d = ws.evaluate(REF), ws.evaluate(DIR)
     m = d.names()[0]
     ref.modules[m] = LowRank.zeros(ref[m].shape)
     rows, spectra = consensus.measure(ref, d, d.names(), None)
     audit.mark_chance(rows, spectra, samples=50)
-    assert (rows[0]["cosine"], rows[0]["agree"], rows[0]["mark"]) == (0.0, False, "chance")
+    assert (rows[0]["cosine"], rows[0]["agree"], rows[0]["mark"], rows[0]["zero"]) == (0.0, False, "zero", True)
     assert all(r["mark"] == "agree" for r in rows[1:])
+    s = consensus.summarize(rows)
+    assert (s["agree"], s["disagree"], s["chance"], s["not_compared"], s["zero"]) == (len(rows) - 1, 0, 0, 1, 1)
 
 
 @pytest.mark.slow

@@ -172,3 +172,54 @@ def test_rows_need_no_svd_report_progress_and_name_experts(split, monkeypatch):
     moe_d, moe_r = TaskVector({e0: d[m], e1: d[m] * 2.0}, specs), TaskVector({e0: ref[m], e1: ref[m]}, specs)
     rows = agreement_rows(moe_r, moe_d)
     assert [(r["expert"], r["type"]) for r in rows] == [(0, "gate_up_proj"), (1, "gate_up_proj")]
+
+
+def test_a_module_zero_on_either_side_has_no_sign_and_is_not_compared(split, run_cli):
+    """A module that is exactly zero in the direction, or zero within round-off in the reference (v - v of
+    identical factors: about 1e-16 of its terms), has no sign: it is neither agreeing nor disagreeing, the
+    share is over the signed modules, and the audit names it (stranger test finding F3)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    exact, roundoff = "model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj"
+    key = "base_model.model.{}.lora_{}.weight"
+
+    def edited(src, dst, change):
+        shutil.copytree(split / src, split / dst)
+        f = split / dst / "adapter_model.safetensors"
+        t = load_file(f)
+        change(t)
+        save_file(t, f)
+
+    for src in ("v51", "v28"):  # the direction v51z - v28z is exactly zero in `exact`
+        edited(src, src + "z", lambda t: t[key.format(exact, "B")].zero_())
+    v54 = load_file(split / "v54" / "adapter_model.safetensors")
+
+    def same_as_v54(t):  # v54 - v54same cancels in `roundoff` only up to float64 round-off
+        for ab in "AB":
+            t[key.format(roundoff, ab)] = v54[key.format(roundoff, ab)].clone()
+
+    edited("v54e2", "v54same", same_as_v54)
+    ws = Workspace()
+    ref, d = ws.evaluate("v54 - v54same"), ws.evaluate("v51z - v28z")
+    assert 0 < ref[roundoff].norm() < 1e-12 * ws.evaluate("v54")[roundoff].norm()  # round-off, not exactly zero
+    rows = {r["module"]: r for r in agreement_rows(ref, d)}
+    for m in (exact, roundoff):
+        assert rows[m]["zero"] and (rows[m]["inner"], rows[m]["cosine"], rows[m]["agree"]) == (0.0, 0.0, False)
+    assert not any(r.get("zero") for m, r in rows.items() if m not in (exact, roundoff))
+    s = summarize(list(rows.values()))
+    assert (s["modules"], s["not_compared"], s["zero"], s["agree"], s["disagree"]) == (14, 2, 2, 11, 1)
+    assert s["disagreeing"] == [DISAGREE]
+    with pytest.raises(CheckFailed, match=r"1/14 module\(s\) disagree") as e:
+        decide("ref", list(rows.values()), "fail", None)
+    assert exact not in str(e.value) and roundoff not in str(e.value)
+    assert decide("ref", list(rows.values()), "keep", 11 / 12).summary["agree"] == 11  # share over 12 signed
+    with pytest.raises(CheckFailed, match=r"11/12 modules agree"):
+        decide("ref", list(rows.values()), "keep", 0.95)
+    zero_ref = agreement_rows(ws.evaluate("v54 - v54"), d)
+    with pytest.raises(CheckFailed, match="every module is zero"):
+        decide("v54 - v54", zero_ref, "keep", None)
+    out = run_cli("audit", "--ref", "v54-v54same", "--dir", "v51z-v28z").output
+    assert "11/12 modules agree in sign" in out and "not compared: 2 module(s) zero in the ref or the dir" in out
+    assert "opposite sign: " + DISAGREE in out

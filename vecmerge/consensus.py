@@ -1,7 +1,9 @@
 """Per-module sign consensus between a reference trajectory and a direction, and the gate built on it.
 
 For modules m: ``inner_m = <ref_m, dir_m>_F`` (factored), ``cos_m = inner_m / (||ref_m|| ||dir_m||)``
-with norms from the singular values; the module *agrees* when ``inner_m > 0``. ``agree_energy`` is
+with norms from the singular values; the module *agrees* when ``inner_m > 0``. A module that is zero on
+either side (exactly, or within round-off: ``||x|| <= EXACT_RTOL * floor``, the rule by which an exact
+rank cut gives it rank 0) has no sign: it is marked ``zero`` and, like a missing one, not compared. ``agree_energy`` is
 the share of ``||dir||^2`` in agreeing modules. ``audit`` adds the chance band to these rows;
 ``project``'s consensus gate (``decide``) fails, drops or keeps the disagreeing modules.
 This is the one place consensus is computed: the audit, the gate and the mask all read these rows.
@@ -17,7 +19,23 @@ from fractions import Fraction
 import torch
 
 from .errors import CheckFailed, few
+from .lowrank import EXACT_RTOL, f64
 from .peft_format import module_layer, module_types
+
+
+def roundoff_floor(x) -> float:
+    """The round-off scale of a module: ``InSpan.floor``, or ``|s| ||B||_F ||A||_F`` of a LowRank's factors."""
+    if hasattr(x, "floor"):
+        return float(x.floor)
+    if getattr(x, "rank", 0) == 0:
+        return 0.0
+    return abs(x.scale) * float(torch.linalg.norm(f64(x.B))) * float(torch.linalg.norm(f64(x.A)))
+
+
+def is_zero(x, norm: float) -> bool:
+    """Whether a module with Frobenius norm ``norm`` is zero: ``norm == 0`` or ``norm <= EXACT_RTOL * floor``
+    (a cancellation such as ``v - v`` leaves round-off of about 1e-16 of its terms, with no meaningful sign)."""
+    return norm <= 0.0 or norm <= EXACT_RTOL * roundoff_floor(x)
 
 
 def measure(ref, direction, names, progress=None, spectra: bool = True) -> tuple[list[dict], list[tuple]]:
@@ -40,13 +58,16 @@ def measure(ref, direction, names, progress=None, spectra: bool = True) -> tuple
             spec_list.append((sr, sd))
         else:
             rn, dn = r.norm(), d.norm()
-        inner = r.inner(d) if rn > 0 and dn > 0 else 0.0
-        cos = inner / (rn * dn) if rn > 0 and dn > 0 else 0.0
+        zero = is_zero(r, rn) or is_zero(d, dn)
+        inner = r.inner(d) if not zero else 0.0
+        cos = inner / (rn * dn) if not zero else 0.0
         out, inn = d.shape
         spec = specs.get(m)
         expert = spec.expert if spec is not None else None
         row = {"module": m, "layer": module_layer(m), "type": types[m], "shape": [out, inn],
                "inner": inner, "cosine": cos, "ref_norm": rn, "dir_norm": dn, "agree": inner > 0}
+        if zero:  # no sign to compare: counted apart, like a missing module
+            row["zero"] = True
         if expert is not None:  # one row per expert; ``type`` is the parameter (gate_up_proj), pooled in the grid
             row["expert"] = expert
         rows.append(row)
@@ -59,7 +80,8 @@ def agreement_rows(ref, direction, names: list[str] | None = None, progress=None
     An expert of a MoE parameter (``ModuleSpec.expert``) is a module too; its row adds ``expert`` and its
     ``type`` is the parameter (``gate_up_proj``).
 
-    ``inner = <ref_m, dir_m>_F``, ``cosine = inner / (||ref_m|| ||dir_m||)`` (0 where either is zero).
+    ``inner = <ref_m, dir_m>_F``, ``cosine = inner / (||ref_m|| ||dir_m||)``; where either side is zero
+    (``is_zero``) both are 0 and the row has ``zero: True``.
 
     Args:
         ref (TaskVector): the reference trajectory, e.g. ``v54 - v54e2``.
@@ -82,7 +104,8 @@ def summarize(rows: list[dict]) -> dict:
 
     ``agree`` counts *sign agreement* (``inner_m > 0``); ``agree_energy = sum_{agree} ||dir_m||^2 /
     sum ||dir_m||^2``. Rows marked ``missing`` (a module some input lacks, read as zero by
-    ``--allow-missing``) are not compared: they are counted in ``not_compared`` and left out of every
+    ``--allow-missing``) and rows marked ``zero`` (a module zero on either side: no sign) are not
+    compared: they are counted in ``not_compared`` (``zero`` of them zero) and left out of every
     per-module figure (counts, energy share, cosine median/min/max, sign tests), so
     ``agree + disagree + not_compared = modules``. Chance figures (only when rows carry ``chance``,
     see ``audit.mark_chance``): ``chance, agree_significant, disagree_significant`` (agreement
@@ -92,7 +115,7 @@ def summarize(rows: list[dict]) -> dict:
     Args:
         rows (list[dict]): from ``agreement_rows`` (and ``audit.mark_chance``).
     """
-    counted = [r for r in rows if not r.get("missing")]
+    counted = [r for r in rows if not r.get("missing") and not r.get("zero")]
     energy = sum(r["dir_norm"] ** 2 for r in counted)
     agree_energy = sum(r["dir_norm"] ** 2 for r in counted if r["agree"])
     cos = [r["cosine"] for r in counted]
@@ -107,6 +130,7 @@ def summarize(rows: list[dict]) -> dict:
         "cosine_max": max(cos) if cos else 0.0,
         "disagreeing": [r["module"] for r in counted if not r["agree"]],
         "not_compared": len(rows) - len(counted),
+        "zero": sum(bool(r.get("zero")) and not r.get("missing") for r in rows),
     }
     if rows and "chance" in rows[0]:
         sig_a = sum(r["mark"] == "agree" for r in counted)
@@ -149,7 +173,8 @@ class ConsensusResult:
 def decide(ref_expr: str, rows: list[dict], on_disagree: str, min_agree: float | None) -> ConsensusResult:
     """Apply the consensus gate: CheckFailed (exit 1) below ``min_agree`` or on any disagreement with ``fail``.
 
-    ``share = agree / modules`` must be at least ``min_agree``; with ``on_disagree: drop`` the
+    ``share = agree / (modules - zero)`` must be at least ``min_agree`` (a module zero on either side has no
+    sign and is left out; a missing one counts against); with ``on_disagree: drop`` the
     disagreeing modules are returned as ``dropped``; with ``keep`` nothing changes.
 
     Args:
@@ -157,10 +182,14 @@ def decide(ref_expr: str, rows: list[dict], on_disagree: str, min_agree: float |
         on_disagree (str): fail | drop | keep. min_agree (float | None): share in [0, 1].
     """
     summary = summarize(rows)
-    share = summary["agree"] / summary["modules"] if summary["modules"] else 0.0
+    signed = summary["modules"] - summary["zero"]  # a module zero on either side has no sign to agree with
+    share = summary["agree"] / signed if signed else 0.0
+    if summary["modules"] and not signed:
+        raise CheckFailed(f"consensus: every module is zero in {ref_expr} or in the direction: no sign to compare; "
+                          "nothing written (choose another --consensus-ref)")
     bad = summary["disagreeing"]
     if min_agree is not None and share < min_agree:
-        raise CheckFailed(f"consensus: {summary['agree']}/{summary['modules']} modules agree "
+        raise CheckFailed(f"consensus: {summary['agree']}/{signed} modules agree "
                           f"({share:.1%}) < min_agree {min_agree:g}; disagreeing: {few(bad)}")
     if bad and on_disagree == "fail":
         raise CheckFailed(f"consensus: {len(bad)}/{summary['modules']} module(s) disagree with "

@@ -28,9 +28,10 @@ from .peft_format import type_path
 from .report import g, table, to_json
 
 TYPE_ORDER = ("q_proj", "k_proj", "v_proj", "o_proj", "gate", "gate_up_proj", "gate_proj", "up_proj", "down_proj")
-SYMBOL = {"agree": "+", "disagree": "x", "chance": "~", "missing": "?"}
+SYMBOL = {"agree": "+", "disagree": "x", "chance": "~", "missing": "?", "zero": "0"}
+NOT_COMPARED = ("missing", "zero")  # marks of rows counted neither as agreeing nor as disagreeing
 LEGEND = "+ agree, x disagree (both beyond chance), ~ within the chance band"
-MISSING_LEGEND = ", ? missing in an input (not compared)"
+MISSING_LEGEND = ", ? missing in an input, 0 zero on one side (not compared)"
 EXPERT_LEGEND = ("cells of several experts: pooled cosine sum(inner) / sqrt(sum ||ref||^2 sum ||dir||^2), "
                  "~ when the pooled |z| < 1.96")
 NO_LAYER = "no layer"  # the grid row of modules without a layer index
@@ -88,7 +89,7 @@ def group(rows: list[dict], by: str) -> list[dict]:
         order.setdefault(r[by], []).append(r)
     out = []
     for key, rs in order.items():
-        counted = [r for r in rs if r["mark"] != "missing"]
+        counted = [r for r in rs if r["mark"] not in NOT_COMPARED]
         inner = sum(r["inner"] for r in rs)
         rn2, dn2 = sum(r["ref_norm"] ** 2 for r in rs), sum(r["dir_norm"] ** 2 for r in rs)
         var = sum((r["ref_norm"] * r["dir_norm"] * r.get("null_std", 0.0)) ** 2 for r in rs)
@@ -174,9 +175,13 @@ def _summary_lines(res: dict) -> list[str]:
         lines.append(f"experts: {x['agree']}/{x['rows']} expert rows ({x['parameters']} parameters) agree; "
                      f"{x['chance']} within the chance band, beyond it {x['agree_significant']} agree, "
                      f"{x['disagree_significant']} disagree")
-    if gone:
-        lines.append(f"not compared: {gone} module(s) missing in an input (read as zero by --allow-missing; "
+    zero = s.get("zero", 0)
+    if gone - zero:
+        lines.append(f"not compared: {gone - zero} module(s) missing in an input (read as zero by --allow-missing; "
                      "counted neither as agreeing nor as disagreeing)")
+    if zero:
+        lines.append(f"not compared: {zero} module(s) zero in the ref or the dir (no sign; counted neither as "
+                     "agreeing nor as disagreeing): " + few([r["module"] for r in res["rows"] if r.get("zero")]))
     for label, ms in res.get("missing", {}).items():
         lines.append(f"missing in {label}: {len(ms)} module(s): {few(ms)}")
     if res.get("base_models_differ"):
@@ -364,8 +369,8 @@ def plot(result: dict, path) -> None:
                 ax.text(j, i, f"{data[i, j]:.3f}", ha="center", va="center", fontsize=8, color=ink)
             elif marks[i][j] == "disagree":
                 ax.text(j, i, "x", ha="center", va="center", fontsize=9, fontweight="bold", color=ink)
-            elif marks[i][j] == "missing":
-                ax.text(j, i, "?", ha="center", va="center", fontsize=9, color=ink)
+            elif marks[i][j] in NOT_COMPARED:
+                ax.text(j, i, SYMBOL[marks[i][j]], ha="center", va="center", fontsize=9, color=ink)
             elif marks[i][j] == "chance":
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="...", lw=0))
     fig.colorbar(im, ax=ax, label="cosine")

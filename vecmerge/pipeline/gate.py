@@ -197,7 +197,7 @@ def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
         rows = consensus_rows(cores)
         if rows is not None:
             s = summarize_consensus(rows)
-            consensus = (s["agree"], s["modules"])
+            consensus = (s["agree"], s["modules"] - s["zero"])  # a module zero on one side has no sign
         closeness = _closeness(cores.vectors[x], cores.vectors[y], cores.operands["dir"].norm())
         if recipe.trust is not None or recipe.alpha is not None:
             try:
