@@ -267,6 +267,29 @@ def test_zero_module_is_marked_zero_and_not_compared(toy):
     assert (s["agree"], s["disagree"], s["chance"], s["not_compared"], s["zero"]) == (len(rows) - 1, 0, 0, 1, 1)
 
 
+def test_a_module_the_direction_lacks_is_missing_with_zero_figures(toy):
+    """When every adapter of the *direction* lacks a module (``--allow-missing``), its row is missing with
+    dir_norm, inner and cosine 0 (the direction has no layout for it), and every other row equals the full
+    audit's (the same factors; rel 1e-12)."""
+    ws = Workspace()
+    m = "model.layers.1.self_attn.v_proj"
+    for name in ("v51", "v28"):
+        v = ws.vector(name)
+        write_peft_folder(f"{name}part", {k: (v[k].B, v[k].A) for k in v.names() if k != m}, r=8, lora_alpha=8)
+    full = _audit(ref=REF, direction=DIR, samples=0)
+    part = _audit(ref=REF, direction="v51part - v28part", allow_missing=True, samples=0)
+    assert part["missing"] == {"v51part": [m], "v28part": [m]}
+    s = part["summary"]
+    assert (s["modules"], s["not_compared"], s["agree"] + s["disagree"]) == (14, 1, 13)
+    for a, b in zip(part["rows"], full["rows"]):
+        assert (a["module"], a["type"], a["shape"]) == (b["module"], b["type"], b["shape"])
+        if a["module"] == m:
+            assert (a["dir_norm"], a["inner"], a["cosine"], a["agree"], a["mark"]) == (0.0, 0.0, 0.0, False, "missing")
+            assert a["ref_norm"] == pytest.approx(b["ref_norm"], rel=1e-12)
+        else:
+            assert a["cosine"] == pytest.approx(b["cosine"], rel=1e-12) and a["mark"] == b["mark"]
+
+
 @pytest.mark.slow
 def test_grid_keeps_every_module_of_a_real_gpt2(tmp_path, monkeypatch, hf_base, peft_on, dense_updates, run_cli):
     """Issue 12 item 4: attn.c_proj and mlp.c_proj are two columns, embedding LoRA a row; each cell is the
@@ -350,15 +373,17 @@ def test_null_with_a_tail_beyond_the_sampled_rank_keeps_the_exact_variance():
     """Pairs beyond ``rank`` enter as a Gaussian of exactly their variance, so Var(null) = 1/(out in) at any rank.
 
     The reference is the Haar-rotation identity (exact for every spectrum); the tail shares of the two sides
-    differ (3/4 of ||ref||^2, 2% of ||dir||^2) and out != in, so the tail's formula, its sides and its scale
-    all show (``test_null_band_matches_dense_rotations_and_analytic_std`` compares untruncated nulls with dense
+    differ (3/4 of ||ref||^2, 2% of ||dir||^2; then 3/4 and 1/2, both ways round, where the two tails overlap
+    most) and out != in, so the tail's formula, its sides and its scale all show
+    (``test_null_band_matches_dense_rotations_and_analytic_std`` compares untruncated nulls with dense
     rotations). Monte Carlo tolerance: rtol 0.05 on the std, atol 4 standard errors on the mean, at 4000 draws.
     """
     out, inn = 6, 5
     s, t = _spectrum([2.0, 1.5, 1.0, 0.5]), _spectrum([1.0, 0.1, 0.1])
+    flat, half = _spectrum([1.0, 1.0, 1.0, 1.0]), _spectrum([1.0, 1.0])  # at rank 1: tails of 3/4 and 1/2
     std = 1 / math.sqrt(out * inn)
-    for rank in (1, 2):
-        null = audit.null_cosines([(out, inn)], [(s, t)], 4000, seed=1, rank=rank)[0]
+    for (a, b), rank in (((s, t), 1), ((s, t), 2), ((flat, half), 1), ((half, flat), 1)):
+        null = audit.null_cosines([(out, inn)], [(a, b)], 4000, seed=1, rank=rank)[0]
         assert null.dtype == torch.float64 and null.shape == (4000,)
         torch.testing.assert_close(null.std(), torch.tensor(std, dtype=torch.float64), rtol=0.05, atol=0)
         torch.testing.assert_close(null.mean(), torch.tensor(0.0, dtype=torch.float64), rtol=0, atol=4 * std / 60)
@@ -406,10 +431,10 @@ def test_mark_chance_figures_and_its_boundary():
 
 def test_a_zero_side_gets_the_analytic_band():
     """A module whose ref (or dir) is zero has no null to sample: its band is ``Z_CRIT / sqrt(out in)``, and it
-    is chance whatever its recorded cosine."""
+    is chance whatever its recorded cosine (here far beyond the band, of either sign)."""
     s = _spectrum([1.0, 0.5])
-    rows = [{"shape": [6, 4], "cosine": 0.0, "ref_norm": 0.0, "dir_norm": 1.0, "agree": False},
-            {"shape": [6, 4], "cosine": 0.0, "ref_norm": 1.0, "dir_norm": 0.0, "agree": False},
+    rows = [{"shape": [6, 4], "cosine": 0.9, "ref_norm": 0.0, "dir_norm": 1.0, "agree": True},
+            {"shape": [6, 4], "cosine": -0.9, "ref_norm": 1.0, "dir_norm": 0.0, "agree": False},
             {"shape": [6, 4], "cosine": 0.9, "ref_norm": 0.0, "dir_norm": 0.0, "agree": True}]
     audit.mark_chance(rows, [(s * 0, s), (s, s * 0), (s * 0, s * 0)], samples=40)
     for r in rows:

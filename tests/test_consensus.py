@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 import torch
-from scipy.stats import binomtest
+from scipy.stats import binom, binomtest
 
 from vecmerge.consensus import agreement_rows, binom_tail, decide, summarize
 from vecmerge.errors import CheckFailed
@@ -128,6 +128,15 @@ def test_binomial_tail_small_and_out_of_range_counts():
     for k, n in [(1, 1), (1, 3), (2, 2), (1, 2)]:
         assert binom_tail(k, n) == pytest.approx(binomtest(k, n, 0.5, alternative="greater").pvalue, rel=1e-12)
     assert binom_tail(0, 0) == 1.0 and binom_tail(-1, 5) == 1.0 and binom_tail(0, 7) == 1.0
+
+
+def test_binomial_tail_is_the_survival_function_at_every_count():
+    """``P(X >= k) = binom.sf(k - 1, n, 1/2)`` (scipy) for every k from below 0 to beyond n: 1 for k <= 0, 0 for
+    k > n, also with no trial at all (n = 0, k = 1 was once 1). rtol 1e-12, atol 0."""
+    for n in range(0, 9):
+        for k in range(-1, n + 3):
+            assert binom_tail(k, n) == pytest.approx(float(binom.sf(k - 1, n, 0.5)), rel=1e-12, abs=0), (k, n)
+    assert binom_tail(1, 0) == 0.0 and binom_tail(0, 0) == 1.0
 
 
 def test_decide_keeps_its_settings_and_refuses_no_modules():

@@ -93,8 +93,11 @@ def agreement_rows(ref, direction, names: list[str] | None = None, progress=None
 
 
 def binom_tail(k: int, n: int) -> float:
-    """One-sided sign-test p-value ``P(X >= k)``, X ~ Binomial(n, 1/2), exact: ``sum_{j>=k} C(n,j) / 2^n``."""
-    if n <= 0 or k <= 0:
+    """One-sided sign-test p-value ``P(X >= k)``, X ~ Binomial(n, 1/2), exact: ``sum_{j>=k} C(n,j) / 2^n``.
+
+    1 for ``k <= 0``, 0 for ``k > n`` (n = 0 included). Args: k (int): successes. n (int): trials, ``n >= 0``.
+    """
+    if k <= 0:
         return 1.0
     return float(Fraction(sum(math.comb(n, j) for j in range(k, n + 1)), 2**n))
 
