@@ -143,6 +143,27 @@ def test_help_is_fast_to_import():
     assert out.strip() == "False"
 
 
+@pytest.mark.parametrize("args, needle, where", [
+    (("project", "--bogus", "1"), "No such option '--bogus'", "vecmerge project --help"),
+    (("project", "--base", "v54"), "Missing option '--dir'", "vecmerge project --help"),
+    (("merge", "--method", "nosuch", "v28", "v51", "--out", "o"), "Invalid value for '--method'",
+     "vecmerge merge --help"),
+    (("project", "--trust", "abc", "--base", "v54", "--dir", "v51-v28", "--out", "o"), "'abc' is not a valid float",
+     "vecmerge project --help"),
+    (("--bogus",), "No such option '--bogus'", "vecmerge --help"),
+    (("nosuch",), "No such command 'nosuch'", "vecmerge --help"),
+    (("evidence", "add"), "Missing argument 'NAME'", "vecmerge evidence add --help"),
+])
+def test_click_usage_errors_are_one_error_line(toy, run_cli, args, needle, where):
+    """click's own parse errors follow the CLI contract too: one ``error:`` line, exit 2, nothing written
+    (they were click's four-line "Usage: ... Error: ..." block; found by stranger2)."""
+    res = run_cli(*args, prog_name="vecmerge")
+    lines = res.stderr.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert needle in lines[0] and f"see '{where}'" in lines[0], lines[0]
+    assert not (toy / "o").exists()
+
+
 def test_device_flag(toy, run_cli):
     res = run_cli("--device", "cpu", "inspect", "v54", "--json")
     assert res.exit_code == 0 and json.loads(res.output)["modules"] == 14
