@@ -29,6 +29,17 @@ def test_inspect_table_and_json(toy, run_cli):
 
 
 
+def test_inspect_module_count_is_a_grid_only_when_it_is_one(tmp_path, monkeypatch, run_cli):
+    """A q/v adapter on layer 1 plus a down_proj on layers 0 and 1 (4 modules) is not "2 layers x 3 types"."""
+    monkeypatch.chdir(tmp_path)
+    shapes = {m: s for m, s in llm_shapes(2, 32, 48, 4, 2, 8).items()
+              if m.endswith(("q_proj", "v_proj")) and ".1." in m or m.endswith("down_proj")}
+    toy_adapter(tmp_path / "part", shapes=shapes)
+    toy_adapter(tmp_path / "one", shapes={m: s for m, s in shapes.items() if ".1." in m})
+    assert "4 (2 layers, 3 types)" in run_cli("inspect", "part").output
+    assert "3 (1 layer x 3 types)" in run_cli("inspect", "one").output
+
+
 def test_inspect_lists_modules_to_save_instead_of_refusing(tmp_path, monkeypatch, run_cli, dense_updates):
     """Issue 12 item 3: full modules saved as PEFT 0.21 writes them (``base_model.model.lm_head.weight``, no
     ``modules_to_save.default``) are listed by inspect, text and JSON, and left out of the norm (rel 1e-9 against
