@@ -184,6 +184,21 @@ def test_nan_shape_and_dtype_refusals(tmp_path):
         Adapter(p)
 
 
+@pytest.mark.parametrize("bias", ["lora_only", "all"])
+def test_a_trained_bias_is_refused_naming_the_config_setting(tmp_path, bias):
+    """PEFT's ``bias="lora_only"`` saves ``<module>.base_layer.bias`` (seen with GPT-2's c_attn, PEFT 0.21)."""
+    p = toy_adapter(tmp_path / "a")
+    cfg = json.loads((p / "adapter_config.json").read_text())
+    (p / "adapter_config.json").write_text(json.dumps({**cfg, "bias": bias}))
+    key = "base_model.model.model.layers.0.mlp.up_proj.base_layer.bias"
+    _rewrite(p, lambda sd: sd.__setitem__(key, torch.ones(48)))
+    with pytest.raises(AdapterError) as err:
+        Adapter(p)
+    msg = str(err.value)
+    assert "\n" not in msg and str(p / "adapter_model.safetensors") in msg and key in msg, msg
+    assert f"bias='{bias}' in adapter_config.json" in msg and "train with bias='none'" in msg, msg
+
+
 GPT2_TARGETS = ["c_attn", "attn.c_proj", "mlp.c_proj", "c_fc"]
 
 

@@ -242,6 +242,8 @@ def test_missing_modules(toy, run_cli):
     (("--dir", DIR), "audit: --dir needs --ref too"),
     (("--ref", REF, "--dir", DIR, "v28"), "not both"),
     (("--ref", REF, "--dir", DIR, "--samples", "-1"), "--samples -1: give 0"),
+    (("--ref", "v54 - v54", "--dir", DIR), "--ref v54 - v54: is zero in every module (the expression cancels)"),
+    (("--ref", REF, "--dir", "0*v51"), "--dir 0*v51: is zero in every module"),
 ])
 def test_usage_errors(toy, run_cli, args, msg):
     res = run_cli("audit", *args)

@@ -29,6 +29,17 @@ def test_inspect_table_and_json(toy, run_cli):
 
 
 
+def test_inspect_module_count_is_a_grid_only_when_it_is_one(tmp_path, monkeypatch, run_cli):
+    """A q/v adapter on layer 1 plus a down_proj on layers 0 and 1 (4 modules) is not "2 layers x 3 types"."""
+    monkeypatch.chdir(tmp_path)
+    shapes = {m: s for m, s in llm_shapes(2, 32, 48, 4, 2, 8).items()
+              if m.endswith(("q_proj", "v_proj")) and ".1." in m or m.endswith("down_proj")}
+    toy_adapter(tmp_path / "part", shapes=shapes)
+    toy_adapter(tmp_path / "one", shapes={m: s for m, s in shapes.items() if ".1." in m})
+    assert "4 (2 layers, 3 types)" in run_cli("inspect", "part").output
+    assert "3 (1 layer x 3 types)" in run_cli("inspect", "one").output
+
+
 def test_inspect_lists_modules_to_save_instead_of_refusing(tmp_path, monkeypatch, run_cli, dense_updates):
     """Issue 12 item 3: full modules saved as PEFT 0.21 writes them (``base_model.model.lm_head.weight``, no
     ``modules_to_save.default``) are listed by inspect, text and JSON, and left out of the norm (rel 1e-9 against
@@ -141,6 +152,27 @@ def test_help_is_fast_to_import():
     code = "import sys; from vecmerge.cli import main; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("args, needle, where", [
+    (("project", "--bogus", "1"), "No such option '--bogus'", "vecmerge project --help"),
+    (("project", "--base", "v54"), "Missing option '--dir'", "vecmerge project --help"),
+    (("merge", "--method", "nosuch", "v28", "v51", "--out", "o"), "Invalid value for '--method'",
+     "vecmerge merge --help"),
+    (("project", "--trust", "abc", "--base", "v54", "--dir", "v51-v28", "--out", "o"), "'abc' is not a valid float",
+     "vecmerge project --help"),
+    (("--bogus",), "No such option '--bogus'", "vecmerge --help"),
+    (("nosuch",), "No such command 'nosuch'", "vecmerge --help"),
+    (("evidence", "add"), "Missing argument 'NAME'", "vecmerge evidence add --help"),
+])
+def test_click_usage_errors_are_one_error_line(toy, run_cli, args, needle, where):
+    """click's own parse errors follow the CLI contract too: one ``error:`` line, exit 2, nothing written
+    (they were click's four-line "Usage: ... Error: ..." block; found by stranger2)."""
+    res = run_cli(*args, prog_name="vecmerge")
+    lines = res.stderr.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert needle in lines[0] and f"see '{where}'" in lines[0], lines[0]
+    assert not (toy / "o").exists()
 
 
 def test_device_flag(toy, run_cli):

@@ -12,7 +12,7 @@ import torch
 from scipy.stats import binom, binomtest
 
 from vecmerge.consensus import agreement_rows, binom_tail, decide, summarize
-from vecmerge.errors import CheckFailed
+from vecmerge.errors import CheckFailed, ExpressionError
 from vecmerge.testing import toy_trajectory
 from vecmerge.workspace import Workspace
 
@@ -62,6 +62,20 @@ def test_decide_fail_drop_keep():
     assert decide("r", rows, "drop", None).dropped == ("m3",)
     assert decide("r", rows, "keep", None).dropped == ()
     assert decide("r", _rows([1, 1]), "fail", None).summary["agree"] == 2
+
+
+def test_a_zero_reference_is_bad_input_not_disagreement(split, run_cli):
+    """``--consensus-ref v54 - v54`` (a typo) was "14/14 module(s) disagree ... use --on-disagree drop|keep"
+    (exit 1, suggesting to skip the gate); it is an input error naming the flag (exit 2), nothing written."""
+    zero = [{**r, "inner": 0.0, "cosine": 0.0, "ref_norm": 0.0, "agree": False} for r in _rows([1, 1])]
+    with pytest.raises(ExpressionError, match="--consensus-ref r: is zero in every module"):
+        decide("r", zero, "keep", None)
+    assert decide("r", [zero[0], _rows([1, 1])[1]], "keep", None).summary["agree"] == 1  # one zero module: a row
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.01", "--consensus-ref", "v54-v54",
+                  "--out", "o")
+    lines = res.stderr.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1 and "--consensus-ref v54-v54: is zero in every module" in lines[0]
+    assert not (split / "o").exists()
 
 
 def test_min_agree_boundary_is_inclusive():
@@ -226,9 +240,10 @@ def test_a_module_zero_on_either_side_has_no_sign_and_is_not_compared(split, run
     assert decide("ref", list(rows.values()), "keep", 11 / 12).summary["agree"] == 11  # share over 12 signed
     with pytest.raises(CheckFailed, match=r"11/12 modules agree"):
         decide("ref", list(rows.values()), "keep", 0.95)
-    zero_ref = agreement_rows(ws.evaluate("v54 - v54"), d)
+    # every module zero within round-off only (no side exactly zero): no sign anywhere, an error, not a pass
+    v54same_all = [dict(r, zero=True) for r in rows.values()]
     with pytest.raises(CheckFailed, match="every module is zero"):
-        decide("v54 - v54", zero_ref, "keep", None)
+        decide("v54 - v54same", v54same_all, "keep", None)
     out = run_cli("audit", "--ref", "v54-v54same", "--dir", "v51z-v28z").output
     assert "11/12 modules agree in sign" in out and "not compared: 2 module(s) zero in the ref or the dir" in out
     assert "opposite sign: " + DISAGREE in out

@@ -311,6 +311,19 @@ def test_dtype_only_differences_are_not_changes_and_unchanged_targets_write_zero
     assert verify_output(tmp_path / "o")["passed"]  # float64 tensors are read into memory the hash still reads
 
 
+def test_extracting_a_model_from_itself_warns(tmp_path, run_cli):
+    """``--tuned`` naming the base model (or an untouched copy) wrote a zero adapter without a word (stranger2)."""
+    base = write_model(tmp_path / "b", small())
+    r = run_cli("extract", "--base-model", base, "--tuned", base, "--rank", "2", "--out", tmp_path / "o")
+    assert r.exit_code == 0, r.output
+    assert "warning: --tuned equals --base-model in every tensor, so the adapter is zero" in r.output
+    t = small()
+    t["model.layers.0.q_proj.weight"] += 0.1
+    r = run_cli("extract", "--base-model", base, "--tuned", write_model(tmp_path / "t", t), "--rank", "2", "--out",
+                tmp_path / "o2")
+    assert r.exit_code == 0 and "warning" not in r.output, r.output
+
+
 def test_conv1d_and_linear_targets_are_not_mixed(tmp_path):
     g = torch.Generator().manual_seed(0)
     b = {"transformer.h.0.attn.c_attn.weight": torch.randn(8, 24, generator=g),

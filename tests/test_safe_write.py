@@ -148,6 +148,27 @@ def test_force_replaces_vecmerge_outputs_empty_folders_and_demo_folders(ws):
     assert hidden(root) == []
 
 
+@pytest.mark.parametrize("weights", ["model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"])
+def test_nothing_lands_inside_a_model_folder_no_workspace_names(ws, weights):
+    """An adapter's declared base model (a local folder no workspace names) is never written into (stranger2)."""
+    root, _ = ws
+    (root / "llama").mkdir()
+    (root / "llama" / "config.json").write_text("{}")
+    (root / "llama" / weights).write_bytes(b"weights")
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    for out in ("llama/merged", "llama/a/b"):
+        with pytest.raises(OutputError) as err:
+            commit_folders([out], "new")
+        one_line(err, f"--out {out}", f"lies in a model folder (beside {weights} in", "choose another --out")
+        with pytest.raises(OutputError) as err:
+            write_file(f"{out}.png", PNG_BYTES, policy=OutputPolicy(), kind=PNG, flag="--plot")
+        one_line(err, f"--plot {out}.png", "lies in a model folder")
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    assert hidden(root / "llama") == []
+    commit_folders(["base/sub"], "new")  # config.json alone is no model folder
+    assert tag_of(root / "base" / "sub") == "new"
+
+
 def test_without_force_an_existing_folder_is_refused(ws):
     root, _ = ws
     commit_folders(["out"], "old")

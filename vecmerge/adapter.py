@@ -249,6 +249,11 @@ class Adapter:
                     self.base_layer_copies.append(key)
                     continue
                 hint = "DoRA magnitude" if "lora_magnitude_vector" in key else "a tensor that is not a LoRA factor"
+                bias = self.config.raw.get("bias", "none")
+                if key.endswith(".bias") and isinstance(bias, str) and bias != "none":
+                    raise AdapterError(f"{self.weights_path}: key {key!r} is a bias the adapter trained (bias={bias!r} "
+                                       f"in {CONFIG_NAME}), which is not part of B@A; vecmerge handles plain LoRA only "
+                                       "(train with bias='none')")
                 raise AdapterError(f"{self.weights_path}: key {key!r} is {hint}; vecmerge handles plain LoRA only")
             slot = "A" if m["kind"].endswith("A") else "B"
             kind = "embedding" if "embedding" in m["kind"] else "linear"

@@ -59,7 +59,7 @@ import numpy as np
 import torch
 
 from .basemodel import differ, same_base_model
-from .consensus import measure, summarize
+from .consensus import check_not_zero, measure, summarize
 from .errors import VecmergeError
 from .expr import parse
 from .lowrank import COMPUTE_DTYPE, LowRank, check_magnitude
@@ -256,6 +256,7 @@ def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False
     lacking = {n: set(ms) for n, ms in missing.items()}
     for r in rows:
         r["missing"] = [n for n, ms in lacking.items() if r["module"] in ms]
+    check_not_zero(rows, ref, direction)
     mark_chance(rows, spectra, samples)
     summary = summarize(rows)
     summary.update(null_method="sampled" if samples else "analytic", samples=samples, level=LEVEL)

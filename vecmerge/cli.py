@@ -186,7 +186,39 @@ def global_options(fn):
     return fn
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OneLineUsageError(click.UsageError):
+    """A usage error click found (unknown option, missing value, bad choice), shown as one ``error:`` line."""
+
+    def show(self, file=None) -> None:
+        where = self.ctx.command_path if self.ctx is not None else "vecmerge"
+        msg = " ".join(self.format_message().split()).rstrip(".")
+        click.echo(f"error: {msg}; see '{where} --help'", file=file, err=file is None)
+
+
+def _one_line(e: click.UsageError) -> click.UsageError:
+    """``e`` as a one-line usage error (exit 2); a bare command that shows its help is left as it is."""
+    if isinstance(e, _OneLineUsageError) or type(e).__name__ == "NoArgsIsHelpError":
+        return e
+    return _OneLineUsageError(e.format_message(), e.ctx)
+
+
+class _Group(click.Group):
+    """The top group: every usage error of it and of its commands is one ``error:`` line, exit 2."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as e:
+            raise _one_line(e) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            raise _one_line(e) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="vecmerge")
 @click.option("--workspace", type=click.Path(dir_okay=False), default=None, help=WORKSPACE_HELP)
 @click.option("--debug", is_flag=True, help=DEBUG_HELP)

@@ -18,7 +18,7 @@ from fractions import Fraction
 
 import torch
 
-from .errors import CheckFailed, few
+from .errors import CheckFailed, ExpressionError, few
 from .lowrank import EXACT_RTOL, f64
 from .peft_format import module_layer, module_types
 
@@ -90,6 +90,22 @@ def agreement_rows(ref, direction, names: list[str] | None = None, progress=None
         progress: optional callable wrapping the module iterable (a tqdm bar).
     """
     return measure(ref, direction, names if names is not None else direction.names(), progress, spectra=False)[0]
+
+
+def check_not_zero(rows: list[dict], ref_expr: str, dir_expr: str | None = None, *, ref_flag: str = "--ref") -> None:
+    """ExpressionError (exit 2) when the reference (or, given ``dir_expr``, the direction) is zero in every
+    compared module: signs of zero say nothing, so no module can agree (``v54 - v54`` is a typo, not evidence).
+
+    Args:
+        rows (list[dict]): ``agreement_rows`` (rows marked ``missing`` are not compared).
+        ref_expr (str): the reference expression. dir_expr (str | None): the direction's, to check it too.
+        ref_flag (str): how the user named the reference (``--ref``, ``--consensus-ref``).
+    """
+    counted = [r for r in rows if not r.get("missing")]
+    for expr, key, flag in ((ref_expr, "ref_norm", ref_flag), (dir_expr, "dir_norm", "--dir")):
+        if expr is not None and counted and all(r[key] == 0 for r in counted):
+            raise ExpressionError(f"{flag} {expr}: is zero in every module (the expression cancels), so there is "
+                                  "no sign to agree with; check it, e.g. v54 - v54e2")
 
 
 def binom_tail(k: int, n: int) -> float:
@@ -184,12 +200,13 @@ def decide(ref_expr: str, rows: list[dict], on_disagree: str, min_agree: float |
         ref_expr (str): the reference, for messages. rows (list[dict]): ``agreement_rows``.
         on_disagree (str): fail | drop | keep. min_agree (float | None): share in [0, 1].
     """
+    check_not_zero(rows, ref_expr, ref_flag="--consensus-ref")
     summary = summarize(rows)
     signed = summary["modules"] - summary["zero"]  # a module zero on either side has no sign to agree with
     share = summary["agree"] / signed if signed else 0.0
     if summary["modules"] and not signed:
-        raise CheckFailed(f"consensus: every module is zero in {ref_expr} or in the direction: no sign to compare; "
-                          "nothing written (choose another --consensus-ref)")
+        raise CheckFailed(f"consensus: every module is zero (within round-off) in {ref_expr} or in the direction: "
+                          "no sign to compare; nothing written (choose another --consensus-ref)")
     bad = summary["disagreeing"]
     if min_agree is not None and share < min_agree:
         raise CheckFailed(f"consensus: {summary['agree']}/{signed} modules agree "

@@ -31,6 +31,13 @@ def g(x, digits: int = 4) -> str:
     return "-" if x is None else f"{x:.{digits}g}"
 
 
+def _module_count(d: dict) -> str:
+    """``14 (2 layers x 7 types)`` when the modules fill that grid, else ``6 (2 layers, 4 types)``."""
+    layers, types = d["layers"], len(d["module_types"])
+    joint = " x " if layers * types == d["modules"] else ", "
+    return f"{d['modules']} ({layers} layer{'s' * (layers != 1)}{joint}{types} type{'s' * (types != 1)})"
+
+
 def render_inspect(infos: list[dict]) -> str:
     """One block per adapter: config facts, then norms by module type."""
     blocks = []
@@ -38,7 +45,7 @@ def render_inspect(infos: list[dict]) -> str:
         facts = [
             ("path", shown(d["path"])), ("peft type", d["peft_type"]),
             ("base model", shown(d["base_model"]) if d["base_model"] else "-"),
-            ("modules", f"{d['modules']} ({d['layers']} layers x {len(d['module_types'])} types)"),
+            ("modules", _module_count(d)),
             ("target modules", ", ".join(d["module_types"])),
             ("ranks", ", ".join(f"r={k}: {v}" for k, v in d["ranks"].items())),
             ("scale rule", f"{d['scale_rule']}, lora_alpha={g(d['lora_alpha'])}, scales "

@@ -48,6 +48,9 @@ def render_extract(man: dict, show_modules: bool = False) -> str:
     rows = _by_type(man["modules"])
     lines += ["", table(rows, ["type", "modules", "ranks", "kept share", "max rel error", "method"])]
     tensors = oth["tensors"]
+    if not tensors and all(r["total_energy"] == 0 for r in man["modules"].values()):
+        lines.append("\nwarning: --tuned equals --base-model in every tensor, so the adapter is zero and changes "
+                     "nothing; check --tuned")
     if not tensors:
         lines.append("\nothers: every tensor outside --targets is identical in both models")
     else:

@@ -19,7 +19,10 @@ A target is refused (:class:`~vecmerge.errors.OutputError`, exit 2, one line nam
   and asked for ``--force``, so their own PNG may be replaced, but never a file of another kind;
 * a file or folder that would land inside an adapter folder (one holding ``adapter_config.json``,
   adapter weights or ``vecmerge.json``, at any depth above it): tools load what sits beside the
-  weights, and ``verify`` would flag it.
+  weights, and ``verify`` would flag it;
+* a file or folder that would land inside a model folder (one holding ``config.json`` beside model
+  weights, :data:`MODEL_WEIGHTS`, at any depth above it): the base model an adapter declares is never
+  written, even when no workspace names it.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ MANIFEST_NAME = "vecmerge.json"
 DEMO_MARKER = ".vecmerge-demo"
 OWNER_MARKERS = (DEMO_MARKER,)
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", MANIFEST_NAME)
+MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
 MANIFEST_MAX_BYTES = 64 << 20
 SNIFF_BYTES = 1 << 16
 
@@ -151,6 +156,11 @@ class OutputPolicy:
             folder, beside = inside
             raise OutputError(f"{flag} {target}: lies in an adapter folder (beside {beside} in {folder}), where it "
                               f"would be taken as part of the adapter; choose another {flag}")
+        model = model_above(target)
+        if model:
+            folder, beside = model
+            raise OutputError(f"{flag} {target}: lies in a model folder (beside {beside} in {folder}), which vecmerge "
+                              f"never writes; choose another {flag}")
         if os.path.islink(target):
             raise OutputError(f"{flag} {target}: is a symbolic link, which vecmerge does not write through; "
                               f"choose another {flag}")
@@ -179,6 +189,16 @@ def adapter_above(target: Path) -> tuple[Path, str] | None:
         beside = next((n for n in ADAPTER_FILES if os.path.lexists(folder / n)), None)
         if beside:
             return folder, beside
+    return None
+
+
+def model_above(target: Path) -> tuple[Path, str] | None:
+    """The nearest folder above ``target`` holding ``config.json`` and model weights, and that weights file; or None."""
+    for folder in Path(os.path.abspath(target)).parents:
+        if os.path.isfile(folder / "config.json"):
+            beside = next((n for n in MODEL_WEIGHTS if os.path.lexists(folder / n)), None)
+            if beside:
+                return folder, beside
     return None
 
 
