@@ -113,6 +113,10 @@ def run(patterns: list[str], fresh: bool) -> int:
     """A mutmut run of the selected mutants (``fresh``: from scratch), then the report."""
     if fresh:
         shutil.rmtree(ROOT / "mutants", ignore_errors=True)
+    else:  # mutmut does not copy a changed source again: drop the rerun modules' copies, results and spans
+        for module in {re.split(r"\.(?:x[_?]|\*)", p)[0] for p in patterns}:
+            for suffix in (".py", ".py.meta", ".py.spans"):
+                (ROOT / "mutants" / (module.replace(".", "/") + suffix)).unlink(missing_ok=True)
     mutmut = Path(sys.executable).parent / "mutmut"
     start = time.monotonic()
     done = subprocess.run([str(mutmut), "run", "--max-children", str(CHILDREN), *patterns], cwd=ROOT)
