@@ -71,6 +71,8 @@ def test_v51_vs_v28_welch_by_hand_and_scipy():
     assert (w.t, w.p, w.df) == pytest.approx((ref.statistic, ref.pvalue, ref.df), rel=1e-12)
     assert (w.ci_low, w.ci_high) == pytest.approx((ci.low, ci.high), rel=1e-12)
     assert w.beyond_noise and w.n == (5, 2)
+    d = w.as_dict()  # what `vecmerge evidence compare --json` prints
+    assert d["beyond_noise"] is True and d["n"] == [5, 2] and (d["kind"], d["p"]) == ("welch", w.p)
     c = compare("v51", "v28", runs("v51", V51) + runs("v28", V28, start=10), higher_is_better=True)
     assert c.verdict == "v51 is better beyond eval noise" and c.decided_by == "welch"
 
@@ -100,6 +102,21 @@ def test_summaries_per_model_and_sub_score():
         ("v58", None, 3, False), ("v58", "item_understanding", 2, False), ("v59", None, 1, True)]
     assert out[0].mean == pytest.approx(np.mean(V58), rel=1e-14)
     assert out[1].std == 0.0
+    assert [s.metric for s in out] == [M, M, M]
+    subs = runs("v58", V58, subs={"item_understanding": 0.2}) + runs("v58", [0.5, 0.1], start=5,
+                                                                     subs={"item_understanding": 0.3})
+    whole, sub = summarize_records(subs, confidence=0.80)
+    values = [0.2, 0.2, 0.2, 0.3, 0.3]
+    ref = stats.t.interval(0.80, 4, loc=np.mean(values), scale=stats.sem(values))
+    assert (sub.sub, sub.metric, sub.confidence) == ("item_understanding", M, 0.80) and whole.confidence == 0.80
+    assert (sub.ci_low, sub.ci_high) == pytest.approx(ref, rel=1e-12)
+
+
+def test_differences_that_do_not_vary_give_no_test():
+    """Every item A - B the same (SE = 0, clustered or not): no t statistic can be formed, so no test."""
+    a = {f"d{i}": 0.5 + i / 8 for i in range(6)}  # binary fractions: every difference is exactly 0.25
+    b = {k: v - 0.25 for k, v in a.items()}
+    assert paired(a, b, {k: f"c{i % 2}" for i, k in enumerate(a)}) == (None, None)
 
 
 def test_paired_against_scipy_ttest_rel():
@@ -245,11 +262,14 @@ def _power_by_integration(n, delta, sd, alpha):
         r = c * math.sqrt(v / nu)
         return (stats.norm.sf(r - lam) + stats.norm.cdf(-r - lam)) * stats.chi2.pdf(v, nu)
 
-    return integrate.quad(integrand, 0, math.inf, epsabs=1e-13, epsrel=1e-12, limit=200)[0]
+    # over the χ²_ν quantiles 1e-16 .. 1 - 1e-16 (the mass left out is below 2e-16)
+    lo, hi = stats.chi2.ppf(1e-16, nu), stats.chi2.isf(1e-16, nu)
+    return integrate.quad(integrand, lo, hi, epsabs=1e-13, epsrel=1e-12, limit=200)[0]
 
 
 @pytest.mark.parametrize("n, delta, sd, alpha", [(6, 1.2, 1.0, 0.05), (3, -0.7, 0.5, 0.10), (26, 0.8, 1.0, 0.05),
-                                                 (64, 0.005, 0.01, 0.01), (2, 3.0, 1.0, 0.20), (9, 0.0, 2.0, 0.05)])
+                                                 (64, 0.005, 0.01, 0.01), (2, 3.0, 1.0, 0.20), (9, 0.0, 2.0, 0.05),
+                                                 (400, 0.8, 1.0, 0.05), (3000, -0.8, 1.0, 0.05)])
 def test_power_equals_the_noncentral_t_integral(n, delta, sd, alpha):
     """power_two_sample against the quadrature of the noncentral t's definition (rel 1e-10; the two agree to
     ~1e-14 here), both tails counted: with δ = 0 the power is the test's size α; a difference of either
@@ -263,7 +283,8 @@ def test_power_equals_the_noncentral_t_integral(n, delta, sd, alpha):
 
 @pytest.mark.parametrize("delta, sd, alpha, power", [(0.5, 1.0, 0.05, 0.8), (0.03, 0.01, 0.05, 0.8),
                                                      (-0.2, 0.1, 0.10, 0.9), (0.8, 1.0, 0.01, 0.95),
-                                                     (1.0, 0.1, 0.05, 0.8)])
+                                                     (1.0, 0.1, 0.05, 0.8), (0.1, 1.0, 0.05, 0.06),
+                                                     (0.1, 1.0, 0.20, 0.3)])
 def test_repeats_needed_is_the_fewest_runs_and_max_n_is_inclusive(delta, sd, alpha, power):
     """The fewest n ≥ 2 whose power (by quadrature, independent of noise.py; power grows with n) reaches the
     target: n reaches it and n - 1 does not; the same n with max_n = n (the bound is inclusive), None with
@@ -276,6 +297,15 @@ def test_repeats_needed_is_the_fewest_runs_and_max_n_is_inclusive(delta, sd, alp
         assert repeats_needed(delta, sd, alpha=alpha, power=power, max_n=n - 1) is None
     if (alpha, power) == (0.05, 0.8):
         assert repeats_needed(delta, sd) == n  # the defaults are α = 0.05, power 0.80
+
+
+def test_a_power_reached_exactly_is_reached():
+    """A target equal to the power of n runs (to the last bit) needs exactly n runs: the rule is power ≥ target,
+    also when max_n = n."""
+    target = power_two_sample(17, 1.0, 1.0)
+    assert power_two_sample(16, 1.0, 1.0) < target
+    assert repeats_needed(1.0, 1.0, power=target) == 17
+    assert repeats_needed(1.0, 1.0, power=target, max_n=17) == 17
 
 
 def test_repeats_needed_refuses_beyond_the_default_max_n():
