@@ -375,7 +375,8 @@ def test_min_items_bounds_the_paired_test():
     b = {"x": 0.5, "y": 0.3, "z": 0.2}
     assert paired(a, b, min_items=3)[0].n == (3,)
     assert paired(a, b, min_items=4) == (None, None)
-    assert paired(a, b)[0].df == 2  # the default asks for 2
+    assert paired(a, b)[0].df == 2
+    assert paired({"x": 0.9, "y": 0.4}, {"x": 0.5, "y": 0.3})[0].df == 1  # the default asks for 2
     assert paired({"x": 0.9, "y": 0.4}, {"x": 0.5, "y": 0.3}, min_items=1)[0].n == (2,)
     assert paired({"x": 0.9}, {"x": 0.5}, min_items=1) == (None, None)
 
@@ -400,3 +401,22 @@ def test_the_user_sees_which_values_are_missing_and_which_item_has_two_clusters(
         item_means(recs)
     with pytest.raises(EvidenceError, match="two cluster keys"):
         compare("A", "B", recs + items("B", {"d1": 0.0, "d2": 0.0}))
+
+
+def test_an_item_scored_several_times_counts_once_at_its_mean():
+    """Repeated item records (e.g. several seeds) enter the paired test as their mean; whole-run records, before
+    or after them, are not items. Against scipy's ttest_rel on the means computed with numpy (rel 1e-10)."""
+    rng = np.random.default_rng(5)
+    a3 = rng.normal(0.6, 0.2, (3, 12))  # three records of each of 12 items for A, one for B
+    b1 = a3.mean(axis=0) - rng.normal(0.05, 0.1, 12)
+    recs = runs("A", [0.61, 0.64]) + runs("B", [0.58, 0.57], start=20)
+    for rep in range(3):
+        recs += items("A", {f"d{i}": float(x) for i, x in enumerate(a3[rep])})
+    recs += items("B", {f"d{i}": float(x) for i, x in enumerate(b1)})
+    means, clusters = item_means(r for r in recs if r.model == "A")
+    assert list(means) == [f"d{i}" for i in range(12)] and clusters == {}
+    assert list(means.values()) == pytest.approx(a3.mean(axis=0), rel=1e-14)
+    c = compare("A", "B", recs, metric="toy/acc", higher_is_better=True)
+    ref = stats.ttest_rel(a3.mean(axis=0), b1)
+    assert c.decided_by == "paired" and c.paired.n == (12,)
+    assert (c.paired.t, c.paired.p) == pytest.approx((ref.statistic, ref.pvalue), rel=1e-10)
