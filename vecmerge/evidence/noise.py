@@ -2,7 +2,7 @@
 
     pooled      s_p² = Σ_m (n_m - 1) s_m² / Σ_m (n_m - 1) over models with n_m ≥ 2 runs
     power       P(|T| > t_{1-α/2, 2n-2}) with T ~ noncentral t(2n - 2, δ / (σ·sqrt(2/n)))   (two-sample t)
-    repeats     the fewest n with power ≥ the target (from the normal approximation, then exact)
+    repeats     the fewest n with power ≥ the target (bisection: the power grows with n)
 """
 
 from __future__ import annotations
@@ -59,30 +59,26 @@ def power_two_sample(n: int, delta: float, sd: float, alpha: float = 0.05) -> fl
     df = 2 * n - 2
     ncp = abs(delta) / (sd * math.sqrt(2.0 / n))
     crit = stats.t.ppf(1 - alpha / 2, df)
-    return float(stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp))
+    # P(T < -crit) as P(-T > crit), -T ~ noncentral t(df, -ncp): scipy's nct.cdf is nan that deep in the tail
+    return float(stats.nct.sf(crit, df, ncp) + stats.nct.sf(crit, df, -ncp))
 
 
 def repeats_needed(delta: float, sd: float, *, alpha: float = 0.05, power: float = 0.8,
                    max_n: int = 100_000) -> int | None:
     """The fewest runs per model (n ≥ 2) for which ``power_two_sample(n, delta, sd, alpha) ≥ power``.
 
-    Starts from the normal approximation n ≈ 2 (z_{1-α/2} + z_{power})² σ² / δ² and steps to the exact
-    noncentral-t answer. Returns None when delta is 0 or more than ``max_n`` runs would be needed.
+    Bisection over 2..max_n (the power grows with n), exact for the noncentral t. Returns None when delta
+    is 0 or more than ``max_n`` runs would be needed.
     """
-    from scipy import stats
-
     if not sd > 0:
         raise EvidenceError(f"sd={sd!r}: the noise must be > 0 to plan repeats")
-    if delta == 0:
+    if delta == 0 or max_n < 2 or power_two_sample(max_n, delta, sd, alpha) < power:
         return None
-    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
-    n = max(2, math.ceil(2 * (z * sd / delta) ** 2))
-    if n > max_n:
-        return None
-    while n > 2 and power_two_sample(n - 1, delta, sd, alpha) >= power:
-        n -= 1
-    while power_two_sample(n, delta, sd, alpha) < power:
-        n += 1
-        if n > max_n:
-            return None
-    return n
+    short, enough = 1, max_n  # `short` runs fall short of the power (one run cannot be tested), `enough` reach it
+    while enough - short > 1:
+        mid = (short + enough) // 2
+        if power_two_sample(mid, delta, sd, alpha) >= power:
+            enough = mid
+        else:
+            short = mid
+    return enough
