@@ -669,11 +669,16 @@ def test_recover_leaves_a_leftover_whose_owner_is_alive_and_closes_what_it_opene
         assert sorted(os.listdir("/proc/self/fd")) == before
 
 
+@pytest.mark.parametrize("no_swap", [False, True])
 @pytest.mark.parametrize("swap", ["user-folder", "user-file-added"])
-def test_a_target_changed_between_the_check_and_the_swap_is_put_back(tmp_path, monkeypatch, swap):
+def test_a_target_changed_between_the_check_and_the_swap_is_put_back(tmp_path, monkeypatch, swap, no_swap):
     """--force replaces only what the check allowed: if, by the swap, the old output was replaced by the user's
-    folder (or got a file the user added), that folder goes back untouched and the commit fails."""
+    folder (or got a file the user added), that folder goes back untouched and the commit fails. The same without
+    an atomic swap, where the old output is moved aside first (before the fix the user's folder was deleted)."""
     commit_folders([tmp_path / "out"], "old")
+    if no_swap:
+        monkeypatch.setattr(safe_write, "exchange", _no_swap)
+        monkeypatch.setattr(safe_recover, "exchange", _no_swap)
 
     def meanwhile(step):
         if step == "journal":
@@ -695,20 +700,42 @@ def test_a_target_changed_between_the_check_and_the_swap_is_put_back(tmp_path, m
     assert [h for h in hidden(tmp_path) if ".tmp-" in h] == []
 
 
-def test_a_file_target_changed_between_the_check_and_the_swap_is_put_back(tmp_path, monkeypatch):
-    """The same for a file (--plot): a PNG replaced by another kind of file before the swap is put back."""
+@pytest.mark.parametrize("replace", ["swap", "no-swap", "no-swap-no-hard-link"])
+@pytest.mark.parametrize("change", ["text", "symlink"])
+def test_a_file_target_changed_between_the_check_and_the_swap_is_put_back(tmp_path, monkeypatch, change, replace):
+    """The same for a file (--plot): a PNG replaced, after the check, by another kind of file or by a symbolic link
+    to the user's own PNG is left as it is (the link still a link, its file untouched), with an atomic swap, with
+    the fallback that hard-links the old file aside, and with the one that renames it aside."""
     policy = OutputPolicy(force=True)
     write_file(tmp_path / "p.png", PNG_BYTES + b"old", policy=policy, kind=PNG, flag="--plot")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "photo.png").write_bytes(PNG_BYTES + b"mine")
+    if replace != "swap":
+        monkeypatch.setattr(safe_write, "exchange", _no_swap)
+        monkeypatch.setattr(safe_recover, "exchange", _no_swap)
+    if replace == "no-swap-no-hard-link":
+        def no_link(*args, **kwargs):
+            raise OSError(errno.EPERM, "Operation not permitted")
+
+        monkeypatch.setattr(safe_write.os, "link", no_link)
 
     def meanwhile(step):
         if step == "journal":
-            (tmp_path / "p.png").write_bytes(b"my text, not an image")
+            (tmp_path / "p.png").unlink()
+            if change == "text":
+                (tmp_path / "p.png").write_bytes(b"my text, not an image")
+            else:
+                os.symlink(tmp_path / "mine" / "photo.png", tmp_path / "p.png")
 
     monkeypatch.setattr(safe_write, "_checkpoint", meanwhile)
     with pytest.raises(OutputError) as err:
         write_file(tmp_path / "p.png", PNG_BYTES + b"new", policy=policy, kind=PNG, flag="--plot")
     one_line(err, "--plot", "changed while vecmerge was writing")
-    assert (tmp_path / "p.png").read_bytes() == b"my text, not an image" and hidden(tmp_path) == []
+    if change == "text":
+        assert (tmp_path / "p.png").read_bytes() == b"my text, not an image"
+    else:
+        assert os.readlink(tmp_path / "p.png") == str(tmp_path / "mine" / "photo.png")
+    assert (tmp_path / "mine" / "photo.png").read_bytes() == PNG_BYTES + b"mine" and hidden(tmp_path) == []
 
 
 def test_discard_folder_is_recoverable_at_every_step_and_cleans_its_folder_first(tmp_path, monkeypatch):
@@ -725,11 +752,17 @@ def test_discard_folder_is_recoverable_at_every_step_and_cleans_its_folder_first
     with pytest.raises(OutputError) as err:
         discard_folder(parent / "notes", policy=OutputPolicy(force=True))
     one_line(err, f"--out {parent / 'notes'}: exists and holds no vecmerge.json")
+    with pytest.raises(OutputError) as err:
+        discard_folder(parent / "notes", policy=OutputPolicy(force=True), flag="--demo-out")
+    one_line(err, f"--demo-out {parent / 'notes'}: exists and holds no vecmerge.json", "choose another --demo-out")
+    assert (parent / "notes" / "n.txt").read_text() == "x"
     commit_folders([parent / "demo"], "old")
     crash_at("discarded", lambda: discard_folder(parent / "demo", policy=OutputPolicy(force=True)))
     wrapper = leftover_of(parent)
     assert wrapper.name.startswith(".demo.tmp-") and not (parent / "demo").exists()
-    assert json.loads((wrapper / ".vecmerge-partial").read_text())["tool"] == "vecmerge"
+    marker = json.loads((wrapper / ".vecmerge-partial").read_text())  # what a person finding the folder reads
+    assert (marker["tool"], marker["target"], marker["journal"]) == ("vecmerge", "demo", str(wrapper / "journal.json"))
+    assert "an old vecmerge output being deleted" in marker["what"]
     assert recover(parent) == [f"removed the unfinished output {wrapper}"] and hidden(parent) == []
 
 
