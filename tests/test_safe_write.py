@@ -771,3 +771,57 @@ def test_a_transaction_that_was_aborted_says_so():
     txn.abort()
     with pytest.raises(OutputError, match="these outputs were already aborted"):
         txn.commit()
+
+
+@pytest.mark.parametrize("change", ["user-folder", "user-file-added"])
+def test_a_target_changed_after_staging_is_refused_at_the_commit_with_the_reason(tmp_path, monkeypatch, change):
+    """The commit checks every target again under --force: an old output that became the user's folder, or got a
+    file the user added, after it was staged is refused with the check's own line (the flag, the path, the file
+    vecmerge did not write) and left exactly as it is; nothing hidden stays."""
+    commit_folders([tmp_path / "out"], "old")
+
+    def meanwhile(step):
+        if step == "built":
+            if change == "user-folder":
+                os.rename(tmp_path / "out", tmp_path / "moved")
+                (tmp_path / "out").mkdir()
+                (tmp_path / "out" / "notes.txt").write_text("mine")
+            else:
+                (tmp_path / "out" / "my-eval.txt").write_text("mine")
+
+    monkeypatch.setattr(safe_write, "_checkpoint", meanwhile)
+    with pytest.raises(OutputError) as err:
+        with OutputTransaction(OutputPolicy(force=True)) as txn:
+            write_output(txn.folder(tmp_path / "out", flag="--merged", expected_entries=[*FILES, "vecmerge.json"]),
+                         "new")
+            txn.commit()
+    why = "holds no vecmerge.json" if change == "user-folder" else "holds files vecmerge did not write (my-eval.txt)"
+    one_line(err, f"--merged {tmp_path / 'out'}: exists and {why}", "choose another --merged")
+    mine = "notes.txt" if change == "user-folder" else "my-eval.txt"
+    assert (tmp_path / "out" / mine).read_text() == "mine" and hidden(tmp_path) == []
+
+
+def test_a_failed_restore_keeps_the_old_output_for_the_next_run(tmp_path, monkeypatch):
+    """A second fault: the commit fails after the swap and putting the old output back fails too. The one line says
+    both, where the old output is kept and that the next run restores it; the next run writing there does."""
+    parent = tmp_path / "runs"
+    commit_folders([parent / "out"], "old")
+
+    def at(step):
+        if step == "moved out":
+            raise OSError(errno.EIO, "Input/output error")
+
+    def broken_undo(*args):
+        raise OSError(errno.EIO, "cannot restore")
+
+    monkeypatch.setattr(safe_write, "_checkpoint", at)
+    monkeypatch.setattr(safe_write, "undo", broken_undo)
+    with pytest.raises(OutputError) as err:
+        commit_folders([parent / "out"], "new", force=True)
+    wrapper = leftover_of(parent)
+    one_line(err, f"--out {parent / 'out'}: writing failed", "restoring the old output failed too",
+             f"it is kept in {wrapper}", f"the next vecmerge run writing to {parent} restores it")
+    assert tag_of(wrapper / "new") == "old"
+    monkeypatch.undo()
+    commit_folders([parent / "other"], "next")
+    assert tag_of(parent / "out") == "old" and tag_of(parent / "other") == "next" and hidden(parent) == []
