@@ -132,14 +132,15 @@ def test_a_common_rank_on_a_core_keeps_what_its_factors_keep():
 
 def test_a_padded_cut_measures_its_rounding_through_its_cores():
     """The pipeline measures the output dtype's rounding E = W - R through the cut's cores (``figures.rounding``); for
-    a cut padded to a common rank (a core cut below or at its exact rank, and keep-base) ||E|| equals the dense
-    difference of the bf16-rounded factors and the cut (rtol 1e-6: the terms are of the rounding's order), and the
-    core of E equals the one the general route computes without cores (atol 1e-12 of ||E||)."""
+    a cut padded to a common rank (a core cut of the basis's full rank 5, one of rank 3 in that basis, and keep-base)
+    ||E|| equals the dense difference of the bf16-rounded factors and the cut (rtol 1e-6: the terms are of the
+    rounding's order), and the core of E equals the one the general route computes without cores (atol 1e-12 of
+    ||E||)."""
     from vecmerge.pipeline.figures import rounding
 
     a, b = rand_lr(14, 11, 3, 41, scale=2.0), rand_lr(14, 11, 2, 42)
     space, (ca, cb) = Subspace.of([a, b], (14, 11))
-    cuts = (cut(ca + cb, RankPolicy.parse("exact"), rank=8), cut(ca + cb, RankPolicy.parse("2"), rank=6),
+    cuts = (cut(ca + cb, RankPolicy.parse("exact"), rank=8), cut(ca, RankPolicy.parse("2"), rank=6),
             cut(ca + cb, RankPolicy("keep-base"), backbone=a, step=cb, rank=8))
     for c in cuts:
         W = LowRank(c.factors.B.to(torch.bfloat16).double(), c.factors.A.to(torch.bfloat16).double(), c.factors.scale)
