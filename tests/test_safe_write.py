@@ -825,3 +825,33 @@ def test_a_failed_restore_keeps_the_old_output_for_the_next_run(tmp_path, monkey
     monkeypatch.undo()
     commit_folders([parent / "other"], "next")
     assert tag_of(parent / "out") == "old" and tag_of(parent / "other") == "next" and hidden(parent) == []
+
+
+def test_commit_on_its_own_is_all_or_nothing_and_says_what_it_did(tmp_path, monkeypatch):
+    """commit() outside a with block keeps the promise by itself: the disk filling while a ladder is committed is one
+    OutputError line (the first output, the system's words, "nothing was written"), the old output stays and no
+    staged build is left behind; a committed set says so when it is used again."""
+    x05, x1 = tmp_path / "out-x0.5", tmp_path / "out-x1"
+    commit_folders([x05], "old")
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safe_write, "rename_noreplace", full)  # x0.5 is swapped in, x1 (new) cannot be moved in
+    txn = OutputTransaction(OutputPolicy(force=True))
+    for target in (x05, x1):
+        write_output(txn.folder(target), "new")
+    with pytest.raises(OutputError) as err:
+        txn.commit()
+    one_line(err, f"--out {x05}: cannot write it (No space left on device); nothing was written")
+    assert tag_of(x05) == "old" and tag_of(x1) is None and hidden(tmp_path) == []
+    monkeypatch.undo()
+    txn = OutputTransaction(OutputPolicy(force=True))
+    write_output(txn.folder(x1), "new")
+    assert txn.commit() == [x1] and tag_of(x1) == "new"
+    with pytest.raises(OutputError) as err:
+        txn.folder(tmp_path / "more")
+    one_line(err, f"--out {tmp_path / 'more'}: this set of outputs was already committed")
+    with pytest.raises(OutputError, match="^these outputs were already committed$"):
+        txn.commit()
+    assert hidden(tmp_path) == []
