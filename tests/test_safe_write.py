@@ -855,3 +855,34 @@ def test_commit_on_its_own_is_all_or_nothing_and_says_what_it_did(tmp_path, monk
     with pytest.raises(OutputError, match="^these outputs were already committed$"):
         txn.commit()
     assert hidden(tmp_path) == []
+
+
+def test_staging_refuses_an_output_with_files_the_user_added_before_building(tmp_path):
+    """OutputTransaction.folder applies the whole check at once: an old output holding a file vecmerge did not write
+    is refused under --force when the folder is asked for (before anything is built), in the flag's own words, and
+    stays as it is."""
+    commit_folders([tmp_path / "out"], "old")
+    (tmp_path / "out" / "my-eval.txt").write_text("results")
+    with pytest.raises(OutputError) as err:
+        with OutputTransaction(OutputPolicy(force=True)) as txn:
+            txn.folder(tmp_path / "out", flag="--merged", expected_entries=[*FILES, "vecmerge.json"])
+            pytest.fail("staged an output the check must refuse")
+    one_line(err, f"--merged {tmp_path / 'out'}: exists and holds files vecmerge did not write (my-eval.txt)",
+             "choose another --merged")
+    assert (tmp_path / "out" / "my-eval.txt").read_text() == "results" and hidden(tmp_path) == []
+
+
+def test_staging_creates_missing_parents_and_reports_every_recovery(tmp_path):
+    """An output whose parent folders do not exist yet gets them; a ladder whose outputs lie in two folders cleans
+    both before staging and reports every leftover it removed (one line each), the first folder's too."""
+    first, second = tmp_path / "runs", tmp_path / "deep" / "er"
+    first.mkdir()
+    crash_at("built", lambda: commit_folders([first / "dead"], "dead"))
+    leftover = leftover_of(first)
+    with OutputTransaction(OutputPolicy()) as txn:
+        write_output(txn.folder(first / "out"), "new")
+        write_output(txn.folder(second / "out"), "new")
+        txn.commit()
+    assert txn.recovered == [f"removed the unfinished output {leftover}"]
+    assert tag_of(first / "out") == "new" and tag_of(second / "out") == "new"
+    assert hidden(first) == [] and hidden(second) == []
