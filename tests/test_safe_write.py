@@ -886,3 +886,19 @@ def test_staging_creates_missing_parents_and_reports_every_recovery(tmp_path):
     assert txn.recovered == [f"removed the unfinished output {leftover}"]
     assert tag_of(first / "out") == "new" and tag_of(second / "out") == "new"
     assert hidden(first) == [] and hidden(second) == []
+
+
+def test_an_output_that_appears_just_before_the_move_is_left_to_its_writer(tmp_path, monkeypatch):
+    """Another run's output appearing after the commit's last check, just before the move (no --force): the move
+    refuses to replace it (rename without replace), the commit fails with the one line naming it, and the other
+    run's output stays complete; nothing hidden is left."""
+    def meanwhile(step):
+        if step == "journal":
+            (tmp_path / "out").mkdir()
+            write_output(tmp_path / "out", "other")
+
+    monkeypatch.setattr(safe_write, "_checkpoint", meanwhile)
+    with pytest.raises(OutputError) as err:
+        commit_folders([tmp_path / "out"], "mine")
+    one_line(err, f"--out {tmp_path / 'out'}: appeared while vecmerge was writing", "pass --force")
+    assert tag_of(tmp_path / "out") == "other" and hidden(tmp_path) == []
