@@ -101,6 +101,56 @@ def test_common_rank_pads_with_zero_directions():
     assert c.rank == 3 and bool((c.factors.A[2:] == 0).all())
     assert_close(c.factors.dense(), dense, rtol=1e-9, atol=1e-12)
 
+
+def test_a_common_rank_on_a_core_keeps_what_its_factors_keep():
+    """rank=k on a core (the pipeline's path for the experts of one MoE parameter) keeps min(k, exact) directions
+    whatever the policy chose, as on its factors: below the policy's rank it cuts further, above it keeps up to the
+    exact rank; then pads to k. The kept part is the best rank-min(k, exact) approximation (dense SVD, rtol 1e-9),
+    the error its Eckart-Young tail. A dense update and keep-base pad to k as well (zero directions, same update)."""
+    from vecmerge.dense import Dense
+
+    a, b = rand_lr(14, 11, 3, 31, scale=2.0), rand_lr(14, 11, 2, 32)
+    _, (ca, cb) = Subspace.of([a, b], (14, 11))
+    core, direct = ca + cb * 0.5, combine([(1.0, a), (0.5, b)])  # exact rank 5
+    dense = direct.dense()
+    U, S, Vh = torch.linalg.svd(dense)
+    for policy, rank, kept in (("exact", 3, 3), ("1", 4, 4), ("1", 7, 5), ("energy:0.1", 2, 2)):
+        c, d = cut(core, RankPolicy.parse(policy), rank=rank), cut(direct, RankPolicy.parse(policy), rank=rank)
+        assert (c.rank, c.factors.rank, c.exact_rank) == (rank, rank, 5), (policy, rank)
+        best = U[:, :kept] @ torch.diag(S[:kept]) @ Vh[:kept]
+        assert_close(c.factors.dense(), best, rtol=1e-9, atol=1e-9 * float(S[0]))
+        assert_close(d.factors.dense(), best, rtol=1e-9, atol=1e-9 * float(S[0]))
+        assert math.isclose(c.error, float(torch.sqrt((S[kept:] ** 2).sum())), rel_tol=1e-9, abs_tol=1e-12)
+    c = cut(Dense(dense), RankPolicy.parse("3"), rank=6)
+    assert (c.rank, c.factors.rank) == (6, 6) and bool((c.factors.B[:, 3:] == 0).all())
+    assert_close(c.factors.dense(), U[:, :3] @ torch.diag(S[:3]) @ Vh[:3],
+                 rtol=1e-9, atol=1e-9 * float(S[0]))
+    k = cut(core, RankPolicy("keep-base"), backbone=a, step=cb * 0.5, rank=8)
+    assert (k.rank, k.factors.rank) == (8, 8) and bool((k.factors.A[5:] == 0).all())
+    assert_close(k.factors.dense(), dense, rtol=0, atol=1e-12 * float(dense.abs().max()))
+
+
+def test_a_padded_cut_measures_its_rounding_through_its_cores():
+    """The pipeline measures the output dtype's rounding E = W - R through the cut's cores (``figures.rounding``); for
+    a cut padded to a common rank (a core cut of the basis's full rank 5, one of rank 3 in that basis, and keep-base)
+    ||E|| equals the dense difference of the bf16-rounded factors and the cut (rtol 1e-6: the terms are of the
+    rounding's order), and the core of E equals the one the general route computes without cores (atol 1e-12 of
+    ||E||)."""
+    from vecmerge.pipeline.figures import rounding
+
+    a, b = rand_lr(14, 11, 3, 41, scale=2.0), rand_lr(14, 11, 2, 42)
+    space, (ca, cb) = Subspace.of([a, b], (14, 11))
+    cuts = (cut(ca + cb, RankPolicy.parse("exact"), rank=8), cut(ca, RankPolicy.parse("2"), rank=6),
+            cut(ca + cb, RankPolicy("keep-base"), backbone=a, step=cb, rank=8))
+    for c in cuts:
+        W = LowRank(c.factors.B.to(torch.bfloat16).double(), c.factors.A.to(torch.bfloat16).double(), c.factors.scale)
+        e, core = rounding(W, c.factors, space, c.cores)
+        want = float(torch.linalg.norm(W.dense() - c.factors.dense()))
+        assert want > 0 and math.isclose(e, want, rel_tol=1e-6)
+        _, general = rounding(W, c.factors, space, None)
+        assert_close(core, general, rtol=0, atol=1e-12 * want)
+
+
 def _dense_step_energy_rank(dense, step_norm, e):
     """Smallest k with sum_{i>=k} S_i^2 <= (1 - e) ||step||^2, from a dense SVD."""
     s2 = torch.linalg.svdvals(dense) ** 2

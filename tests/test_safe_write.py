@@ -690,11 +690,16 @@ def test_recover_leaves_a_leftover_whose_owner_is_alive_and_closes_what_it_opene
         assert sorted(os.listdir("/proc/self/fd")) == before
 
 
+@pytest.mark.parametrize("no_swap", [False, True])
 @pytest.mark.parametrize("swap", ["user-folder", "user-file-added"])
-def test_a_target_changed_between_the_check_and_the_swap_is_put_back(tmp_path, monkeypatch, swap):
+def test_a_target_changed_between_the_check_and_the_swap_is_put_back(tmp_path, monkeypatch, swap, no_swap):
     """--force replaces only what the check allowed: if, by the swap, the old output was replaced by the user's
-    folder (or got a file the user added), that folder goes back untouched and the commit fails."""
+    folder (or got a file the user added), that folder goes back untouched and the commit fails. The same without
+    an atomic swap, where the old output is moved aside first (before the fix the user's folder was deleted)."""
     commit_folders([tmp_path / "out"], "old")
+    if no_swap:
+        monkeypatch.setattr(safe_write, "exchange", _no_swap)
+        monkeypatch.setattr(safe_recover, "exchange", _no_swap)
 
     def meanwhile(step):
         if step == "journal":
@@ -716,20 +721,42 @@ def test_a_target_changed_between_the_check_and_the_swap_is_put_back(tmp_path, m
     assert [h for h in hidden(tmp_path) if ".tmp-" in h] == []
 
 
-def test_a_file_target_changed_between_the_check_and_the_swap_is_put_back(tmp_path, monkeypatch):
-    """The same for a file (--plot): a PNG replaced by another kind of file before the swap is put back."""
+@pytest.mark.parametrize("replace", ["swap", "no-swap", "no-swap-no-hard-link"])
+@pytest.mark.parametrize("change", ["text", "symlink"])
+def test_a_file_target_changed_between_the_check_and_the_swap_is_put_back(tmp_path, monkeypatch, change, replace):
+    """The same for a file (--plot): a PNG replaced, after the check, by another kind of file or by a symbolic link
+    to the user's own PNG is left as it is (the link still a link, its file untouched), with an atomic swap, with
+    the fallback that hard-links the old file aside, and with the one that renames it aside."""
     policy = OutputPolicy(force=True)
     write_file(tmp_path / "p.png", PNG_BYTES + b"old", policy=policy, kind=PNG, flag="--plot")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "photo.png").write_bytes(PNG_BYTES + b"mine")
+    if replace != "swap":
+        monkeypatch.setattr(safe_write, "exchange", _no_swap)
+        monkeypatch.setattr(safe_recover, "exchange", _no_swap)
+    if replace == "no-swap-no-hard-link":
+        def no_link(*args, **kwargs):
+            raise OSError(errno.EPERM, "Operation not permitted")
+
+        monkeypatch.setattr(safe_write.os, "link", no_link)
 
     def meanwhile(step):
         if step == "journal":
-            (tmp_path / "p.png").write_bytes(b"my text, not an image")
+            (tmp_path / "p.png").unlink()
+            if change == "text":
+                (tmp_path / "p.png").write_bytes(b"my text, not an image")
+            else:
+                os.symlink(tmp_path / "mine" / "photo.png", tmp_path / "p.png")
 
     monkeypatch.setattr(safe_write, "_checkpoint", meanwhile)
     with pytest.raises(OutputError) as err:
         write_file(tmp_path / "p.png", PNG_BYTES + b"new", policy=policy, kind=PNG, flag="--plot")
     one_line(err, "--plot", "changed while vecmerge was writing")
-    assert (tmp_path / "p.png").read_bytes() == b"my text, not an image" and hidden(tmp_path) == []
+    if change == "text":
+        assert (tmp_path / "p.png").read_bytes() == b"my text, not an image"
+    else:
+        assert os.readlink(tmp_path / "p.png") == str(tmp_path / "mine" / "photo.png")
+    assert (tmp_path / "mine" / "photo.png").read_bytes() == PNG_BYTES + b"mine" and hidden(tmp_path) == []
 
 
 def test_discard_folder_is_recoverable_at_every_step_and_cleans_its_folder_first(tmp_path, monkeypatch):
@@ -746,11 +773,17 @@ def test_discard_folder_is_recoverable_at_every_step_and_cleans_its_folder_first
     with pytest.raises(OutputError) as err:
         discard_folder(parent / "notes", policy=OutputPolicy(force=True))
     one_line(err, f"--out {parent / 'notes'}: exists and holds no vecmerge.json")
+    with pytest.raises(OutputError) as err:
+        discard_folder(parent / "notes", policy=OutputPolicy(force=True), flag="--demo-out")
+    one_line(err, f"--demo-out {parent / 'notes'}: exists and holds no vecmerge.json", "choose another --demo-out")
+    assert (parent / "notes" / "n.txt").read_text() == "x"
     commit_folders([parent / "demo"], "old")
     crash_at("discarded", lambda: discard_folder(parent / "demo", policy=OutputPolicy(force=True)))
     wrapper = leftover_of(parent)
     assert wrapper.name.startswith(".demo.tmp-") and not (parent / "demo").exists()
-    assert json.loads((wrapper / ".vecmerge-partial").read_text())["tool"] == "vecmerge"
+    marker = json.loads((wrapper / ".vecmerge-partial").read_text())  # what a person finding the folder reads
+    assert (marker["tool"], marker["target"], marker["journal"]) == ("vecmerge", "demo", str(wrapper / "journal.json"))
+    assert "an old vecmerge output being deleted" in marker["what"]
     assert recover(parent) == [f"removed the unfinished output {wrapper}"] and hidden(parent) == []
 
 
@@ -759,3 +792,134 @@ def test_a_transaction_that_was_aborted_says_so():
     txn.abort()
     with pytest.raises(OutputError, match="these outputs were already aborted"):
         txn.commit()
+
+
+@pytest.mark.parametrize("change", ["user-folder", "user-file-added"])
+def test_a_target_changed_after_staging_is_refused_at_the_commit_with_the_reason(tmp_path, monkeypatch, change):
+    """The commit checks every target again under --force: an old output that became the user's folder, or got a
+    file the user added, after it was staged is refused with the check's own line (the flag, the path, the file
+    vecmerge did not write) and left exactly as it is; nothing hidden stays."""
+    commit_folders([tmp_path / "out"], "old")
+
+    def meanwhile(step):
+        if step == "built":
+            if change == "user-folder":
+                os.rename(tmp_path / "out", tmp_path / "moved")
+                (tmp_path / "out").mkdir()
+                (tmp_path / "out" / "notes.txt").write_text("mine")
+            else:
+                (tmp_path / "out" / "my-eval.txt").write_text("mine")
+
+    monkeypatch.setattr(safe_write, "_checkpoint", meanwhile)
+    with pytest.raises(OutputError) as err:
+        with OutputTransaction(OutputPolicy(force=True)) as txn:
+            write_output(txn.folder(tmp_path / "out", flag="--merged", expected_entries=[*FILES, "vecmerge.json"]),
+                         "new")
+            txn.commit()
+    why = "holds no vecmerge.json" if change == "user-folder" else "holds files vecmerge did not write (my-eval.txt)"
+    one_line(err, f"--merged {tmp_path / 'out'}: exists and {why}", "choose another --merged")
+    mine = "notes.txt" if change == "user-folder" else "my-eval.txt"
+    assert (tmp_path / "out" / mine).read_text() == "mine" and hidden(tmp_path) == []
+
+
+def test_a_failed_restore_keeps_the_old_output_for_the_next_run(tmp_path, monkeypatch):
+    """A second fault: the commit fails after the swap and putting the old output back fails too. The one line says
+    both, where the old output is kept and that the next run restores it; the next run writing there does."""
+    parent = tmp_path / "runs"
+    commit_folders([parent / "out"], "old")
+
+    def at(step):
+        if step == "moved out":
+            raise OSError(errno.EIO, "Input/output error")
+
+    def broken_undo(*args):
+        raise OSError(errno.EIO, "cannot restore")
+
+    monkeypatch.setattr(safe_write, "_checkpoint", at)
+    monkeypatch.setattr(safe_write, "undo", broken_undo)
+    with pytest.raises(OutputError) as err:
+        commit_folders([parent / "out"], "new", force=True)
+    wrapper = leftover_of(parent)
+    one_line(err, f"--out {parent / 'out'}: writing failed", "restoring the old output failed too",
+             f"it is kept in {wrapper}", f"the next vecmerge run writing to {parent} restores it")
+    assert tag_of(wrapper / "new") == "old"
+    monkeypatch.undo()
+    commit_folders([parent / "other"], "next")
+    assert tag_of(parent / "out") == "old" and tag_of(parent / "other") == "next" and hidden(parent) == []
+
+
+def test_commit_on_its_own_is_all_or_nothing_and_says_what_it_did(tmp_path, monkeypatch):
+    """commit() outside a with block keeps the promise by itself: the disk filling while a ladder is committed is one
+    OutputError line (the first output, the system's words, "nothing was written"), the old output stays and no
+    staged build is left behind; a committed set says so when it is used again."""
+    x05, x1 = tmp_path / "out-x0.5", tmp_path / "out-x1"
+    commit_folders([x05], "old")
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safe_write, "rename_noreplace", full)  # x0.5 is swapped in, x1 (new) cannot be moved in
+    txn = OutputTransaction(OutputPolicy(force=True))
+    for target in (x05, x1):
+        write_output(txn.folder(target), "new")
+    with pytest.raises(OutputError) as err:
+        txn.commit()
+    one_line(err, f"--out {x05}: cannot write it (No space left on device); nothing was written")
+    assert tag_of(x05) == "old" and tag_of(x1) is None and hidden(tmp_path) == []
+    monkeypatch.undo()
+    txn = OutputTransaction(OutputPolicy(force=True))
+    write_output(txn.folder(x1), "new")
+    assert txn.commit() == [x1] and tag_of(x1) == "new"
+    with pytest.raises(OutputError) as err:
+        txn.folder(tmp_path / "more")
+    one_line(err, f"--out {tmp_path / 'more'}: this set of outputs was already committed")
+    with pytest.raises(OutputError, match="^these outputs were already committed$"):
+        txn.commit()
+    assert hidden(tmp_path) == []
+
+
+def test_staging_refuses_an_output_with_files_the_user_added_before_building(tmp_path):
+    """OutputTransaction.folder applies the whole check at once: an old output holding a file vecmerge did not write
+    is refused under --force when the folder is asked for (before anything is built), in the flag's own words, and
+    stays as it is."""
+    commit_folders([tmp_path / "out"], "old")
+    (tmp_path / "out" / "my-eval.txt").write_text("results")
+    with pytest.raises(OutputError) as err:
+        with OutputTransaction(OutputPolicy(force=True)) as txn:
+            txn.folder(tmp_path / "out", flag="--merged", expected_entries=[*FILES, "vecmerge.json"])
+            pytest.fail("staged an output the check must refuse")
+    one_line(err, f"--merged {tmp_path / 'out'}: exists and holds files vecmerge did not write (my-eval.txt)",
+             "choose another --merged")
+    assert (tmp_path / "out" / "my-eval.txt").read_text() == "results" and hidden(tmp_path) == []
+
+
+def test_staging_creates_missing_parents_and_reports_every_recovery(tmp_path):
+    """An output whose parent folders do not exist yet gets them; a ladder whose outputs lie in two folders cleans
+    both before staging and reports every leftover it removed (one line each), the first folder's too."""
+    first, second = tmp_path / "runs", tmp_path / "deep" / "er"
+    first.mkdir()
+    crash_at("built", lambda: commit_folders([first / "dead"], "dead"))
+    leftover = leftover_of(first)
+    with OutputTransaction(OutputPolicy()) as txn:
+        write_output(txn.folder(first / "out"), "new")
+        write_output(txn.folder(second / "out"), "new")
+        txn.commit()
+    assert txn.recovered == [f"removed the unfinished output {leftover}"]
+    assert tag_of(first / "out") == "new" and tag_of(second / "out") == "new"
+    assert hidden(first) == [] and hidden(second) == []
+
+
+def test_an_output_that_appears_just_before_the_move_is_left_to_its_writer(tmp_path, monkeypatch):
+    """Another run's output appearing after the commit's last check, just before the move (no --force): the move
+    refuses to replace it (rename without replace), the commit fails with the one line naming it, and the other
+    run's output stays complete; nothing hidden is left."""
+    def meanwhile(step):
+        if step == "journal":
+            (tmp_path / "out").mkdir()
+            write_output(tmp_path / "out", "other")
+
+    monkeypatch.setattr(safe_write, "_checkpoint", meanwhile)
+    with pytest.raises(OutputError) as err:
+        commit_folders([tmp_path / "out"], "mine")
+    one_line(err, f"--out {tmp_path / 'out'}: appeared while vecmerge was writing", "pass --force")
+    assert tag_of(tmp_path / "out") == "other" and hidden(tmp_path) == []

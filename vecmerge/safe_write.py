@@ -17,7 +17,9 @@ locked belongs to a dead run. :meth:`OutputTransaction.commit`:
    output is untouched); over an old target by an atomic exchange, so the final path holds the complete
    old or the complete new output at every instant; the old one is then in the wrapper. Where no
    exchange exists (see :mod:`vecmerge.safe_rename`), the old output is moved into the wrapper as ``old``
-   first: the final path is absent for a moment, and the journal lets the next run restore it.
+   first: the final path is absent for a moment, and the journal lets the next run restore it. Either way
+   what came out is checked again: if it is no longer what the check allowed, it is put back and the
+   commit fails.
 5. Write the journal's state ``done`` (the commit point), then delete the wrappers (the old outputs).
 
 If anything fails or is interrupted before ``done`` (an exception, KeyboardInterrupt, ENOSPC), every
@@ -257,8 +259,7 @@ class OutputTransaction:
             return _move_aside_then_in(m)
         if _changed(m):  # what was swapped out is not what the check allowed: put it back
             exchange(m.payload, m.target)
-            raise OutputError(f"{m.flag} {m.shown}: changed while vecmerge was writing; it was left as is, "
-                              f"run again or choose another {m.flag}")
+            raise _changed_error(m)
 
     def _release(self, state: str) -> None:
         for m in self.members:
@@ -273,30 +274,46 @@ def _appeared(m: _Member) -> OutputError:
                        f"is; pass --force to replace it, or choose another {m.flag}")
 
 
-def _changed(m: _Member) -> bool:
-    """After a swap, the old output now at ``m.payload``: is it no longer something we may replace?"""
-    if os.path.islink(m.payload):
+def _changed(m: _Member, old: Path | None = None) -> bool:
+    """The old output, now at ``old`` (after a swap: ``m.payload``): is it no longer something we may replace?"""
+    old = m.payload if old is None else old
+    if os.path.islink(old):
         return True
     if m.folder:
-        return not m.payload.is_dir() or why_not_ours(m.payload, m.expected) is not None
-    return not m.payload.is_file() or not is_kind(m.payload, m.kind)
+        return not old.is_dir() or why_not_ours(old, m.expected) is not None
+    return not old.is_file() or not is_kind(old, m.kind)
+
+
+def _changed_error(m: _Member) -> OutputError:
+    return OutputError(f"{m.flag} {m.shown}: changed while vecmerge was writing; it was left as is, "
+                       f"run again or choose another {m.flag}")
 
 
 def _move_aside_then_in(m: _Member) -> None:
-    """No atomic swap here: keep the old output in the wrapper as ``old``, then move the new one in."""
+    """No atomic swap here: keep the old output in the wrapper as ``old``, then move the new one in.
+
+    What was set aside is checked as a swapped-out one is: if it is no longer what the check allowed, the
+    commit fails and ``undo`` puts it back (a hard-linked file never left its path).
+    """
     old = m.wrapper / OLD
     if not m.folder:
         try:  # a file: a hard link keeps the old content, and os.replace never leaves the path absent
             os.link(m.target, old, follow_symlinks=False)
         except OSError:
             os.rename(m.target, old)
+            if _changed(m, old):
+                raise _changed_error(m) from None
             _checkpoint("aside")
             rename_noreplace(m.payload, m.target)
             return
+        if _changed(m, old):
+            raise _changed_error(m)
         _checkpoint("aside")
         os.replace(m.payload, m.target)
         return
     os.rename(m.target, old)
+    if _changed(m, old):
+        raise _changed_error(m)
     _checkpoint("aside")
     rename_noreplace(m.payload, m.target)
 
