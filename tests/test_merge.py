@@ -342,3 +342,98 @@ def test_full_space_on_large_modules_uses_the_randomized_cut_with_its_exact_erro
         assert e["rel_error"] == pytest.approx(rel(got[m], T), rel=1e-6)
         assert rel(got[m], T) <= 1.01 * rel(optimal_cut(T, 8), T), m
     assert verify_output(tmp_path / "big")["passed"]
+
+
+def test_elementwise_recipe_problems_word_for_word(three):
+    """The element-wise methods' own checks name the key, the models concerned and the fix; an invalid space is
+    reported and the remaining checks take the documented default (full), which needs a rank."""
+    from vecmerge.errors import RecipeError
+
+    rank_fix = ("in space full: its dense result has full rank; pass rank (e.g. --rank 32, the inputs' rank, as "
+                "PEFT's *_svd does; or energy:0.9), or use space core")
+    cases = [
+        ({"method": "ties", "models": ["a", "b"], "rank": 4},
+         ["method=ties: needs density (e.g. --density 0.5), or a density for each model (missing for a, b)"]),
+        ({"method": "dare_linear", "models": ["a", {"model": "b", "density": 0.3}, "c"], "rank": 4},
+         ["method=dare_linear: needs density (e.g. --density 0.5), or a density for each model (missing for a, c)"]),
+        ({"method": "magnitude_prune", "models": ["a"], "density": 0.5}, [f"method=magnitude_prune {rank_fix}"]),
+        ({"method": "ties", "models": ["a"], "density": 0.5, "space": "sideways"},
+         ["space='sideways': one of full, core", f"method=ties {rank_fix}"]),
+        ({"method": "ties", "models": ["a"], "density": 0.0, "space": "core"},
+         ["density=0.0: a share in (0, 1] of the entries to keep, e.g. 0.5"]),
+    ]
+    for rec, problems in cases:
+        with pytest.raises(RecipeError) as e:
+            Recipe.from_dict(rec)
+        assert e.value.problems == problems
+
+
+@pytest.mark.parametrize("space", ["full", "core"])
+def test_one_model_is_pruned_as_peft_prunes_it(three, dense_updates, peft_mu, space):
+    """Magnitude pruning of a single adapter (c, rank 6, rsLoRA) at density 0.3, written lossless: in full space
+    PEFT's ``prune`` of its dense update, in core space the same in its principal bases (numpy's SVD); rtol 1e-6."""
+    D = dense_updates(three / "c")
+    merge(space, method="magnitude_prune", models=models("c", [0.5]), density=0.3, space=space, rank="exact")
+    got = dense_updates(three / space)
+    for m, d in D.items():
+        if space == "full":
+            want = 0.5 * peft_mu.prune(d, 0.3, "magnitude")
+        else:
+            U, V = principal([d])
+            want = U @ (0.5 * peft_mu.prune(U.T @ d @ V, 0.3, "magnitude")) @ V.T
+        assert rel(got[m], want) <= 1e-6, m
+    assert json.loads((three / space / "vecmerge.json").read_text())["resolved"]["space"] == \
+        {"full": "dense", "core": "core"}[space]
+    assert verify_output(three / space)["passed"]
+
+
+def test_full_space_without_kept_rows_writes_the_same_bytes(three, monkeypatch):
+    """A module too large to keep its models' dense rows between the two passes (forced here by a zero budget)
+    forms them again: the same operations on the same numbers, so the output is bit-identical."""
+    import vecmerge.methods.elementwise as elementwise
+
+    rec = dict(method="ties", models=models("abc", W3, [0.5, 0.3, 0.7]), space="full", rank="exact")
+    merge("kept", **rec)
+    monkeypatch.setattr(elementwise, "KEEP_BYTES", 0)
+    merge("formed", **rec)
+    sha = [json.loads((three / o / "vecmerge.json").read_text())["output"]["sha256"] for o in ("kept", "formed")]
+    assert sha[0] == sha[1]
+
+
+def test_a_nearly_cancelling_core_merge_keeps_the_rank_of_what_is_left(three, dense_updates):
+    """a + b - (a + b + 1e-7 c) is -1e-7 c, of rank 6 = rank(c): the round-off of the cancelled parts (about 1e-16
+    of the inputs, 1e-9 of the result) is not counted as rank, since the exact rank's threshold is relative to the
+    inputs' scale, not only to the small result's. The written update is -1e-7 D_c to rtol 1e-6."""
+    D = {n: dense_updates(three / n) for n in "abc"}
+    rep = merge("near", method="magnitude_prune", models=models(["a", "b", "a + b + 1e-7 * c"], [1.0, 1.0, -1.0]),
+                density=1.0, space="core", rank="exact")
+    assert {e["rank"] for e in rep.outputs[0].figures["modules"].values()} == {6}
+    assert_modules_close(dense_updates(three / "near"), {m: -1e-7 * d for m, d in D["c"].items()}, 1e-6)
+    assert verify_output(three / "near")["passed"]
+
+
+def test_principal_bases_are_numpys_singular_vectors_above_the_threshold():
+    """``principal_bases`` against numpy's SVD of ``[X_1 .. X_n]`` and ``[X_1; ..; X_n]`` keeping singular values
+    strictly above 1e-12 of the largest: the spans agree (projectors to 1e-10) on rank-deficient cores scaled by
+    1e6 (round-off singular values ~1e-10 must not count), on one-row and one-column cores (rank-1 adapters), on
+    an all-zero stack (no direction), and at the threshold itself (singular values 1 and 1e-12: one direction)."""
+    from vecmerge.methods.elementwise import PRINCIPAL_RTOL, principal_bases
+
+    g = torch.Generator().manual_seed(0)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    L, R = rnd(5, 2), rnd(2, 4)
+    stacks = [torch.stack([L @ rnd(2, 2) @ R for _ in range(3)]) * 1e6, rnd(2, 1, 3), rnd(2, 3, 1), rnd(3, 4, 2)]
+    for X in stacks:
+        U, V = principal_bases(X)
+        Ur, Vr = principal(list(X), rtol=PRINCIPAL_RTOL)
+        assert U.shape == Ur.shape and V.shape == Vr.shape, (tuple(X.shape), U.shape, Ur.shape)
+        torch.testing.assert_close(U @ U.T, Ur @ Ur.T, rtol=0, atol=1e-10)
+        torch.testing.assert_close(V @ V.T, Vr @ Vr.T, rtol=0, atol=1e-10)
+    assert principal_bases(stacks[0])[0].shape == (5, 2)  # the rank of the updates, not the size of the core
+    U, V = principal_bases(torch.zeros(2, 3, 4, dtype=torch.float64))
+    assert U.shape == (3, 0) and V.shape == (4, 0)
+    U, V = principal_bases(torch.diag(torch.tensor([1.0, 1e-12], dtype=torch.float64))[None])
+    assert U.shape == (2, 1) and V.shape == (2, 1)

@@ -251,7 +251,7 @@ def dare_ties(X: torch.Tensor, w, density, generator: torch.Generator, majority:
 
 
 def module_seed(seed: int, module: str) -> int:
-    """A 63-bit seed for one module, from the run's seed and the module's name (SHA-256 of both).
+    """A 63-bit seed for one module: ``int.from_bytes(sha256(f"{seed}:{module}")[:8], "little") >> 1``.
 
     With one generator per module seeded this way, a module's DARE masks do not depend on which
     other modules are merged or in what order (unlike PEFT's single global stream).
