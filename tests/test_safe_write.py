@@ -409,8 +409,13 @@ def test_sigint_during_the_commit_is_held_until_it_is_decided(tmp_path, monkeypa
             time.sleep(0.05)  # delivered now, were it not held
 
     monkeypatch.setattr(safe_write, "_checkpoint", at)
-    with pytest.raises(KeyboardInterrupt):
-        commit_folders([tmp_path / "out"], "new", force=True)
+    # Python's own SIGINT handler, as in a terminal (a job started in the background inherits SIGINT ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            commit_folders([tmp_path / "out"], "new", force=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert tag_of(tmp_path / "out") == "new" and hidden(tmp_path) == []
 
 
