@@ -524,3 +524,90 @@ def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli
     checks, expected = compare(out, ev, man, TOLERANCES["fp32"])
     assert sorted(expected) == sorted(out.modules) and [c["name"] for c in checks] == ["update", "step"]
     assert compare(out, ev, man, TOLERANCES["fp32"], keep_expected=False)[1] is None
+
+
+def _full_space_ties(out: str) -> Path:
+    """A TIES merge of v51 and v28 in full space: each module's intended update is a dense matrix (``Dense``)."""
+    from vecmerge.pipeline import run
+    from vecmerge.recipe import Recipe
+    from vecmerge.workspace import Workspace
+
+    run(Recipe.from_dict({"out": out, "method": "ties", "space": "full", "rank": "exact",
+                          "models": [{"model": "v51", "weight": 1.0, "density": 0.5},
+                                     {"model": "v28", "weight": -1.0, "density": 0.5}]}), Workspace())
+    return Path(out)
+
+
+def test_a_dense_space_merge_is_compared_densely(toy):
+    """A full-space merge's target is a dense matrix: a clean output is within fp32 round-off of it, and one module's
+    B times 1 + 1e-4 is found by name, with that relative error (rel 1e-3) and recognised as a rescaling."""
+    _full_space_ties("ties")
+    clean = by_name(verify_output("ties"))
+    assert clean["update"]["passed"] and clean["update"]["figures"]["max_rel_error"] < 2e-7
+    rewrite_tensor(Path("ties"), B_KEY, lambda t: t * (1 + 1e-4))
+    upd = by_name(verify_output("ties"))["update"]
+    assert not upd["passed"] and upd["figures"]["bad_modules"] == [MODULE]
+    assert upd["figures"]["max_rel_error"] == pytest.approx(1e-4, rel=1e-3)
+    assert upd["detail"].endswith("do not hold the recomputed factors (scaled by 1.0001)")
+
+
+def _set_module(folder: Path, module: str, B: torch.Tensor, A: torch.Tensor) -> None:
+    """Write ``module``'s factors (B, A) into ``folder`` (same rank and dtype as stored)."""
+    path = folder / "adapter_model.safetensors"
+    tensors = load_file(path)
+    for key, t in ((f"base_model.model.{module}.lora_B.weight", B), (f"base_model.model.{module}.lora_A.weight", A)):
+        tensors[key] = t.to(tensors[key].dtype).contiguous()
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def test_a_zeroed_or_filled_in_module_fails_by_name_without_a_scale(tmp_path, monkeypatch):
+    """Two changes no rescaling explains: a module whose written update is zeroed (W = 0), and a module whose intended
+    update is zero (a zero backbone, a dropped module) written non-zero. Each fails the update check by name, as tensors
+    that do not hold the recomputed factors, with no scale named and no crash."""
+    from vecmerge.pipeline import run
+    from vecmerge.recipe import Recipe
+    from vecmerge.testing import toy_trajectory
+    from vecmerge.workspace import Workspace
+
+    disagree = "model.layers.1.mlp.up_proj"
+    toy_trajectory(tmp_path / "t", disagree=(disagree,))
+    monkeypatch.chdir(tmp_path / "t")
+    run(Recipe.from_dict({"base": "v54-v54", "dir": "v51-v28", "alpha": 0.1, "out": "z",
+                          "consensus": {"ref": "v54-v54e2", "on_disagree": "drop"}}), Workspace())
+    specs = Adapter(Path("z")).specs
+    (o, i), r = specs[disagree].shape, specs[disagree].rank
+    _set_module(Path("z"), disagree, torch.ones(o, r), torch.ones(r, i))    # intended 0, written non-zero
+    (o, i), r = specs[MODULE].shape, specs[MODULE].rank
+    _set_module(Path("z"), MODULE, torch.zeros(o, r), torch.zeros(r, i))    # intended non-zero, written 0
+    upd = by_name(verify_output("z"))["update"]
+    assert not upd["passed"] and sorted(upd["figures"]["bad_modules"]) == sorted([disagree, MODULE])
+    assert upd["detail"].endswith("in adapter_model.safetensors do not hold the recomputed factors")
+    assert "scaled" not in upd["detail"]
+
+
+@pytest.mark.parametrize("share", [0.3, 3.0])
+def test_the_rescale_hint_is_as_sharp_as_the_update_tolerance(toy, run_cli, dense_expr, dense_updates, share):
+    """One module written as 1.001 * I_m plus a rank-one change E: verify names the scale exactly when the rest,
+    ``||W_m / c - I_m|| / ||I_m||`` with ``c = <W_m, I_m> / ||I_m||^2`` (computed here in float64 from the file), is
+    within the update tolerance 1e-5. E is sized to 0.3 and 3 times the tolerance."""
+    project(run_cli)
+    tol = TOLERANCES["fp32"]["update"]
+    alpha = json.loads(Path("out/vecmerge.json").read_text())["resolved"]["alpha"]
+    want = dense_expr({"v54": 1.0, "v51": alpha, "v28": -alpha})[MODULE]
+    B = load_file("out/adapter_model.safetensors")[B_KEY].double()
+    A = load_file("out/adapter_model.safetensors")[B_KEY.replace("lora_B", "lora_A")].double()
+    s = float(dense_updates(Path("out"))[MODULE].norm() / (B @ A).norm())
+    E = torch.zeros_like(B)
+    E[:, 0] = torch.linspace(-1.0, 1.0, B.shape[0], dtype=torch.float64)
+
+    def rest(W):
+        c = float((W * want).sum() / (want * want).sum())
+        return float((W / c - want).norm() / want.norm())
+
+    unit = rest(1.001 * s * B @ A + s * (E * 1e-3) @ A) / 1e-3   # the rest per unit of E (it is linear in E)
+    rewrite_tensor(Path("out"), B_KEY, lambda t: (1.001 * B + E * (share * tol / unit)).to(t.dtype))
+    got = rest(dense_updates(Path("out"))[MODULE])
+    assert got == pytest.approx(share * tol, rel=0.05)
+    upd = by_name(verify_output("out"))["update"]
+    assert not upd["passed"] and upd["figures"]["bad_modules"] == [MODULE]
+    assert upd["detail"].endswith("(scaled by 1.001)") is (share < 1), upd["detail"]
