@@ -512,8 +512,9 @@ def test_verify_reports_progress_over_every_module(toy, run_cli):
     assert len(Adapter(Path("out")).modules) in [len(s) for s in seen]
 
 
-def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli):
-    """verify.compare keeps every module's recomputed update by default (the PEFT checks compare against them)."""
+def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli, dense_expr):
+    """verify.compare keeps every module's recomputed update by default (the PEFT checks compare against them):
+    each is ``base_m + alpha dir_m`` of dense float64 from the raw files (alpha from the manifest; rtol 1e-12)."""
     from vecmerge.recipe import with_absolute_inputs
     from vecmerge.verify import TOLERANCES, compare, recompute
 
@@ -523,6 +524,10 @@ def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli
     out = Adapter(Path("out"))
     checks, expected = compare(out, ev, man, TOLERANCES["fp32"])
     assert sorted(expected) == sorted(out.modules) and [c["name"] for c in checks] == ["update", "step"]
+    alpha = man["resolved"]["alpha"]
+    want = dense_expr({"v54": 1.0, "v51": alpha, "v28": -alpha})
+    for m, got in expected.items():
+        torch.testing.assert_close(got.dense(), want[m], rtol=1e-12, atol=1e-12 * float(want[m].abs().max()))
     assert compare(out, ev, man, TOLERANCES["fp32"], keep_expected=False)[1] is None
 
 
