@@ -453,15 +453,17 @@ def test_a_changed_entry_is_not_called_a_rescaling(toy, run_cli):
     assert detail.endswith("in adapter_model.safetensors do not hold the recomputed factors") and "scaled" not in detail
 
 
-def test_an_unreadable_module_is_named_and_the_others_still_compared(toy, run_cli, dense_expr, dense_updates):
-    """A module with a NaN fails the update check by name; every other module is still compared (figures over
-    the 13 others against dense float64, rtol 1e-6)."""
+@pytest.mark.parametrize("which", [0, -1])
+def test_an_unreadable_module_is_named_and_the_others_still_compared(toy, run_cli, dense_expr, dense_updates, which):
+    """A module with a NaN (the first or the last compared) fails the update check by name; every other module is
+    still compared (figures over the 13 others against dense float64, rtol 1e-6)."""
     project(run_cli)
-    want = _dense_figures(Path("out"), dense_expr, dense_updates, skip=(MODULE,))
-    rewrite_tensor(Path("out"), B_KEY, lambda t: t.index_put_((torch.tensor([0]), torch.tensor([0])),
-                                                               torch.tensor(float("nan"))))
+    module = Adapter(Path("out")).modules[which]
+    want = _dense_figures(Path("out"), dense_expr, dense_updates, skip=(module,))
+    rewrite_tensor(Path("out"), f"base_model.model.{module}.lora_B.weight",
+                   lambda t: t.index_put_((torch.tensor([0]), torch.tensor([0])), torch.tensor(float("nan"))))
     upd = by_name(verify_output("out"))["update"]
-    assert not upd["passed"] and upd["detail"] == f"{MODULE}: unreadable or non-finite factors"
+    assert not upd["passed"] and upd["detail"] == f"{module}: unreadable or non-finite factors"
     assert upd["figures"]["rel_error"] == pytest.approx(want["rel_error"], rel=1e-6)
     assert upd["figures"]["worst_module"] == max(want["rel"], key=want["rel"].get)
 
@@ -522,7 +524,15 @@ def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli
     man = json.loads(Path("out/vecmerge.json").read_text())
     ev, _ = recompute(with_absolute_inputs(man, Path("out")), Path("out"))
     out = Adapter(Path("out"))
-    checks, expected = compare(out, ev, man, TOLERANCES["fp32"])
+    seen = []
+
+    def progress(items, total=None):
+        items = list(items)
+        seen.append(len(items))
+        return items
+
+    checks, expected = compare(out, ev, man, TOLERANCES["fp32"], progress)
+    assert seen == [len(out.modules)]  # the bar advances once per compared module
     assert sorted(expected) == sorted(out.modules) and [c["name"] for c in checks] == ["update", "step"]
     alpha = man["resolved"]["alpha"]
     want = dense_expr({"v54": 1.0, "v51": alpha, "v28": -alpha})
