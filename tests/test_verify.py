@@ -626,3 +626,21 @@ def test_the_rescale_hint_is_as_sharp_as_the_update_tolerance(toy, run_cli, dens
     upd = by_name(verify_output("out"))["update"]
     assert not upd["passed"] and upd["figures"]["bad_modules"] == [MODULE]
     assert upd["detail"].endswith("(scaled by 1.001)") is (share < 1), upd["detail"]
+
+
+def test_an_output_with_no_readable_module_fails_without_a_crash(toy, run_cli):
+    """A NaN in every module: nothing can be compared, so the update check fails naming the modules, its figures say
+    there is no worst module (None) and no error was summed (0.0); the finite check names them too."""
+    project(run_cli)
+    modules = Adapter(Path("out")).modules
+    path = Path("out/adapter_model.safetensors")
+    tensors = load_file(path)
+    for m in modules:
+        tensors[f"base_model.model.{m}.lora_B.weight"][0, 0] = float("nan")
+    save_file(tensors, path, metadata={"format": "pt"})
+    res = by_name(verify_output("out"))
+    upd = res["update"]
+    assert not upd["passed"] and upd["detail"].startswith(f"{modules[0]}: unreadable or non-finite factors; ")
+    assert (upd["figures"]["max_rel_error"], upd["figures"]["worst_module"], upd["figures"]["rel_error"]) == (
+        None, None, 0.0)
+    assert not res["finite"]["passed"]
