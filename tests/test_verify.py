@@ -645,3 +645,28 @@ def test_an_output_with_no_readable_module_fails_without_a_crash(toy, run_cli):
     assert (upd["figures"]["max_rel_error"], upd["figures"]["worst_module"], upd["figures"]["rel_error"]) == (
         None, None, 0.0)
     assert not res["finite"]["passed"]
+
+
+def test_changed_and_missing_inputs_are_each_named_with_their_hashes(toy, run_cli):
+    """Every input is checked (not only up to the first problem): a changed weights file and a changed config are
+    named with the first 16 hex digits of the sha256 found (hashlib here) and of the one pinned; two missing inputs
+    are both named."""
+    import hashlib
+
+    project(run_cli)
+    man = json.loads(Path("out/vecmerge.json").read_text())
+    key = sorted(load_file(toy / "v28" / "adapter_model.safetensors"))[0]
+    rewrite_tensor(toy / "v28", key, lambda t: t * 1.01)
+    cfg_path = toy / "v51" / "adapter_config.json"
+    cfg_path.write_text(cfg_path.read_text().replace("{", '{"vecmerge_test": 1, ', 1))
+    sha = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
+    detail = by_name(verify_output("out"))["inputs"]["detail"]
+    weights = toy / "v28" / "adapter_model.safetensors"
+    assert (f"input v28: {weights} has sha256 {sha(weights)[:16]}..., the manifest pins "
+            f"{man['recipe']['inputs']['v28']['sha256'][:16]}...: it changed after the merge") in detail
+    assert (f"input v51: {cfg_path} changed after the merge (sha256 {sha(cfg_path)[:16]}..., pinned "
+            f"{man['inputs']['v51']['config_sha256'][:16]}...)") in detail
+    shutil.rmtree(toy / "v28")
+    shutil.rmtree(toy / "v51")
+    detail = by_name(verify_output("out"))["inputs"]["detail"]
+    assert "input v28 is missing or unreadable" in detail and "input v51 is missing or unreadable" in detail
