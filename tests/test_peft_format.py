@@ -60,6 +60,9 @@ def test_target_rules_follow_peft():
     assert not targeted({"target_modules": ["q_proj"], "layers_to_transform": [0, 1]}, q)
     assert targeted({"target_modules": ["q_proj"], "layers_to_transform": 3, "layers_pattern": "layers"}, q)
     assert not targeted({"target_modules": ["q_proj"], "exclude_modules": ["q_proj"]}, q)
+    # PEFT expands "all-linear" to every linear layer before its own check, so each module saved under it is targeted
+    assert targeted({"target_modules": "all-linear"}, q) and targeted({"target_modules": "all-linear"}, "lm_head")
+    assert not targeted({"target_modules": "all-linear", "exclude_modules": r".*q_proj"}, q)
 
 
 def _edit_config(path, **changes):
@@ -210,6 +213,7 @@ TARGET_CONFIGS = [
     {"target_modules": ["q_proj"], "layers_to_transform": []},
     {"target_modules": []},
     {"target_modules": "model.layers.3.self_attn.q_proj"},
+    {"target_modules": ["q_proj", "c_attn"], "layers_to_transform": [3], "layers_pattern": "h"},
 ]
 TARGET_NAMES = ["model.layers.3.self_attn.q_proj", "model.layers.12.mlp.up_proj", "model.layers.3.mlp.q_proj_x",
                 "lm_head", "model.decoder.layers.0.q_proj", "transformer.h.3.attn.c_attn", "q_proj",
@@ -329,3 +333,36 @@ def test_a_bad_pattern_key_is_refused_when_the_config_is_read(tmp_path):
     with pytest.raises(PatternError) as e:
         LoraConfig.read(path)
     assert str(e.value).startswith(f"{path}: alpha_pattern key '(a+)+': a repeat inside a repeat")
+
+
+TARGET_REGEX_FIELDS = [
+    ("target_modules", lambda rx: {"target_modules": rx}),
+    ("exclude_modules", lambda rx: {"target_modules": ["q_proj"], "exclude_modules": rx}),
+    ("layers_pattern", lambda rx: {"target_modules": ["q_proj"], "layers_to_transform": [3], "layers_pattern": rx}),
+    ("layers_pattern", lambda rx: {"target_modules": ["q_proj"], "layers_to_transform": [3], "layers_pattern": [rx]}),
+]
+
+
+@pytest.mark.parametrize("field, raw", TARGET_REGEX_FIELDS)
+def test_targeted_names_the_field_and_file_of_an_invalid_regex(field, raw):
+    """A regex string of the config that does not compile is one line naming the file, the field and the fix."""
+    from vecmerge.safe_pattern import PatternError
+
+    with pytest.raises(PatternError) as e:
+        targeted(raw("q_proj("), "model.layers.3.self_attn.q_proj", source="c.json")
+    assert str(e.value).startswith(f"c.json: {field}: not a valid regex (")
+    assert "escape special characters" in str(e.value)
+
+
+@pytest.mark.parametrize("field, raw", TARGET_REGEX_FIELDS[:3])
+def test_targeted_stops_a_slow_regex_and_names_the_field_and_file(field, raw):
+    """A regex that passes the static check but backtracks for seconds on a long module name is stopped at the
+    1 s budget (about 1 s per case), naming the file, the field and the module; never a hang or a crash."""
+    from vecmerge.safe_pattern import MATCH_BUDGET_S, PatternError
+
+    slow = r"\w*\w*\w*\w*!"  # 4 variable repeats: allowed, ~len**4 steps on a miss (seconds for 400 characters)
+    name = "a" * 400 + ".q_proj"
+    with pytest.raises(PatternError) as e:
+        targeted(raw(slow), name, source="c.json")
+    assert str(e.value).startswith(f"c.json: {field}: matching module 'aaaa")
+    assert f"took over {MATCH_BUDGET_S:g} s (the regex backtracks); simplify the pattern" in str(e.value)

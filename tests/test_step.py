@@ -124,12 +124,27 @@ def test_module_step_bounds_each_module_by_its_own_norm():
     takes min(|alpha|, alpha_m) with alpha's sign, and clipped says whether any was reduced."""
     st = choose_step(_tv(BASE), _tv(DIRN), trust=0.5, scope="module")
     assert st.alpha is None and (st.scope, st.trust, st.clipped) == ("module", 0.5, False)
+    assert st.base_norm == pytest.approx(13.0, rel=1e-15) and st.dir_norm == pytest.approx(math.sqrt(5), rel=1e-15)
     assert st.module_alpha == pytest.approx({"a": 1.5, "b": 0.0, "c": 3.0}, rel=1e-15)
     mixed = choose_step(_tv(BASE), _tv(DIRN), trust=0.5, scope="module", alpha=-2.0)
     assert mixed.module_alpha == pytest.approx({"a": -1.5, "b": 0.0, "c": -2.0}, rel=1e-15)
     assert mixed.clipped and mixed.requested_alpha == -2.0
     inside = choose_step(_tv(BASE), _tv({"a": 1.0, "b": 1.0, "c": 1.0}), trust=0.5, scope="module", alpha=1.5)
     assert inside.module_alpha == {"a": 1.5, "b": 1.5, "c": 1.5} and not inside.clipped  # a's bound is 1.5 exactly
+
+
+def test_step_refusals_word_for_word():
+    """What the user reads when no step can be taken: the field, the reason, and what to give instead."""
+    cases = [({"base": _tv(BASE), "direction": _tv(DIRN)}, "give trust (a relative step such as 0.0113) or alpha"),
+             ({"base": _tv(BASE), "direction": _tv({"a": 0.0, "b": 0.0, "c": 0.0}), "alpha": 1.0},
+              "dir: the direction is zero in every module (after mask and mode); nothing to step along (check the "
+              "expression, e.g. v51 - v28, and --on-disagree)"),
+             ({"base": _tv({"a": 0.0}), "direction": _tv({"a": 1.0}), "trust": 0.1},
+              "trust: the backbone is zero, so a step relative to it is empty; use --alpha")]
+    for kwargs, message in cases:
+        with pytest.raises(RecipeError) as e:
+            choose_step(**kwargs)
+        assert str(e.value) == f"recipe: {message}"
 
 
 def test_step_refusals_say_what_to_give():

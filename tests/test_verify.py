@@ -453,15 +453,17 @@ def test_a_changed_entry_is_not_called_a_rescaling(toy, run_cli):
     assert detail.endswith("in adapter_model.safetensors do not hold the recomputed factors") and "scaled" not in detail
 
 
-def test_an_unreadable_module_is_named_and_the_others_still_compared(toy, run_cli, dense_expr, dense_updates):
-    """A module with a NaN fails the update check by name; every other module is still compared (figures over
-    the 13 others against dense float64, rtol 1e-6)."""
+@pytest.mark.parametrize("which", [0, -1])
+def test_an_unreadable_module_is_named_and_the_others_still_compared(toy, run_cli, dense_expr, dense_updates, which):
+    """A module with a NaN (the first or the last compared) fails the update check by name; every other module is
+    still compared (figures over the 13 others against dense float64, rtol 1e-6)."""
     project(run_cli)
-    want = _dense_figures(Path("out"), dense_expr, dense_updates, skip=(MODULE,))
-    rewrite_tensor(Path("out"), B_KEY, lambda t: t.index_put_((torch.tensor([0]), torch.tensor([0])),
-                                                               torch.tensor(float("nan"))))
+    module = Adapter(Path("out")).modules[which]
+    want = _dense_figures(Path("out"), dense_expr, dense_updates, skip=(module,))
+    rewrite_tensor(Path("out"), f"base_model.model.{module}.lora_B.weight",
+                   lambda t: t.index_put_((torch.tensor([0]), torch.tensor([0])), torch.tensor(float("nan"))))
     upd = by_name(verify_output("out"))["update"]
-    assert not upd["passed"] and upd["detail"] == f"{MODULE}: unreadable or non-finite factors"
+    assert not upd["passed"] and upd["detail"] == f"{module}: unreadable or non-finite factors"
     assert upd["figures"]["rel_error"] == pytest.approx(want["rel_error"], rel=1e-6)
     assert upd["figures"]["worst_module"] == max(want["rel"], key=want["rel"].get)
 
@@ -512,8 +514,9 @@ def test_verify_reports_progress_over_every_module(toy, run_cli):
     assert len(Adapter(Path("out")).modules) in [len(s) for s in seen]
 
 
-def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli):
-    """verify.compare keeps every module's recomputed update by default (the PEFT checks compare against them)."""
+def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli, dense_expr):
+    """verify.compare keeps every module's recomputed update by default (the PEFT checks compare against them):
+    each is ``base_m + alpha dir_m`` of dense float64 from the raw files (alpha from the manifest; rtol 1e-12)."""
     from vecmerge.recipe import with_absolute_inputs
     from vecmerge.verify import TOLERANCES, compare, recompute
 
@@ -521,6 +524,149 @@ def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli
     man = json.loads(Path("out/vecmerge.json").read_text())
     ev, _ = recompute(with_absolute_inputs(man, Path("out")), Path("out"))
     out = Adapter(Path("out"))
-    checks, expected = compare(out, ev, man, TOLERANCES["fp32"])
+    seen = []
+
+    def progress(items, total=None):
+        items = list(items)
+        seen.append(len(items))
+        return items
+
+    checks, expected = compare(out, ev, man, TOLERANCES["fp32"], progress)
+    assert seen == [len(out.modules)]  # the bar advances once per compared module
     assert sorted(expected) == sorted(out.modules) and [c["name"] for c in checks] == ["update", "step"]
+    alpha = man["resolved"]["alpha"]
+    want = dense_expr({"v54": 1.0, "v51": alpha, "v28": -alpha})
+    for m, got in expected.items():
+        torch.testing.assert_close(got.dense(), want[m], rtol=1e-12, atol=1e-12 * float(want[m].abs().max()))
     assert compare(out, ev, man, TOLERANCES["fp32"], keep_expected=False)[1] is None
+
+
+def _full_space_ties(out: str) -> Path:
+    """A TIES merge of v51 and v28 in full space: each module's intended update is a dense matrix (``Dense``)."""
+    from vecmerge.pipeline import run
+    from vecmerge.recipe import Recipe
+    from vecmerge.workspace import Workspace
+
+    run(Recipe.from_dict({"out": out, "method": "ties", "space": "full", "rank": "exact",
+                          "models": [{"model": "v51", "weight": 1.0, "density": 0.5},
+                                     {"model": "v28", "weight": -1.0, "density": 0.5}]}), Workspace())
+    return Path(out)
+
+
+def test_a_dense_space_merge_is_compared_densely(toy):
+    """A full-space merge's target is a dense matrix: a clean output is within fp32 round-off of it, and one module's
+    B times 1 + 1e-4 is found by name, with that relative error (rel 1e-3) and recognised as a rescaling."""
+    _full_space_ties("ties")
+    clean = by_name(verify_output("ties"))
+    assert clean["update"]["passed"] and clean["update"]["figures"]["max_rel_error"] < 2e-7
+    rewrite_tensor(Path("ties"), B_KEY, lambda t: t * (1 + 1e-4))
+    upd = by_name(verify_output("ties"))["update"]
+    assert not upd["passed"] and upd["figures"]["bad_modules"] == [MODULE]
+    assert upd["figures"]["max_rel_error"] == pytest.approx(1e-4, rel=1e-3)
+    assert upd["detail"].endswith("do not hold the recomputed factors (scaled by 1.0001)")
+
+
+def _set_module(folder: Path, module: str, B: torch.Tensor, A: torch.Tensor) -> None:
+    """Write ``module``'s factors (B, A) into ``folder`` (same rank and dtype as stored)."""
+    path = folder / "adapter_model.safetensors"
+    tensors = load_file(path)
+    for key, t in ((f"base_model.model.{module}.lora_B.weight", B), (f"base_model.model.{module}.lora_A.weight", A)):
+        tensors[key] = t.to(tensors[key].dtype).contiguous()
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def test_a_zeroed_or_filled_in_module_fails_by_name_without_a_scale(tmp_path, monkeypatch):
+    """Two changes no rescaling explains: a module whose written update is zeroed (W = 0), and a module whose intended
+    update is zero (a zero backbone, a dropped module) written non-zero. Each fails the update check by name, as tensors
+    that do not hold the recomputed factors, with no scale named and no crash."""
+    from vecmerge.pipeline import run
+    from vecmerge.recipe import Recipe
+    from vecmerge.testing import toy_trajectory
+    from vecmerge.workspace import Workspace
+
+    disagree = "model.layers.1.mlp.up_proj"
+    toy_trajectory(tmp_path / "t", disagree=(disagree,))
+    monkeypatch.chdir(tmp_path / "t")
+    run(Recipe.from_dict({"base": "v54-v54", "dir": "v51-v28", "alpha": 0.1, "out": "z",
+                          "consensus": {"ref": "v54-v54e2", "on_disagree": "drop"}}), Workspace())
+    specs = Adapter(Path("z")).specs
+    (o, i), r = specs[disagree].shape, specs[disagree].rank
+    _set_module(Path("z"), disagree, torch.ones(o, r), torch.ones(r, i))    # intended 0, written non-zero
+    (o, i), r = specs[MODULE].shape, specs[MODULE].rank
+    _set_module(Path("z"), MODULE, torch.zeros(o, r), torch.zeros(r, i))    # intended non-zero, written 0
+    upd = by_name(verify_output("z"))["update"]
+    assert not upd["passed"] and sorted(upd["figures"]["bad_modules"]) == sorted([disagree, MODULE])
+    assert upd["detail"].endswith("in adapter_model.safetensors do not hold the recomputed factors")
+    assert "scaled" not in upd["detail"]
+
+
+@pytest.mark.parametrize("share", [0.3, 3.0])
+def test_the_rescale_hint_is_as_sharp_as_the_update_tolerance(toy, run_cli, dense_expr, dense_updates, share):
+    """One module written as 1.001 * I_m plus a rank-one change E: verify names the scale exactly when the rest,
+    ``||W_m / c - I_m|| / ||I_m||`` with ``c = <W_m, I_m> / ||I_m||^2`` (computed here in float64 from the file), is
+    within the update tolerance 1e-5. E is sized to 0.3 and 3 times the tolerance."""
+    project(run_cli)
+    tol = TOLERANCES["fp32"]["update"]
+    alpha = json.loads(Path("out/vecmerge.json").read_text())["resolved"]["alpha"]
+    want = dense_expr({"v54": 1.0, "v51": alpha, "v28": -alpha})[MODULE]
+    B = load_file("out/adapter_model.safetensors")[B_KEY].double()
+    A = load_file("out/adapter_model.safetensors")[B_KEY.replace("lora_B", "lora_A")].double()
+    s = float(dense_updates(Path("out"))[MODULE].norm() / (B @ A).norm())
+    E = torch.zeros_like(B)
+    E[:, 0] = torch.linspace(-1.0, 1.0, B.shape[0], dtype=torch.float64)
+
+    def rest(W):
+        c = float((W * want).sum() / (want * want).sum())
+        return float((W / c - want).norm() / want.norm())
+
+    unit = rest(1.001 * s * B @ A + s * (E * 1e-3) @ A) / 1e-3   # the rest per unit of E (it is linear in E)
+    rewrite_tensor(Path("out"), B_KEY, lambda t: (1.001 * B + E * (share * tol / unit)).to(t.dtype))
+    got = rest(dense_updates(Path("out"))[MODULE])
+    assert got == pytest.approx(share * tol, rel=0.05)
+    upd = by_name(verify_output("out"))["update"]
+    assert not upd["passed"] and upd["figures"]["bad_modules"] == [MODULE]
+    assert upd["detail"].endswith("(scaled by 1.001)") is (share < 1), upd["detail"]
+
+
+def test_an_output_with_no_readable_module_fails_without_a_crash(toy, run_cli):
+    """A NaN in every module: nothing can be compared, so the update check fails naming the modules, its figures say
+    there is no worst module (None) and no error was summed (0.0); the finite check names them too."""
+    project(run_cli)
+    modules = Adapter(Path("out")).modules
+    path = Path("out/adapter_model.safetensors")
+    tensors = load_file(path)
+    for m in modules:
+        tensors[f"base_model.model.{m}.lora_B.weight"][0, 0] = float("nan")
+    save_file(tensors, path, metadata={"format": "pt"})
+    res = by_name(verify_output("out"))
+    upd = res["update"]
+    listed = "; ".join(f"{m}: unreadable or non-finite factors" for m in modules[:3])
+    assert not upd["passed"] and upd["detail"] == f"{listed} and {len(modules) - 3} more"
+    assert (upd["figures"]["max_rel_error"], upd["figures"]["worst_module"], upd["figures"]["rel_error"]) == (
+        None, None, 0.0)
+    assert not res["finite"]["passed"]
+
+
+def test_changed_and_missing_inputs_are_each_named_with_their_hashes(toy, run_cli):
+    """Every input is checked (not only up to the first problem): a changed weights file and a changed config are
+    named with the first 16 hex digits of the sha256 found (hashlib here) and of the one pinned; two missing inputs
+    are both named."""
+    import hashlib
+
+    project(run_cli)
+    man = json.loads(Path("out/vecmerge.json").read_text())
+    key = sorted(load_file(toy / "v28" / "adapter_model.safetensors"))[0]
+    rewrite_tensor(toy / "v28", key, lambda t: t * 1.01)
+    cfg_path = toy / "v51" / "adapter_config.json"
+    cfg_path.write_text(cfg_path.read_text().replace("{", '{"vecmerge_test": 1, ', 1))
+    sha = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
+    detail = by_name(verify_output("out"))["inputs"]["detail"]
+    weights = toy / "v28" / "adapter_model.safetensors"
+    assert (f"input v28: {weights} has sha256 {sha(weights)[:16]}..., the manifest pins "
+            f"{man['recipe']['inputs']['v28']['sha256'][:16]}...: it changed after the merge") in detail
+    assert (f"input v51: {cfg_path} changed after the merge (sha256 {sha(cfg_path)[:16]}..., pinned "
+            f"{man['inputs']['v51']['config_sha256'][:16]}...)") in detail
+    shutil.rmtree(toy / "v28")
+    shutil.rmtree(toy / "v51")
+    detail = by_name(verify_output("out"))["inputs"]["detail"]
+    assert "input v28 is missing or unreadable" in detail and "input v51 is missing or unreadable" in detail
