@@ -244,6 +244,52 @@ def test_a_module_zero_on_either_side_has_no_sign_and_is_not_compared(split, run
     v54same_all = [dict(r, zero=True) for r in rows.values()]
     with pytest.raises(CheckFailed, match="every module is zero"):
         decide("v54 - v54same", v54same_all, "keep", None)
+    live = ws.evaluate("v51 - v28")
+    swapped = {r["module"]: r for r in agreement_rows(live, ref)}  # the direction's side is tested too
+    assert swapped[roundoff]["zero"] and not swapped[exact].get("zero") and live[roundoff].norm() > 0
     out = run_cli("audit", "--ref", "v54-v54same", "--dir", "v51z-v28z").output
     assert "11/12 modules agree in sign" in out and "not compared: 2 module(s) zero in the ref or the dir" in out
     assert "opposite sign: " + DISAGREE in out
+
+
+def test_zero_is_relative_to_the_round_off_floor_of_factors_and_cores():
+    """``is_zero``: ``||x|| <= EXACT_RTOL * floor`` with floor ``|s| ||B||_F ||A||_F`` (LowRank) or the core's
+    ``floor`` (InSpan); a small real update far from 1 in scale is not zero, a cancellation is."""
+    from vecmerge.consensus import is_zero, roundoff_floor
+    from vecmerge.lowrank import EXACT_RTOL, LowRank
+    from vecmerge.subspace import InSpan
+
+    g = torch.Generator().manual_seed(0)
+    B, A = 1e-3 * torch.randn(16, 2, generator=g, dtype=torch.float64), 1e-3 * torch.randn(2, 12, generator=g,
+                                                                                           dtype=torch.float64)
+    x = LowRank(B, A, 0.5)
+    assert roundoff_floor(x) == pytest.approx(0.5 * float(B.norm()) * float(A.norm()), rel=1e-12)  # ~1e-6
+    assert not is_zero(x, x.norm()) and not is_zero(x, 1e-6 * roundoff_floor(x))  # small, but 1e3 x the bound
+    assert is_zero(x, EXACT_RTOL * roundoff_floor(x)) and not is_zero(x, 1.01 * EXACT_RTOL * roundoff_floor(x))
+    cancel = LowRank(torch.cat([B, B], 1), torch.cat([A, -A], 0), 0.5)  # s B A - s B A, stacked
+    assert is_zero(cancel, cancel.norm()) and is_zero(LowRank.zeros((16, 12)), 0.0)
+    core = InSpan(torch.full((2, 2), 1e-20, dtype=torch.float64), None, floor=1e-8)
+    assert roundoff_floor(core) == 1e-8 and is_zero(core, core.norm())
+    assert not is_zero(InSpan(torch.full((2, 2), 1e-12, dtype=torch.float64), None, floor=1e-8), 2e-12)
+    assert is_zero(InSpan(torch.zeros(2, 2, dtype=torch.float64), None, floor=0.0), 0.0)
+
+
+def test_zero_and_missing_rows_are_counted_once_and_missing_ones_count_against_the_share():
+    """A module missing in an input is read as zero: it is ``missing`` (counts against the share), not ``zero``."""
+    from vecmerge.consensus import check_not_zero
+    from vecmerge.errors import ExpressionError
+
+    row = {"layer": 0, "type": "q_proj", "shape": [4, 4], "inner": 1.0, "cosine": 0.5, "ref_norm": 1.0,
+           "dir_norm": 2.0, "agree": True}
+    rows = [dict(row, module="a"), dict(row, module="b"),
+            dict(row, module="z", inner=0.0, cosine=0.0, agree=False, zero=True),
+            dict(row, module="m", inner=0.0, cosine=0.0, dir_norm=0.0, agree=False, zero=True, missing=True)]
+    s = summarize(rows)
+    assert (s["modules"], s["agree"], s["disagree"], s["not_compared"], s["zero"]) == (4, 2, 0, 2, 1)
+    with pytest.raises(CheckFailed, match=r"2/3 modules agree"):  # over 4 - 1 zero: the missing one counts
+        decide("ref", rows, "keep", 0.9)
+    # the reference zero in every compared module is bad input, even where a missing module's is not
+    flat = [dict(row, module="a", ref_norm=0.0), dict(row, module="m", missing=True)]
+    with pytest.raises(ExpressionError, match=r"--consensus-ref v - v: is zero in every module"):
+        check_not_zero(flat, "v - v", ref_flag="--consensus-ref")
+    check_not_zero([dict(row, module="a")], "v - w")  # a live reference passes

@@ -928,3 +928,67 @@ def test_an_output_that_appears_just_before_the_move_is_left_to_its_writer(tmp_p
         commit_folders([tmp_path / "out"], "mine")
     one_line(err, f"--out {tmp_path / 'out'}: appeared while vecmerge was writing", "pass --force")
     assert tag_of(tmp_path / "out") == "other" and hidden(tmp_path) == []
+
+
+def test_a_leftover_says_what_it_is_and_where_its_journal_is(tmp_path, monkeypatch):
+    """A user who finds a hidden ``.NAME.tmp-*`` folder reads in its marker what it is; every member of one
+    transaction points at the first member's journal (one journal decides a ladder); a written file has the
+    usual permissions (0o644 less the umask), never an executable bit."""
+    seen = {}
+
+    def at(step):
+        if step == "staged":
+            for w in tmp_path.glob(".*.tmp-*"):
+                seen[w.name.split(".tmp-")[0]] = (w, safe_recover.read_marker(w))
+        if step == "discarded":
+            (w,) = tmp_path.glob(".old.tmp-*")
+            seen["discard"] = safe_recover.read_marker(w)
+
+    monkeypatch.setattr(safe_write, "_checkpoint", at)
+    commit_folders([tmp_path / "a", tmp_path / "b"], "new")
+    (wa, ma), (wb, mb) = seen[".a"], seen[".b"]
+    for m, name in ((ma, "a"), (mb, "b")):
+        assert m["tool"] == "vecmerge" and m["target"] == name
+        assert m["what"] == ("an unfinished vecmerge output; the next vecmerge run writing here removes or "
+                             "restores it")
+    assert ma["journal"] == mb["journal"] == str(wa / safe_recover.JOURNAL)
+    commit_folders([tmp_path / "old"], "x")
+    discard_folder(tmp_path / "old", policy=OutputPolicy(force=True))
+    assert seen["discard"]["what"] == "an old vecmerge output being deleted" and not (tmp_path / "old").exists()
+    umask = os.umask(0o022)
+    os.umask(umask)
+    png = write_file(tmp_path / "p.png", PNG_BYTES, policy=OutputPolicy(), kind=PNG, flag="--plot")
+    assert png.stat().st_mode & 0o777 == 0o644 & ~umask
+
+
+def test_a_write_failure_names_the_output_being_built_and_a_failed_commit_stays_failed(tmp_path, monkeypatch):
+    """An OSError while building the third of three outputs names the third; after a commit that failed, the
+    transaction refuses to commit again, saying it failed."""
+    with pytest.raises(OutputError, match=r"--out .*c: cannot write it \(No space left on device\)"):
+        with OutputTransaction(OutputPolicy()) as txn:
+            for name in "abc":
+                folder = txn.folder(tmp_path / name)
+                if name == "c":
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                write_output(folder, "t")
+    assert hidden(tmp_path) == [] and not any((tmp_path / n).exists() for n in "abc")
+    commit_folders([tmp_path / "b"], "mine")
+
+    def fault(step):
+        if step == "moved b":
+            raise OSError(errno.EIO, "Input/output error")
+
+    def undo_fails(*args):
+        raise OSError(errno.EIO, "Input/output error")
+
+    txn = OutputTransaction(OutputPolicy(force=True))
+    write_output(txn.folder(tmp_path / "b"), "new")
+    monkeypatch.setattr(safe_write, "_checkpoint", fault)
+    monkeypatch.setattr(safe_write, "undo", undo_fails)
+    with pytest.raises(OutputError, match="restoring the old output failed too"):
+        txn.commit()
+    with pytest.raises(OutputError, match="these outputs were already failed"):
+        txn.commit()
+    monkeypatch.undo()
+    recover(tmp_path)  # the next run restores what the double fault left
+    assert tag_of(tmp_path / "b") == "mine" and hidden(tmp_path) == []

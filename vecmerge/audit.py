@@ -155,7 +155,7 @@ def mark_chance(rows: list[dict], spectra: list, samples: int = 200, seed: int =
         band = Z_CRIT * std
         if nulls is not None and bool(nulls[i].abs().max() > 0):
             band = float(torch.quantile(nulls[i].abs(), 1.0 - LEVEL))
-        live = r["ref_norm"] > 0 and r["dir_norm"] > 0 and not r.get("zero")
+        live = r["ref_norm"] > 0 and r["dir_norm"] > 0  # a zero row (consensus.is_zero) has cosine 0: chance
         chance = not live or abs(r["cosine"]) < band
         mark = ("missing" if r.get("missing") else "zero" if r.get("zero") else "chance" if chance
                 else ("agree" if r["agree"] else "disagree"))

@@ -19,23 +19,22 @@ from fractions import Fraction
 import torch
 
 from .errors import CheckFailed, ExpressionError, few
-from .lowrank import EXACT_RTOL, f64
+from .lowrank import EXACT_RTOL, LowRank, f64
 from .peft_format import module_layer, module_types
 
 
 def roundoff_floor(x) -> float:
-    """The round-off scale of a module: ``InSpan.floor``, or ``|s| ||B||_F ||A||_F`` of a LowRank's factors."""
-    if hasattr(x, "floor"):
-        return float(x.floor)
-    if getattr(x, "rank", 0) == 0:
-        return 0.0
-    return abs(x.scale) * float(torch.linalg.norm(f64(x.B))) * float(torch.linalg.norm(f64(x.A)))
+    """The round-off scale of a module: ``|s| ||B||_F ||A||_F`` of a LowRank's factors, ``InSpan.floor`` of a core."""
+    if isinstance(x, LowRank):
+        return abs(x.scale) * float(torch.linalg.norm(f64(x.B))) * float(torch.linalg.norm(f64(x.A)))
+    return float(x.floor)
 
 
 def is_zero(x, norm: float) -> bool:
-    """Whether a module with Frobenius norm ``norm`` is zero: ``norm == 0`` or ``norm <= EXACT_RTOL * floor``
-    (a cancellation such as ``v - v`` leaves round-off of about 1e-16 of its terms, with no meaningful sign)."""
-    return norm <= 0.0 or norm <= EXACT_RTOL * roundoff_floor(x)
+    """Whether a module of Frobenius norm ``norm`` is zero: ``norm <= EXACT_RTOL * floor`` (``roundoff_floor``),
+    which holds for ``norm == 0``; a cancellation such as ``v - v`` leaves round-off of about 1e-16 of its
+    terms, with no meaningful sign."""
+    return norm <= EXACT_RTOL * roundoff_floor(x)
 
 
 def measure(ref, direction, names, progress=None, spectra: bool = True) -> tuple[list[dict], list[tuple]]:
