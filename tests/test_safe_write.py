@@ -946,7 +946,7 @@ def test_a_leftover_says_what_it_is_and_where_its_journal_is(tmp_path, monkeypat
 
     monkeypatch.setattr(safe_write, "_checkpoint", at)
     commit_folders([tmp_path / "a", tmp_path / "b"], "new")
-    (wa, ma), (wb, mb) = seen[".a"], seen[".b"]
+    (wa, ma), (_, mb) = seen[".a"], seen[".b"]
     for m, name in ((ma, "a"), (mb, "b")):
         assert m["tool"] == "vecmerge" and m["target"] == name
         assert m["what"] == ("an unfinished vecmerge output; the next vecmerge run writing here removes or "
