@@ -670,3 +670,98 @@ def test_changed_and_missing_inputs_are_each_named_with_their_hashes(toy, run_cl
     shutil.rmtree(toy / "v51")
     detail = by_name(verify_output("out"))["inputs"]["detail"]
     assert "input v28 is missing or unreadable" in detail and "input v51 is missing or unreadable" in detail
+
+
+def test_with_no_module_compared_the_step_check_fails(toy, run_cli):
+    """A NaN in every module of a projection: no module can be compared, so the step's survival is not measured,
+    and the step check fails saying so (it used to pass on a survival of 1.0 by default)."""
+    project(run_cli)
+    path = Path("out/adapter_model.safetensors")
+    tensors = load_file(path)
+    modules = Adapter(Path("out")).modules
+    for m in modules:
+        tensors[f"base_model.model.{m}.lora_A.weight"][0, 0] = float("nan")
+    save_file(tensors, path, metadata={"format": "pt"})
+    step = by_name(verify_output("out"))["step"]
+    assert not step["passed"]
+    assert step["detail"].startswith(f"no module was compared ({len(modules)} could not be)"), step["detail"]
+    assert step["figures"]["survival"] is None
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_inputs_check_names_every_input_and_reports_their_hashes(toy, run_cli):
+    """A clean output: the inputs check lists the inputs the recipe pins, in its order, and its figures are each
+    input's weights sha256 (hashlib here). Two problems are reported one after the other, separated by '; '."""
+    project(run_cli)
+    man = json.loads(Path("out/vecmerge.json").read_text())
+    names = list(man["recipe"]["inputs"])
+    assert sorted(names) == ["v28", "v51", "v54"]
+    inputs = by_name(verify_output("out"))["inputs"]
+    assert inputs["passed"] and inputs["detail"] == f"3 inputs hash as pinned: {', '.join(names)}"
+    assert inputs["figures"] == {n: _sha(toy / n / "adapter_model.safetensors") for n in names}
+    for n in ("v28", "v51"):
+        rewrite_tensor(toy / n, sorted(load_file(toy / n / "adapter_model.safetensors"))[0], lambda t: t * 1.01)
+    inputs = by_name(verify_output("out"))["inputs"]
+    want = [f"input {n}: {toy / n / 'adapter_model.safetensors'} has sha256 "
+            f"{_sha(toy / n / 'adapter_model.safetensors')[:16]}..., the manifest pins "
+            f"{man['recipe']['inputs'][n]['sha256'][:16]}...: it changed after the merge"
+            for n in names if n != "v54"]
+    assert not inputs["passed"] and inputs["detail"] == "; ".join(want)
+
+
+def test_inputs_saving_full_modules_are_reopened_with_the_recipes_policy(toy, run_cli):
+    """Inputs whose config lists modules_to_save merge only with ``--modules-to-save drop``; verify reopens them
+    with the policy the manifest's recipe records, so the output verifies (reopened with the default, refuse,
+    every input would be 'missing or unreadable')."""
+    for n in ("v28", "v51", "v54"):
+        cfg = toy / n / "adapter_config.json"
+        cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "modules_to_save": ["lm_head"]}))
+    assert run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--out", "out"
+                   ).exit_code == 2
+    project(run_cli, "out", "--modules-to-save", "drop")
+    assert json.loads(Path("out/vecmerge.json").read_text())["recipe"]["modules_to_save"] == "drop"
+    res = by_name(verify_output("out"))
+    assert res["inputs"]["passed"], res["inputs"]["detail"]
+    assert all(c["passed"] for c in res.values()), [c["detail"] for c in res.values() if not c["passed"]]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda man: man.update(inputs=["v28"]), "the manifest's recipe.inputs and inputs must map names to"),
+    (lambda man: man["recipe"].update(inputs="v28"), "the manifest's recipe.inputs and inputs must map names to"),
+    (lambda man: man["recipe"]["inputs"].update(v28="v28"), "input v28: the manifest records no path"),
+    (lambda man: man["recipe"]["inputs"].update(v28={"path": 28, "sha256": "0" * 64}),
+     "input v28: the manifest records no path"),
+])
+def test_a_malformed_inputs_map_fails_the_inputs_check_by_name(toy, run_cli, edit, message):
+    """A hand-edited manifest whose inputs are not maps of {path, sha256} fails the inputs check with a message
+    naming what is wrong (not a crash); the well-formed inputs are still checked."""
+    from vecmerge.verify import input_check
+
+    project(run_cli)
+    man = json.loads(Path("out/vecmerge.json").read_text())
+    edit(man)
+    res = input_check(man)
+    assert not res["passed"] and message in res["detail"], res["detail"]
+    if "records no path" in message:
+        assert res["detail"] == message and sorted(res["figures"]) == ["v51", "v54"]
+
+
+def test_an_input_without_a_recorded_config_hash_is_checked_by_its_weights(toy, run_cli):
+    """The manifest's ``inputs`` section pins each input's config; an input it has no entry for (or a malformed
+    one) has its weights checked all the same, and no config hash is asked of it."""
+    from vecmerge.verify import input_check
+
+    project(run_cli)
+    man = json.loads(Path("out/vecmerge.json").read_text())
+    del man["inputs"]["v28"]
+    man["inputs"]["v51"] = "not a map"
+    res = input_check(man)
+    assert res["passed"] and sorted(res["figures"]) == ["v28", "v51", "v54"], res["detail"]
+    rewrite_tensor(toy / "v28", sorted(load_file(toy / "v28" / "adapter_model.safetensors"))[0], lambda t: t * 2)
+    res = input_check(man)
+    assert not res["passed"] and res["detail"].startswith("input v28: "), res["detail"]
