@@ -767,3 +767,29 @@ def test_an_input_without_a_recorded_config_hash_is_checked_by_its_weights(toy, 
     rewrite_tensor(toy / "v28", sorted(load_file(toy / "v28" / "adapter_model.safetensors"))[0], lambda t: t * 2)
     res = input_check(man)
     assert not res["passed"] and res["detail"].startswith("input v28: "), res["detail"]
+
+
+def test_a_dense_space_merge_is_verified_one_dense_update_at_a_time(toy, monkeypatch):
+    """Without ``--base-model`` nothing needs the recomputed updates after the comparison: on one worker thread, each
+    module's dense update is released before the next module's is formed (a full-space merge of a large model
+    would otherwise hold every module's dense matrix at once)."""
+    import gc
+    import weakref
+
+    import vecmerge.verify as verify
+
+    _full_space_ties("ties")
+    monkeypatch.setenv("VECMERGE_THREADS", "1")
+    formed, alive_at_each = [], []
+    real = verify.intended_core
+
+    def watched(ev, m, multiple):
+        gc.collect()
+        alive_at_each.append(sum(r() is not None for r in formed))
+        core, step = real(ev, m, multiple)
+        formed.append(weakref.ref(core))
+        return core, step
+
+    monkeypatch.setattr(verify, "intended_core", watched)
+    assert by_name(verify_output("ties"))["update"]["passed"]
+    assert len(formed) == len(Adapter(Path("ties")).modules) and alive_at_each == [0] * len(formed)
