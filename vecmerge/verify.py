@@ -251,9 +251,9 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None, keep_exp
                                                          "tolerance": tol["survival"], "step_norm": None}))
     elif ev.step is not None:
         surv = moved / step_sq if step_sq > 0 else 1.0
-        want = (manifest.get("figures") or {}).get("survival", 1.0) if cut else 1.0
+        want = (manifest.get("figures") or {}).get("survival") if cut else 1.0
         if isinstance(want, bool) or not isinstance(want, (int, float)):
-            want = math.nan  # an edited figure: the check fails (and 'figures' names it)
+            want = math.nan  # an edited or removed figure: the check fails (and 'figures' names it)
         ts = tol["survival"]
         resid = math.sqrt(err_sq / step_sq) if step_sq > 0 else 0.0
         checks.append(check("step", within(abs(surv - want), ts),
