@@ -172,7 +172,11 @@ def test_edited_lora_alpha_fails(toy, run_cli):
     assert res.exit_code == 1 and failed(res)[:2] == ["output sha256", "update"]
     checks = by_name(json.loads(res.stdout))
     assert "the config was edited after writing" in checks["output sha256"]["detail"]
-    assert "scaled by 2" in checks["update"]["detail"] and "adapter_config.json" in checks["update"]["detail"]
+    upd = checks["update"]
+    first = upd["figures"]["bad_modules"][0]
+    assert upd["detail"] == (f"14/14 modules differ from the recomputed update, e.g. {first}: relative error "
+                             "1.000e+00 > 1e-05; the update is scaled by 2: the scale PEFT applies (lora_alpha, r, "
+                             "alpha_pattern in adapter_config.json) changed")
     assert "check(s) failed: output sha256, update" in run_cli("verify", "out").stderr
 
 
@@ -670,3 +674,180 @@ def test_changed_and_missing_inputs_are_each_named_with_their_hashes(toy, run_cl
     shutil.rmtree(toy / "v51")
     detail = by_name(verify_output("out"))["inputs"]["detail"]
     assert "input v28 is missing or unreadable" in detail and "input v51 is missing or unreadable" in detail
+
+
+def test_with_no_module_compared_the_step_check_fails(toy, run_cli):
+    """A NaN in every module of a projection: no module can be compared, so the step's survival is not measured,
+    and the step check fails saying so (it used to pass on a survival of 1.0 by default)."""
+    project(run_cli)
+    path = Path("out/adapter_model.safetensors")
+    tensors = load_file(path)
+    modules = Adapter(Path("out")).modules
+    for m in modules:
+        tensors[f"base_model.model.{m}.lora_A.weight"][0, 0] = float("nan")
+    save_file(tensors, path, metadata={"format": "pt"})
+    step = by_name(verify_output("out"))["step"]
+    assert not step["passed"]
+    assert step["detail"] == (f"no module was compared ({len(modules)} could not be): the step's survival is not "
+                              "measured")
+    assert step["figures"] == {"survival": None, "residual": None, "tolerance": TOLERANCES["fp32"]["survival"],
+                               "step_norm": None}
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_inputs_check_names_every_input_and_reports_their_hashes(toy, run_cli):
+    """A clean output: the inputs check lists the inputs the recipe pins, in its order, and its figures are each
+    input's weights sha256 (hashlib here). Two problems are reported one after the other, separated by '; '."""
+    project(run_cli)
+    man = json.loads(Path("out/vecmerge.json").read_text())
+    names = list(man["recipe"]["inputs"])
+    assert sorted(names) == ["v28", "v51", "v54"]
+    inputs = by_name(verify_output("out"))["inputs"]
+    assert inputs["passed"] and inputs["detail"] == f"3 inputs hash as pinned: {', '.join(names)}"
+    assert inputs["figures"] == {n: _sha(toy / n / "adapter_model.safetensors") for n in names}
+    for n in ("v28", "v51"):
+        rewrite_tensor(toy / n, sorted(load_file(toy / n / "adapter_model.safetensors"))[0], lambda t: t * 1.01)
+    inputs = by_name(verify_output("out"))["inputs"]
+    want = [f"input {n}: {toy / n / 'adapter_model.safetensors'} has sha256 "
+            f"{_sha(toy / n / 'adapter_model.safetensors')[:16]}..., the manifest pins "
+            f"{man['recipe']['inputs'][n]['sha256'][:16]}...: it changed after the merge"
+            for n in names if n != "v54"]
+    assert not inputs["passed"] and inputs["detail"] == "; ".join(want)
+
+
+def test_inputs_saving_full_modules_are_reopened_with_the_recipes_policy(toy, run_cli):
+    """Inputs whose config lists modules_to_save merge only with ``--modules-to-save drop``; verify reopens them
+    with the policy the manifest's recipe records, so the output verifies (reopened with the default, refuse,
+    every input would be 'missing or unreadable')."""
+    for n in ("v28", "v51", "v54"):
+        cfg = toy / n / "adapter_config.json"
+        cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "modules_to_save": ["lm_head"]}))
+    assert run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--out", "out"
+                   ).exit_code == 2
+    project(run_cli, "out", "--modules-to-save", "drop")
+    assert json.loads(Path("out/vecmerge.json").read_text())["recipe"]["modules_to_save"] == "drop"
+    res = by_name(verify_output("out"))
+    assert res["inputs"]["passed"], res["inputs"]["detail"]
+    assert all(c["passed"] for c in res.values()), [c["detail"] for c in res.values() if not c["passed"]]
+
+
+NOT_MAPS = "the manifest's recipe.inputs and inputs must map names to {path, sha256}"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda man, first: man.update(inputs=[first]), NOT_MAPS),
+    (lambda man, first: man["recipe"].update(inputs=first), NOT_MAPS),
+    (lambda man, first: man["recipe"]["inputs"].update({first: first}), "input {first}: the manifest records no path"),
+    (lambda man, first: man["recipe"]["inputs"].update({first: {"path": 28, "sha256": "0" * 64}}),
+     "input {first}: the manifest records no path"),
+])
+def test_a_malformed_inputs_map_fails_the_inputs_check_by_name(toy, run_cli, edit, message):
+    """A hand-edited manifest whose inputs are not maps of {path, sha256} fails the inputs check with a message
+    naming what is wrong (not a crash); an input without a path is named and the inputs after it still checked."""
+    from vecmerge.verify import input_check
+
+    project(run_cli)
+    man = json.loads(Path("out/vecmerge.json").read_text())
+    names = list(man["recipe"]["inputs"])
+    edit(man, names[0])
+    res = input_check(man)
+    assert res["name"] == "inputs" and not res["passed"] and res["detail"] == message.replace("{first}", names[0])
+    if "records no path" in message:
+        assert sorted(res["figures"]) == sorted(names[1:])
+
+
+def test_an_input_without_a_recorded_config_hash_is_checked_by_its_weights(toy, run_cli):
+    """The manifest's ``inputs`` section pins each input's config; an input it has no entry for (or a malformed
+    one) has its weights checked all the same, and no config hash is asked of it."""
+    from vecmerge.verify import input_check
+
+    project(run_cli)
+    man = json.loads(Path("out/vecmerge.json").read_text())
+    del man["inputs"]["v28"]
+    man["inputs"]["v51"] = "not a map"
+    res = input_check(man)
+    assert res["passed"] and sorted(res["figures"]) == ["v28", "v51", "v54"], res["detail"]
+    rewrite_tensor(toy / "v28", sorted(load_file(toy / "v28" / "adapter_model.safetensors"))[0], lambda t: t * 2)
+    res = input_check(man)
+    assert not res["passed"] and res["detail"].startswith("input v28: "), res["detail"]
+
+
+def test_a_dense_space_merge_is_verified_one_dense_update_at_a_time(toy, monkeypatch):
+    """Without ``--base-model`` nothing needs the recomputed updates after the comparison: on one worker thread, each
+    module's dense update is released before the next module's is formed (a full-space merge of a large model
+    would otherwise hold every module's dense matrix at once)."""
+    import gc
+    import weakref
+
+    import vecmerge.verify as verify
+
+    _full_space_ties("ties")
+    monkeypatch.setenv("VECMERGE_THREADS", "1")
+    formed, alive_at_each = [], []
+    real = verify.intended_core
+
+    def watched(ev, m, multiple):
+        gc.collect()
+        alive_at_each.append(sum(r() is not None for r in formed))
+        core, step = real(ev, m, multiple)
+        formed.append(weakref.ref(core))
+        return core, step
+
+    monkeypatch.setattr(verify, "intended_core", watched)
+    assert by_name(verify_output("ties"))["update"]["passed"]
+    assert len(formed) == len(Adapter(Path("ties")).modules) and alive_at_each == [0] * len(formed)
+
+
+def test_a_zero_step_verifies_with_the_pipelines_convention(toy, run_cli):
+    """``--alpha 0``: the output is the base, and the step, zero, has no direction to survive along; the step check
+    reports the convention the pipeline records (survival 1, residual 0, no division by a zero norm) and passes,
+    while the update check measures the output against the base."""
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--alpha", "0", "--out", "out")
+    assert res.exit_code == 0, res.output
+    man = json.loads(Path("out/vecmerge.json").read_text())
+    checks = by_name(verify_output("out"))
+    assert all(c["passed"] for c in checks.values()), [c["detail"] for c in checks.values() if not c["passed"]]
+    step = checks["step"]["figures"]
+    assert (step["survival"], step["residual"], step["step_norm"]) == (1.0, 0.0, 0.0)
+    assert step["survival"] == man["figures"]["survival"]
+
+
+@pytest.mark.parametrize("value", [0.5, None])
+def test_the_step_of_a_lossless_output_is_judged_against_one_not_its_record(toy, run_cli, value):
+    """A lossless output's survival must be 1 within the tolerance whatever its manifest records: an edited (or
+    removed) figures.survival leaves the step check passing against 1 and fails the figures check, by name."""
+    project(run_cli)
+    path = Path("out/vecmerge.json")
+    man = json.loads(path.read_text())
+    if value is None:
+        del man["figures"]["survival"]
+    else:
+        man["figures"]["survival"] = value
+    path.write_text(json.dumps(man))
+    checks = by_name(verify_output("out"))
+    assert checks["step"]["passed"] and checks["step"]["detail"].endswith("expected 1.00000000 within 0.0001")
+    assert not checks["figures"]["passed"] and "figures.survival" in checks["figures"]["detail"]
+
+
+@pytest.mark.parametrize("value", ["missing", "0.99", True, None])
+def test_a_rank_cut_without_a_numeric_recorded_survival_fails_the_step_check(toy, run_cli, value):
+    """A rank-cut output's survival is judged against the one its manifest records: a record that is gone or is not
+    a number (a string, a bool, null) fails the step check (never a crash, never a comparison with 1). Rank 12 keeps
+    the toy's whole update (survival 1 within round-off), so a comparison with 1 would pass."""
+    project(run_cli, "out", "--rank", "12")
+    path = Path("out/vecmerge.json")
+    man = json.loads(path.read_text())
+    recorded = man["figures"]["survival"]
+    assert verify_output("out")["passed"] and abs(recorded - 1) < 1e-4  # within the fp32 tolerance of 1 as well
+    if value == "missing":
+        del man["figures"]["survival"]
+    else:
+        man["figures"]["survival"] = value
+    path.write_text(json.dumps(man))
+    step = by_name(verify_output("out"))["step"]
+    assert not step["passed"] and step["detail"].endswith("expected nan within 0.0001"), step["detail"]

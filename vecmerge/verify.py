@@ -13,7 +13,7 @@ from the inputs in factored float64 (``pipeline.intended``, through the recipe's
 - update: ``||W_m - I_m|| / ||I_m|| <= TOLERANCES[dtype]["update"]``; a rank-cut output (rank not
   ``exact``) instead reproduces its recorded per-module error within that tolerance;
 - step: ``survival = sum_m <W_m - base_m, step_m> / ||step||^2`` within ``TOLERANCES[dtype]["survival"]``
-  of 1 (of the recorded value for a rank-cut output);
+  of 1 (of the recorded value for a rank-cut output); it fails when no module could be compared;
 - files, figures, manifest (``verify_manifest``): the folder holds only what vecmerge writes and the
   model card as pinned; every figure and field of the manifest recomputes (``FIGURES_RTOL``), so an
   edited ``figures.dtype_effect``, ``modules[m].survival`` or ``resolved.realized`` fails by name.
@@ -173,9 +173,8 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None, keep_exp
     cut = not recipe.rank_policy.lossless
     rec = manifest.get("modules") or {}
     base = ev.operands.get("base")
-    merge = recipe.kind == "merge"
     rows, expected, shape_bad, hints = {}, {}, [], {}
-    err_sq = tgt_sq = step_sq = moved = landed = 0.0
+    err_sq = tgt_sq = step_sq = moved = 0.0
     tu = tol["update"]
 
     def off(m, r):
@@ -204,8 +203,6 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None, keep_exp
         got.update(err=err, tn=tn, row={"rel_error": err / tn if tn > 0 else err})
         if off(m, got["row"]):
             got["hint"] = _scale_hint(W, target, tu)
-        if merge:
-            got["landed"] = _inner(W, target)
         if step_m is not None:  # <W - base, step> = <W, step> - <base, step> (the latter from the cores)
             sn = step_core.norm()
             got.update(sn=sn, mv=W.inner(step_m) - base[m].inner(step_core))
@@ -222,11 +219,9 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None, keep_exp
         rows[m] = got["row"]
         if "hint" in got:
             hints[m] = got["hint"]
-        landed += got.get("landed", 0.0)
         if "sn" in got:
             sn, mv = got["sn"], got["mv"]
             step_sq, moved = step_sq + sn * sn, moved + mv
-            rows[m]["survival"] = mv / (sn * sn) if sn > 0 else 1.0
     bad = list(hints)
     worst = max(rows, key=lambda m: rows[m]["rel_error"], default=None)
     figs = {"max_rel_error": rows[worst]["rel_error"] if worst else None, "worst_module": worst,
@@ -250,11 +245,15 @@ def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None, keep_exp
     else:
         checks = [check("update", True, f"every module within {tu:g} of the "
                         + ("recorded rank-cut error" if cut else "recomputed update (relative Frobenius)"), figs)]
-    if ev.step is not None:
+    if ev.step is not None and not rows:  # every module unreadable or misshapen: nothing to measure the step on
+        checks.append(check("step", False, f"no module was compared ({len(shape_bad)} could not be): the step's "
+                            "survival is not measured", {"survival": None, "residual": None,
+                                                         "tolerance": tol["survival"], "step_norm": None}))
+    elif ev.step is not None:
         surv = moved / step_sq if step_sq > 0 else 1.0
-        want = (manifest.get("figures") or {}).get("survival", 1.0) if cut else 1.0
+        want = (manifest.get("figures") or {}).get("survival") if cut else 1.0
         if isinstance(want, bool) or not isinstance(want, (int, float)):
-            want = math.nan  # an edited figure: the check fails (and 'figures' names it)
+            want = math.nan  # an edited or removed figure: the check fails (and 'figures' names it)
         ts = tol["survival"]
         resid = math.sqrt(err_sq / step_sq) if step_sq > 0 else 0.0
         checks.append(check("step", within(abs(surv - want), ts),
