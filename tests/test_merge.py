@@ -228,6 +228,11 @@ def test_slerp_per_module_and_global(three, dense_updates):
     assert set(man["resolved"]["method_params"]) == {"c0", "c1"}
     assert "c0 = " in render_merge(rep)
     assert verify_output(three / "sm")["passed"] and verify_output(three / "sg")["passed"]
+    assert not any("slerp" in w for w in rep.outputs[0].warnings)
+    far = merge("sx", method="slerp", models=["a", "b"], t=2.0)  # mergekit's formula extrapolates; we say so
+    assert_modules_close(dense_updates(three / "sx"), {m: mergekit_slerp(D["a"][m], D["b"][m], 2.0) for m in D["a"]},
+                         1e-6)
+    assert any("slerp at t=2 extrapolates beyond the arc" in w for w in far.outputs[0].warnings)
 
 
 def test_selection_and_multipliers_in_a_merge(three, dense_updates):
