@@ -29,7 +29,7 @@ import torch
 
 from .errors import AdapterError
 from .lowrank import LowRank
-from .modelfiles import ST_DTYPES
+from .modelfiles import ST_DTYPES, sha256_file
 from .peft_format import (
     BIN_NAME,
     CONFIG_NAME,
@@ -65,15 +65,6 @@ def _read_buffer(size: int) -> np.ndarray:
         except (OSError, ValueError):
             pass
     return np.empty(size, dtype=np.uint8)
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def content_sha256(weights_sha256: str, config_sha256: str) -> str:

@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 
 from . import __version__
-from .adapter import ModuleSpec, sha256_file
+from .adapter import ModuleSpec
 from .errors import OutputError
 from .lowrank import COMPUTE_DTYPE, LowRank
-from .modelfiles import DTYPE_CODES
+from .modelfiles import DTYPE_CODES, sha256_file
 from .modelwrite import SafetensorsStream
 from .peft_format import (
     CONFIG_NAME,

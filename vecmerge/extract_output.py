@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 from . import __version__
-from .adapter import ModuleSpec, sha256_file
+from .adapter import ModuleSpec
 from .export import CARD_NAME, MANIFEST_NAME, build_config, jsonable, model_card, prepare_modules
 from .extract import Extraction, cut_all, open_extraction
-from .modelfiles import DTYPE_CODES, ModelFolder
+from .modelfiles import DTYPE_CODES, ModelFolder, sha256_file
 from .modelparts import ALL_LINEAR
 from .modelwrite import SafetensorsWriter, tensor_bytes
 from .peft_format import CONFIG_NAME, DTYPES, PREFIX, SAFETENSORS_NAME

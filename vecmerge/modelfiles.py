@@ -335,9 +335,9 @@ class ModelFolder:
 
     def sha256s(self) -> dict:
         """``{file name: sha256}`` of config.json, the index and every shard."""
-        out = {CONFIG: _sha256_path(self.path / CONFIG)}
+        out = {CONFIG: sha256_file(self.path / CONFIG)}
         if self.sharded:
-            out[INDEX_NAME] = _sha256_path(self.path / INDEX_NAME)
+            out[INDEX_NAME] = sha256_file(self.path / INDEX_NAME)
         out.update({f.path.name: f.sha256() for f in self.files})
         return out
 
@@ -361,7 +361,8 @@ class ModelFolder:
         self.close()
 
 
-def _sha256_path(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 4 MiB chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):

@@ -24,10 +24,11 @@ import re
 import stat
 from pathlib import Path
 
-from .adapter import Adapter, sha256_file
+from .adapter import Adapter
 from .checks import check, close
 from .errors import few
 from .export import CARD_NAME, MANIFEST_NAME, OUTPUT_FILES, jsonable
+from .modelfiles import sha256_file
 from .peft_format import SAFETENSORS_NAME
 from .safe_parse import short
 
