@@ -296,26 +296,22 @@ def _move_aside_then_in(m: _Member) -> None:
     commit fails and ``undo`` puts it back (a hard-linked file never left its path).
     """
     old = m.wrapper / OLD
-    if not m.folder:
-        try:  # a file: a hard link keeps the old content, and os.replace never leaves the path absent
+    linked = False
+    if not m.folder:  # a file: a hard link keeps the old content, and os.replace never leaves the path absent
+        try:
             os.link(m.target, old, follow_symlinks=False)
+            linked = True
         except OSError:
-            os.rename(m.target, old)
-            if _changed(m, old):
-                raise _changed_error(m) from None
-            _checkpoint("aside")
-            rename_noreplace(m.payload, m.target)
-            return
-        if _changed(m, old):
-            raise _changed_error(m)
-        _checkpoint("aside")
-        os.replace(m.payload, m.target)
-        return
-    os.rename(m.target, old)
+            pass
+    if not linked:
+        os.rename(m.target, old)
     if _changed(m, old):
         raise _changed_error(m)
     _checkpoint("aside")
-    rename_noreplace(m.payload, m.target)
+    if linked:
+        os.replace(m.payload, m.target)
+    else:
+        rename_noreplace(m.payload, m.target)
 
 
 def write_file(target, data, *, policy: OutputPolicy, kind: FileKind, flag: str) -> Path:

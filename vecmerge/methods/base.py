@@ -128,6 +128,15 @@ class Method:
         """``core`` or ``dense`` for these parameters (default: the class's ``space``)."""
         return self.space
 
+    def warnings(self, params: dict) -> list[str]:
+        """Plain-words warnings about these parameters that are valid but unusual (default: none); the run
+        report shows them with the output's own, and ``--strict`` refuses them.
+
+        Args:
+            params (dict): the recipe's fields.
+        """
+        return []
+
     def prepare(self, modules: dict, params: dict) -> dict:
         """The parameters ``module`` receives, from every module's operands (default: ``params`` as given).
 

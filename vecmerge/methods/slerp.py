@@ -48,6 +48,13 @@ class Slerp(Method):
             p.append("method=slerp: takes no density; drop it from models")
         return p
 
+    def warnings(self, params):
+        t = params.get("t")
+        if t is not None and not 0.0 <= t <= 1.0:
+            return [f"slerp at t={t:g} extrapolates beyond the arc between the two models (t in [0, 1] "
+                    "interpolates between them)"]
+        return []
+
     def prepare(self, modules, params):
         if params.get("slerp_scope") != "global":
             return params

@@ -176,10 +176,7 @@ def warnings_for(ev: Evaluation, built: BuiltOutput, roots=()) -> list[str]:
     if fig.get("norm") == 0.0:
         out.append("the written update is zero in every module (the expression cancels), so the adapter "
                    "changes nothing")
-    t = recipe.params.get("t") if ev.method.name == "slerp" else None
-    if t is not None and not 0.0 <= t <= 1.0:
-        out.append(f"slerp at t={t:g} extrapolates beyond the arc between the two models (t in [0, 1] "
-                   "interpolates between them)")
+    out += ev.method.warnings(recipe.params)
     declared = {n: i.base_model for n, i in ev.inputs.items()}
     if differ(declared, roots):
         out.append(f"{mismatch_text(declared, roots)}; combined anyway (allow_base_mismatch)")
