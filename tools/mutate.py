@@ -37,7 +37,8 @@ CHILDREN = int(os.environ.get("MUTATE_CHILDREN", "1"))  # workers; 1 keeps a cor
 KILLED, SURVIVED, TIMEOUT, NO_TESTS, NOT_CHECKED, OTHER = "killed", "survived", "timeout", "no tests", \
     "not checked", "suspicious"
 STATUS = {1: KILLED, 3: KILLED, 0: SURVIVED, 5: NO_TESTS, 33: NO_TESTS, None: NOT_CHECKED,
-          24: TIMEOUT, -24: TIMEOUT, 36: TIMEOUT, 152: TIMEOUT, 255: TIMEOUT}
+          24: TIMEOUT, -24: TIMEOUT, 36: TIMEOUT, 152: TIMEOUT, 255: TIMEOUT,
+          2: TIMEOUT}  # 2: pytest interrupted, as when mutmut stops a run past its time budget (a test hung)
 
 
 def selection(modules: list[str]) -> list[str]:
@@ -113,7 +114,9 @@ def run(patterns: list[str], fresh: bool) -> int:
     """A mutmut run of the selected mutants (``fresh``: from scratch), then the report."""
     if fresh:
         shutil.rmtree(ROOT / "mutants", ignore_errors=True)
-    else:  # mutmut does not copy a changed source again: drop the rerun modules' copies, results and spans
+    else:  # mutmut does not copy a changed source again, and maps only tests its stats file has not seen:
+        # drop that file and the rerun modules' copies, results and spans (the other modules' results stay)
+        (ROOT / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
         for module in {re.split(r"\.(?:x[_?]|\*)", p)[0] for p in patterns}:
             for suffix in (".py", ".py.meta", ".py.spans"):
                 (ROOT / "mutants" / (module.replace(".", "/") + suffix)).unlink(missing_ok=True)
