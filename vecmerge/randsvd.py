@@ -205,10 +205,43 @@ def _full(D) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
     return U, S, Vh, total
 
 
-def _cut(U, S, Vh, total: float, k: int, method: str) -> TruncatedSVD:
+# Below this share of ||D||^2 the energy outside a sketch, ``||D||^2 - sum S^2``, has lost most of its digits to
+# the subtraction's round-off (about eps * ||D||^2); it is then summed directly as ``||D - Q Q^T D||^2``.
+OUTSIDE_RECOMPUTE = 1e-8
+
+
+def _outside(D, Q: torch.Tensor, B: torch.Tensor, total: float, captured: float) -> float:
+    """``||D - Q B||_F^2``, the energy outside the sketch: by subtraction, or summed directly when it is tiny.
+
+    A low-rank D (rank below the sketch width) leaves only round-off outside; ``total - captured`` is then
+    about ``eps * total`` of noise, so the direct sum (float64, column blocks, cost of one ``Q @ B``) is used.
+    """
+    outside = total - captured
+    if outside > OUTSIDE_RECOMPUTE * total or isinstance(D, MatrixOperator):
+        return max(outside, 0.0)
+    rows, cols = D.shape
+    step = max(1, BLOCK_BYTES // (8 * max(rows, 1)))
+    direct = 0.0
+    for j in range(0, cols, step):
+        R = D[:, j:j + step].to(F64) - Q @ B[:, j:j + step]
+        direct += float((R * R).sum())
+    return direct
+
+
+def _cut(U, S, Vh, total: float, k: int, method: str, outside: float | None = None) -> TruncatedSVD:
+    """The first k directions of an SVD, with the exact dropped energy.
+
+    Full: ``sum_{i>=k} S_i^2``. Randomized: ``outside + sum_{i>=k} S_i^2`` over the sketch's S (``outside``:
+    ``_outside``), which equals ``||D||^2 - sum_{i<k} S_i^2``.
+    """
     kept = float((S[:k] ** 2).sum())
     optimal = float((S[k:] ** 2).sum()) if method == "full" else None
-    dropped = optimal if method == "full" else max(total - kept, 0.0)
+    if method == "full":
+        dropped = optimal
+    elif outside is None:
+        dropped = max(total - kept, 0.0)
+    else:
+        dropped = outside + float((S[k:] ** 2).sum())
     return TruncatedSVD(U[:, :k], S[:k], Vh[:k], total, dropped, method, optimal)
 
 
@@ -237,7 +270,8 @@ def truncated_svd(D: torch.Tensor | MatrixOperator, k: int, *, power_iters: int 
         return _cut(*_full(D), k, "full")
     Q, B, total = _sketch(D, min(k + p, rows, cols), power_iters, seed)
     Ub, S, Vh = torch.linalg.svd(B, full_matrices=False)
-    return _cut(Q @ Ub, S, Vh, total, k, "randomized")
+    outside = _outside(D, Q, B, total, float((S**2).sum()))
+    return _cut(Q @ Ub, S, Vh, total, k, "randomized", outside)
 
 
 @dataclass(frozen=True)
@@ -316,7 +350,7 @@ def truncated_svd_energy(D: torch.Tensor | MatrixOperator, energy: float, *, sta
         target = (energy - ENERGY_SLACK) * total
         k = _first_reaching(cum[:kk], target)
         if k <= kk:
-            res = max(total - float(cum[-1]), 0.0)
+            res = _outside(D, Q, B, total, float(cum[-1]))
             lower = min(_first_reaching(cum + res, target), k)
-            return EnergyCut(_cut(Q @ Ub, S, Vh, total, k, "randomized"), energy, lower)
+            return EnergyCut(_cut(Q @ Ub, S, Vh, total, k, "randomized", res), energy, lower)
         kk *= 2
