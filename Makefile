@@ -44,7 +44,7 @@ bench: install
 check: lint test
 
 # Mutation testing (not in CI; docs/MUTATION.md): mutmut on the modules where a silent error would hurt, one
-# worker so one core stays free (MUTATE_CHILDREN=2 for two). MODULES=vecmerge.step runs again one module's
+# worker so one core stays free (MUTATE_CHILDREN=2 for two). MODULES=vecmerge.analysis.step runs again one module's
 # mutants, keeping the other results.
 MUTMUT_SPEC ?= mutmut==3.8.1
 MODULES ?=

@@ -19,7 +19,7 @@ each as its own process (wall time and peak RSS from ``wait4``):
   give the optimal (Eckart-Young) error to compare ours with;
 - ``vecmerge fuse`` of the extracted adapter into the sampled base, against a plain read-and-write of the
   same shards (safetensors ``load_file`` + ``save_file`` per shard, then fsync, as the fuse's commit does);
-- start-up: ``python -c 'import vecmerge.extract_output, vecmerge.fuse'`` (peak RSS = the baseline that
+- start-up: ``python -c 'import vecmerge.models.extract_write, vecmerge.models.fuse'`` (peak RSS = the baseline that
   "memory above start-up" subtracts).
 
 Writes ``OUT/results.json`` and ``OUT/results.md`` (default ``OUT = bench-out/extract``).
@@ -65,7 +65,7 @@ def make_data(root: Path, shape: str, layers: int, seed: int = 0) -> None:
     """Write ``root/base`` and ``root/tuned`` (see the module docstring); reuse them if complete."""
     import torch
 
-    from vecmerge.modelwrite import SafetensorsWriter, write_index
+    from vecmerge.io.safetensors_write import SafetensorsWriter, write_index
 
     stamp = root / f"done-{shape}-{layers}"
     if stamp.is_file():
@@ -123,7 +123,7 @@ def reference(root: Path, names: list[str], rank: int) -> dict:
     """Per module: seconds of ``torch.linalg.svd`` of the float32 difference, and the optimal relative error."""
     import torch
 
-    from vecmerge.modelfiles import ModelFolder
+    from vecmerge.io.safetensors_read import ModelFolder
 
     out = {}
     torch.linalg.svd(torch.randn(256, 128), full_matrices=False)  # untimed warm-up (LAPACK start-up)
@@ -143,11 +143,11 @@ def reference(root: Path, names: list[str], rank: int) -> dict:
 
 
 def adapter_errors(root: Path, adapter: Path, names: list[str]) -> dict:
-    """``||D - W|| / ||D||`` of an adapter's modules (W as PEFT scales it; read by vecmerge.adapter)."""
+    """``||D - W|| / ||D||`` of an adapter's modules (W as PEFT scales it; read by vecmerge.peft.adapter)."""
     import torch
 
-    from vecmerge.adapter import Adapter
-    from vecmerge.modelfiles import ModelFolder
+    from vecmerge.io.safetensors_read import ModelFolder
+    from vecmerge.peft.adapter import Adapter
 
     a = Adapter(adapter, modules_to_save="drop")
     out = {}
@@ -214,7 +214,7 @@ def bench_shape(shape: str, a) -> dict:
     br.last_json(br.measure([sys.executable, HELPER, "data", str(data), shape, str(L)]))
     scale = s["layers"] / L
     res = {"shape": shape, "spec": s, "layers_sampled": L, "layers_full": s["layers"], "scale": scale}
-    py = [sys.executable, "-c", "import vecmerge.extract_output, vecmerge.fuse"]
+    py = [sys.executable, "-c", "import vecmerge.models.extract_write, vecmerge.models.fuse"]
     res["startup"] = min((br.measure(py) for _ in range(3)), key=lambda r: r["wall"])
     out = root / "lora"
     log(f"{shape}: vecmerge extract --rank {s['rank']}")

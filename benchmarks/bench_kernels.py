@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vecmerge.merge_kernels import ties  # noqa: E402
-from vecmerge.randsvd import truncated_svd  # noqa: E402
+from vecmerge.linalg.merge_kernels import ties
+from vecmerge.linalg.randsvd import truncated_svd
 
 SHAPES = [(3072, 1024), (1024, 1024)]
 RANKS = [32, 64]

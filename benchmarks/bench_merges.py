@@ -76,8 +76,8 @@ def ours(root: Path, out: Path, method: str, space: str) -> dict:
     from vecmerge.pipeline import run
     from vecmerge.pipeline.build import build_output
     from vecmerge.pipeline.evaluation import evaluate
-    from vecmerge.recipe import Recipe
-    from vecmerge.workspace import Workspace
+    from vecmerge.recipe.recipe import Recipe
+    from vecmerge.workspace.names import Workspace
 
     rec = Recipe.from_dict(recipe(method, space, out), "bench")
     before = br.rss()
@@ -109,7 +109,7 @@ def peft(root: Path, out: Path, kind: str, layers: int, shape: str = SHAPE) -> d
     from peft.tuners.lora import LoraLayer
     from peft.tuners.lora.model import LoraModel
 
-    from vecmerge.merge_kernels import module_seed
+    from vecmerge.linalg.merge_kernels import module_seed
 
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
@@ -158,7 +158,7 @@ def check(root: Path, ours_out: Path, peft_out: Path, method: str, space: str, l
     """Per module: ``T`` (float64), the optimal rank-32 error, ours and PEFT's errors, ours against PEFT's."""
     import torch
 
-    from vecmerge.merge_kernels import dare_ties, module_seed, ties
+    from vecmerge.linalg.merge_kernels import dare_ties, module_seed, ties
 
     w = torch.tensor(WEIGHTS, dtype=torch.float64)
     worst = {"ours_over_optimal": 0.0, "peft_over_optimal": 0.0, "ours_vs_peft": 0.0, "ours_rel_error": 0.0}

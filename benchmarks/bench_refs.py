@@ -73,7 +73,7 @@ def vecmerge_exe() -> list[str]:
     """The ``vecmerge`` console script beside this Python, or the CLI through ``-c`` where none is installed
     (a machine that runs the tree from PYTHONPATH)."""
     exe = Path(sys.executable).with_name("vecmerge")
-    return [str(exe)] if exe.is_file() else [sys.executable, "-c", "from vecmerge.cli import main; main()"]
+    return [str(exe)] if exe.is_file() else [sys.executable, "-c", "from vecmerge.cli.main import main; main()"]
 
 
 def project_cmd(out, device: str | None = None) -> list[str]:
@@ -301,8 +301,8 @@ def floor(root: Path, out: Path, like: Path, rank_factor: float = 1.0) -> dict:
 def inproc(root: Path, out: Path, profile: str | None = None) -> dict:
     """``vecmerge.pipeline.run`` of the v58 step, timed inside one process (imports excluded)."""
     from vecmerge.pipeline import run
-    from vecmerge.recipe import Recipe
-    from vecmerge.workspace import Workspace
+    from vecmerge.recipe.recipe import Recipe
+    from vecmerge.workspace.names import Workspace
 
     recipe = Recipe.from_dict({"base": "v54", "dir": "v51-v28", "trust": TRUST, "out": str(out),
                                "consensus": {"ref": "v54-v54e2", "on_disagree": "fail"}}, "bench")

@@ -12,7 +12,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from torch import nn
 
-from vecmerge.merge_kernels import dare_ties, magnitude_prune, ties
+from vecmerge.linalg.merge_kernels import dare_ties, magnitude_prune, ties
 
 warnings.filterwarnings("ignore")
 MODULES = ("fc1", "fc2")

@@ -151,7 +151,7 @@ def run_cli():
     """Run ``vecmerge ARGS`` in-process with click's runner; returns the click Result."""
     from click.testing import CliRunner
 
-    from vecmerge.cli import main
+    from vecmerge.cli.main import main
 
     def run(*args, **kwargs):
         runner = CliRunner()
@@ -257,7 +257,7 @@ torch.set_num_threads(1)
 def _mutation_tests(mutant: str) -> list[str] | None:
     """The test files (or node-id prefixes) that judge a mutant of its module: setup.cfg ``[mutmut:tests]``.
 
-    ``mutant`` is mutmut's ``MUTANT_UNDER_TEST`` (``vecmerge.step.x_choose_step__mutmut_3``); None when no
+    ``mutant`` is mutmut's ``MUTANT_UNDER_TEST`` (``vecmerge.analysis.step.x_choose_step__mutmut_3``); None when no
     mutant is under test (mutmut's ``stats``/``fail`` runs, or a plain pytest run) or the module has no entry.
     """
     module = mutant.rpartition(".")[0]

@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from vecmerge.adapter import Adapter
 from vecmerge.errors import AdapterError
+from vecmerge.peft.adapter import Adapter
 from vecmerge.testing import toy_adapter
 
 
@@ -246,7 +246,7 @@ def test_content_sha256_is_weights_and_config(tmp_path):
     """The ledger's key, recomputed with hashlib from the two files; a change to either changes it."""
     import hashlib
 
-    from vecmerge.adapter import folder_content_sha256
+    from vecmerge.peft.adapter import folder_content_sha256
 
     path = toy_adapter(tmp_path / "a")
     w = hashlib.sha256((path / "adapter_model.safetensors").read_bytes()).hexdigest()
@@ -278,7 +278,7 @@ def test_load_reads_once_and_hashes_the_bytes_it_reads(tmp_path):
     with one line naming it."""
     import hashlib
 
-    from vecmerge.modelwrite import SafetensorsStream
+    from vecmerge.io.safetensors_write import SafetensorsStream
 
     shapes = {"model.layers.0.mlp.down_proj": (5, 7), "model.layers.0.mlp.up_proj": (7, 5)}
     folder = toy_adapter(tmp_path / "a", shapes=shapes, rank=3, seed=3)

@@ -11,11 +11,12 @@ import pytest
 import torch
 from scipy.stats import binomtest, ortho_group
 
-from vecmerge import audit, consensus, report_audit
+from vecmerge.analysis import audit, consensus
 from vecmerge.errors import VecmergeError
-from vecmerge.lowrank import LowRank
+from vecmerge.linalg.lowrank import LowRank
+from vecmerge.report import audit as report_audit
 from vecmerge.testing import QWEN3_TYPES, llm_shapes, toy_trajectory, write_peft_folder
-from vecmerge.workspace import Workspace
+from vecmerge.workspace.names import Workspace
 
 REF, DIR = "v54 - v54e2", "v51 - v28"
 TYPES = list(QWEN3_TYPES)

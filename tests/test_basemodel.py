@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vecmerge.basemodel import canonical, folder_is, model_folder_problem
 from vecmerge.testing import toy_adapter
+from vecmerge.workspace.base_model import canonical, folder_is, model_folder_problem
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

@@ -20,7 +20,7 @@ def test_inspect_table_and_json(toy, run_cli):
     assert "14 (2 layers x 7 types)" in res.output and "alpha/r" in res.output and "sha256" in res.output
     info = json.loads(run_cli("inspect", "v54", "--json").output)
     assert info["modules"] == 14 and info["ranks"] == {"8": 14} and info["dtype"] == "fp32"
-    from vecmerge.workspace import Workspace
+    from vecmerge.workspace.names import Workspace
 
     tv = Workspace().vector("v54")
     assert info["norm"] == pytest.approx(tv.norm(), rel=1e-12)
@@ -149,7 +149,7 @@ def test_different_bases_and_missing_modules(tmp_path, run_cli, monkeypatch):
 
 def test_help_is_fast_to_import():
     # vecmerge --help must not import torch (measured in `make bench`; here we check the cause).
-    code = "import sys; from vecmerge.cli import main; print('torch' in sys.modules)"
+    code = "import sys; from vecmerge.cli.main import main; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -203,7 +203,7 @@ def test_every_command_takes_the_global_options():
     """A command added later (e.g. evidence show, ls, gate) gets -q/--workspace/--debug/--device after it too."""
     import click
 
-    from vecmerge.cli import main
+    from vecmerge.cli.main import main
 
     def walk(group, path=()):
         for name, cmd in group.commands.items():
@@ -223,8 +223,8 @@ def test_every_option_has_help_and_the_recipe_is_documented():
     import click
     from click.testing import CliRunner
 
-    from vecmerge.cli import main
-    from vecmerge.recipe import recipe_markdown, schema
+    from vecmerge.cli.main import main
+    from vecmerge.recipe.recipe import recipe_markdown, schema
 
     for name, cmd in main.commands.items():
         for prm in cmd.params:

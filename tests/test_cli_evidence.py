@@ -54,7 +54,7 @@ def record_count(folder) -> int:
 
 
 def test_add_ties_runs_to_the_content_sha256(ws, run_cli):
-    from vecmerge.adapter import Adapter
+    from vecmerge.peft.adapter import Adapter
 
     out = json.loads(ok(run_cli("evidence", "add", "v51", *V51, "--higher-is-better", "--json")).stdout)
     assert out["metric"] == "official_total" and out["direction"] is True  # metric: from vecmerge.yaml
@@ -249,7 +249,7 @@ def test_calibration_verdicts(ws, run_cli, models, proxy, verdict):
 
 
 def test_ls_lists_lineage_hashes_and_runs(ws, run_cli):
-    from vecmerge.adapter import Adapter
+    from vecmerge.peft.adapter import Adapter
 
     ok(run_cli("evidence", "add", "v51", *V51))
     ok(run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.01", "--out", "v58"))

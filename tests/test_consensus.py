@@ -11,10 +11,10 @@ import pytest
 import torch
 from scipy.stats import binom, binomtest
 
-from vecmerge.consensus import agreement_rows, binom_tail, decide, summarize
+from vecmerge.analysis.consensus import agreement_rows, binom_tail, decide, summarize
 from vecmerge.errors import CheckFailed, ExpressionError
 from vecmerge.testing import toy_trajectory
-from vecmerge.workspace import Workspace
+from vecmerge.workspace.names import Workspace
 
 DISAGREE = "model.layers.1.mlp.up_proj"
 
@@ -170,8 +170,8 @@ def test_rows_need_no_svd_report_progress_and_name_experts(split, monkeypatch):
     expert of a MoE parameter carries its index and its parameter as type (``direction.specs``)."""
     from types import SimpleNamespace
 
-    from vecmerge.lowrank import LowRank
-    from vecmerge.taskvector import TaskVector
+    from vecmerge.linalg.lowrank import LowRank
+    from vecmerge.workspace.taskvector import TaskVector
 
     ws = Workspace()
     ref, d = ws.evaluate("v54 - v54e2"), ws.evaluate("v51 - v28")
@@ -255,9 +255,9 @@ def test_a_module_zero_on_either_side_has_no_sign_and_is_not_compared(split, run
 def test_zero_is_relative_to_the_round_off_floor_of_factors_and_cores():
     """``is_zero``: ``||x|| <= EXACT_RTOL * floor`` with floor ``|s| ||B||_F ||A||_F`` (LowRank) or the core's
     ``floor`` (InSpan); a small real update far from 1 in scale is not zero, a cancellation is."""
-    from vecmerge.consensus import is_zero, roundoff_floor
-    from vecmerge.lowrank import EXACT_RTOL, LowRank
-    from vecmerge.subspace import InSpan
+    from vecmerge.analysis.consensus import is_zero, roundoff_floor
+    from vecmerge.linalg.lowrank import EXACT_RTOL, LowRank
+    from vecmerge.linalg.subspace import InSpan
 
     g = torch.Generator().manual_seed(0)
     B, A = 1e-3 * torch.randn(16, 2, generator=g, dtype=torch.float64), 1e-3 * torch.randn(2, 12, generator=g,
@@ -276,7 +276,7 @@ def test_zero_is_relative_to_the_round_off_floor_of_factors_and_cores():
 
 def test_zero_and_missing_rows_are_counted_once_and_missing_ones_count_against_the_share():
     """A module missing in an input is read as zero: it is ``missing`` (counts against the share), not ``zero``."""
-    from vecmerge.consensus import check_not_zero
+    from vecmerge.analysis.consensus import check_not_zero
     from vecmerge.errors import ExpressionError
 
     row = {"layer": 0, "type": "q_proj", "shape": [4, 4], "inner": 1.0, "cosine": 0.5, "ref_norm": 1.0,

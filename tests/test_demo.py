@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vecmerge.demo import prepare_folder, run_demo
+from vecmerge.demo.run import prepare_folder, run_demo
 from vecmerge.errors import OutputError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,10 +8,11 @@ import json
 
 import pytest
 
-from vecmerge.evidence import EvidenceError, commands
+from vecmerge.evidence import EvidenceError
+from vecmerge.evidence import operations as commands
 from vecmerge.evidence.gate import GateFacts, evaluate_gate
 from vecmerge.evidence.ledger import Ledger
-from vecmerge.evidence.lineage import relation
+from vecmerge.workspace.lineage import relation
 
 OLD, NEW, SHA28, SHA54 = "a" * 64, "b" * 64, "c" * 64, "d" * 64
 V51 = [1.0180, 0.9895, 1.0004, 1.0105, 1.0142]

@@ -19,8 +19,8 @@ from vecmerge.evidence.gate import (
     evaluate_gate,
 )
 from vecmerge.evidence.ledger import Record
-from vecmerge.evidence.lineage import relation
 from vecmerge.evidence.noise import pooled_noise
+from vecmerge.workspace.lineage import relation
 
 V51 = [1.0180, 0.9895, 1.0004, 1.0105, 1.0142]
 V28 = [0.9836, 0.9890]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vecmerge.evidence import EvidenceError, LineageError
-from vecmerge.evidence.lineage import chain, check_parents, relation
+from vecmerge.workspace.lineage import chain, check_parents, relation
 
 # The user's trajectories: v16 -> v28 -> v51 (v51 was made from v28); v54 retrained from v28's data
 # (recorded here as a child of v16); v58 made from v54; v36 an item-only probe trained from the base.

@@ -10,9 +10,9 @@ import warnings
 import pytest
 import torch
 
-from vecmerge.export import MANIFEST_NAME, _patterns
-from vecmerge.peft_format import LoraConfig
-from vecmerge.workspace import Workspace
+from vecmerge.peft.format import LoraConfig
+from vecmerge.peft.write import MANIFEST_NAME, _patterns
+from vecmerge.workspace.names import Workspace
 
 
 def load_peft(base, path):

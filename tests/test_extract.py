@@ -28,8 +28,8 @@ from finetune import logits, make_pair, prompt, rel_max
 from safetensors.torch import load_file
 
 from vecmerge.errors import UsageError, VecmergeError
-from vecmerge.extract_output import extract
-from vecmerge.verify import verify_output
+from vecmerge.models.extract_write import extract
+from vecmerge.verify.output import verify_output
 
 F64 = torch.float64
 
@@ -160,7 +160,7 @@ def test_energy_ranks_are_minimal(pairs, tmp_path, arch):
 
 @pytest.mark.slow
 def test_auto_rank_follows_its_rule_on_the_full_spectrum(pairs, tmp_path):
-    from vecmerge.extract_rank import auto_rank
+    from vecmerge.linalg.dense_cut import auto_rank
 
     base, tuned = pairs("qwen3")
     man = extract(base, tuned, tmp_path / "out", rank="auto", others="drop")

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from vecmerge.errors import RecipeError
-from vecmerge.extract_rank import ExtractRank, auto_rank, cut_module, gavish_donoho, power_iters_for
+from vecmerge.linalg.dense_cut import ExtractRank, auto_rank, cut_module, gavish_donoho, power_iters_for
 
 F64 = torch.float64
 

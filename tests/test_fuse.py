@@ -25,9 +25,9 @@ from finetune import build, logits, make_pair, prompt, rel_max, save
 from safetensors.torch import load_file
 
 from vecmerge.errors import VecmergeError
-from vecmerge.extract_output import extract
-from vecmerge.fuse import fuse
-from vecmerge.verify import verify_output
+from vecmerge.models.extract_write import extract
+from vecmerge.models.fuse import fuse
+from vecmerge.verify.output import verify_output
 
 pytestmark = pytest.mark.slow
 F64 = torch.float64

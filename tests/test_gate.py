@@ -15,7 +15,7 @@ import pytest
 
 from vecmerge.evidence.ledger import Ledger
 from vecmerge.testing import llm_shapes, toy_adapter, toy_trajectory
-from vecmerge.workspace import Workspace
+from vecmerge.workspace.names import Workspace
 
 V51 = [1.0180, 0.9895, 1.0004, 1.0105, 1.0142]
 V28 = [0.9836, 0.9890]
@@ -272,7 +272,7 @@ def test_a_recipe_gate_runs_the_gate_and_overrides_thresholds(gate_ws, run_cli):
 
 def test_a_local_base_model_is_one_model_however_it_is_written(gate_ws, run_cli, tmp_path):
     """``base`` and its absolute path name one folder: the same base; a hub id stays as written."""
-    from vecmerge.pipeline.gate import declared_base
+    from vecmerge.pipeline.gate_check import declared_base
 
     (gate_ws / "base").mkdir()
     _edit_config(gate_ws, "v28", base_model_name_or_path=str(gate_ws / "base"))

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.testing import assert_close
 
-from vecmerge.lowrank import LowRank, combine, rank_for_error
+from vecmerge.linalg.lowrank import LowRank, combine, rank_for_error
 
 RTOL, ATOL = 1e-10, 1e-12
 
@@ -79,7 +79,7 @@ def test_rank_for_error_edges():
 def test_energy_rank_reaches_the_share_inclusively():
     """Smallest k with sum_{i<k} S_i^2 >= E sum S_i^2 (within 1e-15): half of [1, 1] is reached by k = 1, also
     when E sits exactly 1e-15 above the share; a zero update has rank 0, a single value of energy 1 rank 1."""
-    from vecmerge.lowrank import energy_rank
+    from vecmerge.linalg.lowrank import energy_rank
 
     S = torch.tensor([1.0, 1.0], dtype=torch.float64)
     assert energy_rank(S, 0.5) == 1 and energy_rank(S, 0.6) == 2 and energy_rank(S, 1.0) == 2
@@ -92,7 +92,7 @@ def test_energy_rank_reaches_the_share_inclusively():
 def test_svd_exact_rank_measures_against_the_floor():
     """exact_rank: the smallest k whose dropped tail is at most rtol * max(||S||, floor); a large floor (the
     magnitude of the terms that cancelled) makes a small tail round-off."""
-    from vecmerge.lowrank import SVD
+    from vecmerge.linalg.lowrank import SVD
 
     U, Vh = torch.eye(3, 2, dtype=torch.float64), torch.eye(2, 4, dtype=torch.float64)
     s = SVD(U, torch.tensor([1.0, 1e-7], dtype=torch.float64), Vh)

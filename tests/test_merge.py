@@ -19,13 +19,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vecmerge.merge_kernels import module_seed
+from vecmerge.linalg.merge_kernels import module_seed
 from vecmerge.pipeline import run
-from vecmerge.recipe import Recipe
-from vecmerge.report import render_merge
+from vecmerge.recipe.recipe import Recipe
+from vecmerge.report.text import render_merge
 from vecmerge.testing import toy_adapter
-from vecmerge.verify import verify_output
-from vecmerge.workspace import Workspace
+from vecmerge.verify.output import verify_output
+from vecmerge.workspace.names import Workspace
 
 W3 = [0.5, -1.0, 2.0]
 

@@ -17,8 +17,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from vecmerge.lowrank import LowRank, combine
-from vecmerge.merge_kernels import (
+from vecmerge.linalg.lowrank import LowRank, combine
+from vecmerge.linalg.merge_kernels import (
     MergeArgumentError,
     dare_drop,
     dare_linear,

@@ -14,10 +14,10 @@ from vecmerge import methods
 from vecmerge.errors import RecipeError
 from vecmerge.methods import Field, Method
 from vecmerge.pipeline import run
-from vecmerge.recipe import Recipe
-from vecmerge.report import render_merge
-from vecmerge.verify import verify_output
-from vecmerge.workspace import Workspace
+from vecmerge.recipe.recipe import Recipe
+from vecmerge.report.text import render_merge
+from vecmerge.verify.output import verify_output
+from vecmerge.workspace.names import Workspace
 
 
 def test_onto_ref_and_orthogonal_against_dense(split, dense_expr):
@@ -83,7 +83,7 @@ def test_a_method_registered_from_a_test_runs_through_project_verify_and_report(
     rep = run(Recipe.from_dict(rec), Workspace())
     assert rep.evaluation.method is toy_method
     base, d = dense_expr({"v54": 1.0}), dense_expr({"v51": 1.0, "v28": -1.0})
-    from vecmerge.adapter import Adapter
+    from vecmerge.peft.adapter import Adapter
 
     out = Adapter(toy / "toy")
     for m in base:

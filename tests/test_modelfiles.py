@@ -15,8 +15,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from vecmerge.modelfiles import INDEX_NAME, ModelError, ModelFolder
-from vecmerge.modelwrite import SafetensorsStream, SafetensorsWriter, write_index
+from vecmerge.io.safetensors_read import INDEX_NAME, ModelError, ModelFolder
+from vecmerge.io.safetensors_write import SafetensorsStream, SafetensorsWriter, write_index
 
 
 def sha(path) -> str:

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from vecmerge.errors import UsageError
-from vecmerge.modelfiles import TensorInfo
-from vecmerge.modelparts import ALL_LINEAR, kind_of, parts, select
+from vecmerge.io.safetensors_read import TensorInfo
+from vecmerge.models.parts import ALL_LINEAR, kind_of, parts, select
 
 
 def infos(shapes: dict) -> dict:

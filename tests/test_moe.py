@@ -22,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from vecmerge.adapter import Adapter
+from vecmerge.peft.adapter import Adapter
 from vecmerge.testing import assert_merge_identity
 
 MIXTRAL = dict(vocab_size=64, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,

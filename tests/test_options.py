@@ -31,7 +31,7 @@ def test_options_import_no_torch():
     import subprocess
     import sys
 
-    code = "import sys, vecmerge.options, vecmerge.recipe; print('torch' in sys.modules)"
+    code = "import sys, vecmerge.options, vecmerge.recipe.recipe; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() \
         == "False"
 

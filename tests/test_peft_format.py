@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from vecmerge.adapter import Adapter
 from vecmerge.errors import AdapterError
-from vecmerge.export import _patterns
-from vecmerge.peft_format import LoraConfig, factor_keys, pattern_key, peft_scale, targeted
+from vecmerge.peft.adapter import Adapter
+from vecmerge.peft.format import LoraConfig, factor_keys, pattern_key, peft_scale, targeted
+from vecmerge.peft.write import _patterns
 from vecmerge.testing import toy_adapter
 
 
@@ -108,7 +108,7 @@ def test_expert_layout_is_peft_einsum():
     """stack_experts + PEFT's ParamWrapper einsum give each expert's B_e @ A_e; expert_factors reads them back."""
     import torch
 
-    from vecmerge.peft_format import expert_factors, stack_experts
+    from vecmerge.peft.format import expert_factors, stack_experts
 
     g = torch.Generator().manual_seed(0)
     fac = [(torch.randn(5, 3, generator=g, dtype=torch.float64), torch.randn(3, 7, generator=g, dtype=torch.float64))
@@ -123,7 +123,7 @@ def test_expert_layout_is_peft_einsum():
 
 
 def test_wrapped_keys_and_candidates_follow_peft():
-    from vecmerge.peft_format import param_candidates, param_targeted, unwrap, wrapped_keys
+    from vecmerge.peft.format import param_candidates, param_targeted, unwrap, wrapped_keys
 
     both = {"gate_up_proj", "down_proj"}
     assert wrapped_keys("model.layers.0.mlp.experts", "gate_up_proj", both) == (
@@ -143,7 +143,7 @@ def test_wrapped_keys_and_candidates_follow_peft():
 
 
 def test_layers_and_type_paths_of_module_names():
-    from vecmerge.peft_format import module_layer, type_path
+    from vecmerge.peft.format import module_layer, type_path
 
     assert module_layer("model.layers.3.self_attn.q_proj") == 3 and module_layer("transformer.h.10.mlp.c_fc") == 10
     assert module_layer("lm_head") is None
@@ -158,7 +158,7 @@ def test_module_types_are_the_shortest_unambiguous_suffixes():
     experts of one MoE parameter share its type (ModuleSpec.target). Names may come from any iterable."""
     from types import SimpleNamespace
 
-    from vecmerge.peft_format import module_types
+    from vecmerge.peft.format import module_types
 
     names = ["transformer.h.0.attn.c_proj", "transformer.h.0.mlp.c_proj", "transformer.h.1.attn.c_attn",
              "transformer.h.1.attn.c_proj", "transformer.wte", "lm_head", "model.layers.0.self_attn.q_proj"]
@@ -176,7 +176,7 @@ def test_module_types_are_the_shortest_unambiguous_suffixes():
 
 
 def test_entry_names_of_wrapped_parameters():
-    from vecmerge.peft_format import entry_name
+    from vecmerge.peft.format import entry_name
 
     assert entry_name("model.layers.0.mlp.gate", "weight") == "model.layers.0.mlp.gate"
     assert entry_name("m.experts", "gate_up_proj") == "m.experts.gate_up_proj"
@@ -184,7 +184,7 @@ def test_entry_names_of_wrapped_parameters():
 
 
 def test_pattern_errors_name_the_field_and_the_file():
-    from vecmerge.safe_pattern import PatternError
+    from vecmerge.io.patterns import PatternError
 
     with pytest.raises(PatternError) as e:
         pattern_key(["(a+)+"], "model.q_proj")
@@ -269,7 +269,7 @@ GOOD = {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj
 ])
 def test_config_fields_are_checked_and_named(tmp_path, change, problem):
     """Each field vecmerge reads is type-checked; all problems of a file in one line naming it."""
-    from vecmerge.peft_format import LoraConfig
+    from vecmerge.peft.format import LoraConfig
 
     path = tmp_path / "adapter_config.json"
     path.write_text(json.dumps({**GOOD, **change}))
@@ -280,7 +280,7 @@ def test_config_fields_are_checked_and_named(tmp_path, change, problem):
 
 def test_config_limits_and_defaults_are_accepted(tmp_path):
     """The bounds themselves are valid (r = 1 and 2^20, lora_alpha 0); absent optional fields take PEFT's defaults."""
-    from vecmerge.peft_format import LoraConfig
+    from vecmerge.peft.format import LoraConfig
 
     path = tmp_path / "adapter_config.json"
     path.write_text(json.dumps({**GOOD, "r": 1048576, "lora_alpha": 0, "rank_pattern": {"q_proj": 1},
@@ -310,7 +310,7 @@ def test_config_limits_and_defaults_are_accepted(tmp_path):
     ({**GOOD, "init_lora_weights": "gaussian"}, None),
 ])
 def test_config_refusals_word_for_word(tmp_path, raw, message):
-    from vecmerge.peft_format import LoraConfig
+    from vecmerge.peft.format import LoraConfig
 
     path = tmp_path / "adapter_config.json"
     path.write_text(json.dumps(raw))
@@ -325,8 +325,8 @@ def test_config_refusals_word_for_word(tmp_path, raw, message):
 
 
 def test_a_bad_pattern_key_is_refused_when_the_config_is_read(tmp_path):
-    from vecmerge.peft_format import LoraConfig
-    from vecmerge.safe_pattern import PatternError
+    from vecmerge.io.patterns import PatternError
+    from vecmerge.peft.format import LoraConfig
 
     path = tmp_path / "adapter_config.json"
     path.write_text(json.dumps({**GOOD, "alpha_pattern": {"(a+)+": 2}}))
@@ -346,7 +346,7 @@ TARGET_REGEX_FIELDS = [
 @pytest.mark.parametrize("field, raw", TARGET_REGEX_FIELDS)
 def test_targeted_names_the_field_and_file_of_an_invalid_regex(field, raw):
     """A regex string of the config that does not compile is one line naming the file, the field and the fix."""
-    from vecmerge.safe_pattern import PatternError
+    from vecmerge.io.patterns import PatternError
 
     with pytest.raises(PatternError) as e:
         targeted(raw("q_proj("), "model.layers.3.self_attn.q_proj", source="c.json")
@@ -358,7 +358,7 @@ def test_targeted_names_the_field_and_file_of_an_invalid_regex(field, raw):
 def test_targeted_stops_a_slow_regex_and_names_the_field_and_file(field, raw):
     """A regex that passes the static check but backtracks for seconds on a long module name is stopped at the
     1 s budget (about 1 s per case), naming the file, the field and the module; never a hang or a crash."""
-    from vecmerge.safe_pattern import MATCH_BUDGET_S, PatternError
+    from vecmerge.io.patterns import MATCH_BUDGET_S, PatternError
 
     slow = r"\w*\w*\w*\w*!"  # 4 variable repeats: allowed, ~len**4 steps on a miss (seconds for 400 characters)
     name = "a" * 400 + ".q_proj"

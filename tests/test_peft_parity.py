@@ -22,11 +22,11 @@ import warnings
 import pytest
 import torch
 
-from vecmerge.merge_kernels import module_seed
+from vecmerge.linalg.merge_kernels import module_seed
 from vecmerge.pipeline import run
-from vecmerge.recipe import Recipe
-from vecmerge.verify import verify_output
-from vecmerge.workspace import Workspace
+from vecmerge.recipe.recipe import Recipe
+from vecmerge.verify.output import verify_output
+from vecmerge.workspace.names import Workspace
 
 pytestmark = pytest.mark.slow
 FULL = ["q_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # min(out, in) = 32 in every one
@@ -176,7 +176,7 @@ def test_every_merge_loads_in_peft_and_verifies(tmp_path, tiny_base, peft_adapte
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from vecmerge.adapter import Adapter
+    from vecmerge.peft.adapter import Adapter
     from vecmerge.pipeline import evaluate, intended
 
     adapters = {"x": peft_adapter("all_x", seed=31), "y": peft_adapter("all_y", seed=32, r=6, lora_alpha=3)}

@@ -17,9 +17,9 @@ from safetensors.torch import load_file
 
 from vecmerge.errors import CheckFailed
 from vecmerge.pipeline import run as _run
-from vecmerge.recipe import Recipe
+from vecmerge.recipe.recipe import Recipe
 from vecmerge.testing import toy_trajectory, tree_hashes
-from vecmerge.workspace import Workspace
+from vecmerge.workspace.names import Workspace
 
 
 def run(*args, **kwargs) -> dict:
@@ -95,9 +95,9 @@ def test_keep_base_keeps_backbone_factors_bit_for_bit(toy, run_cli):
 def test_keep_base_keeps_the_backbones_scale(tmp_path, monkeypatch, run_cli, alpha_factor, rslora):
     """A backbone with lora_alpha = 2r (or r/2, or rsLoRA): its factors are kept and PEFT's scale stays its
     own (alpha/r, alpha/sqrt(r)); verify recomputes base + alpha * dir within the fp32 tolerance."""
-    from vecmerge.adapter import Adapter
+    from vecmerge.peft.adapter import Adapter
     from vecmerge.testing import toy_adapter
-    from vecmerge.verify import verify_output
+    from vecmerge.verify.output import verify_output
 
     monkeypatch.chdir(tmp_path)
     toy_adapter("b", rank=4, lora_alpha=4 * alpha_factor, rslora=rslora, seed=1)
@@ -116,9 +116,9 @@ def test_keep_base_of_a_silent_backbone_writes_the_step(tmp_path, monkeypatch, r
     """A backbone of lora_alpha 0 contributes nothing: keep-base writes base + alpha * dir = the step alone (its
     factors under a non-zero scale would add B0 A0; that output failed verify). Against dense float64 references
     (safetensors + PEFT's scale rule) within the fp32 tolerance, 1e-5 of each module's norm; verify passes."""
-    from vecmerge.adapter import Adapter
+    from vecmerge.peft.adapter import Adapter
     from vecmerge.testing import toy_adapter
-    from vecmerge.verify import verify_output
+    from vecmerge.verify.output import verify_output
 
     monkeypatch.chdir(tmp_path)
     toy_adapter("b", rank=4, lora_alpha=0.0, seed=1)
@@ -366,7 +366,7 @@ def test_project_multipliers_shape_the_direction_before_alpha(toy, dense_expr, d
         want = base[m] + alpha * shaped[m]
         assert float((got[m] - want).norm() / want.norm()) < 1e-6, m
     assert rep["multipliers"] == {m: 0.5 for m in d if "mlp" in m}
-    from vecmerge.verify import verify_output
+    from vecmerge.verify.output import verify_output
 
     assert verify_output(toy / "half")["passed"]
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from vecmerge.randsvd import (
+from vecmerge.linalg.randsvd import (
     MatrixOperator,
     SVDInputError,
     frobenius_sq,

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.testing import assert_close
 
-from vecmerge.lowrank import LowRank, combine
+from vecmerge.linalg.lowrank import LowRank, combine
+from vecmerge.linalg.rankcut import cut
+from vecmerge.linalg.subspace import Subspace
 from vecmerge.options import RankPolicy
-from vecmerge.rankcut import cut
-from vecmerge.subspace import Subspace
 
 shapes = st.tuples(st.integers(1, 12), st.integers(1, 12), st.integers(1, 5), st.integers(0, 10_000))
 
@@ -107,7 +107,7 @@ def test_a_common_rank_on_a_core_keeps_what_its_factors_keep():
     whatever the policy chose, as on its factors: below the policy's rank it cuts further, above it keeps up to the
     exact rank; then pads to k. The kept part is the best rank-min(k, exact) approximation (dense SVD, rtol 1e-9),
     the error its Eckart-Young tail. A dense update and keep-base pad to k as well (zero directions, same update)."""
-    from vecmerge.dense import Dense
+    from vecmerge.linalg.dense import Dense
 
     a, b = rand_lr(14, 11, 3, 31, scale=2.0), rand_lr(14, 11, 2, 32)
     _, (ca, cb) = Subspace.of([a, b], (14, 11))
@@ -188,7 +188,7 @@ def lowrank_plus_noise(rows, cols, r, noise, seed):
 def test_dense_cuts_report_their_exact_error():
     """Dense updates (the dense-space merges): the randomized cut's error equals ``||D - cut||`` to rtol 1e-9 and is
     within 1% of Eckart-Young's; N above min(out, in)/8 gets a third power iteration; energy and exact as for cores."""
-    from vecmerge.dense import Dense
+    from vecmerge.linalg.dense import Dense
 
     for (rows, cols), k, iters in (((300, 200), 8, 2), ((600, 400), 60, 3)):
         D = lowrank_plus_noise(rows, cols, 12, 0.3, 1)
@@ -225,7 +225,7 @@ def spectral(rows, cols, S, seed):
 def test_dense_exact_cut_reports_its_error_norm_and_rank():
     """``exact`` on a dense update: rank 4 of a rank-4 matrix plus a 1e-12 tail, error = the dropped tail's norm
     (against a dense SVD, rtol 1e-6: the tail is 1e-12 of ||D||) and norm = ||D|| (rtol 1e-12)."""
-    from vecmerge.dense import Dense
+    from vecmerge.linalg.dense import Dense
 
     D = spectral(40, 30, [3.0, 2.0, 1.0, 0.5] + [1e-12] * 6, 1)
     S = torch.linalg.svdvals(D)
@@ -240,7 +240,7 @@ def test_dense_randomized_cut_is_seeded_and_its_power_iterations_follow_the_rule
     """N exceeding min(out, in)/8 gets a third power iteration (N = 25 of 200 does not, 26 does); the seed fixes
     the test matrix (the same seed: the same bits; another: other bits); a small matrix takes the full SVD,
     which has no power iterations."""
-    from vecmerge.dense import Dense
+    from vecmerge.linalg.dense import Dense
 
     D = lowrank_plus_noise(300, 200, 12, 0.3, 1)
     assert cut(Dense(D), RankPolicy.parse("25"), seed=1).power_iters == 2
@@ -266,7 +266,7 @@ def test_dense_randomized_cut_is_seeded_and_its_power_iterations_follow_the_rule
 def test_dense_cuts_drop_round_off_directions(S, k, want, size):
     """Trailing singular values whose squares add up to at most EXACT_RTOL^2 ||D||^2 are not rank (the designed
     spectra give the rank by hand), at any size of D; the error stays the whole dropped tail (rtol 1e-6)."""
-    from vecmerge.dense import Dense
+    from vecmerge.linalg.dense import Dense
 
     D = spectral(30, 20, [s * size for s in S], 3)
     c = cut(Dense(D), RankPolicy.parse(str(k)))
@@ -279,7 +279,7 @@ def test_dense_cuts_drop_round_off_directions(S, k, want, size):
 def test_low_rank_dense_cut_drops_only_round_off_at_any_size():
     """A rank-5 dense update cut at 8 keeps 5 whatever its size: the round-off directions' energy is measured
     against ||D||^2, not in absolute terms; the written factors have the cut's rank."""
-    from vecmerge.dense import Dense
+    from vecmerge.linalg.dense import Dense
 
     low = lowrank_plus_noise(300, 200, 5, 0.0, 2)
     for size in (1e-6, 1e6):
@@ -316,7 +316,7 @@ def test_keep_base_appends_the_step_to_the_backbone():
 
 def test_pad_adds_exactly_the_zero_directions_asked_for():
     """pad(x, r) has rank r (one more included), the same scale and the same update; never fewer than x's rank."""
-    from vecmerge.rankcut import pad
+    from vecmerge.linalg.rankcut import pad
 
     x = rand_lr(6, 5, 2, 9, scale=3.0)
     for r in (1, 2, 3, 5):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from vecmerge.errors import RecipeError
-from vecmerge.recipe import Recipe, load
+from vecmerge.recipe.recipe import Recipe, load
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 

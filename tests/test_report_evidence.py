@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vecmerge.report_evidence import render_gate
+from vecmerge.report.evidence import render_gate
 
 
 def test_render_gate_wraps_and_names_what_did_not_pass():

@@ -17,16 +17,8 @@ import pytest
 import yaml
 
 from vecmerge.errors import VecmergeError
-from vecmerge.safe_parse import (
-    ParseError,
-    load_json,
-    load_yaml,
-    parse_json,
-    parse_yaml,
-    safe_path,
-    short,
-)
-from vecmerge.safe_pattern import PatternError, PatternSet, check_pattern, pattern_matches
+from vecmerge.io.parse import ParseError, load_json, load_yaml, parse_json, parse_yaml, safe_path, short
+from vecmerge.io.patterns import PatternError, PatternSet, check_pattern, pattern_matches
 
 FAST_S = 2.0
 
@@ -402,7 +394,7 @@ def test_a_key_valid_only_inside_peft_regex_is_accepted_like_peft():
 
 def test_target_module_regexes_get_no_allowance_for_a_prefix():
     """target_modules is matched as written (no PEFT prefix): its own 5 variable repeats are refused."""
-    from vecmerge.peft_format import targeted
+    from vecmerge.peft.format import targeted
 
     with pytest.raises(PatternError, match="5 variable repeats"):
         targeted({"target_modules": r".*.*.*.*.*q_proj"}, "model.layers.0.self_attn.q_proj")
@@ -433,7 +425,7 @@ def test_a_child_killed_at_the_budget_names_the_key_it_was_on(monkeypatch, stdou
     text elsewhere, or nothing) names the key in the message, the first when nothing was printed."""
     import subprocess
 
-    from vecmerge import safe_pattern
+    from vecmerge.io import patterns as safe_pattern
 
     def killed(*args, **kwargs):
         raise subprocess.TimeoutExpired(args[0], kwargs.get("timeout"), output=stdout)

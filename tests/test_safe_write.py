@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from vecmerge import safe_recover, safe_rename, safe_write
 from vecmerge.errors import OutputError
-from vecmerge.safe_policy import PNG, OutputPolicy, Protected
-from vecmerge.safe_write import OutputTransaction, discard_folder, recover, write_file
+from vecmerge.outputs import recovery as safe_recover
+from vecmerge.outputs import rename as safe_rename
+from vecmerge.outputs import transaction as safe_write
+from vecmerge.outputs.policy import PNG, OutputPolicy, Protected
+from vecmerge.outputs.transaction import OutputTransaction, discard_folder, recover, write_file
 
 REPO = Path(__file__).resolve().parents[1]
 FILES = ("a.bin", "b.bin", "c.bin")
@@ -250,10 +252,10 @@ CHILD = r'''
 import json, os, sys, time
 sys.path.insert(0, os.environ["TEST_DIR"])
 from test_safe_write import write_output
-from vecmerge import safe_recover, safe_write
+from vecmerge.outputs import recovery as safe_recover, transaction as safe_write
 from vecmerge.errors import OutputError
-from vecmerge.safe_policy import OutputPolicy
-from vecmerge.safe_rename import SwapUnsupported
+from vecmerge.outputs.policy import OutputPolicy
+from vecmerge.outputs.rename import SwapUnsupported
 
 job = json.loads(sys.argv[1])
 

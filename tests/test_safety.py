@@ -28,12 +28,13 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-from vecmerge import safe_recover, safe_write
+from vecmerge.outputs import recovery as safe_recover
+from vecmerge.outputs import transaction as safe_write
+from vecmerge.outputs.rename import SwapUnsupported
 from vecmerge.pipeline import run
-from vecmerge.recipe import Recipe
-from vecmerge.safe_rename import SwapUnsupported
+from vecmerge.recipe.recipe import Recipe
 from vecmerge.testing import tree_hashes
-from vecmerge.workspace import Workspace
+from vecmerge.workspace.names import Workspace
 
 REPO = Path(__file__).resolve().parents[1]
 STEP = ("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113")
@@ -190,8 +191,8 @@ def test_item4_interrupt_at_the_worst_moment_of_a_force_replacement(toy, run_cli
 
 CHILD = r'''
 import os, sys, time
-from vecmerge import safe_write
-from vecmerge.cli import main
+from vecmerge.outputs import transaction as safe_write
+from vecmerge.cli.main import main
 
 def stop(step):
     if step == os.environ["STOP_AT"]:
@@ -257,7 +258,7 @@ def _disk_full_on_call(mp, n: int) -> list:
     """The n-th weights file fails as a full disk does (ENOSPC from write) after its first module's bytes."""
     import errno
 
-    from vecmerge.modelwrite import SafetensorsStream
+    from vecmerge.io.safetensors_write import SafetensorsStream
 
     real_init, real_put, calls = SafetensorsStream.__init__, SafetensorsStream.put, []
 
@@ -364,7 +365,7 @@ def test_item6_verify_does_not_pass_a_recipe_that_overflows(toy, run_cli):
 
 
 def test_item6_a_nan_figure_never_passes():
-    from vecmerge.verify_manifest import differences, figures_check
+    from vecmerge.verify.files import differences, figures_check
 
     nan = float("nan")
     assert differences(nan, nan, "x") and differences(1.0, nan, "x") and differences(nan, 1.0, "x")

@@ -11,12 +11,12 @@ import math
 import pytest
 import torch
 
-from vecmerge.adapter import Adapter
+from vecmerge.analysis.step import choose_step
 from vecmerge.errors import RecipeError
+from vecmerge.peft.adapter import Adapter
 from vecmerge.pipeline import run
-from vecmerge.recipe import Recipe
-from vecmerge.step import choose_step
-from vecmerge.workspace import Workspace
+from vecmerge.recipe.recipe import Recipe
+from vecmerge.workspace.names import Workspace
 
 
 def fro(d):
@@ -91,8 +91,8 @@ def test_choose_step_needs_a_size(toy):
 
 def _tv(norms: dict):
     """A TaskVector whose module m is the 1x1 update [[norms[m]]] (||x_m|| = |norms[m]|, exact)."""
-    from vecmerge.lowrank import LowRank
-    from vecmerge.taskvector import TaskVector
+    from vecmerge.linalg.lowrank import LowRank
+    from vecmerge.workspace.taskvector import TaskVector
 
     return TaskVector({m: LowRank(torch.tensor([[float(v)]], dtype=torch.float64),
                                   torch.ones(1, 1, dtype=torch.float64)) for m, v in norms.items()}, {})
@@ -160,7 +160,7 @@ def test_step_refusals_say_what_to_give():
 def test_realized_step_figures_against_a_hand_computation():
     """realized(multiple): s_m = |alpha_m * multiple| ||dir_m||, global = sqrt(sum s_m^2) / ||base||, step_norm, and
     min/median/max of s_m / ||base_m|| over modules with both norms non-zero (rel 1e-15)."""
-    from vecmerge.step import StepSize
+    from vecmerge.analysis.step import StepSize
 
     dn = {"a": 1.0, "b": 2.0, "c": 0.0, "d": 1.0, "e": 3.0}
     bn = {"a": 4.0, "b": 0.0, "c": 1.0, "d": 2.0, "e": 1.0}
@@ -178,6 +178,6 @@ def test_realized_step_figures_against_a_hand_computation():
 
 
 def test_trust_alpha_of_a_zero_direction_is_zero():
-    from vecmerge.step import trust_alpha
+    from vecmerge.analysis.step import trust_alpha
 
     assert trust_alpha(3.0, 0.0, 0.5) == 0.0 and trust_alpha(3.0, 2.0, 0.5) == 0.75

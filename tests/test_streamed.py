@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from vecmerge.errors import MergeArgumentError
-from vecmerge.merge_kernels import dare_linear, dare_ties, magnitude_prune, ties
-from vecmerge.streamed import block_rows, streamed_merge
+from vecmerge.linalg.merge_kernels import dare_linear, dare_ties, magnitude_prune, ties
+from vecmerge.linalg.streamed import block_rows, streamed_merge
 
 W = [0.7, -0.4, 1.3, 0.5, 2.0]
 DENS = [0.5, 0.3, 0.9, 1.0, 0.2]

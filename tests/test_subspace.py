@@ -8,8 +8,8 @@ import math
 import torch
 from torch.testing import assert_close
 
-from vecmerge.lowrank import LowRank
-from vecmerge.subspace import Subspace
+from vecmerge.linalg.lowrank import LowRank
+from vecmerge.linalg.subspace import Subspace
 
 
 def rand_lr(out, inn, r, seed, scale=1.0):
@@ -47,7 +47,7 @@ def test_an_all_zero_module():
 def test_condition_bound_and_the_lift_it_guards():
     """condition_bound is an upper bound on kappa_2(R) within a factor m (against torch.linalg.cond), inf when
     R is singular; the implicit lift is taken below KAPPA_MAX, and both lifts give the same update (rtol 1e-10)."""
-    from vecmerge.subspace import KAPPA_MAX, condition_bound
+    from vecmerge.linalg.subspace import KAPPA_MAX, condition_bound
 
     g = torch.Generator().manual_seed(0)
     for m, spread in ((8, 1.0), (16, 1e3), (12, 1e7)):

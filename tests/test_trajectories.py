@@ -1,4 +1,4 @@
-"""Tests for vecmerge.trajectories: toy LoRA trajectories really trained on a tiny Qwen3."""
+"""Tests for vecmerge.demo.trajectories: toy LoRA trajectories really trained on a tiny Qwen3."""
 
 import json
 import math
@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from safetensors import safe_open  # noqa: E402
 
-from vecmerge.trajectories import LINEAGE, make_trajectories  # noqa: E402
+from vecmerge.demo.trajectories import LINEAGE, make_trajectories
 
 SMALL = dict(seed=0, layers=1, steps=10)  # a few seconds on a 2-core CPU
 NAMES = ("v28", "v51", "v54e2", "v54")

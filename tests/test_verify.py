@@ -1,6 +1,6 @@
 """``vecmerge verify``: a clean output passes; every way an upload can go wrong fails with exit 1, by name.
 
-Tolerances (see ``vecmerge.verify``): the written update must equal the recomputed one within 1e-5
+Tolerances (see ``vecmerge.verify.output``): the written update must equal the recomputed one within 1e-5
 (fp32), 5e-3 (fp16), 3e-2 (bf16) relative Frobenius; the measured errors are ~0.6 u of the dtype
 (fp32 ~4e-8), which these tests also pin so that the tolerances keep a wide margin. Tampering is
 done at 10x the fp32 tolerance (one tensor scaled by 1 + 1e-4) to show the check is that sharp.
@@ -15,10 +15,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from vecmerge.adapter import Adapter
 from vecmerge.errors import OutputError
+from vecmerge.peft.adapter import Adapter
 from vecmerge.testing import assert_merge_identity, toy_adapter, write_peft_folder
-from vecmerge.verify import TOLERANCES, verify_identities, verify_output
+from vecmerge.verify.output import TOLERANCES, verify_identities, verify_output
 
 MODULE = "model.layers.1.self_attn.v_proj"
 B_KEY = f"base_model.model.{MODULE}.lora_B.weight"
@@ -141,11 +141,11 @@ def test_update_tolerance_is_sharp_on_both_sides(toy, run_cli, factor, passes):
 def test_a_halved_step_in_one_module_fails_the_step_check(toy, run_cli):
     """W_m = base_m + step_m / 2 in one module: survival drops below 1 by that module's share of the step
     energy / 2 (computed here), far beyond 1e-4, and the step check itself fails."""
+    from vecmerge.linalg.rankcut import cut
     from vecmerge.options import RankPolicy
     from vecmerge.pipeline import evaluate, intended_core
-    from vecmerge.rankcut import cut
-    from vecmerge.recipe import Recipe
-    from vecmerge.workspace import Workspace
+    from vecmerge.recipe.recipe import Recipe
+    from vecmerge.workspace.names import Workspace
 
     project(run_cli)
     ev = evaluate(Recipe.from_dict(json.loads(Path("out/vecmerge.json").read_text())["recipe"]), Workspace())
@@ -521,8 +521,8 @@ def test_verify_reports_progress_over_every_module(toy, run_cli):
 def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli, dense_expr):
     """verify.compare keeps every module's recomputed update by default (the PEFT checks compare against them):
     each is ``base_m + alpha dir_m`` of dense float64 from the raw files (alpha from the manifest; rtol 1e-12)."""
-    from vecmerge.recipe import with_absolute_inputs
-    from vecmerge.verify import TOLERANCES, compare, recompute
+    from vecmerge.recipe.recipe import with_absolute_inputs
+    from vecmerge.verify.output import TOLERANCES, compare, recompute
 
     project(run_cli)
     man = json.loads(Path("out/vecmerge.json").read_text())
@@ -548,8 +548,8 @@ def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli
 def _full_space_ties(out: str) -> Path:
     """A TIES merge of v51 and v28 in full space: each module's intended update is a dense matrix (``Dense``)."""
     from vecmerge.pipeline import run
-    from vecmerge.recipe import Recipe
-    from vecmerge.workspace import Workspace
+    from vecmerge.recipe.recipe import Recipe
+    from vecmerge.workspace.names import Workspace
 
     run(Recipe.from_dict({"out": out, "method": "ties", "space": "full", "rank": "exact",
                           "models": [{"model": "v51", "weight": 1.0, "density": 0.5},
@@ -584,9 +584,9 @@ def test_a_zeroed_or_filled_in_module_fails_by_name_without_a_scale(tmp_path, mo
     update is zero (a zero backbone, a dropped module) written non-zero. Each fails the update check by name, as tensors
     that do not hold the recomputed factors, with no scale named and no crash."""
     from vecmerge.pipeline import run
-    from vecmerge.recipe import Recipe
+    from vecmerge.recipe.recipe import Recipe
     from vecmerge.testing import toy_trajectory
-    from vecmerge.workspace import Workspace
+    from vecmerge.workspace.names import Workspace
 
     disagree = "model.layers.1.mlp.up_proj"
     toy_trajectory(tmp_path / "t", disagree=(disagree,))
@@ -749,7 +749,7 @@ NOT_MAPS = "the manifest's recipe.inputs and inputs must map names to {path, sha
 def test_a_malformed_inputs_map_fails_the_inputs_check_by_name(toy, run_cli, edit, message):
     """A hand-edited manifest whose inputs are not maps of {path, sha256} fails the inputs check with a message
     naming what is wrong (not a crash); an input without a path is named and the inputs after it still checked."""
-    from vecmerge.verify import input_check
+    from vecmerge.verify.output import input_check
 
     project(run_cli)
     man = json.loads(Path("out/vecmerge.json").read_text())
@@ -764,7 +764,7 @@ def test_a_malformed_inputs_map_fails_the_inputs_check_by_name(toy, run_cli, edi
 def test_an_input_without_a_recorded_config_hash_is_checked_by_its_weights(toy, run_cli):
     """The manifest's ``inputs`` section pins each input's config; an input it has no entry for (or a malformed
     one) has its weights checked all the same, and no config hash is asked of it."""
-    from vecmerge.verify import input_check
+    from vecmerge.verify.output import input_check
 
     project(run_cli)
     man = json.loads(Path("out/vecmerge.json").read_text())
@@ -784,7 +784,7 @@ def test_a_dense_space_merge_is_verified_one_dense_update_at_a_time(toy, monkeyp
     import gc
     import weakref
 
-    import vecmerge.verify as verify
+    import vecmerge.verify.output as verify
 
     _full_space_ties("ties")
     monkeypatch.setenv("VECMERGE_THREADS", "1")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from vecmerge.safe_parse import short
-from vecmerge.verify import verify_output
-from vecmerge.verify_manifest import FIGURES_RTOL, differences, figures_check, files_check, shape_problems
+from vecmerge.io.parse import short
+from vecmerge.verify.files import FIGURES_RTOL, differences, figures_check, files_check, shape_problems
+from vecmerge.verify.output import verify_output
 
 
 def test_differences_names_each_place_that_differs():

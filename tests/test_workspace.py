@@ -5,7 +5,7 @@ import torch
 
 from vecmerge.errors import AlignmentError, ExpressionError, WorkspaceError
 from vecmerge.testing import llm_shapes, toy_adapter
-from vecmerge.workspace import Workspace
+from vecmerge.workspace.names import Workspace
 
 
 def test_names_resolve_and_evaluate_exactly(toy):
@@ -87,7 +87,7 @@ def test_every_bad_entry_is_reported_at_once(tmp_path):
 
 def test_lineage_of_vecmerge_outputs_comes_from_their_manifest(toy):
     from vecmerge.pipeline import run
-    from vecmerge.recipe import Recipe
+    from vecmerge.recipe.recipe import Recipe
 
     ws = Workspace()
     run(Recipe.from_dict({"base": "v54", "dir": "v51 - v28", "trust": 0.01, "out": "v58"}), ws)
@@ -100,8 +100,8 @@ def test_lineage_of_vecmerge_outputs_comes_from_their_manifest(toy):
 
 
 def test_content_sha_and_current_shas(toy):
-    from vecmerge.adapter import Adapter
-    from vecmerge.workspace import UNREADABLE
+    from vecmerge.peft.adapter import Adapter
+    from vecmerge.workspace.names import UNREADABLE
 
     ws = Workspace()
     assert ws.content_sha("v51") == Adapter(toy / "v51").content_sha256

@@ -1,7 +1,7 @@
 """`make mutate`: mutation testing (mutmut) of the modules where a silent error would hurt, and its score.
 
     python tools/mutate.py run                a fresh mutmut run of every selected mutant, then the report
-    python tools/mutate.py run MODULE ...     run again the mutants of these modules (e.g. vecmerge.step),
+    python tools/mutate.py run MODULE ...     run again the mutants of these modules (e.g. vecmerge.analysis.step),
                                               keeping the other results of the last run in mutants/
     python tools/mutate.py report [MODULE ...] the score per module of the last run, from mutants/*.meta
 
@@ -130,7 +130,7 @@ def run(patterns: list[str], fresh: bool) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=["run", "report"])
-    ap.add_argument("modules", nargs="*", help="only these modules (e.g. vecmerge.step); default: all selected")
+    ap.add_argument("modules", nargs="*", help="only these modules (e.g. vecmerge.analysis.step); default: all")
     args = ap.parse_args(argv)
     patterns = selection(args.modules)
     if args.command == "report":

@@ -11,14 +11,14 @@ The public API is imported lazily, so ``vecmerge --help`` does not pay for torch
 __version__ = "0.1.0"
 
 _API = {
-    "LowRank": "lowrank", "combine": "lowrank",
-    "Adapter": "adapter", "LoraConfig": "peft_format",
-    "TaskVector": "taskvector", "linear_combination": "taskvector",
+    "LowRank": "linalg.lowrank", "combine": "linalg.lowrank",
+    "Adapter": "peft.adapter", "LoraConfig": "peft.format",
+    "TaskVector": "workspace.taskvector", "linear_combination": "workspace.taskvector",
     "parse": "expr", "LinearForm": "expr",
-    "Workspace": "workspace",
-    "RankPolicy": "options", "cut": "rankcut",
-    "Recipe": "recipe", "run": "pipeline", "evaluate": "pipeline",
-    "write_adapter": "export",
+    "Workspace": "workspace.names",
+    "RankPolicy": "options", "cut": "linalg.rankcut",
+    "Recipe": "recipe.recipe", "run": "pipeline", "evaluate": "pipeline",
+    "write_adapter": "peft.write",
     "VecmergeError": "errors",
 }
 

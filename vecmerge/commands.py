@@ -11,20 +11,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import report_audit, report_evidence, report_model, report_verify
-from .audit import audit_pairwise, audit_trajectories
-from .describe import describe
+from .analysis.audit import audit_pairwise, audit_trajectories
+from .analysis.inspect import describe
 from .errors import CheckFailed, UsageError, VecmergeError
-from .evidence import commands as evidence
+from .evidence import operations as evidence
 from .evidence.ledger import Ledger
 from .expr import parse
+from .outputs.transaction import PNG, OutputPolicy, write_file
 from .pipeline import run
-from .pipeline.gate import GateFailed, check_gate, declared_base
-from .recipe import Consensus, Recipe
-from .report import render_inspect, render_merge, render_modules, to_json
-from .safe_write import PNG, OutputPolicy, write_file
-from .verify import verify_identities, verify_output
-from .workspace import Workspace
+from .pipeline.gate_check import GateFailed, check_gate, declared_base
+from .recipe.recipe import Consensus, Recipe
+from .report import audit as report_audit
+from .report import evidence as report_evidence
+from .report import models as report_model
+from .report import verify as report_verify
+from .report.text import render_inspect, render_merge, render_modules, to_json
+from .verify.output import verify_identities, verify_output
+from .workspace.names import Workspace
 
 
 def _bar(progress, desc: str):
@@ -308,7 +311,7 @@ def extract(base_model, tuned, out, *, rank: str, targets=("all-linear",), other
         targets (Iterable[str]). others (str | None): save | drop. dtype (str). seed (int). force (bool).
         as_json (bool): print the manifest. show_modules (bool): also the per-module table.
     """
-    from .extract_output import extract as run_extract
+    from .models.extract_write import extract as run_extract
 
     man = run_extract(base_model, tuned, out, rank=rank, targets=targets, others=others, dtype=dtype, seed=seed,
                       force=force, progress=_bar(progress, "extract"))
@@ -324,7 +327,7 @@ def fuse(adapter, base_model, out, *, dtype=None, force: bool = False, as_json: 
         adapter (str | Path): a PEFT LoRA folder. base_model (str | Path). out (str | Path).
         dtype (str | None): fp32 | bf16 | fp16, or None (stored dtypes). force (bool). as_json (bool).
     """
-    from .fuse import fuse as run_fuse
+    from .models.fuse import fuse as run_fuse
 
     man = run_fuse(adapter, base_model, out, dtype=dtype, force=force, progress=_bar(progress, "fuse"))
     echo(to_json(man) if as_json else report_model.render_fuse(man))

@@ -91,6 +91,14 @@ class SVDInputError(VecmergeError):
     """A truncated SVD asked of something that is not a finite matrix, or with a bad rank/energy."""
 
 
+class EvidenceError(VecmergeError):
+    """Bad evidence input: a malformed record, file, direction, lineage or gate config (one line)."""
+
+
+class LineageError(EvidenceError):
+    """A parent map that loops back on itself (the message names the cycle)."""
+
+
 class CheckFailed(VecmergeError):
     """A check that ran and did not pass (verify, consensus gate, --strict survival)."""
 

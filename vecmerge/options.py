@@ -106,7 +106,7 @@ class RankPolicy:
         """
         import torch
 
-        from .lowrank import EXACT_RTOL, energy_rank, rank_for_error
+        from .linalg.lowrank import EXACT_RTOL, energy_rank, rank_for_error
 
         if self.kind == "keep-base":
             raise RecipeError(["rank=keep-base keeps the backbone's factors; it has no cut to choose"])

@@ -14,10 +14,10 @@ from pathlib import Path
 import torch
 
 from .errors import few
-from .lowrank import LowRank, relative_error
-from .peft_format import CONFIG_NAME, DTYPES, SAFETENSORS_NAME, factor_keys, peft_scale
-from .taskvector import TaskVector
-from .verify import verify_output
+from .linalg.lowrank import LowRank, relative_error
+from .peft.format import CONFIG_NAME, DTYPES, SAFETENSORS_NAME, factor_keys, peft_scale
+from .verify.output import verify_output
+from .workspace.taskvector import TaskVector
 
 QWEN3_TYPES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 

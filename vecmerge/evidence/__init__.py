@@ -8,22 +8,12 @@ Pure library code (no torch, no click): the CLI and the pipeline are thin layers
     noise.py       the ledger's pooled within-model noise, power, and the repeats a difference needs
     compare.py     A against B: the tests, the noise, repeats needed and a verdict in words
     calibrate.py   is a proxy metric able to rank candidates on the target? (Spearman, Kendall, bootstrap)
-    lineage.py     how two models relate through their declared parents
     gate.py        the six-condition gate over facts the caller gathers
-    commands.py    one JSON-ready function per CLI command (the CLI only parses flags and prints)
+    operations.py  one JSON-ready function per evidence command (the CLI only parses flags and prints)
 """
 
 from __future__ import annotations
 
-from ..errors import VecmergeError
-
-
-class EvidenceError(VecmergeError):
-    """Bad evidence input: a malformed record, file, direction, lineage or gate config (one line)."""
-
-
-class LineageError(EvidenceError):
-    """A parent map that loops back on itself (the message names the cycle)."""
-
+from ..errors import EvidenceError, LineageError
 
 __all__ = ["EvidenceError", "LineageError"]

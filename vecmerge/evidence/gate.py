@@ -22,9 +22,9 @@ import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
+from ..workspace.lineage import Relation
 from . import EvidenceError
 from .compare import Comparison
-from .lineage import Relation
 from .noise import PooledNoise
 from .stats import summarize
 

@@ -25,7 +25,7 @@ class Cat(Method):
         return weighted_sum(x)
 
     def factors(self, x, params):
-        from ..lowrank import LowRank, combine
+        from ..linalg.lowrank import LowRank, combine
 
         parts = [(w * c, t) for w, terms in zip(x.weights, x.terms) for c, t in terms]
         return combine(parts) if parts else LowRank.zeros(x.models[0].shape, x.models[0].space.device)

@@ -76,9 +76,9 @@ class Elementwise(Method):
     def module(self, x, params):
         import torch
 
-        from ..dense import Dense
-        from ..streamed import block_rows, streamed_merge
-        from ..subspace import InSpan
+        from ..linalg.dense import Dense
+        from ..linalg.streamed import block_rows, streamed_merge
+        from ..linalg.subspace import InSpan
 
         d = [di if di is not None else params["density"] for di in x.densities]
         kw = {"majority": params.get("majority", "total"), "mask_dtype": torch.float32,
@@ -135,6 +135,6 @@ def generator(seed: int, module: str):
     """A CPU generator for one module, seeded by ``merge_kernels.module_seed(seed, module)``."""
     import torch
 
-    from ..merge_kernels import module_seed
+    from ..linalg.merge_kernels import module_seed
 
     return torch.Generator().manual_seed(module_seed(seed, module))

@@ -21,7 +21,7 @@ SCOPE = Field("slerp_scope", "module: the angle per module; global: one angle fr
 
 
 def _coefficients(n0: float, n1: float, inner: float, t: float) -> tuple[float, float]:
-    from ..merge_kernels import slerp_coefficients
+    from ..linalg.merge_kernels import slerp_coefficients
 
     return slerp_coefficients(n0, n1, inner, t)
 

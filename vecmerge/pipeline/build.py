@@ -20,14 +20,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..dense import Dense
-from ..export import WrittenModule, pack_params, prepare_modules
-from ..kernels import map_modules
-from ..lowrank import LowRank, check_magnitude
-from ..merge_kernels import module_seed
+from ..linalg.dense import Dense
+from ..linalg.lowrank import LowRank, check_magnitude
+from ..linalg.merge_kernels import module_seed
+from ..linalg.rankcut import Cut, cut
+from ..linalg.subspace import InSpan
+from ..linalg.threads import map_modules
 from ..options import RankPolicy
-from ..rankcut import Cut, cut
-from ..subspace import InSpan
+from ..peft.write import WrittenModule, pack_params, prepare_modules
 from .evaluation import Evaluation, intended_core, method_params, module_operands
 from .experts import common_ranks, expert_figures
 from .figures import check_figures, figures, module_figures, rounding, rounding_norm

@@ -22,18 +22,18 @@ import re
 from dataclasses import dataclass, field, replace
 
 from .. import methods
-from ..adapter import Adapter
-from ..consensus import ConsensusResult, agreement_rows, decide
+from ..analysis.consensus import ConsensusResult, agreement_rows, decide
+from ..analysis.step import StepSize, choose_step
 from ..errors import RecipeError, few
 from ..expr import parse
-from ..kernels import map_modules
-from ..lowrank import check_magnitude
+from ..linalg.lowrank import check_magnitude
+from ..linalg.subspace import InSpan, Subspace
+from ..linalg.threads import map_modules
 from ..methods.base import Method, ModuleOperands
-from ..recipe import Recipe
-from ..step import StepSize, choose_step
-from ..subspace import InSpan, Subspace
-from ..taskvector import TaskVector, align
-from ..workspace import Workspace
+from ..peft.adapter import Adapter
+from ..recipe.recipe import Recipe
+from ..workspace.names import Workspace
+from ..workspace.taskvector import TaskVector, align
 from .inputs import open_inputs
 
 BASES_BUDGET = 1 << 30  # bytes of float64 bases kept across modules (see evaluate)

@@ -22,8 +22,8 @@ import statistics
 import torch
 
 from ..errors import NumericError
-from ..lowrank import LowRank, f64
-from ..subspace import Subspace
+from ..linalg.lowrank import LowRank, f64
+from ..linalg.subspace import Subspace
 
 # What `vecmerge verify` accepts (see verify.py for why): the pipeline refuses to write an output that
 # its own figures say would fail these.

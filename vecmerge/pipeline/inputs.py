@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..basemodel import same_base_model
 from ..errors import RecipeError
-from ..peft_format import CONFIG_NAME
-from ..recipe import Recipe
-from ..safe_policy import OutputPolicy
-from ..workspace import Workspace
+from ..outputs.policy import OutputPolicy
+from ..peft.format import CONFIG_NAME
+from ..recipe.recipe import Recipe
+from ..workspace.base_model import same_base_model
+from ..workspace.names import Workspace
 
 
 @dataclass(frozen=True)

@@ -19,18 +19,18 @@ from pathlib import Path
 import torch
 
 from .. import __version__, methods
-from ..basemodel import canonical, differ, mismatch_text
 from ..errors import CheckFailed, RecipeError, few, shown
-from ..export import MANIFEST_NAME, OUTPUT_FILES, model_card, weights_stream, write_adapter
 from ..options import is_hub_id
-from ..peft_format import DTYPES, SAFETENSORS_NAME, factor_keys
-from ..recipe import Recipe
-from ..safe_write import OutputTransaction
-from ..workspace import Workspace
+from ..outputs.transaction import OutputTransaction
+from ..peft.format import DTYPES, SAFETENSORS_NAME, factor_keys
+from ..peft.write import MANIFEST_NAME, OUTPUT_FILES, model_card, weights_stream, write_adapter
+from ..recipe.recipe import Recipe
+from ..workspace.base_model import canonical, differ, mismatch_text
+from ..workspace.names import Workspace
 from .build import BuiltOutput, build_output
 from .evaluation import Evaluation, evaluate, operand_forms
 from .figures import TOLERANCES, module_figures
-from .gate import GateCheck, GateFailed, check_gate
+from .gate_check import GateCheck, GateFailed, check_gate
 from .inputs import output_plan, output_policy
 from .manifest import card_body, manifest_for
 

@@ -1,0 +1,1 @@
+"""What vecmerge measures before it writes: per-module consensus, the audit, the trust-region step, inspect."""

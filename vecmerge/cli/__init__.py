@@ -1,0 +1,5 @@
+"""The vecmerge command (the only importer of click): ``vecmerge.cli:main`` is the console script."""
+
+from .main import main
+
+__all__ = ["main"]

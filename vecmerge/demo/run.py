@@ -1,0 +1,146 @@
+"""``vecmerge demo``: the user's v58 story end to end on toy trajectories it trains itself.
+
+It trains a tiny random Qwen3 with LoRA (v28, its continuation v51, a backbone v54e2 -> v54; see
+``trajectories.py``), evaluates each checkpoint several times on fresh random subsets of held-out
+sequences of the toy task (``evals.csv``), then runs the very commands a user types, printing each
+one first::
+
+    vecmerge inspect v54 v51
+    vecmerge audit --ref v54-v54e2 --dir v51-v28 --plot audit.png
+    vecmerge evidence import evals.csv --higher-is-better toy_acc
+    vecmerge ls
+    vecmerge evidence show
+    vecmerge evidence compare v51 v28
+    vecmerge gate --base v54 --dir v51-v28 --consensus-ref v54-v54e2 --trust 0.0113
+    vecmerge project --base v54 --dir v51-v28 --trust 0.0113 --consensus-ref v54-v54e2 --gate --out out/v58
+    vecmerge verify out/v58 --base-model base
+
+and ends with the folder to upload and its sha256. Every command runs in the demo folder, whose
+``vecmerge.yaml`` names the checkpoints, so the user can rerun any of them there by hand. Each step
+calls the same ``commands`` function the CLI calls for that command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+
+from .. import commands
+from ..errors import CheckFailed, OutputError, VecmergeError
+from ..outputs.policy import DEMO_MARKER as MARKER
+from ..outputs.policy import OutputPolicy
+from ..outputs.transaction import discard_folder
+from ..recipe.recipe import Recipe
+from ..workspace.names import Workspace
+from .trajectories import METRIC, evaluate_checkpoints, make_trajectories
+
+V58 = {"base": "v54", "dir": "v51-v28", "trust": 0.0113, "consensus": {"ref": "v54-v54e2"}, "gate": True,
+       "out": "out/v58"}
+EVALS = "evals.csv"
+STEPS = [  # (the command line shown, the call it stands for)
+    (["inspect", "v54", "v51"], lambda ws, echo: commands.inspect(ws, ["v54", "v51"], echo=echo)),
+    (["audit", "--ref", "v54-v54e2", "--dir", "v51-v28", "--by", "grid", "--plot", "audit.png"],
+     lambda ws, echo: commands.audit(ws, ref="v54-v54e2", direction="v51-v28", by="grid", plot="audit.png",
+                                     echo=echo)),
+    (["evidence", "import", EVALS, "--higher-is-better", METRIC],
+     lambda ws, echo: commands.evidence_import(ws, [EVALS], directions={METRIC: True}, echo=echo)),
+    (["ls"], lambda ws, echo: commands.ls(ws, echo=echo)),
+    (["evidence", "show"], lambda ws, echo: commands.evidence_show(ws, echo=echo)),
+    (["evidence", "compare", "v51", "v28"], lambda ws, echo: commands.evidence_compare(ws, "v51", "v28", echo=echo)),
+    (["gate", "--base", "v54", "--dir", "v51-v28", "--consensus-ref", "v54-v54e2", "--trust", "0.0113"],
+     lambda ws, echo: commands.gate(ws, "v54", "v51-v28", consensus_ref="v54-v54e2", trust=0.0113, echo=echo)),
+    (["project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--consensus-ref", "v54-v54e2",
+      "--gate", "--out", "out/v58"],
+     lambda ws, echo: commands.merge(ws, Recipe.from_dict(V58), echo=echo)),
+    (["verify", "out/v58", "--base-model", "base"],
+     lambda ws, echo: commands.verify(ws, ["out/v58"], base_model="base", echo=echo)),
+]
+SMALL = {"layers": 1, "steps": 40, "hidden": 64, "rank": 4}
+RUNS, SUBSET, POOL = 5, 64, 512  # evaluations per checkpoint, items per run, held-out sequences
+
+
+@contextlib.contextmanager
+def _cwd(path: Path):
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def prepare_folder(out, force: bool) -> Path:
+    """Create ``out``; an existing one is replaced only with ``force`` and only if vecmerge made it.
+
+    The rule is every output's (``safe_policy``): an empty folder, a demo folder (its marker file) or
+    a vecmerge output may be replaced, a folder of the user's never. The old folder is deleted
+    crash-safely (``safe_write.discard_folder``); the demo then builds in place and marks the folder first.
+    """
+    out = Path(out)
+    policy = OutputPolicy.for_command(force=force)
+    policy.check_folder(out)
+    discard_folder(out, policy=policy)
+    try:
+        out.mkdir(parents=True)
+        (out / MARKER).write_text("made by vecmerge demo; safe to delete\n")
+    except OSError as e:
+        raise OutputError(f"--out {out}: cannot create it ({e.strerror or e}); choose another --out") from None
+    return out
+
+
+def write_evals(path: Path, rows: list[dict]) -> None:
+    """The evaluations as a ledger CSV (``model,metric,value,item,note``; ``vecmerge evidence import`` reads it)."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, ["model", "metric", "value", "item", "note"], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({**r, "value": repr(r["value"])} for r in rows)
+
+
+def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet: bool = False,
+             echo=print, seed: int = 0) -> dict:
+    """Train toy trajectories in ``out``, evaluate them, and run inspect, audit, the evidence commands, the
+    gate, project and verify there.
+
+    Args:
+        out (str | Path): the demo folder. force (bool): replace an earlier demo folder.
+        small (bool): the smallest settings (tests). quiet (bool): no progress bars.
+        echo (callable): where the transcript goes. seed (int): training seed.
+
+    Returns:
+        {"out": adapter folder, "sha256": weights sha256, "seconds": {...}}.
+    """
+    folder = prepare_folder(out, force).resolve()
+    seconds = {}
+    t0 = time.perf_counter()
+    echo(f"# training toy trajectories (tiny random Qwen3 + LoRA on q/k/v/o/gate/up/down) in {out}")
+    make_trajectories(folder, seed=seed, progress=not quiet, **(SMALL if small else {}))
+    seconds["train"] = time.perf_counter() - t0
+    t = time.perf_counter()
+    echo(f"# evaluating each checkpoint {RUNS} times, each time on {SUBSET} fresh random sequences of {POOL} "
+         f"held-out ones ({METRIC}: next-token accuracy), into {EVALS}")
+    write_evals(folder / EVALS, evaluate_checkpoints(folder, ["v28", "v51", "v54e2", "v54"], seed=seed, runs=RUNS,
+                                                     subset=SUBSET, pool=POOL))
+    seconds["evaluate"] = time.perf_counter() - t
+    with _cwd(folder):
+        ws = Workspace()
+        for args, call in STEPS:
+            t = time.perf_counter()
+            echo(f"\n$ vecmerge {shlex.join(args)}")
+            lines: list[str] = []
+            try:
+                call(ws, lambda text, err=False, into=lines: into.append(text))
+            except VecmergeError as e:
+                echo("\n".join(lines + [f"error: {e}"]))
+                raise CheckFailed(f"demo step 'vecmerge {shlex.join(args)}' exited {e.exit_code}; see above") from None
+            echo("\n".join(lines).rstrip())
+            seconds[" ".join(args[:2])] = time.perf_counter() - t
+    adapter = folder / "out" / "v58"
+    sha = json.loads((adapter / "vecmerge.json").read_text())["output"]["sha256"]
+    echo(f"\nuploadable adapter: {Path(out) / 'out' / 'v58'}")
+    echo(f"sha256 (adapter_model.safetensors): {sha}")
+    return {"out": adapter, "sha256": sha, "seconds": seconds}

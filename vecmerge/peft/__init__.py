@@ -1,0 +1,1 @@
+"""The PEFT LoRA format in one place: keys, scale rules and config; reading adapters; writing them."""

@@ -1,0 +1,494 @@
+"""Reading PEFT LoRA folders module by module: the tensors, their layout, validation, hashes.
+
+A module's update is ``scale * B @ A`` in the LoRA layout (B = ``lora_B`` (out, r), A = ``lora_A``
+(r, in)). Where the base weight is stored the other way round (``fan_in_fan_out``, and embedding
+LoRA whose ``lora_embedding_B @ lora_embedding_A`` is (dim, vocab)), ``ModuleSpec.transposed`` says
+so; the algebra does not care, ``weight_delta`` applies it. This is the only module that reads
+tensor files; the names and rules of the format live in ``peft_format``.
+
+Parameters adapted through ``target_parameters`` (PEFT's ``ParamWrapper``) are read as modules too: a
+2-D one (a router's ``weight``) as one module named after its module, a 3-D one (fused MoE experts)
+as one module per expert, ``<module>.<parameter>.<e>``, each ``scale * B_e @ A_e`` of shape (out, in)
+with the parameter's r and scale (``ModuleSpec.param``, ``expert``, ``experts``, ``holder``). Every
+expression, audit, method and rank cut then sees plain modules; ``export`` groups the experts back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import mmap
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import AdapterError
+from ..io.parse import short
+from ..io.safetensors_read import ST_DTYPES, sha256_file
+from ..linalg.lowrank import LowRank
+from .format import (
+    BIN_NAME,
+    CONFIG_NAME,
+    KEY,
+    PREFIX,
+    SAFETENSORS_DTYPES,
+    SAFETENSORS_NAME,
+    STORED_DTYPES,
+    LoraConfig,
+    entry_name,
+    expert_factors,
+    nesting_order,
+    param_candidates,
+    peft_scale,
+    targeted,
+    unwrap,
+)
+
+LOAD_CHUNK = 1 << 24  # bytes read (and hashed) at a time by Adapter.load
+HEADER_MAX = 100 << 20  # safetensors' own limit on a header's size
+
+
+def _read_buffer(size: int) -> np.ndarray:
+    """``size`` bytes to read a file into: an anonymous mapping with transparent huge pages where the kernel
+    offers them (a first touch of fresh memory costs a page fault per 4 KiB, which is most of the cost of
+    reading a file from the page cache), else plain memory; never zero-filled before the read."""
+    if size > 0 and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            m = mmap.mmap(-1, size)
+            m.madvise(mmap.MADV_HUGEPAGE)
+            return np.frombuffer(m, dtype=np.uint8)
+        except (OSError, ValueError):
+            pass
+    return np.empty(size, dtype=np.uint8)
+
+
+def content_sha256(weights_sha256: str, config_sha256: str) -> str:
+    """The content hash of an adapter: what the evidence ledger ties a score to.
+
+    ``sha256("weights <hex>\nconfig <hex>\n")`` over the sha256 of the weights file and of
+    ``adapter_config.json``: other weights, or the same weights under another config (scale, targets),
+    give another hash.
+    """
+    return hashlib.sha256(f"weights {weights_sha256}\nconfig {config_sha256}\n".encode()).hexdigest()
+
+
+def weights_file(folder: Path) -> Path | None:
+    """The adapter's weights file in ``folder`` (safetensors first, as PEFT loads it), or None."""
+    for name in (SAFETENSORS_NAME, BIN_NAME):
+        if (Path(folder) / name).is_file():
+            return Path(folder) / name
+    return None
+
+
+def folder_content_sha256(folder) -> str:
+    """``content_sha256`` of an adapter folder, read from its files without validating the LoRA.
+
+    Equal to ``Adapter(folder).content_sha256``; works for adapters vecmerge refuses to merge (DoRA,
+    modules_to_save), whose scores the ledger may still keep. Raises AdapterError when the config or
+    the weights file is missing.
+    """
+    folder = Path(folder)
+    weights = weights_file(folder)
+    if not (folder / CONFIG_NAME).is_file() or weights is None:
+        what = CONFIG_NAME if not (folder / CONFIG_NAME).is_file() else f"{SAFETENSORS_NAME} or {BIN_NAME}"
+        raise AdapterError(f"{folder}: no {what}, so its content sha256 (what evidence is tied to) cannot be "
+                           "computed; fix the path in vecmerge.yaml")
+    return content_sha256(sha256_file(weights), sha256_file(folder / CONFIG_NAME))
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """What a module is, without its tensors.
+
+    Args:
+        name (str): module path in the model, e.g. ``model.layers.0.self_attn.q_proj``; for an expert
+            ``<module>.<parameter>.<e>``, e.g. ``model.layers.0.mlp.experts.gate_up_proj.3``.
+        kind (str): ``linear``, ``embedding`` or ``expert`` (how it is stored).
+        shape (tuple[int, int]): (out, in) of ``B @ A``. rank (int): stored r (per expert). scale (float).
+        transposed (bool): the base weight holds ``(B @ A).T``.
+        dtype (str): fp32, fp16 or bf16. keys (tuple[str, str]): the file keys of A and B (an expert's
+            are its parameter's, shared by all its experts).
+        param (str | None): the ``nn.Parameter`` adapted through ``target_parameters`` (None: a module
+            adapted through ``target_modules``). holder (str | None): the module holding it.
+        expert (int | None): the expert index in a 3-D parameter. experts (int): E of that parameter.
+    """
+
+    name: str
+    kind: str
+    shape: tuple
+    rank: int
+    scale: float
+    transposed: bool
+    dtype: str
+    keys: tuple
+    param: str | None = None
+    expert: int | None = None
+    experts: int = 1
+    holder: str | None = None
+
+    @property
+    def weight_shape(self) -> tuple[int, int]:
+        return (self.shape[1], self.shape[0]) if self.transposed else self.shape
+
+    @property
+    def target(self) -> str:
+        """The name PEFT resolves r and alpha on: ``<module>.<parameter>`` for a wrapped parameter."""
+        return f"{self.holder}.{self.param}" if self.param else self.name
+
+
+class Adapter:
+    """A PEFT LoRA folder opened for reading. Tensors are read per module, on demand.
+
+    Args:
+        path (str | Path): the folder holding ``adapter_config.json`` and the weights.
+        modules_to_save (str): ``refuse`` (default) an adapter that also saves full modules, or
+            ``drop`` them (the result then carries none of them: they are not a LoRA update).
+    """
+
+    def __init__(self, path, modules_to_save: str = "refuse"):
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise AdapterError(f"{self.path}: no such adapter folder; check the path or the name in vecmerge.yaml")
+        self.config = LoraConfig.read(self.path / CONFIG_NAME)
+        self.modules_to_save_policy = modules_to_save
+        self.weights_path = self._find_weights()
+        self._tensors = self._open()
+        self._loaded = None  # (buffer, {key: header entry}, data start) once ``load`` read the file
+        self._st_header = None  # ({key: header entry}, data start), read on the first tensor read
+        saved = [k for k in self._tensors[0] if "modules_to_save" in k]
+        if (self.config.modules_to_save or saved) and modules_to_save != "drop":
+            what = self.config.modules_to_save or sorted({k.split(".modules_to_save")[0] for k in saved})
+            raise AdapterError(
+                f"{self.path}: modules_to_save {what} are full trained weights, not a LoRA update, and have no "
+                "meaningful sum; to use the LoRA part only pass --modules-to-save drop (project, refactor, audit; "
+                "modules_to_save: drop in a recipe); the output then saves none"
+            )
+        self.base_layer_copies: list[str] = []
+        self.saved_modules: list[str] = []  # keys of full saved modules left out (modules_to_save: drop)
+        self.specs = self._index()
+
+    @property
+    def saved_keys(self) -> list[str]:
+        """The file keys of the saved full modules (``modules_to_save``), as in ``saved_modules``."""
+        return list(self.saved_modules)
+
+    def _is_saved_module(self, key: str) -> bool:
+        """A full weight of a ``modules_to_save`` module: ``...modules_to_save...`` (older PEFT) or, as
+        peft 0.21 saves it, ``base_model.model.<module>.<param>`` for a module the config lists."""
+        if "modules_to_save" in key:
+            return True
+        mod = key.removeprefix(PREFIX).rsplit(".", 1)[0]
+        return any(mod == n or mod.endswith(f".{n}") for n in self.config.modules_to_save)
+
+    # -- opening ----------------------------------------------------------------------------
+    def _find_weights(self) -> Path:
+        found = weights_file(self.path)
+        if found is not None:
+            return found
+        raise AdapterError(f"{self.path}: no {SAFETENSORS_NAME} or {BIN_NAME}; copy the weights next to the config")
+
+    def _open(self):
+        p = self.weights_path
+        try:
+            if p.suffix == ".safetensors":
+                from safetensors import safe_open
+
+                handle = safe_open(str(p), framework="pt")
+                return {k: handle.get_slice(k) for k in handle.keys()}, handle
+            sd = torch.load(str(p), map_location="cpu", weights_only=True)
+        except Exception as e:  # safetensors raises its own types for truncated/corrupt headers
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if "Weights only load failed" in msg:
+                raise AdapterError(f"{p}: holds objects other than tensors, which vecmerge does not unpickle; "
+                                   "save the adapter with safetensors (save_pretrained's default)") from None
+            raise AdapterError(f"{p}: cannot read tensors ({short(msg, 120)[1:-1]}); the file is truncated or "
+                               "corrupt, copy it again") from None
+        bad = "is not a state dict (a mapping of names to tensors)" if not isinstance(sd, dict) else next(
+            (f"has a key {short(k, 40)} of type {type(k).__name__}, not a tensor name" if not isinstance(k, str)
+             else f"key {short(k, 60)} holds a {type(v).__name__}, not a tensor"
+             for k, v in sd.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)), None)
+        if bad:
+            raise AdapterError(f"{p}: {bad}; save the adapter with PEFT's save_pretrained")
+        return sd, None
+
+    def _shape(self, key) -> tuple:
+        t = self._tensors[0][key]
+        return tuple(t.get_shape()) if self._tensors[1] is not None else tuple(t.shape)
+
+    def _dtype(self, key) -> str:
+        t = self._tensors[0][key]
+        if self._tensors[1] is None:
+            return STORED_DTYPES.get(t.dtype, str(t.dtype))
+        return SAFETENSORS_DTYPES.get(t.get_dtype(), t.get_dtype())
+
+    def _index(self) -> dict[str, ModuleSpec]:
+        parts: dict[str, dict[str, str]] = {}
+        for key in self._tensors[0]:
+            m = KEY.match(key)
+            if m is None:
+                if self._is_saved_module(key):
+                    self.saved_modules.append(key)  # refused in __init__ unless the policy is drop
+                    continue
+                if key.endswith(".base_layer.weight"):
+                    # PEFT saves a copy of a targeted embedding's base weight (save_embedding_layers);
+                    # it is the base model's weight, not part of the update.
+                    self.base_layer_copies.append(key)
+                    continue
+                hint = "DoRA magnitude" if "lora_magnitude_vector" in key else "a tensor that is not a LoRA factor"
+                bias = self.config.raw.get("bias", "none")
+                if key.endswith(".bias") and isinstance(bias, str) and bias != "none":
+                    raise AdapterError(f"{self.weights_path}: key {key!r} is a bias the adapter trained (bias={bias!r} "
+                                       f"in {CONFIG_NAME}), which is not part of B@A; vecmerge handles plain LoRA only "
+                                       "(train with bias='none')")
+                raise AdapterError(f"{self.weights_path}: key {key!r} is {hint}; vecmerge handles plain LoRA only")
+            slot = "A" if m["kind"].endswith("A") else "B"
+            kind = "embedding" if "embedding" in m["kind"] else "linear"
+            entry = parts.setdefault(m["mod"], {"kind": kind})
+            if slot in entry:
+                raise AdapterError(f"{self.weights_path}: module {m['mod']} has two lora_{slot} tensors "
+                                   "(several adapter names?); save one adapter per folder")
+            entry[slot] = key
+        holders: dict[str, dict] = {}
+        for mod, entry in parts.items():
+            holder, depth = unwrap(mod)
+            holders.setdefault(holder, {})[depth] = (mod, entry)
+        specs = {}
+        for holder, levels in sorted(holders.items()):
+            if max(levels) > 0 or (param_candidates(self.config.raw, holder)
+                                   and not targeted(self.config.raw, holder)):
+                specs.update((s.name, s) for s in self._param_specs(holder, levels))
+            else:
+                specs[holder] = self._spec(holder, levels[0][1])
+        if not specs:
+            raise AdapterError(f"{self.weights_path}: no LoRA tensors found; is this a LoRA adapter?")
+        return specs
+
+    def _factor_shapes(self, where: str, entry: dict) -> tuple[tuple, tuple, str]:
+        """lora_A and lora_B shapes and the stored dtype(s), validated: matrices agreeing on the rank."""
+        for slot in "AB":
+            if slot not in entry:
+                raise AdapterError(f"{where}: lora_{slot} is missing; the file is incomplete, save the adapter again")
+        a_shape, b_shape = self._shape(entry["A"]), self._shape(entry["B"])
+        if len(a_shape) != 2 or len(b_shape) != 2:
+            raise AdapterError(f"{where}: lora_A {a_shape} / lora_B {b_shape} are not matrices "
+                               "(convolution LoRA is not supported)")
+        if a_shape[0] != b_shape[1]:
+            raise AdapterError(f"{where}: lora_A {a_shape} and lora_B {b_shape} disagree on the rank; "
+                               "the factors come from different runs, save the adapter again")
+        dtypes = {self._dtype(entry["A"]), self._dtype(entry["B"])}
+        bad = dtypes - set(STORED_DTYPES.values())
+        if bad:
+            raise AdapterError(f"{where}: stored as {sorted(bad)[0]}; vecmerge reads fp32, fp16 and bf16 "
+                               "(dequantize first)")
+        return a_shape, b_shape, "/".join(sorted(dtypes))
+
+    def _spec(self, mod: str, entry: dict) -> ModuleSpec:
+        where = f"{self.weights_path}: module {mod}"
+        a_shape, b_shape, dtype = self._factor_shapes(where, entry)
+        r, alpha = self.config.resolve(mod)
+        if a_shape[0] != r:
+            raise AdapterError(f"{where}: tensors have rank {a_shape[0]} but the config resolves r={r}; "
+                               "fix r/rank_pattern in adapter_config.json")
+        kind = entry["kind"]
+        transposed = kind == "embedding" or self.config.fan_in_fan_out
+        return ModuleSpec(name=mod, kind=kind, shape=(b_shape[0], a_shape[1]), rank=a_shape[0],
+                          scale=peft_scale(alpha, r, self.config.use_rslora), transposed=transposed,
+                          dtype=dtype, keys=(entry["A"], entry["B"]))
+
+    def _param_names(self, holder: str, levels: dict) -> dict[int, str]:
+        """``{depth: parameter}`` of the nested ParamWrappers of ``holder`` (PEFT's nesting rule)."""
+        where = f"{self.weights_path}: module {holder}"
+        k = len(levels)
+        if sorted(levels) != list(range(k)):
+            raise AdapterError(f"{where}: LoRA keys at wrapper depths {sorted(levels)} (missing levels); "
+                               "the file is incomplete, save the adapter again")
+        cands = param_candidates(self.config.raw, holder)
+        if len(cands) > k and k == 1:  # a bare entry (down_proj) also matches under a router: keep what fits
+            rows = self._shape(levels[0][1]["A"])[0] if "A" in levels[0][1] else 0
+            fit = {p: v for p, v in cands.items() if rows % self.config.resolve(f"{holder}.{p}")[0] == 0}
+            cands = fit or cands
+        if len(cands) > k:
+            top = max(cands.values())
+            cands = {p: v for p, v in cands.items() if v == top}
+        order = nesting_order(list(cands)) if len(cands) == k else None
+        if order is None:
+            raise AdapterError(
+                f"{where}: {k} LoRA wrapper(s) of target_parameters, but target_parameters "
+                f"{self.config.raw.get('target_parameters')!r} does not say which parameter each holds; "
+                "name them with their module (e.g. 'mlp.experts.gate_up_proj') in adapter_config.json")
+        return {k - 1 - i: p for i, p in enumerate(order)}
+
+    def _param_specs(self, holder: str, levels: dict) -> list[ModuleSpec]:
+        """The modules of ``holder``'s wrapped parameters: one per 2-D parameter, one per expert of a 3-D one."""
+        names = self._param_names(holder, levels)
+        specs, dims = [], {}
+        for depth in sorted(names, reverse=True):  # innermost (registered first) first
+            param, entry = names[depth], levels[depth][1]
+            target = f"{holder}.{param}"
+            where = f"{self.weights_path}: parameter {target}"
+            a_shape, b_shape, dtype = self._factor_shapes(where, entry)
+            r, alpha = self.config.resolve(target)
+            if a_shape[0] % r:
+                raise AdapterError(f"{where}: lora_A has {a_shape[0]} rows, not a multiple of the r={r} the config "
+                                   "resolves (r per expert); fix r/rank_pattern in adapter_config.json")
+            experts = a_shape[0] // r
+            dims[param] = (b_shape[0], a_shape[1])
+            common = dict(kind="expert" if experts > 1 else "linear", shape=dims[param], rank=r,
+                          scale=peft_scale(alpha, r, self.config.use_rslora), transposed=False, dtype=dtype,
+                          keys=(entry["A"], entry["B"]), param=param, experts=experts, holder=holder)
+            if experts == 1:
+                specs.append(ModuleSpec(name=entry_name(holder, param), **common))
+            else:
+                specs += [ModuleSpec(name=entry_name(holder, param, e), expert=e, **common) for e in range(experts)]
+        if "gate_up_proj" in dims and "down_proj" in dims and dims["gate_up_proj"][1] != dims["down_proj"][0]:
+            raise AdapterError(f"{self.weights_path}: module {holder}: gate_up_proj's input size "
+                               f"{dims['gate_up_proj'][1]} differs from down_proj's output size "
+                               f"{dims['down_proj'][0]}, so the wrappers are not nested as PEFT nests them "
+                               "(gate_up_proj inside); the adapter was not saved by PEFT")
+        return specs
+
+    # -- reading ----------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def modules(self) -> list[str]:
+        return list(self.specs)
+
+    def load(self) -> None:
+        """Read the safetensors weights file into memory once, hashing it in the same pass (``sha256``).
+
+        The tensors then come from these bytes, so the recorded sha256 is exactly that of what was merged
+        (a file replaced while vecmerge runs cannot slip in), and the file is read once, sequentially, in
+        16 MiB pieces while each piece is still in cache. A no-op for ``.bin`` files (already in memory).
+        """
+        if self._loaded is not None or self._tensors[1] is None:
+            return
+        p = self.weights_path
+        size = p.stat().st_size
+        buf = _read_buffer(size)
+        view, h, pos = memoryview(buf), hashlib.sha256(), 0
+        # a second thread hashes each piece while the next one is read (hashlib releases the GIL)
+        with open(p, "rb") as f, ThreadPoolExecutor(1, thread_name_prefix="vecmerge-sha256") as pool:
+            hashed = None
+            while pos < size:
+                n = f.readinto(view[pos:pos + LOAD_CHUNK])
+                if not n:
+                    raise AdapterError(f"{p}: ended after {pos} of {size} bytes while being read; copy it again")
+                if hashed is not None:
+                    hashed.result()
+                hashed = pool.submit(h.update, view[pos:pos + n])
+                pos += n
+            if hashed is not None:
+                hashed.result()
+        n = int.from_bytes(bytes(buf[:8]), "little")
+        try:
+            header = json.loads(bytes(buf[8:8 + n])) if 8 + n <= size else None
+        except (ValueError, RecursionError):
+            header = None
+        if not isinstance(header, dict) or set(header) - {"__metadata__"} != set(self._tensors[0]):
+            raise AdapterError(f"{p}: changed while being read (its header no longer matches); run again")
+        self._loaded = (buf, header, 8 + n)
+        self.__dict__["sha256"] = h.hexdigest()
+
+    def _header(self) -> tuple[dict, int]:
+        """``(header, data start)`` of the safetensors file, from ``load``'s bytes or read from the file once."""
+        if self._loaded is not None:
+            return self._loaded[1], self._loaded[2]
+        if self._st_header is None:
+            with open(self.weights_path, "rb") as f:
+                n = int.from_bytes(f.read(8), "little")
+                raw = f.read(n) if n <= HEADER_MAX else b""
+            try:
+                header = json.loads(raw)
+            except (ValueError, RecursionError):
+                header = None
+            if not isinstance(header, dict) or set(header) - {"__metadata__"} != set(self._tensors[0]):
+                raise AdapterError(f"{self.weights_path}: changed while being read (its header no longer matches); "
+                                   "run again")
+            self._st_header = (header, 8 + n)
+        return self._st_header
+
+    def _read(self, key) -> torch.Tensor:
+        """One stored tensor: from ``load``'s bytes, else read from the file (not mapped, so memory holds
+        only the tensors in use, never the pages of the whole file)."""
+        if self._tensors[1] is None:
+            return self._tensors[0][key]
+        header, start = self._header()
+        entry = header[key] if isinstance(header.get(key), dict) else {}
+        dtype, shape = ST_DTYPES.get(entry.get("dtype")), entry.get("shape")
+        lo, hi = (entry.get("data_offsets") or (0, -1))[:2]
+        n = math.prod(shape) if isinstance(shape, list) and all(isinstance(d, int) for d in shape) else -1
+        size = len(self._loaded[0]) if self._loaded is not None else self.weights_path.stat().st_size
+        if dtype is None or n < 0 or not 0 <= lo <= hi or start + hi > size or (hi - lo) != n * dtype.itemsize:
+            raise AdapterError(f"{self.weights_path}: {key}: its header entry changed while being read; run again")
+        if n == 0:
+            return torch.empty(shape, dtype=dtype)
+        off = start + lo
+        if self._loaded is None:
+            data = bytearray(hi - lo)
+            with open(self.weights_path, "rb", buffering=0) as f:
+                f.seek(off)
+                got = f.readinto(data)
+            if got != hi - lo:
+                raise AdapterError(f"{self.weights_path}: {key}: the file ended early; copy it again")
+            return torch.frombuffer(data, dtype=dtype).view(shape)
+        buf = self._loaded[0]
+        if off % dtype.itemsize:  # an unaligned tensor (allowed by the format): copy it out
+            return torch.frombuffer(bytearray(buf[off:off + hi - lo]), dtype=dtype).view(shape)
+        return torch.frombuffer(buf, dtype=dtype, count=n, offset=off).view(shape)
+
+    def factors(self, module: str, device=None) -> LowRank:
+        """Read one module as ``LowRank(lora_B, lora_A, scale)`` in its stored dtype, on ``device``.
+
+        Raises AdapterError naming the module and tensor if any entry is NaN or Inf.
+        """
+        spec = self.specs[module]
+        try:
+            if spec.kind == "expert":
+                B, A = expert_factors(self._tensors[0][spec.keys[0]], self._tensors[0][spec.keys[1]],
+                                      spec.rank, spec.experts, spec.expert)
+            else:
+                A, B = self._read(spec.keys[0]), self._read(spec.keys[1])
+        except Exception as e:
+            raise AdapterError(f"{self.weights_path}: module {module}: cannot read tensors ({e}); "
+                               "the file is truncated or corrupt, copy it again") from None
+        for slot, t in (("lora_A", A), ("lora_B", B)):
+            # one reduction: a NaN/Inf entry makes the sum non-finite (a finite sum that overflows is checked
+            # entry by entry, and passes when every entry is finite)
+            if not bool(torch.isfinite(t.sum(dtype=torch.float32))) and not bool(torch.isfinite(t).all()):
+                bad = int((~torch.isfinite(t)).sum())
+                raise AdapterError(f"{self.weights_path}: module {module}: {slot} has {bad} NaN/Inf entries; "
+                                   "the checkpoint diverged, use an earlier one")
+        if device is not None:
+            A, B = A.to(device), B.to(device)
+        return LowRank(B, A, spec.scale)
+
+    def weight_delta(self, module: str) -> torch.Tensor:
+        """The dense update in the base weight's layout (as PEFT's ``get_delta_weight``). Tests only."""
+        d = self.factors(module).dense()
+        return d.T if self.specs[module].transposed else d
+
+    @cached_property
+    def sha256(self) -> str:
+        """sha256 of the weights file (of the bytes read, after ``load``)."""
+        return sha256_file(self.weights_path)
+
+    @cached_property
+    def config_sha256(self) -> str:
+        """sha256 of ``adapter_config.json``."""
+        return sha256_file(self.path / CONFIG_NAME)
+
+    @property
+    def content_sha256(self) -> str:
+        """sha256 of the weights and the config together (``content_sha256``): the ledger's key."""
+        return content_sha256(self.sha256, self.config_sha256)
+
+    def __repr__(self) -> str:
+        return f"Adapter({str(self.path)!r}, modules={len(self.specs)})"

@@ -1,0 +1,211 @@
+"""Text for the evidence commands (``vecmerge evidence ...``, ``ls``, ``gate``) and the ``show --plot`` figure.
+
+Every renderer takes the JSON-ready dict the command returns (``--json`` prints that dict itself), so
+the table and the JSON never disagree. Numbers: 4 significant digits for spreads, 6 for means,
+minima and maxima, 5 for intervals and differences (a difference of runs is the point).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from ..errors import OutputError
+from .text import g, table
+
+
+def _f(x, digits: int = 6) -> str:
+    return "-" if x is None else f"{x:.{digits}g}"
+
+
+def _ci(lo, hi, digits: int = 5) -> str:
+    return "-" if lo is None else f"[{lo:.{digits}g}, {hi:.{digits}g}]"
+
+
+def _short(sha) -> str:
+    return "-" if not sha else sha[:12]
+
+
+def render_add(d: dict) -> str:
+    """``evidence add``: what was recorded, under which content hash."""
+    runs = len(d["values"])
+    tied = (f"sha256 {_short(d['sha256'])} (its adapter's weights and config now)" if d["sha256"] else
+            f"no sha256: {d['model']} is not an adapter here, so these records never go stale")
+    direction = {True: "higher is better", False: "lower is better", None: "direction not recorded"}[d["direction"]]
+    return (f"recorded {runs} run{'s' * (runs != 1)} of {d['model']} on {d['metric']} ({direction}); {tied}; "
+            f"ids {d['ids'][0]}..{d['ids'][-1]}")
+
+
+def render_import(d: dict) -> str:
+    """``evidence import``: how many records of which models and metrics, from which files."""
+    items = f" ({d['item_level']} item-level)" if d["item_level"] else ""
+    lines = [f"imported {d['records']} record{'s' * (d['records'] != 1)}{items} from {', '.join(d['files'])}",
+             f"models: {', '.join(d['models']) or '-'}; metrics: {', '.join(d['metrics']) or '-'}"]
+    if d.get("unhashed"):
+        lines.append(f"without a sha256 (not adapters here, never stale): {', '.join(d['unhashed'])}")
+    if d["directions"]:
+        lines.append("directions: " + ", ".join(f"{m} {'higher' if h else 'lower'} is better"
+                                                for m, h in d["directions"].items()))
+    return "\n".join(lines)
+
+
+def render_show(d: dict) -> str:
+    """``evidence show``: n, mean, std, SE, CI, min, max, range per model and sub-score; stale and item counts."""
+    rows = []
+    for s in d["summaries"]:
+        rows.append([s["model"], s["metric"] if s["sub"] is None else f"  sub.{s['sub']}", s["n"], _f(s["mean"]),
+                     g(s["std"]), g(s["se"]), _ci(s["ci_low"], s["ci_high"]), _f(s["min"]), _f(s["max"]),
+                     g(s["range"]), "single run: no spread, no interval" if s["single_run"] else ""])
+    conf = f"{d['summaries'][0]['confidence']:.0%} CI (t)" if d["summaries"] else "CI"
+    out = [table(rows, ["model", "metric", "n", "mean", "std", "SE", conf, "min", "max", "range", "note"])
+           if rows else "no whole-run records"]
+    for st in d["stale"]:
+        what = "included (--stale)" if d["include_stale"] else "left out (--stale shows them)"
+        out.append(f"stale: {st['records']} record(s) of {st['model']} on {st['metric']} measured other weights "
+                   f"({', '.join(_short(s) for s in st['sha256s'])}); {what}")
+    for it in d["item_level"]:
+        out.append(f"item-level: {it['model']} on {it['metric']}: {it['items']} items in {it['records']} records "
+                   "(compare pairs them)")
+    if d["directions"]:
+        out.append("directions: " + ", ".join(f"{m} {'higher' if h else 'lower'} is better"
+                                              for m, h in d["directions"].items()))
+    return "\n".join(out)
+
+
+def render_compare(d: dict) -> str:
+    """``evidence compare``: both summaries, each test, the ledger's noise, repeats needed and the verdict."""
+    direction = {True: "higher is better", False: "lower is better", None: "no direction recorded"}[
+        d["higher_is_better"]]
+    out = [f"compare {d['a']} vs {d['b']} on {d['metric']} ({direction})"]
+    rows = []
+    for s in (d["a_summary"], d["b_summary"]):
+        if s is not None:
+            rows.append([s["model"], s["n"], _f(s["mean"]), g(s["std"]), g(s["se"]), _ci(s["ci_low"], s["ci_high"])])
+    if rows:
+        out.append(table(rows, ["model", "runs", "mean", "std", "SE", f"{d['confidence']:.0%} CI"]))
+    tests = []
+    for kind in ("welch", "paired", "clustered"):
+        t = d[kind]
+        if t is not None:
+            n = f"{t['n'][0]} vs {t['n'][1]} runs" if kind == "welch" else f"{t['n'][0]} items" + (
+                f", {t['clusters']} clusters" if t["clusters"] else "")
+            tests.append([kind, f"{t['diff']:+.5g}", g(t["se"]), f"{t['df']:.3g}", _ci(t["ci_low"], t["ci_high"]),
+                          f"{t['p']:.3g}", n, "yes" if t["beyond_noise"] else "no"])
+    if tests:
+        out.append(table(tests, [f"test ({d['a']} - {d['b']})", "diff", "SE", "df", f"{d['confidence']:.0%} CI",
+                                 "p", "n", "beyond noise"]))
+    if d["pooled"] is not None:
+        p = d["pooled"]
+        out.append(f"pooled within-model noise: sd {p['sd']:.4g} over {', '.join(p['models'])} ({p['df']} df)")
+    if d["repeats_needed"] is not None:
+        out.append(f"runs per model to detect a difference of {d['detect']:.4g} (power 0.8, alpha 0.05, "
+                   f"noise sd {d['noise_sd']:.4g}): {d['repeats_needed']}")
+    elif d["detect"]:
+        out.append(f"runs per model to detect {d['detect']:.4g}: not computable (no noise estimate)")
+    out.append(f"verdict: {d['verdict']}" + (f" (by the {d['decided_by']} test)" if d["decided_by"] else ""))
+    out += [f"note: {r}" for r in d["reasons"]]
+    return "\n".join(out)
+
+
+def render_calibrate(d: dict) -> str:
+    """``evidence calibrate``: rank correlations with bootstrap intervals, pairwise accuracy, the noise ceiling."""
+    conf = f"{d['confidence']:.0%}"
+    rows = [["models with both", len(d["models"]), ", ".join(d["models"]) or "-"],
+            ["Spearman rho", g(d["spearman"]), f"{conf} bootstrap CI {_ci(*(d['spearman_ci'] or (None, None)), 3)}"
+             f", p {g(d['spearman_p'], 3)}"],
+            ["Kendall tau-b", g(d["kendall"]), f"{conf} bootstrap CI {_ci(*(d['kendall_ci'] or (None, None)), 3)}"
+             f", p {g(d['kendall_p'], 3)}"],
+            ["pairwise accuracy", g(d["pairwise_accuracy"]), f"over {d['pairs']} pairs of models"],
+            ["target noise ceiling", g(d["noise_ceiling"]),
+             f"rho of one {d['target']} run vs the mean of the others ({d['noise_ceiling_models']} models)"]]
+    out = [f"calibrate proxy {d['proxy']} against target {d['target']}" +
+           (" (proxy negated: the directions differ)" if d["flipped"] else ""),
+           table(rows, ["", "", ""], "plain"),
+           f"verdict: {d['verdict']} (needs {d['min_models']} models, and Spearman's lower bound >= "
+           f"{d['min_spearman_low']:g} to rank candidates)"]
+    out += [f"note: {r}" for r in d["reasons"]]
+    return "\n".join(out)
+
+
+def render_ls(rows: list[dict], metric: str | None) -> str:
+    """``vecmerge ls``: name, path, sha256, base model, parent, runs and mean of the default metric."""
+    body = [[r["name"], r["path"], r["sha256_short"] or f"({r.get('problem') or 'unreadable'})",
+             r["base_model"] or "-", r["parent"] or ("(root)" if r.get("root") else "-"),
+             "-" if r["runs"] is None else r["runs"], _f(r["mean"]), r["stale"] or ""] for r in rows]
+    out = table(body, ["name", "path", "sha256", "base model", "parent", f"runs ({metric or 'no metric'})", "mean",
+                       "stale"])
+    return out if rows else "no adapters listed (add them under adapters: in vecmerge.yaml)"
+
+
+def _wrap(text: str, width: int) -> str:
+    return "\n".join(textwrap.wrap(str(text), width, break_on_hyphens=False)) or "-"
+
+
+def gate_verdict(d: dict) -> str:
+    """``PASSED: all 6 conditions`` or ``NOT PASSED: ...`` naming each condition that is not a PASS."""
+    bad = [r for r in d["rows"] if r["status"] != "PASS"]
+    return (f"PASSED: all {len(d['rows'])} conditions" if not bad else
+            f"NOT PASSED: {', '.join(r['condition'] + ' ' + r['status'] for r in bad)} (UNKNOWN is not a pass)")
+
+
+def _detail(row: dict, d: dict) -> str:
+    """A row's detail; the common parent's adds the closeness of X to Y (supporting figures, not judged)."""
+    close = (row.get("numbers") or {}).get("closeness") or {}
+    if row["condition"] != "common parent" or close.get("cosine") is None:
+        return row["detail"]
+    x, y = d["x"], d["y"]
+    return (f"{row['detail']}; cos({x}, {y}) = {close['cosine']:.4f}, ||{x} - {y}|| / ||{y}|| = "
+            f"{close['relative_distance']:.4g}")
+
+
+def render_gate(d: dict) -> str:
+    """``vecmerge gate``: one row per condition with PASS / FAIL / UNKNOWN, the numbers, the threshold, its source.
+
+    Args:
+        d (dict): ``pipeline.gate.GateCheck.as_dict()``.
+    """
+    rows = [[r["condition"], r["status"], _wrap(_detail(r, d), 52), _wrap(r["threshold"], 36),
+             _wrap(r["source"], 22)] for r in d["rows"]]
+    head = (f"gate: {d['backbone']} + alpha * ({d['x']} - {d['y']}); metric {d['metric'] or '-'}; "
+            f"ledger {d['ledger']}")
+    return "\n".join([head, "", table(rows, ["condition", "result", "detail", "threshold", "from"], "simple"), "",
+                      gate_verdict(d)])
+
+
+def plot_show(d: dict, f) -> None:
+    """A PNG of each model's mean with its t interval as an error bar (``show``'s summaries, whole runs).
+
+    Single runs are drawn as hollow points without a bar (one run has no spread). One panel per metric.
+
+    Args:
+        d (dict): ``evidence.commands.show``'s result. f (BinaryIO): where the PNG goes (``safe_write.write_file``
+            stages it and moves it into place).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise OutputError("--plot needs matplotlib: pip install 'vecmerge[plot]'") from None
+    summaries = [s for s in d["summaries"] if s["sub"] is None]
+    if not summaries:
+        raise OutputError("--plot: no whole-run records to draw")
+    metrics = list(dict.fromkeys(s["metric"] for s in summaries))
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(1.6 + 0.8 * max(len(summaries), 3), 2.6 * len(metrics)),
+                             dpi=100, squeeze=False)
+    for ax, metric in zip(axes[:, 0], metrics):
+        rows = [s for s in summaries if s["metric"] == metric]
+        for i, s in enumerate(rows):
+            if s["single_run"]:
+                ax.plot([i], [s["mean"]], "o", mfc="none", color="tab:gray")
+            else:
+                ax.errorbar([i], [s["mean"]], yerr=[[s["mean"] - s["ci_low"]], [s["ci_high"] - s["mean"]]],
+                            fmt="o", capsize=4, color="tab:blue")
+        ax.set_xticks(range(len(rows)), labels=[f"{s['model']}\nn={s['n']}" for s in rows])
+        ax.set_ylabel(metric)
+        ax.grid(axis="y", alpha=0.3)
+    conf = f"{summaries[0]['confidence']:.0%}"
+    axes[0, 0].set_title(f"mean and {conf} t interval per model (hollow: a single run)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(f, format="png")
+    plt.close(fig)

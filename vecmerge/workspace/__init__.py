@@ -1,0 +1,1 @@
+"""Names to folders (vecmerge.yaml), base models, lineage, task vectors: what the inputs are."""

@@ -1,0 +1,127 @@
+"""Which base model an adapter belongs to: the declared name, compared sensibly, and model folders.
+
+PEFT records the model an adapter was trained on in ``adapter_config.json`` as
+``base_model_name_or_path``: a hub id (``Qwen/Qwen3-0.6B``) or a local folder. Two adapters of
+different models can have equal shapes (a Llama and a Mistral of one size), so shapes alone do not
+show that a sum of them means anything; the declared names must agree too:
+
+- ``canonical(name)``: a local folder becomes its resolved absolute path (an absolute path, or a
+  relative one that exists from the current directory); anything else is the text itself, trailing
+  ``/`` removed. Two names are the same base model when their canonical forms are equal;
+- ``same_base_model``: refuses adapters whose declared base models differ (``AlignmentError``,
+  naming both), unless the user allows it (``--allow-base-mismatch``, recorded in the manifest);
+- ``model_folder_problem``: what keeps a folder from being a transformers model (``verify --base-model``);
+- ``folder_is``: whether a local model folder is the declared base model (same folder, or a hub
+  cache snapshot ``models--ORG--NAME`` of the declared hub id, or the id a workspace gives it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import AlignmentError, few
+
+MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
+ALLOW_FLAG = "--allow-base-mismatch"
+
+
+def canonical(name, roots=()) -> str | None:
+    """The comparable form of a declared base model: a resolved path for a local folder, else the text.
+
+    Args:
+        name (str | Path | None): ``base_model_name_or_path`` as declared (None or empty: undeclared).
+        roots (iterable[Path]): folders a relative path may start from when it is no folder from here
+            (the workspace: PEFT records the path as the trainer typed it).
+    """
+    if name is None or not str(name).strip():
+        return None
+    text = str(name).strip()
+    path = Path(text).expanduser()
+    if path.is_absolute() or path.is_dir():
+        return str(path.resolve())
+    for root in roots:
+        if (Path(root) / path).is_dir():
+            return str((Path(root) / path).resolve())
+    return text.rstrip("/") or text
+
+
+def same_base_model(adapters: dict, allow: bool = False, roots=()) -> dict[str, str | None]:
+    """``{label: declared base model}``; AlignmentError when two declared ones differ and ``allow`` is False.
+
+    Adapters that declare no base model are not compared (nothing to compare).
+
+    Args:
+        adapters (dict[str, Adapter]): label (a workspace name) -> opened adapter.
+        allow (bool): combine them anyway (``--allow-base-mismatch``); the caller reports it.
+        roots (iterable[Path]): where relative declared paths may start (see ``canonical``).
+    """
+    declared = {label: a.config.base_model for label, a in adapters.items()}
+    if differ(declared, roots) and not allow:
+        raise AlignmentError(f"{mismatch_text(declared, roots)}; adapters of different base models cannot be "
+                             f"combined, even when their shapes match; pass {ALLOW_FLAG} (recipe: "
+                             "allow_base_mismatch: true) only if these models really share their weights")
+    return declared
+
+
+def differ(declared: dict, roots=()) -> bool:
+    """Whether ``{label: base model}`` names more than one base model (undeclared ones aside)."""
+    return len({canonical(v, roots) for v in declared.values()} - {None}) > 1
+
+
+def mismatch_text(declared: dict, roots=()) -> str:
+    """``"the inputs declare different base models: v54, v51 name /m/llama; p2 names /m/mistral"``."""
+    groups: dict[str, list[str]] = {}
+    shown: dict[str, str] = {}
+    for label, name in declared.items():
+        key = canonical(name, roots)
+        if key is not None:
+            groups.setdefault(key, []).append(label)
+            shown.setdefault(key, str(name))
+    return "the inputs declare different base models: " + "; ".join(
+        f"{few(labels)} {'names' if len(labels) == 1 else 'name'} {shown[k]}" for k, labels in groups.items())
+
+
+def model_folder_problem(folder) -> str | None:
+    """Why ``folder`` is not a local transformers model (None when it is: ``config.json`` and weights).
+
+    Args:
+        folder (str | Path): what the user gave as ``--base-model``.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return "no such folder"
+    if (folder / "adapter_config.json").is_file():
+        return "it is a LoRA adapter folder (adapter_config.json), not a base model"
+    if not (folder / "config.json").is_file():
+        return "it has no config.json, so it is not a transformers model folder"
+    if not any((folder / w).is_file() for w in MODEL_WEIGHTS) and not any(folder.glob("*.safetensors")):
+        return f"it has a config.json but no weights ({', '.join(MODEL_WEIGHTS)})"
+    return None
+
+
+def folder_is(folder, declared, aliases: dict | None = None, roots=()) -> bool:
+    """Whether the local model ``folder`` is the declared base model.
+
+    True when the two are the same folder (a relative ``declared`` also read from each of ``roots``,
+    e.g. the workspace an output was made in), or ``declared`` is a hub id ``ORG/NAME`` and ``folder``
+    is a hub cache snapshot of it (a path component ``models--ORG--NAME``), or ``aliases`` ({local
+    folder: hub id}, e.g. a workspace's ``base_model`` and ``base_model_id``) maps the folder to that id.
+
+    Args:
+        folder (str | Path): a local model folder. declared (str | None): ``base_model_name_or_path``.
+        aliases (dict | None): local folder -> the hub id it is a copy of.
+        roots (iterable[Path]): folders a relative declared path may start from (besides the current one).
+    """
+    key = canonical(declared)
+    if key is None:
+        return False
+    here = str(Path(folder).resolve())
+    if here == key:
+        return True
+    if not Path(str(declared)).expanduser().is_absolute():
+        if any(str((Path(r) / str(declared).strip()).resolve()) == here for r in roots):
+            return True
+    if "models--" + key.replace("/", "--") in Path(here).parts:
+        return True
+    return any(canonical(local) == here and canonical(hub) == key for local, hub in (aliases or {}).items())
