@@ -73,7 +73,7 @@ def vecmerge_exe() -> list[str]:
     """The ``vecmerge`` console script beside this Python, or the CLI through ``-c`` where none is installed
     (a machine that runs the tree from PYTHONPATH)."""
     exe = Path(sys.executable).with_name("vecmerge")
-    return [str(exe)] if exe.is_file() else [sys.executable, "-c", "from vecmerge.cli.main import main; main()"]
+    return [str(exe)] if exe.is_file() else [sys.executable, "-c", "from vecmerge.cli import main; main()"]
 
 
 def project_cmd(out, device: str | None = None) -> list[str]:

@@ -12,7 +12,7 @@ nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__, "cuda
 python3 benchmarks/run.py --tiny --device cuda --no-peft --no-dense --no-merges --keep --out /tmp/vm-bench-tiny \
   > "$out/tiny.md" 2> "$out/tiny.log"; echo "tiny smoke run: exit $?"; tail -5 "$out/tiny.log"
 # the other commands on cuda, each output verified on the CPU (exit codes; errors in smoke.log)
-vm() { python3 -c 'from vecmerge.cli.main import main; main()' "$@"; }
+vm() { python3 -c 'from vecmerge.cli import main; main()' "$@"; }
 ( cd /tmp/vm-bench-tiny/tiny/data && for c in \
     "audit --ref v54-v54e2 --dir v51-v28 --format json" \
     "merge --method ties v28 v51 v54 --density 0.5 --rank 8 --out /tmp/g-ties" \

@@ -17,7 +17,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from vecmerge.cli.main import main
+from vecmerge.cli import main
 from vecmerge.peft.adapter import Adapter
 from vecmerge.pipeline import run
 from vecmerge.recipe.recipe import Recipe

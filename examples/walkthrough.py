@@ -51,7 +51,7 @@ def run_walkthrough(folder, echo=print) -> None:
     """Run every section's commands in ``folder`` (a demo folder), echoing a transcript."""
     from click.testing import CliRunner
 
-    from vecmerge.cli.main import main
+    from vecmerge.cli import main
 
     runner = CliRunner()
     old = os.getcwd()

@@ -151,7 +151,7 @@ def run_cli():
     """Run ``vecmerge ARGS`` in-process with click's runner; returns the click Result."""
     from click.testing import CliRunner
 
-    from vecmerge.cli.main import main
+    from vecmerge.cli import main
 
     def run(*args, **kwargs):
         runner = CliRunner()

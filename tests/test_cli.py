@@ -149,7 +149,7 @@ def test_different_bases_and_missing_modules(tmp_path, run_cli, monkeypatch):
 
 def test_help_is_fast_to_import():
     # vecmerge --help must not import torch (measured in `make bench`; here we check the cause).
-    code = "import sys; from vecmerge.cli.main import main; print('torch' in sys.modules)"
+    code = "import sys; from vecmerge.cli import main; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -203,7 +203,7 @@ def test_every_command_takes_the_global_options():
     """A command added later (e.g. evidence show, ls, gate) gets -q/--workspace/--debug/--device after it too."""
     import click
 
-    from vecmerge.cli.main import main
+    from vecmerge.cli import main
 
     def walk(group, path=()):
         for name, cmd in group.commands.items():
@@ -223,7 +223,7 @@ def test_every_option_has_help_and_the_recipe_is_documented():
     import click
     from click.testing import CliRunner
 
-    from vecmerge.cli.main import main
+    from vecmerge.cli import main
     from vecmerge.recipe.recipe import recipe_markdown, schema
 
     for name, cmd in main.commands.items():

@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from vecmerge.linalg.merge_kernels import module_seed
 from vecmerge.pipeline import run
 from vecmerge.recipe.recipe import Recipe
-from vecmerge.report.text import render_merge
+from vecmerge.report.merge import render_merge
 from vecmerge.testing import toy_adapter
 from vecmerge.verify.output import verify_output
 from vecmerge.workspace.names import Workspace

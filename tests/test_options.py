@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from vecmerge.errors import RecipeError
-from vecmerge.options import RankPolicy
+from vecmerge.linalg.rank_policy import RankPolicy
 
 
 def test_rank_policy_parse_errors():

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from vecmerge.linalg.lowrank import LowRank, combine
+from vecmerge.linalg.rank_policy import RankPolicy
 from vecmerge.linalg.rankcut import cut
 from vecmerge.linalg.subspace import Subspace
-from vecmerge.options import RankPolicy
 
 shapes = st.tuples(st.integers(1, 12), st.integers(1, 12), st.integers(1, 5), st.integers(0, 10_000))
 

@@ -192,7 +192,7 @@ def test_item4_interrupt_at_the_worst_moment_of_a_force_replacement(toy, run_cli
 CHILD = r'''
 import os, sys, time
 from vecmerge.outputs import transaction as safe_write
-from vecmerge.cli.main import main
+from vecmerge.cli import main
 
 def stop(step):
     if step == os.environ["STOP_AT"]:
@@ -532,9 +532,9 @@ def test_a_library_warning_is_not_printed_before_the_error_line(toy, run_cli, mo
         warnings.simplefilter("default")  # the suite turns warnings into errors; a user's Python does not
         res = run_cli("--device", "cuda", "inspect", "v28")
         error_line(res, 2, "--device cuda: no CUDA device")
-        monkeypatch.setattr("vecmerge.commands.describe", lambda *a, **k: (warnings.warn(
+        monkeypatch.setattr("vecmerge.commands.adapters.describe", lambda *a, **k: (warnings.warn(
             "a note from a library", UserWarning, stacklevel=1), {})[1])
-        monkeypatch.setattr("vecmerge.commands.render_inspect", lambda infos: "table")
+        monkeypatch.setattr("vecmerge.commands.adapters.render_inspect", lambda infos: "table")
         ok = run_cli("inspect", "v28")
     assert ok.exit_code == 0 and ok.stdout == "table\n"
     assert ok.stderr == "warning: a note from a library (UserWarning)\n"  # after a success: one line, after
@@ -544,7 +544,7 @@ def test_keyboard_interrupt_is_exit_130_not_aborted(toy, run_cli, monkeypatch):
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("vecmerge.commands.describe", interrupted)
+    monkeypatch.setattr("vecmerge.commands.adapters.describe", interrupted)
     error_line(run_cli("inspect", "v28"), 130, "interrupted")
 
 

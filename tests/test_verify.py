@@ -141,8 +141,8 @@ def test_update_tolerance_is_sharp_on_both_sides(toy, run_cli, factor, passes):
 def test_a_halved_step_in_one_module_fails_the_step_check(toy, run_cli):
     """W_m = base_m + step_m / 2 in one module: survival drops below 1 by that module's share of the step
     energy / 2 (computed here), far beyond 1e-4, and the step check itself fails."""
+    from vecmerge.linalg.rank_policy import RankPolicy
     from vecmerge.linalg.rankcut import cut
-    from vecmerge.options import RankPolicy
     from vecmerge.pipeline import evaluate, intended_core
     from vecmerge.recipe.recipe import Recipe
     from vecmerge.workspace.names import Workspace

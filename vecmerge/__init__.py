@@ -16,7 +16,7 @@ _API = {
     "TaskVector": "workspace.taskvector", "linear_combination": "workspace.taskvector",
     "parse": "expr", "LinearForm": "expr",
     "Workspace": "workspace.names",
-    "RankPolicy": "options", "cut": "linalg.rankcut",
+    "RankPolicy": "linalg.rank_policy", "cut": "linalg.rankcut",
     "Recipe": "recipe.recipe", "run": "pipeline", "evaluate": "pipeline",
     "write_adapter": "peft.write",
     "VecmergeError": "errors",

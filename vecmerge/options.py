@@ -1,16 +1,13 @@
 """The names users type, in one torch-free place: scopes, consensus actions, dtypes, rank policies, views.
 
 The recipe schema, the CLI's ``click.Choice`` lists and the docs all read these tuples, so a name is
-spelled once. Nothing here imports torch (``vecmerge --help`` stays fast); ``RankPolicy.choose``
-imports the float64 kernels only when it runs.
+spelled once. Nothing here imports torch (``vecmerge --help`` stays fast). The rank rule itself is
+``linalg.rank_policy.RankPolicy``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-
-from .errors import RecipeError
 
 SCOPES = ("global", "module")
 SCOPE_HELP = ("global: one alpha from the norms over all modules, ||alpha*dir|| = T*||base||; module: an alpha per "
@@ -24,7 +21,6 @@ DTYPE_HELP = "Dtype of the written factors; the report says how far rounding mov
 MODULES_TO_SAVE = ("refuse", "drop")
 MODULES_TO_SAVE_HELP = ("Adapters that also save full modules (modules_to_save, e.g. a trained lm_head): refuse them, "
                         "or drop those full weights and use the LoRA part only (an output then saves none).")
-RANK_KINDS = ("exact", "fixed", "energy", "step-energy", "keep-base")
 RANK_HELP = ("Rank of the written factors: exact (lossless, drops only float64 round-off), N (the optimal rank-N "
              "cut, its error reported exactly), energy:E (smallest rank keeping the share E of the squared norm of "
              "the whole written update)")
@@ -51,80 +47,6 @@ def is_hub_id(text) -> bool:
     """Whether ``text`` reads as a Hugging Face Hub model id (``ORG/NAME`` or ``NAME``), not a local path."""
     return isinstance(text, str) and re.fullmatch(HUB_ID_RE, text) is not None and ".." not in text
 
-
-@dataclass(frozen=True)
-class RankPolicy:
-    """How many singular directions each written module keeps.
-
-    Args:
-        kind (str): ``exact``, ``fixed`` (the best rank-``value`` cut), ``energy`` (smallest rank keeping
-            share ``value`` of the squared norm of the written update, backbone included),
-            ``step-energy`` (smallest rank whose cut loses at most ``1 - value`` of the *step's* squared
-            norm; only with a step) or ``keep-base`` (the backbone's factors kept, the step's exact
-            factors appended; only for a step from one backbone adapter).
-        value (float): the rank for ``fixed``, the energy share for ``energy`` and ``step-energy``.
-    """
-
-    kind: str = "exact"
-    value: float = 0.0
-
-    @classmethod
-    def parse(cls, text) -> RankPolicy:
-        """``exact`` | ``N`` | ``energy:E`` | ``step-energy:E`` (0 < E <= 1) | ``keep-base``."""
-        s = str(text).strip().lower()
-        if s in ("exact", "keep-base"):
-            return cls(s)
-        if s.isdigit() and int(s) >= 1:
-            return cls("fixed", int(s))
-        for kind in ("energy", "step-energy"):
-            if s.startswith(kind + ":"):
-                try:
-                    e = float(s.split(":", 1)[1])
-                except ValueError:
-                    e = -1.0
-                if 0.0 < e <= 1.0:
-                    return cls(kind, e)
-        raise RecipeError([f"rank={text!r}: use 'exact', a positive integer, 'energy:E' or 'step-energy:E' with "
-                           "0 < E <= 1, or 'keep-base'"])
-
-    @property
-    def lossless(self) -> bool:
-        """True when the written update equals the intended one to the output dtype (no cut)."""
-        return self.kind in ("exact", "keep-base")
-
-    def choose(self, S, floor: float = 0.0, step_norm: float | None = None) -> tuple[int, int]:
-        """(kept rank, exact rank) for singular values ``S`` (descending); never above the exact rank.
-
-        The exact rank is the smallest k with ``sqrt(sum_{i>=k} S_i^2) <= EXACT_RTOL * max(||S||, floor)``;
-        ``energy:E`` keeps the smallest k with ``sum_{i<k} S_i^2 >= E sum S_i^2``; ``step-energy:E`` the
-        smallest k with ``sum_{i>=k} S_i^2 <= (1 - E) ||step||^2`` (the cut loses at most 1 - E of the
-        step's squared norm; Eckart-Young makes that tail the cut's exact squared error).
-
-        Args:
-            S (Tensor): (k,) singular values, descending. floor (float): round-off scale of the factors.
-            step_norm (float | None): ``||step_m||_F`` of this module (``step-energy`` only).
-        """
-        import torch
-
-        from .linalg.lowrank import EXACT_RTOL, energy_rank, rank_for_error
-
-        if self.kind == "keep-base":
-            raise RecipeError(["rank=keep-base keeps the backbone's factors; it has no cut to choose"])
-        exact = rank_for_error(S, EXACT_RTOL, floor)
-        if self.kind == "exact":
-            return exact, exact
-        if self.kind == "fixed":
-            return min(int(self.value), exact), exact
-        if self.kind == "step-energy":
-            if step_norm is None:
-                raise RecipeError([f"rank={self}: measures the step, and this update has none; use energy:E"])
-            tail = torch.flip(torch.cumsum(torch.flip(S**2, [0]), 0), [0])  # tail[i] = sum_{j>=i} S_j^2
-            return min(int((tail > (1.0 - self.value) * step_norm**2).sum()), exact), exact
-        return min(energy_rank(S, self.value), exact), exact
-
-    def __str__(self) -> str:
-        return {"exact": "exact", "fixed": f"{int(self.value)}", "energy": f"energy:{self.value:g}",
-                "step-energy": f"step-energy:{self.value:g}", "keep-base": "keep-base"}[self.kind]
 
 # vecmerge extract / fuse (the names live here so that the CLI stays torch-free)
 EXTRACT_OTHERS = ("save", "drop")

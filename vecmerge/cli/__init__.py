@@ -1,5 +1,16 @@
-"""The vecmerge command (the only importer of click): ``vecmerge.cli:main`` is the console script."""
+"""The ``vecmerge`` command (the only importer of click); ``vecmerge.cli:main`` is the console script.
 
-from .main import main
+    app.py           the group, global options, errors as one line, signals
+    recipe_flags.py  the flags that build a Recipe (project, merge, refactor), method options generated
+    inspect.py       inspect, audit
+    merge.py         project, merge, refactor, run
+    verify.py        verify
+    evidence.py      evidence add/import/export/show/compare/calibrate, ls, gate
+    models.py        extract, fuse
+    demo.py          demo
+"""
+
+from . import demo, evidence, inspect, merge, models, verify  # noqa: F401  (each registers its commands)
+from .app import main
 
 __all__ = ["main"]

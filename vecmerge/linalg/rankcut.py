@@ -3,7 +3,7 @@
 For an update with thin SVD ``U S V^T`` (from its small core: ``C = Uc S Vh``, ``U = Qb Uc``,
 ``Vh' = Vh Qa^T``) the policy picks k and the written factors are ``B = U_k sqrt(S_k)``,
 ``A = sqrt(S_k) Vh_k`` (scale folded, split evenly). The cut's error is exactly
-``sqrt(sum_{i>=k} S_i^2)`` (Eckart-Young). Policies (``options.RankPolicy``):
+``sqrt(sum_{i>=k} S_i^2)`` (Eckart-Young). Policies (``rank_policy.RankPolicy``):
 
 - ``exact``: the smallest rank whose cut error is below ``EXACT_RTOL`` (1e-9) of the update's scale:
   only float64 round-off is dropped;
@@ -35,10 +35,10 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import RecipeError
-from ..options import RankPolicy
 from .dense import Dense
 from .lowrank import EXACT_RTOL, LowRank, f64
 from .randsvd import truncated_svd, truncated_svd_energy
+from .rank_policy import RankPolicy
 
 POWER_ITERS = 2  # randomized cut: power iterations up to rank min(out, in) / 8, one more above
 

@@ -23,10 +23,10 @@ import torch
 from ..linalg.dense import Dense
 from ..linalg.lowrank import LowRank, check_magnitude
 from ..linalg.merge_kernels import module_seed
+from ..linalg.rank_policy import RankPolicy
 from ..linalg.rankcut import Cut, cut
 from ..linalg.subspace import InSpan
 from ..linalg.threads import map_modules
-from ..options import RankPolicy
 from ..peft.write import WrittenModule, pack_params, prepare_modules
 from .evaluation import Evaluation, intended_core, method_params, module_operands
 from .experts import common_ranks, expert_figures

@@ -56,6 +56,7 @@ from ..errors import RecipeError, few
 from ..evidence.gate import GateConfig, GateConfigError
 from ..expr import parse
 from ..io.parse import ParseError, load_json, load_yaml, safe_path, short
+from ..linalg.rank_policy import RankPolicy
 from ..options import (
     ALLOW_BASE_MISMATCH_HELP,
     ALLOW_MISSING_HELP,
@@ -71,7 +72,6 @@ from ..options import (
     SCOPE_HELP,
     SCOPES,
     STEP_RANK_HELP,
-    RankPolicy,
     is_hub_id,
 )
 

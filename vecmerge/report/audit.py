@@ -25,7 +25,7 @@ import statistics
 from ..analysis.audit import Z_CRIT
 from ..errors import VecmergeError, few
 from ..peft.format import type_path
-from .text import g, table, to_json
+from .format import g, table, to_json
 
 TYPE_ORDER = ("q_proj", "k_proj", "v_proj", "o_proj", "gate", "gate_up_proj", "gate_proj", "up_proj", "down_proj")
 SYMBOL = {"agree": "+", "disagree": "x", "chance": "~", "missing": "?", "zero": "0"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import textwrap
 
 from ..errors import OutputError
-from .text import g, table
+from .format import g, table
 
 
 def _f(x, digits: int = 6) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from ..errors import few
-from .text import g, table
+from .format import g, table
 
 
 def _natural(name: str) -> list:

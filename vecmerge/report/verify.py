@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 
 from ..errors import few
-from .text import g, table
+from .format import g, table
 
 # Figures shown in the table, in this order; the rest are JSON only.
 _SHOWN = ("max_rel_error", "worst_module", "rel_error", "survival", "residual", "alpha", "rel_max_diff",

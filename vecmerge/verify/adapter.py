@@ -26,8 +26,8 @@ import torch
 
 from ..errors import VecmergeError, few, shown
 from ..io.parse import short
+from ..linalg.rank_policy import RankPolicy
 from ..linalg.rankcut import cut
-from ..options import RankPolicy
 from ..peft.adapter import Adapter
 from ..peft.format import CONFIG_NAME, param_targeted, pattern_key, peft_scale, targeted
 from ..workspace.taskvector import TaskVector

@@ -1,0 +1,187 @@
+"""``vecmerge evidence ...``, ``vecmerge ls`` and ``vecmerge gate``: the ledger, lineage and the six-condition gate."""
+
+from __future__ import annotations
+
+import click
+
+from .app import Ctx, echo, global_options, handled, json_option, main, usage
+
+
+@main.group()
+def evidence():
+    """The evaluation ledger: record scores, compare models with error bars, calibrate proxies.
+
+    Scores live in vecmerge-evidence.db beside vecmerge.yaml (its evidence: key moves it), each tied to the
+    adapter's content sha256: when a name points at other weights, its old scores are stale and left out.
+    """
+
+
+def _subs(pairs) -> dict:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not key.strip():
+            usage(f"--sub {pair!r}: give KEY=VALUE with a number, e.g. --sub item_understanding=0.2453")
+    return out
+
+
+@evidence.command("add", context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("values", nargs=-1, required=True, type=float)
+@click.option("--metric", help="What was measured (default: metric: in vecmerge.yaml).")
+@click.option("--sub", "subs", multiple=True, help="A sub-score KEY=VALUE of a single run (repeatable).")
+@click.option("--note", help="Free text kept with each record.")
+@click.option("--higher-is-better/--lower-is-better", "higher", default=None,
+              help="Declare the metric's direction (once per metric).")
+@json_option
+@global_options
+@click.pass_obj
+@handled
+def evidence_add(obj: Ctx, name, values, metric, subs, note, higher, as_json):
+    """Record runs of NAME: one VALUE per run (negative values: put -- before them)."""
+    from .. import commands
+
+    commands.evidence_add(obj.ws(), name, list(values), metric=metric, subs=_subs(subs) or None, note=note,
+                          higher_is_better=higher, as_json=as_json, echo=echo)
+
+
+@evidence.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--model", help="The model name for lm-eval files (default: from their model_args).")
+@click.option("--cluster-field", help="A field of each --log_samples doc to cluster items by (e.g. topic; "
+              "dotted for nested).")
+@click.option("--task", help="Only this lm-eval task of the samples files.")
+@click.option("--higher-is-better", "higher", multiple=True, metavar="METRIC",
+              help="Declare that higher METRIC is better (repeatable; lm-eval files declare their own).")
+@click.option("--lower-is-better", "lower", multiple=True, metavar="METRIC",
+              help="Declare that lower METRIC is better (repeatable).")
+@json_option
+@global_options
+@click.pass_obj
+@handled
+def evidence_import(obj: Ctx, files, model, cluster_field, task, higher, lower, as_json):
+    """Import FILES: CSV (model,metric,value[,note,item,cluster,sub.KEY]), lm-eval results .json, samples .jsonl.
+
+    Every file is read before anything is written; a malformed row is one error line and nothing is recorded.
+    """
+    both = sorted(set(higher) & set(lower))
+    if both:
+        usage(f"evidence import: {both[0]} is declared both --higher-is-better and --lower-is-better")
+    from .. import commands
+
+    commands.evidence_import(obj.ws(), list(files), model=model, cluster_field=cluster_field, task=task,
+                             directions={**{m: True for m in higher}, **{m: False for m in lower}} or None,
+                             as_json=as_json, echo=echo)
+
+
+@evidence.command("export")
+@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
+@global_options
+@click.pass_obj
+@handled
+def evidence_export(obj: Ctx, fmt, as_json):
+    """Print every record (stale ones flagged) as CSV or JSON; the CSV imports again."""
+    from .. import commands
+
+    commands.evidence_export(obj.ws(), "json" if as_json else fmt, echo=echo)
+
+
+@evidence.command("show")
+@click.argument("names", nargs=-1)
+@click.option("--metric", help="Only this metric.")
+@click.option("--stale", "include_stale", is_flag=True, help="Include records of weights a name no longer has.")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Write a PNG of the means with error bars.")
+@click.option("--force", is_flag=True, help="Replace an existing --plot PNG.")
+@json_option
+@global_options
+@click.pass_obj
+@handled
+def evidence_show(obj: Ctx, names, metric, include_stale, plot, force, as_json):
+    """n, mean, std, SE, 95% CI, min, max, range per model (all, or NAMES) and per sub-score."""
+    from .. import commands
+
+    commands.evidence_show(obj.ws(), list(names), metric, include_stale=include_stale, plot=plot, force=force,
+                           as_json=as_json, echo=echo)
+
+
+@evidence.command("compare")
+@click.argument("a")
+@click.argument("b")
+@click.option("--metric", help="The metric (default: metric: in vecmerge.yaml, or the one A and B share).")
+@click.option("--detect", type=float, help="A difference to plan repeats for (default: the observed one).")
+@click.option("--stale", "include_stale", is_flag=True, help="Include records of weights a name no longer has.")
+@json_option
+@global_options
+@click.pass_obj
+@handled
+def evidence_compare(obj: Ctx, a, b, metric, detect, include_stale, as_json):
+    """Is A better than B beyond eval noise? Welch over runs; paired and clustered over items."""
+    if detect is not None and not detect > 0:
+        usage(f"--detect {detect}: a difference > 0")
+    from .. import commands
+
+    commands.evidence_compare(obj.ws(), a, b, metric, detect=detect, include_stale=include_stale, as_json=as_json,
+                              echo=echo)
+
+
+@evidence.command("calibrate")
+@click.option("--proxy", required=True, help="The cheap metric, e.g. local_cv.")
+@click.option("--target", required=True, help="The metric that matters, e.g. official_total.")
+@click.option("--min-models", type=int, help="Models needed before a proxy may rank (default 8).")
+@json_option
+@global_options
+@click.pass_obj
+@handled
+def evidence_calibrate(obj: Ctx, proxy, target, min_models, as_json):
+    """Can PROXY rank candidates like TARGET? Spearman, Kendall (bootstrap CIs), pairwise accuracy, noise ceiling."""
+    if min_models is not None and min_models < 3:
+        usage(f"--min-models {min_models}: at least 3 (a rank correlation needs 3 models)")
+    if proxy == target:
+        usage(f"evidence calibrate: --proxy and --target are both {proxy}; calibrate one metric against another")
+    from .. import commands
+
+    commands.evidence_calibrate(obj.ws(), proxy, target, min_models=min_models, as_json=as_json, echo=echo)
+
+
+@main.command("ls")
+@click.option("--metric", help="The metric for runs and mean (default: metric: in vecmerge.yaml).")
+@json_option
+@global_options
+@click.pass_obj
+@handled
+def ls_cmd(obj: Ctx, metric, as_json):
+    """The workspace: name, path, sha256, base model, parent, runs recorded and their mean."""
+    from .. import commands
+
+    commands.ls(obj.ws(), metric=metric, as_json=as_json, echo=echo)
+
+
+@main.command("gate")
+@click.option("--base", required=True, help="The backbone, e.g. v54.")
+@click.option("--dir", "direction", required=True, help="The direction X - Y, e.g. 'v51 - v28'.")
+@click.option("--consensus-ref", help="The reference trajectory for module consensus, e.g. 'v54 - v54e2'.")
+@click.option("--trust", type=float, help="The relative step T of the planned merge.")
+@click.option("--metric", help="The ledger metric (default: gate.metric or metric: in vecmerge.yaml).")
+@json_option
+@global_options
+@click.pass_obj
+@handled
+def gate_cmd(obj: Ctx, base, direction, consensus_ref, trust, metric, as_json):
+    """Is BASE + alpha*(X - Y) worth trying? Six conditions, PASS/FAIL/UNKNOWN; exit 0 only when all pass.
+
+    Common base, common parent (lineage), stable backbone (repeated runs), repeated evidence (X beats Y
+    beyond eval noise), module consensus, small trust region. Thresholds: gate: in vecmerge.yaml.
+    """
+    import math
+
+    if trust is not None and not (math.isfinite(trust) and trust > 0):
+        usage(f"--trust {trust}: a relative step > 0, e.g. 0.0113")
+    from .. import commands
+
+    commands.gate(obj.ws(), base, direction, consensus_ref=consensus_ref, trust=trust, metric=metric,
+                  as_json=as_json, echo=echo, progress=obj.bars())

@@ -1,0 +1,28 @@
+"""What each ``vecmerge`` command does once its flags are parsed: library calls, then rendering.
+
+``cli/`` turns flags into these calls; ``demo/`` calls them directly with the arguments of the commands it
+prints, so the transcript is exactly what a user typing them would see. Every function writes through
+``echo(text, err=False)`` and raises ``VecmergeError`` subclasses (a failed check: ``CheckFailed``, exit 1).
+
+    adapters.py   inspect, audit
+    merging.py    merge (project, merge, refactor, run), verify
+    evidence.py   evidence add/import/export/show/compare/calibrate, ls, gate
+    models.py     extract, fuse
+"""
+
+from .adapters import audit, inspect
+from .evidence import (
+                       evidence_add,
+                       evidence_calibrate,
+                       evidence_compare,
+                       evidence_export,
+                       evidence_import,
+                       evidence_show,
+                       gate,
+                       ls,
+)
+from .merging import merge, verify
+from .models import extract, fuse
+
+__all__ = ["inspect", "audit", "merge", "verify", "evidence_add", "evidence_import", "evidence_export", "evidence_show",
+           "evidence_compare", "evidence_calibrate", "ls", "gate", "extract", "fuse"]

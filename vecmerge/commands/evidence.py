@@ -1,0 +1,187 @@
+"""The evidence commands, ``ls`` and ``gate`` once their flags are parsed: the ledger's operations, then the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import CheckFailed, UsageError, VecmergeError
+from ..evidence import operations as evidence
+from ..evidence.ledger import Ledger
+from ..outputs.transaction import PNG, OutputPolicy, write_file
+from ..pipeline.gate_check import check_gate, declared_base
+from ..recipe.recipe import Consensus, Recipe
+from ..report import evidence as report_evidence
+from ..report.format import to_json
+from ..workspace.names import Workspace
+from .progress import progress_bar
+
+
+def _ledger(ws: Workspace) -> Ledger:
+    return Ledger(ws.ledger_path)
+
+
+def _show_path(path) -> str:
+    """A path relative to the current folder when it lies below it, else absolute."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
+def evidence_add(ws: Workspace, name: str, values: list[float], *, metric: str | None = None, subs=None,
+                 note: str | None = None, higher_is_better: bool | None = None, as_json: bool = False,
+                 echo=print) -> dict:
+    """``vecmerge evidence add NAME VALUE... --metric M``: record runs, tied to NAME's current content sha256.
+
+    Args:
+        ws (Workspace): the ledger's place and NAME's adapter. name (str): a workspace name or folder (else
+        recorded without a hash). values (list[float]): one per run. metric (str | None): default the
+        workspace's ``metric:``. subs (dict[str, float] | None): sub-scores of a single run.
+        higher_is_better (bool | None): declare the metric's direction once.
+    """
+    metric = metric or ws.metric
+    if metric is None:
+        raise UsageError("evidence add: name the metric with --metric M (or set metric: in vecmerge.yaml)")
+    out = evidence.add(_ledger(ws), name, values, metric=metric, sha256=ws.content_sha(name), subs=subs, note=note,
+                       higher_is_better=higher_is_better)
+    echo(to_json(out) if as_json else report_evidence.render_add(out))
+    return out
+
+
+def evidence_import(ws: Workspace, paths: list[str], *, model: str | None = None, cluster_field: str | None = None,
+                    task: str | None = None, directions: dict | None = None, as_json: bool = False,
+                    echo=print) -> dict:
+    """``vecmerge evidence import FILE...``: CSV, lm-eval results JSON, --log_samples JSONL; all or nothing.
+
+    Each record is tied to its model's current content sha256 (names that are no adapter here: none).
+
+    Args:
+        directions (dict[str, bool] | None): metric -> higher_is_better, declared in the same transaction.
+    """
+    out = evidence.import_(_ledger(ws), paths, current_sha=ws.content_sha, model=model, cluster_field=cluster_field,
+                           task=task, directions=directions)
+    out["unhashed"] = [m for m in out["models"] if ws.content_sha(m) is None]
+    echo(to_json(out) if as_json else report_evidence.render_import(out))
+    return out
+
+
+def evidence_export(ws: Workspace, fmt: str = "csv", *, echo=print) -> str:
+    """``vecmerge evidence export --format csv|json``: every record, stale ones flagged, to stdout."""
+    ledger = _ledger(ws)
+    text = evidence.export(ledger, fmt, current_sha=ws.current_shas(ledger.models()))
+    echo(text.rstrip("\n"))
+    return text
+
+
+def evidence_show(ws: Workspace, names=(), metric: str | None = None, *, include_stale: bool = False, plot=None,
+                  force: bool = False, as_json: bool = False, echo=print) -> dict:
+    """``vecmerge evidence show [NAME...] [--metric M] [--stale] [--plot F.png [--force]]``: summaries of current runs.
+
+    Args:
+        plot (str | Path | None): a PNG of means with their t intervals, written atomically, never over the
+            ledger, the workspace file, an adapter folder or the base model, nor over an existing file
+            unless ``force`` and it is a PNG.
+    """
+    ledger = _ledger(ws)
+    policy = None
+    if plot:  # refused before any work
+        policy = OutputPolicy.for_command(inputs=[ledger.path, *([ws.file] if ws.file else [])],
+                                          workspace_adapters=ws.adapters, base_model=ws.base_model, force=force)
+        policy.check_file(plot, PNG, flag="--plot")
+    out = evidence.show(ledger, list(names) or None, metric, current_sha=ws.current_shas(ledger.models()),
+                        include_stale=include_stale)
+    if plot:
+        write_file(plot, lambda f: report_evidence.plot_show(out, f), policy=policy, kind=PNG, flag="--plot")
+    echo(to_json(out) if as_json else report_evidence.render_show(out))
+    if plot:
+        echo(f"plot: {plot}", err=as_json)
+    return out
+
+
+def evidence_compare(ws: Workspace, a: str, b: str, metric: str | None = None, *, detect: float | None = None,
+                     include_stale: bool = False, as_json: bool = False, echo=print) -> dict:
+    """``vecmerge evidence compare A B [--metric M] [--detect D]``: Welch, paired and clustered tests, the verdict.
+
+    The metric defaults to the workspace's ``metric:`` when A and B both have records of it.
+    """
+    ledger = _ledger(ws)
+    current = ws.current_shas(ledger.models())
+    if metric is None and ws.metric is not None:
+        shared = [{r.metric for r in ledger.records([n], current_sha=current)} for n in (a, b)]
+        metric = ws.metric if all(ws.metric in m for m in shared) else None
+    out = evidence.compare_models(ledger, a, b, metric, current_sha=current, include_stale=include_stale,
+                                  detect=detect)
+    echo(to_json(out) if as_json else report_evidence.render_compare(out))
+    return out
+
+
+def evidence_calibrate(ws: Workspace, proxy: str, target: str, *, min_models: int | None = None,
+                       as_json: bool = False, echo=print) -> dict:
+    """``vecmerge evidence calibrate --proxy P --target T``: can P rank the models the way T does?"""
+    ledger = _ledger(ws)
+    options = {} if min_models is None else {"min_models": min_models}
+    out = evidence.calibrate_metrics(ledger, proxy, target, current_sha=ws.current_shas(ledger.models()), **options)
+    echo(to_json(out) if as_json else report_evidence.render_calibrate(out))
+    return out
+
+
+def _base_model_of(folder: Path) -> str | None:
+    try:
+        return declared_base(json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path"))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+
+
+def gate_dict(check) -> dict:
+    """``GateCheck.as_dict`` with the ledger shown relative to the current folder (the manifest keeps it whole)."""
+    return {**check.as_dict(), "ledger": _show_path(check.ledger)}
+
+
+def ls(ws: Workspace, *, metric: str | None = None, as_json: bool = False, echo=print) -> list[dict]:
+    """``vecmerge ls``: every workspace entry with its sha256, base model, parent, runs and mean of the metric.
+
+    The metric: ``--metric``, else the workspace's ``metric:``, else the ledger's only one. An entry whose
+    files cannot be read is listed with the reason instead of a hash.
+    """
+    ledger = _ledger(ws)
+    if metric is None:
+        known = ledger.metrics()
+        metric = ws.metric or (known[0] if len(known) == 1 else None)
+    parents, roots = ws.lineage()
+    entries, problems = {}, {}
+    for name, folder in ws.adapters.items():
+        try:
+            sha = ws.content_sha(name)
+        except VecmergeError as e:
+            sha, problems[name] = None, ("missing" if not folder.exists() else "unreadable", str(e))
+        entries[name] = {"path": _show_path(folder), "sha256": sha, "base_model": _base_model_of(folder),
+                         "parent": parents.get(name)}
+    rows = evidence.ls_rows(entries, ledger if ledger.path.exists() else None, metric=metric)
+    for r in rows:
+        r["root"] = r["name"] in roots
+        r["problem"], r["error"] = problems.get(r["name"], (None, None))
+    out = {"workspace": str(ws.file) if ws.file else None, "ledger": _show_path(ledger.path), "metric": metric,
+           "adapters": rows}
+    echo(to_json(out) if as_json else report_evidence.render_ls(rows, metric))
+    return out
+
+
+def gate(ws: Workspace, base: str, direction: str, *, consensus_ref: str | None = None, trust: float | None = None,
+         metric: str | None = None, as_json: bool = False, echo=print, progress=None) -> dict:
+    """``vecmerge gate --base B --dir X-Y [--consensus-ref R] [--trust T] [--metric M]``: the six conditions.
+
+    The same facts ``project --gate`` judges (``pipeline.gate.check_gate``); the consensus is counted, never
+    enforced here (``on_disagree: keep``). Raises CheckFailed (exit 1) unless every condition passes.
+    """
+    recipe = Recipe(base=base, dir=direction, trust=trust, method="add",
+                    consensus=Consensus(consensus_ref, "keep") if consensus_ref else None,
+                    gate={"metric": metric} if metric else True)
+    check = check_gate(recipe, ws, progress_bar(progress, "gate"))
+    out = gate_dict(check)
+    echo(to_json(out) if as_json else report_evidence.render_gate(out))
+    if not check.passed:
+        bad = [f"{r['condition']} {r['status']}" for r in out["rows"] if r["status"] != "PASS"]
+        raise CheckFailed(f"gate: {len(bad)} of {len(out['rows'])} conditions did not pass ({', '.join(bad)})")
+    return out

@@ -1,0 +1,68 @@
+"""``project``, ``merge``, ``refactor``, ``run`` and ``verify`` once their flags are parsed: pipeline, then report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import CheckFailed
+from ..pipeline import run
+from ..pipeline.gate_check import GateFailed
+from ..recipe.recipe import Recipe
+from ..report import evidence as report_evidence
+from ..report import verify as report_verify
+from ..report.format import to_json
+from ..report.merge import render_merge, render_modules
+from ..verify.output import verify_identities, verify_output
+from ..workspace.names import Workspace
+from .evidence import gate_dict
+from .progress import progress_bar
+
+
+def merge(ws: Workspace, recipe: Recipe, *, force: bool = False, dry_run: bool = False, as_json: bool = False,
+          show_modules: bool = False, echo=print, progress=None):
+    """``vecmerge project`` / ``refactor`` / ``merge`` / ``run``: run the recipe and print its report.
+
+    Args:
+        ws (Workspace). recipe (Recipe): what to do. force (bool): replace outputs vecmerge wrote.
+        dry_run (bool): write nothing. as_json (bool). show_modules (bool): also the per-module table.
+    """
+    try:
+        rep = run(recipe, ws, dry_run=dry_run, force=force, progress=progress_bar(progress, recipe.kind))
+    except GateFailed as e:  # the gate's table, then the error line
+        echo(to_json({"gate": gate_dict(e.check)}) if as_json else report_evidence.render_gate(gate_dict(e.check)))
+        raise
+    if rep.gate is not None and not as_json:
+        g = rep.gate
+        where = "" if dry_run else "; its table is in each output's vecmerge.json and README.md"
+        echo(f"gate ({g.backbone} + alpha * ({g.x} - {g.y}), metric {g.metric}): "
+             f"{report_evidence.gate_verdict(g.as_dict())}{where} (vecmerge gate shows it)\n")
+    echo(to_json(rep.to_dict()) if as_json else render_merge(rep))
+    if show_modules and not as_json:
+        echo("\n" + render_modules(rep))
+    return rep
+
+
+def verify(ws: Workspace, targets: list[str], *, base_model=None, identities: bool = False, as_json: bool = False,
+           allow_base_mismatch: bool = False, echo=print, progress=None) -> dict:
+    """``vecmerge verify``: re-derive an output from its manifest (or check identities); CheckFailed if any fails.
+
+    Args:
+        ws (Workspace): names for ``identities``; its ``base_model`` is the default ``base_model`` (and its
+            ``base_model_id`` the hub id that folder stands for).
+        targets (list[str]): one output folder, or adapters (names or folders) with ``identities``.
+        base_model (str | Path | None): a local transformers model folder: also load through PEFT.
+        allow_base_mismatch (bool): run the PEFT checks on a base model the output does not declare.
+    """
+    bar = progress_bar(progress, "verify")
+    if identities:
+        labels = [t if t in ws.adapters else Path(t).name or t for t in targets]  # workspace names as typed
+        result = verify_identities([ws.adapter(t, "drop") for t in targets], progress=bar, labels=labels)
+    else:
+        aliases = {ws.base_model: ws.base_model_id} if ws.base_model and ws.base_model_id else None
+        result = verify_output(targets[0], base_model=base_model or ws.base_model, progress=bar,
+                               allow_base_mismatch=allow_base_mismatch, base_model_aliases=aliases)
+    echo(to_json(result) if as_json else report_verify.render(result))
+    if not result["passed"]:
+        failed = [c["name"] for c in result["checks"] if not c["passed"]]
+        raise CheckFailed(f"{len(failed)} check(s) failed: {', '.join(failed)}")
+    return result
