@@ -1,7 +1,7 @@
 """The measured claims of docs/PEFT-MERGES.md, on a two-``nn.Linear`` toy model (about 5 s).
 
 Run: ``.venv/bin/python benchmarks/check_peft_merges.py``. Not a test: it prints PEFT's behaviour for the
-note; ``tests/test_peft_parity.py`` asserts what vecmerge's merges must match or fix.
+note; ``tests/contracts/test_same_update_as_peft.py`` asserts what vecmerge's merges must match or fix.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
   in that demo folder.
 - docs/RECIPES.md: the recipe keys (``vecmerge.recipe.recipe.recipe_markdown``), the same as ``vecmerge run --help``.
 
-tests/test_demo.py checks that the pasted README transcript still matches a demo run (numbers masked,
+tests/demo/test_run.py checks that the pasted README transcript still matches a demo run (numbers masked,
 since training round-off may differ between machines; hashes masked too).
 """
 

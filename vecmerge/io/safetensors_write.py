@@ -7,7 +7,7 @@ tensor. ``SafetensorsStream`` is for tensors whose shapes are known only as boun
 worker threads, in any order), writes them in the declared order, and writes the exact header, padded
 with spaces as the format allows, at the end. ``write_index`` writes a sharded model's
 ``model.safetensors.index.json``. The files load with the ``safetensors`` library
-(``tests/test_modelfiles.py``).
+(``tests/io/test_safetensors_read.py``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Rules (names, not classes: no model is instantiated):
   PEFT's ``all-linear`` does; other targets are matched by PEFT's rule (the full name, or a suffix
   after a dot), and may name embeddings (``embed_tokens``) or the head (``lm_head``).
 
-``tests/test_modelparts.py`` checks these rules against the module classes transformers builds for
+``tests/models/test_parts.py`` checks these rules against the module classes transformers builds for
 Llama, Qwen3 and GPT-2.
 """
 

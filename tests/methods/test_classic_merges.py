@@ -14,12 +14,11 @@ import json
 import math
 import re
 
-import numpy as np
 import pytest
 import torch
+from merge_references import optimal_cut, peft_elementwise, principal
 from safetensors.torch import load_file
 
-from vecmerge.linalg.merge_kernels import module_seed
 from vecmerge.pipeline import run
 from vecmerge.recipe.recipe import Recipe
 from vecmerge.report.merge import render_merge
@@ -66,11 +65,6 @@ def assert_modules_close(got: dict, want: dict, rtol: float):
         assert rel(got[m], want[m]) <= rtol, (m, rel(got[m], want[m]))
 
 
-def optimal_cut(D: torch.Tensor, k: int) -> torch.Tensor:
-    U, S, Vh = torch.linalg.svd(D, full_matrices=False)
-    return (U[:, :k] * S[:k]) @ Vh[:k]
-
-
 def test_linear_and_cat_are_the_weighted_sum_of_the_updates(three, dense_updates):
     D = {n: dense_updates(three / n) for n in "abc"}
     want = {m: sum(w * D[n][m] for w, n in zip(W3, "abc")) for m in D["a"]}
@@ -107,22 +101,6 @@ def test_svd_is_the_optimal_cut_of_the_sum(three, dense_updates):
     assert rep.outputs[0].figures["survival"] == pytest.approx(land / tsq, rel=1e-6)
     assert rep.outputs[0].warnings and "of the intended svd merge survives" in rep.outputs[0].warnings[0]
     assert verify_output(three / "svd")["passed"]
-
-
-def peft_elementwise(mu, method: str, tasks: list, w, densities, majority="total", seed=None, module=None):
-    """PEFT's merge_utils definitions on dense tasks, with one density per task (prune per task)."""
-    w = torch.tensor(w, dtype=torch.float64)
-    if method.startswith("dare"):
-        g = torch.Generator().manual_seed(module_seed(seed, module))
-        T = [t * torch.bernoulli(torch.full(t.shape, d, dtype=torch.float32), generator=g).double() / d
-             for t, d in zip(tasks, densities)]
-    else:
-        T = [mu.prune(t, d, "magnitude") for t, d in zip(tasks, densities)]
-    T = torch.stack(T)
-    weighted = T * w.view(-1, 1, 1)
-    if method in ("ties", "dare_ties"):
-        return mu.disjoint_merge(weighted, mu.calculate_majority_sign_mask(T, majority))
-    return weighted.sum(0)
 
 
 @pytest.mark.parametrize("method,extra", [("ties", {}), ("ties", {"majority": "frequency"}), ("magnitude_prune", {}),
@@ -162,15 +140,6 @@ def test_dare_masks_come_from_the_recorded_seed(three, run_cli):
     (three / "s3" / "vecmerge.json").write_text(json.dumps(man))
     res = verify_output(three / "s3")
     assert not res["passed"] and not next(c for c in res["checks"] if c["name"] == "update")["passed"]
-
-
-def principal(Ds: list, rtol=1e-10):
-    """numpy's SVD of the dense updates side by side and stacked: their left/right singular vectors."""
-    H = np.concatenate([d.numpy() for d in Ds], 1)
-    Vt = np.concatenate([d.numpy() for d in Ds], 0)
-    U, Sb, _ = np.linalg.svd(H, full_matrices=False)
-    _, Sa, Vh = np.linalg.svd(Vt, full_matrices=False)
-    return torch.from_numpy(U[:, Sb > rtol * Sb[0]]), torch.from_numpy(Vh[Sa > rtol * Sa[0]].T)
 
 
 @pytest.mark.parametrize("method,extra", [("ties", {}), ("magnitude_prune", {}), ("dare_ties", {"seed": 1})])

@@ -274,7 +274,7 @@ def test_the_readme_evidence_example_is_what_the_cli_prints(tmp_path, monkeypatc
     import shutil
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     block = (root / "README.md").read_text().split("<!-- evidence-example:start -->")[1].split(
         "<!-- evidence-example:end -->")[0].split("```text\n", 1)[1].rsplit("```", 1)[0]
     shutil.copy(root / "examples" / "evidence" / "scores.csv", tmp_path / "scores.csv")

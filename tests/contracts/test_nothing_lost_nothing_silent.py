@@ -36,7 +36,7 @@ from vecmerge.recipe.recipe import Recipe
 from vecmerge.testing import tree_hashes
 from vecmerge.workspace.names import Workspace
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STEP = ("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113")
 MODULE = "model.layers.1.self_attn.v_proj"
 FAST_S = 5.0

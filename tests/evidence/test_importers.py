@@ -21,7 +21,7 @@ from vecmerge.evidence.importers import (
 )
 from vecmerge.evidence.ledger import Ledger
 
-FIX = Path(__file__).parent / "fixtures" / "lm_eval"
+FIX = Path(__file__).parents[1] / "fixtures" / "lm_eval"
 SHA = "c" * 64
 
 
@@ -204,7 +204,7 @@ def test_detect_kind():
 def test_the_users_published_scores_import_and_match_the_stated_figures(ledger):
     """examples/evidence/scores.csv: the account states v51's mean 1.00652 and range 0.0285; the file must
     reproduce them (a check of the transcription), and every row must import."""
-    examples = Path(__file__).parent.parent / "examples" / "evidence"
+    examples = Path(__file__).parents[2] / "examples" / "evidence"
     out = import_files(ledger, [examples / "scores.csv", examples / "history.csv"])
     assert out["records"] == 12 + 15 and out["metrics"] == ["official_total"]
     v51 = [r.value for r in ledger.records(models=["v51"])]

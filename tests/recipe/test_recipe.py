@@ -9,7 +9,7 @@ import pytest
 from vecmerge.errors import RecipeError
 from vecmerge.recipe.recipe import Recipe, load
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 def test_shipped_recipes_parse_and_run(toy, run_cli):

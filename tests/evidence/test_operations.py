@@ -97,7 +97,7 @@ def test_the_examples_walkthrough_figures(capsys):
     import runpy
     from pathlib import Path
 
-    script = Path(__file__).parent.parent / "examples" / "evidence" / "walkthrough.py"
+    script = Path(__file__).parents[2] / "examples" / "evidence" / "walkthrough.py"
     out = runpy.run_path(str(script))["main"]()
     assert out[("v51", "v28")].verdict_code == "a_better" and out[("v51", "v28")].repeats_needed == 5
     assert out[("v59", "v58")].verdict_code == "not_enough_runs" and out[("v59", "v58")].repeats_needed == 4

@@ -26,7 +26,7 @@ from vecmerge.outputs import transaction as safe_write
 from vecmerge.outputs.policy import PNG, OutputPolicy, Protected
 from vecmerge.outputs.transaction import OutputTransaction, discard_folder, recover, write_file
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FILES = ("a.bin", "b.bin", "c.bin")
 PNG_BYTES = b"\x89PNG\r\n\x1a\n" + b"\0" * 32
 
@@ -251,7 +251,7 @@ def test_concurrent_commit_in_process_the_second_is_refused(tmp_path):
 CHILD = r'''
 import json, os, sys, time
 sys.path.insert(0, os.environ["TEST_DIR"])
-from test_safe_write import write_output
+from test_transaction import write_output
 from vecmerge.outputs import recovery as safe_recover, transaction as safe_write
 from vecmerge.errors import OutputError
 from vecmerge.outputs.policy import OutputPolicy

@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from vecmerge.testing import llm_shapes, toy_adapter
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_inspect_table_and_json(toy, run_cli):

@@ -536,7 +536,7 @@ MERGES = {  # CLI flags, and the dense reference on each module's (expert's) upd
 def merge_reference(mu, case: str, D: dict, names, w) -> dict:
     """The dense reference of ``case`` per module: ``sum w_i D_i`` (linear); PEFT's TIES on the updates' cores in
     their principal bases (core space); PEFT's TIES on the dense updates, then the optimal rank-4 cut (full)."""
-    from test_merge import optimal_cut, peft_elementwise, principal
+    from merge_references import optimal_cut, peft_elementwise, principal
 
     out = {}
     for m in D[names[0]]:

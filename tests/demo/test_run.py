@@ -9,7 +9,7 @@ import pytest
 from vecmerge.demo.run import prepare_folder, run_demo
 from vecmerge.errors import OutputError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def mask(text: str) -> str:
