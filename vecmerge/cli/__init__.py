@@ -7,10 +7,12 @@
     verify.py        verify
     evidence.py      evidence add/import/export/show/compare/calibrate, ls, gate
     models.py        extract, fuse
+    probe.py         probe
+    rank.py          rank
     demo.py          demo
 """
 
-from . import demo, evidence, inspect, merge, models, verify  # noqa: F401  (each registers its commands)
+from . import demo, evidence, inspect, merge, models, probe, rank, verify  # noqa: F401  (each registers its commands)
 from .app import main
 
 __all__ = ["main"]

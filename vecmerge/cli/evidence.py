@@ -130,22 +130,30 @@ def evidence_compare(obj: Ctx, a, b, metric, detect, include_stale, as_json):
 
 
 @evidence.command("calibrate")
-@click.option("--proxy", required=True, help="The cheap metric, e.g. local_cv.")
+@click.option("--proxy", required=True, help="The cheap metric, e.g. local_cv (P1,P2 with --loo: a fit of several).")
 @click.option("--target", required=True, help="The metric that matters, e.g. official_total.")
+@click.option("--loo", is_flag=True, help="Leave-one-model-out: judge a least-squares fit on models it never saw.")
 @click.option("--min-models", type=int, help="Models needed before a proxy may rank (default 8).")
 @json_option
 @global_options
 @click.pass_obj
 @handled
-def evidence_calibrate(obj: Ctx, proxy, target, min_models, as_json):
-    """Can PROXY rank candidates like TARGET? Spearman, Kendall (bootstrap CIs), pairwise accuracy, noise ceiling."""
+def evidence_calibrate(obj: Ctx, proxy, target, loo, min_models, as_json):
+    """Can PROXY rank candidates like TARGET? Spearman, Kendall (bootstrap CIs), pairwise accuracy, noise ceiling.
+
+    With --loo each model's TARGET is predicted by a least-squares fit (intercept and PROXY slopes) on the other
+    models, and those held-out predictions are judged: what a new candidate's prediction would be worth.
+    """
+    from .rank import metric_list
+
     if min_models is not None and min_models < 3:
         usage(f"--min-models {min_models}: at least 3 (a rank correlation needs 3 models)")
-    if proxy == target:
-        usage(f"evidence calibrate: --proxy and --target are both {proxy}; calibrate one metric against another")
+    proxies = metric_list(proxy, "--proxy")
+    if target in proxies:
+        usage(f"evidence calibrate: --proxy and --target are both {target}; calibrate one metric against another")
     from .. import commands
 
-    commands.evidence_calibrate(obj.ws(), proxy, target, min_models=min_models, as_json=as_json, echo=echo)
+    commands.evidence_calibrate(obj.ws(), proxies, target, min_models=min_models, loo=loo, as_json=as_json, echo=echo)
 
 
 @main.command("ls")

@@ -8,6 +8,8 @@ prints, so the transcript is exactly what a user typing them would see. Every fu
     merging.py    merge (project, merge, refactor, run), verify
     evidence.py   evidence add/import/export/show/compare/calibrate, ls, gate
     models.py     extract, fuse
+    probe.py      probe
+    rank.py       rank
 """
 
 from .adapters import audit, inspect
@@ -23,6 +25,8 @@ from .evidence import (
 )
 from .merging import merge, verify
 from .models import extract, fuse
+from .probe import probe
+from .rank import rank
 
 __all__ = ["inspect", "audit", "merge", "verify", "evidence_add", "evidence_import", "evidence_export", "evidence_show",
-           "evidence_compare", "evidence_calibrate", "ls", "gate", "extract", "fuse"]
+           "evidence_compare", "evidence_calibrate", "ls", "gate", "extract", "fuse", "probe", "rank"]

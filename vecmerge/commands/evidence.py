@@ -12,6 +12,7 @@ from ..outputs.transaction import PNG, OutputPolicy, write_file
 from ..pipeline.gate_check import check_gate, declared_base
 from ..recipe.recipe import Consensus, Recipe
 from ..report import evidence as report_evidence
+from ..report import rank as report_rank
 from ..report.format import to_json
 from ..workspace.names import Workspace
 from .progress import progress_bar
@@ -117,12 +118,26 @@ def evidence_compare(ws: Workspace, a: str, b: str, metric: str | None = None, *
     return out
 
 
-def evidence_calibrate(ws: Workspace, proxy: str, target: str, *, min_models: int | None = None,
+def evidence_calibrate(ws: Workspace, proxy, target: str, *, min_models: int | None = None, loo: bool = False,
                        as_json: bool = False, echo=print) -> dict:
-    """``vecmerge evidence calibrate --proxy P --target T``: can P rank the models the way T does?"""
+    """``vecmerge evidence calibrate --proxy P[,P2...] --target T [--loo]``: can P rank the models the way T does?
+
+    Args:
+        proxy (str | list[str]): one metric, or several (``loo`` only: combined by least squares).
+        loo (bool): judge held-out predictions, each model left out of its own fit (``evidence.loo``).
+    """
     ledger = _ledger(ws)
+    proxies = [proxy] if isinstance(proxy, str) else list(proxy)
     options = {} if min_models is None else {"min_models": min_models}
-    out = evidence.calibrate_metrics(ledger, proxy, target, current_sha=ws.current_shas(ledger.models()), **options)
+    current = ws.current_shas(ledger.models())
+    if loo:
+        out = evidence.calibrate_loo_metrics(ledger, proxies, target, current_sha=current, **options)
+        echo(to_json(out) if as_json else report_rank.render_calibrate_loo(out))
+        return out
+    if len(proxies) != 1:
+        raise UsageError(f"--proxy {','.join(proxies)}: several proxies are combined by a least-squares fit, which "
+                         "only a held-out calibration can judge; add --loo")
+    out = evidence.calibrate_metrics(ledger, proxies[0], target, current_sha=current, **options)
     echo(to_json(out) if as_json else report_evidence.render_calibrate(out))
     return out
 

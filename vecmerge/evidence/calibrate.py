@@ -120,6 +120,44 @@ def noise_ceiling(target_runs: Mapping[str, Sequence[float]], *, draws: int = 20
     return (float(rho.mean()) if rho.size else None), m
 
 
+def rank_agreement(p: np.ndarray, t: np.ndarray, *, n_boot: int, seed: int, confidence: float) -> tuple:
+    """Spearman ρ and Kendall τ_b of ``p`` against ``t`` (scipy, with p-values) and their bootstrap intervals.
+
+    The interval is the percentile interval over ``n_boot`` resamples of the n pairs with replacement (seeded);
+    resamples where either side is constant are skipped and counted out of ``valid``.
+
+    Returns:
+        (rho, rho_p, rho_ci, tau, tau_p, tau_ci, valid): all None (and valid 0) with fewer than 3 pairs or a
+        constant side.
+    """
+    n = len(t)
+    if n < 3 or not (np.ptp(p) > 0 and np.ptp(t) > 0):
+        return None, None, None, None, None, None, 0
+    from scipy import stats
+
+    rho, rho_p = (float(v) for v in stats.spearmanr(p, t))
+    tau, tau_p = (float(v) for v in stats.kendalltau(p, t))
+    idx = np.random.default_rng(seed).integers(0, n, (n_boot, n))
+    bp, bt = p[idx], t[idx]
+    brho, btau = spearman_rows(bp, bt), kendall_rows(bp, bt)
+    ok = ~(np.isnan(brho) | np.isnan(btau))
+    valid = int(ok.sum())
+    rho_ci = tau_ci = None
+    if valid:
+        q = [(1 - confidence) / 2, (1 + confidence) / 2]
+        rho_ci = tuple(float(v) for v in np.quantile(brho[ok], q))
+        tau_ci = tuple(float(v) for v in np.quantile(btau[ok], q))
+    return rho, rho_p, rho_ci, tau, tau_p, tau_ci, valid
+
+
+def orientation_flip(proxy_higher_is_better: bool | None, target_higher_is_better: bool | None) -> bool:
+    """Whether the proxy is negated before it is compared with the target: only when both directions are declared
+    and differ. An undeclared direction takes the other's, so an undeclared proxy of a lower-is-better target is
+    read as lower-is-better too (never flipped into looking like the target's opposite)."""
+    return (proxy_higher_is_better is not None and target_higher_is_better is not None
+            and proxy_higher_is_better != target_higher_is_better)
+
+
 @dataclass(frozen=True)
 class Calibration:
     """How well proxy P ranks the models that target T ranks; see the module docstring for each figure."""
@@ -164,9 +202,9 @@ def calibrate(proxy: Mapping[str, Sequence[float]], target: Mapping[str, Sequenc
 
     Args:
         proxy, target (Mapping[str, Sequence[float]]): model -> its runs on P / on T.
-        proxy_higher_is_better, target_higher_is_better (bool | None): the metrics' directions; when they
-            differ the proxy is negated first (``flipped``) so that ρ > 0 means "P orders models as T does".
-            None is taken as True.
+        proxy_higher_is_better, target_higher_is_better (bool | None): the metrics' directions; when both are
+            declared and differ the proxy is negated first (``flipped``) so that ρ > 0 means "P orders models as T
+            does"; an undeclared one (None) takes the other's (``orientation_flip``).
         min_models (int): fewer models with both metrics give "too few models" (the user's 8).
         min_spearman_low (float): the lower bootstrap bound of ρ a proxy needs to "rank candidates".
         n_boot (int), seed (int): bootstrap resamples over models and their seed.
@@ -174,30 +212,16 @@ def calibrate(proxy: Mapping[str, Sequence[float]], target: Mapping[str, Sequenc
     if min_models < 3:
         raise EvidenceError(f"min_models={min_models}: at least 3 models are needed for a rank correlation")
     models = tuple(m for m in target if proxy.get(m) and target.get(m))
-    flip = (proxy_higher_is_better is False) != (target_higher_is_better is False)
+    flip = orientation_flip(proxy_higher_is_better, target_higher_is_better)
     p = np.array([math.fsum(proxy[m]) / len(proxy[m]) for m in models]) * (-1.0 if flip else 1.0)
     t = np.array([math.fsum(target[m]) / len(target[m]) for m in models])
     n = len(models)
     ceiling, ceiling_models = noise_ceiling({m: target[m] for m in models}, draws=ceiling_draws, seed=seed)
     acc, pairs = pairwise_accuracy(list(p), list(t)) if n >= 2 else (None, 0)
     reasons = []
-    rho = rho_p = tau = tau_p = rho_ci = tau_ci = None
-    valid = 0
-    if n >= 3 and np.ptp(p) > 0 and np.ptp(t) > 0:
-        from scipy import stats
-
-        rho, rho_p = (float(v) for v in stats.spearmanr(p, t))
-        tau, tau_p = (float(v) for v in stats.kendalltau(p, t))
-        idx = np.random.default_rng(seed).integers(0, n, (n_boot, n))
-        bp, bt = p[idx], t[idx]
-        brho, btau = spearman_rows(bp, bt), kendall_rows(bp, bt)
-        ok = ~(np.isnan(brho) | np.isnan(btau))
-        valid = int(ok.sum())
-        if valid:
-            q = [(1 - confidence) / 2, (1 + confidence) / 2]
-            rho_ci = tuple(float(v) for v in np.quantile(brho[ok], q))
-            tau_ci = tuple(float(v) for v in np.quantile(btau[ok], q))
-    elif n >= 3:
+    rho, rho_p, rho_ci, tau, tau_p, tau_ci, valid = rank_agreement(p, t, n_boot=n_boot, seed=seed,
+                                                                  confidence=confidence)
+    if n >= 3 and rho is None:
         reasons.append(f"{proxy_name if np.ptp(p) == 0 else target_name} is the same for every model")
     if n < min_models:
         code = "too_few_models"

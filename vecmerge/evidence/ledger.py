@@ -154,13 +154,16 @@ class Ledger:
             con.close()
 
     # -- writes ------------------------------------------------------------------------------------
-    def write(self, entries: Iterable[Entry], directions: Mapping[str, bool] | None = None) -> list[int]:
+    def write(self, entries: Iterable[Entry], directions: Mapping[str, bool] | None = None, *,
+              also=None) -> list[int]:
         """Record every entry (and metric directions) in ONE transaction, or nothing at all.
 
         Args:
             entries (Iterable[Entry]): what to record; all are checked before anything is written.
             directions (Mapping[str, bool] | None): metric -> higher_is_better to declare alongside; a
                 declaration that contradicts the ledger raises and nothing is written.
+            also (Callable[[sqlite3.Connection, str], None] | None): more writes of the same transaction, called
+                with the connection and the records' time (``pairs.write`` adds pair records this way).
 
         Returns:
             list[int]: the new records' ids, in the order given.
@@ -183,6 +186,8 @@ class Ledger:
                     (e.model, e.sha256, e.metric, float(e.value), json.dumps({k: float(v) for k, v in e.subs}),
                      None if e.stderr is None else float(e.stderr), e.item, e.cluster, e.source, e.note, now))
                 ids.append(cur.lastrowid)
+            if also is not None:
+                also(con, now)
             return ids
 
         return self._write(work)

@@ -15,10 +15,13 @@ from .compare import compare
 from .gate import GateConfig
 from .importers import export_csv_text, import_files
 from .ledger import Entry, Ledger
+from .loo import calibrate_loo_records
 from .noise import pooled_noise
+from .ranking import rank_candidates
 from .stats import runs_by_model, summarize_records
 
-__all__ = ["add", "import_", "export", "show", "compare_models", "calibrate_metrics", "ls_rows", "gate_evidence"]
+__all__ = ["add", "import_", "export", "show", "compare_models", "calibrate_metrics", "calibrate_loo_metrics", "rank",
+           "ls_rows", "gate_evidence"]
 
 
 def add(ledger: Ledger, name: str, values: Sequence[float], *, metric: str, sha256: str | None,
@@ -136,6 +139,45 @@ def calibrate_metrics(ledger: Ledger, proxy: str, target: str, *,
     _check_known(ledger, [], target)
     records = ledger.records(current_sha=current_sha)
     return calibrate_records(records, proxy, target, directions=ledger.directions(), **options).as_dict()
+
+
+def calibrate_loo_metrics(ledger: Ledger, proxies: Sequence[str], target: str, *,
+                          current_sha: Mapping[str, str | None] | None = None, **options) -> dict:
+    """``vecmerge evidence calibrate --proxy P1[,P2...] --target T --loo``: ``HeldOutCalibration.as_dict()``."""
+    for metric in (*proxies, target):
+        _check_known(ledger, [], metric)
+    records = ledger.records(current_sha=current_sha)
+    return calibrate_loo_records(records, list(proxies), target, directions=ledger.directions(), **options).as_dict()
+
+
+def rank(ledger: Ledger, candidates: Sequence[str], proxies: Sequence[str], target: str | None = None, *,
+         current_sha: Mapping[str, str | None] | None = None, **options) -> dict:
+    """``vecmerge rank CANDIDATES... --proxy P [--target T]``: ``ranking.rank_candidates`` over the ledger.
+
+    Each candidate's value of a proxy is the mean of its current whole runs (``vecmerge probe`` writes one); with a
+    target, the proxies are calibrated leave-one-model-out on the past models (the candidates left out) first.
+
+    Returns:
+        dict: ``Ranking.as_dict()``.
+    """
+    for metric in (*proxies, *([target] if target else [])):
+        _check_known(ledger, [], metric)
+    records = ledger.records(current_sha=current_sha)
+    means = {p: {m: sum(v) / len(v) for m, v in runs_by_model(r for r in records if r.metric == p).items()}
+             for p in proxies}
+    missing = [f"{c} ({p})" for p in proxies for c in candidates if c not in means[p]]
+    if missing:
+        raise EvidenceError(f"no current whole-run record of {', '.join(missing[:4])}"
+                            f"{' and more' if len(missing) > 4 else ''} in {ledger.path}; record it first "
+                            "(vecmerge probe CANDIDATE --prompts FILE, or evidence add)")
+    values = {p: {c: means[p][c] for c in candidates} for p in proxies}
+    history = {p: {m: v for m, v in means[p].items() if m not in values[p]} for p in proxies}
+    calibration = None
+    if target is not None:
+        calibration = calibrate_loo_records(records, list(proxies), target, directions=ledger.directions(),
+                                            exclude=candidates, **options)
+    return rank_candidates(values, history=history, calibration=calibration,
+                           directions=ledger.directions()).as_dict()
 
 
 def ls_rows(entries: Mapping[str, Mapping], ledger: Ledger | None, *, metric: str | None = None) -> list[dict]:

@@ -62,6 +62,15 @@ def read_text(path, *, max_bytes: int) -> str:
     Args:
         path (str | Path): the file. max_bytes (int): refuse a larger file without reading it all.
     """
+    return decode_utf8(read_bytes(path, max_bytes=max_bytes), path)
+
+
+def read_bytes(path, *, max_bytes: int) -> bytes:
+    """The bytes of ``path`` (for a caller that hashes what it parses): refuses a missing or oversized file.
+
+    Args:
+        path (str | Path): the file. max_bytes (int): refuse a larger file without reading it all.
+    """
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -74,7 +83,7 @@ def read_text(path, *, max_bytes: int) -> str:
         raise ParseError(path, f"cannot read it ({e.strerror or e}); check the path and permissions") from None
     if len(data) > max_bytes:
         raise ParseError(path, f"larger than {max_bytes} bytes; this is not a file vecmerge wrote or expects")
-    return decode_utf8(data, path)
+    return data
 
 
 def decode_utf8(data: bytes, source) -> str:
@@ -238,6 +247,30 @@ def load_json(path, *, max_bytes: int = JSON_MAX_BYTES, max_depth: int = MAX_DEP
     """
     return parse_json(read_text(path, max_bytes=max_bytes), path, max_depth=max_depth,
                       max_int_digits=max_int_digits, max_chars=max_bytes)
+
+
+def parse_jsonl(text: str, source, *, max_lines: int, max_depth: int = MAX_DEPTH,
+                max_int_digits: int = MAX_INT_DIGITS) -> list[tuple[int, object]]:
+    """``[(line number, value)]`` of a JSON Lines text: one strict JSON value per non-blank line.
+
+    Each line is read by :func:`parse_json` (so the same bounds hold per line); blank lines are skipped. A bad
+    line is a ParseError naming its line; more than ``max_lines`` values are refused.
+
+    Args:
+        text (str): the file's text. source (str | Path): the file name for messages.
+        max_lines (int): the most values accepted. max_depth, max_int_digits: as for :func:`parse_json`.
+    """
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if len(out) >= max_lines:
+            raise ParseError(source, f"more than {max_lines} lines; split the file", number)
+        try:
+            out.append((number, parse_json(line, source, max_depth=max_depth, max_int_digits=max_int_digits)))
+        except ParseError as e:
+            raise ParseError(source, e.problem, number) from None
+    return out
 
 
 def _depth(data) -> int:

@@ -1,0 +1,29 @@
+"""``vecmerge rank`` once its flags are parsed: candidates ranked by a calibrated proxy, or flagged; then the report."""
+
+from __future__ import annotations
+
+from ..errors import UsageError
+from ..evidence import operations as evidence
+from ..evidence.ledger import Ledger
+from ..report import rank as report_rank
+from ..report.format import to_json
+from ..workspace.names import Workspace
+
+
+def rank(ws: Workspace, candidates: list[str], proxies: list[str], target: str | None = None, *,
+         min_models: int | None = None, as_json: bool = False, echo=print) -> dict:
+    """``vecmerge rank CANDIDATES... --proxy P[,P2] [--target T]``: ``evidence.operations.rank``.
+
+    Args:
+        ws (Workspace): the ledger and the candidates' current hashes. candidates (list[str]): names or folders.
+        proxies (list[str]): ledger metrics. target (str | None): the metric to calibrate them against.
+        min_models (int | None): past models needed before the proxy may rank (default 8).
+    """
+    if len(set(candidates)) != len(candidates):
+        raise UsageError(f"rank: name each candidate once (got {', '.join(candidates)})")
+    ledger = Ledger(ws.ledger_path)
+    options = {} if min_models is None else {"min_models": min_models}
+    out = evidence.rank(ledger, candidates, proxies, target,
+                        current_sha=ws.current_shas([*ledger.models(), *candidates]), **options)
+    echo(to_json(out) if as_json else report_rank.render_rank(out))
+    return out

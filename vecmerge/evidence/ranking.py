@@ -1,0 +1,118 @@
+"""Ranking new candidates by a proxy: only with a calibration that passed; otherwise flag the ones far below.
+
+With a leave-one-model-out calibration (``loo``) whose verdict is "ranks candidates", each candidate's target is
+predicted by the fit on every past model (``HeldOutCalibration.predict``) and the candidates are ranked by it, best
+first in the target's direction; the ranking's credibility is the calibration's held-out figures, shown with it.
+
+Otherwise the proxy is a disaster detector only: the candidates are listed as given, unranked, and a candidate is
+flagged "far below the others" when its modified z-score against the others (the other candidates and every past
+model with the proxy; Iglewicz and Hoaglin, 1993) is below ``-FAR_BELOW`` (3.5), the proxy oriented so that
+higher is better:
+
+    M(x) = 0.6745 (x - med) / MAD,   med and MAD = median(|x_j - med|) over the others;
+    where MAD = 0:  M(x) = (x - med) / (1.253314 * MeanAD),  MeanAD = mean(|x_j - med|);
+    where both are 0 (every other value equal): any value below them is far below.
+
+Fewer than ``MIN_POOL`` (3) others flag nothing (said so).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .loo import HeldOutCalibration
+
+FAR_BELOW = 3.5
+MIN_POOL = 3
+
+
+def modified_z(x: float, others: Sequence[float]) -> float:
+    """Iglewicz and Hoaglin's modified z-score of ``x`` against ``others`` (module docstring)."""
+    med = statistics.median(others)
+    dev = [abs(v - med) for v in others]
+    mad = statistics.median(dev)
+    if mad > 0:
+        return 0.6745 * (x - med) / mad
+    mean_ad = math.fsum(dev) / len(dev)
+    if mean_ad > 0:
+        return (x - med) / (1.253314 * mean_ad)
+    return 0.0 if x == med else math.copysign(math.inf, x - med)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Candidates ranked by a calibrated prediction, or listed with disaster flags (``mode``).
+
+    rows: one per candidate, in rank order (``ranking``) or as given (``detector``): ``{"candidate", "rank",
+    "predicted", "proxies": {P: value}, "z": {P: M}, "far_below": [P...]}``.
+    """
+
+    candidates: tuple[str, ...]
+    proxies: tuple[str, ...]
+    target: str | None
+    mode: str
+    verdict: str
+    rows: tuple[dict, ...]
+    calibration: dict | None
+    reasons: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        return {"candidates": list(self.candidates), "proxies": list(self.proxies), "target": self.target,
+                "mode": self.mode, "verdict": self.verdict, "rows": [dict(r) for r in self.rows],
+                "calibration": self.calibration, "reasons": list(self.reasons)}
+
+
+def rank_candidates(values: Mapping[str, Mapping[str, float]], *, history: Mapping[str, Mapping[str, float]],
+                    calibration: HeldOutCalibration | None = None,
+                    directions: Mapping[str, bool] | None = None) -> Ranking:
+    """Rank or flag the candidates (module docstring).
+
+    Args:
+        values (Mapping[str, Mapping[str, float]]): proxy -> candidate -> its mean (every candidate has every proxy;
+            the first proxy's candidates, in order, are the candidates).
+        history (Mapping[str, Mapping[str, float]]): proxy -> past model -> its mean (the others of the flags).
+        calibration (HeldOutCalibration | None): the proxies' held-out calibration against the target, if any.
+        directions (Mapping[str, bool] | None): metric -> higher_is_better.
+    """
+    directions = directions or {}
+    proxies = tuple(values)
+    candidates = tuple(values[proxies[0]])
+    reasons = []
+    rows = []
+    for c in candidates:
+        z, far = {}, []
+        for p in proxies:
+            sign = -1.0 if directions.get(p) is False else 1.0
+            others = [sign * v for k, v in values[p].items() if k != c]
+            others += [sign * v for k, v in history.get(p, {}).items() if k not in values[p]]
+            if len(others) < MIN_POOL:
+                z[p] = None
+                continue
+            z[p] = modified_z(sign * values[p][c], others)
+            if z[p] < -FAR_BELOW:
+                far.append(p)
+        rows.append({"candidate": c, "rank": None, "predicted": None,
+                     "proxies": {p: values[p][c] for p in proxies}, "z": z, "far_below": far})
+    if any(v is None for r in rows for v in r["z"].values()):
+        reasons.append(f"fewer than {MIN_POOL} other models to compare with: no flags where z is -")
+    target = calibration.target if calibration is not None else None
+    if calibration is not None and calibration.ranks:
+        higher = calibration.target_higher_is_better is not False
+        for r in rows:
+            r["predicted"] = calibration.predict(r["proxies"])
+        rows.sort(key=lambda r: -r["predicted"] if higher else r["predicted"])
+        for i, r in enumerate(rows, 1):
+            r["rank"] = i
+        mode, verdict = "ranking", "ranks candidates"
+    else:
+        mode, verdict = "detector", "disaster detector only"
+        if calibration is None:
+            reasons.insert(0, "no --target: a proxy never calibrated against the target is at most a disaster detector")
+        else:
+            reasons.insert(0, f"the calibration against {target} says {calibration.verdict!r}")
+            reasons += [f"calibration: {r}" for r in calibration.reasons]
+    return Ranking(candidates, proxies, target, mode, verdict, tuple(rows),
+                   None if calibration is None else calibration.as_dict(), tuple(reasons))

@@ -1,0 +1,220 @@
+"""A probe's prompt file: JSON Lines of items, each a prompt and the target the model should continue it with.
+
+One JSON object per line (blank lines skipped)::
+
+    {"id": "q1", "prompt": "The capital of France is", "target": " Paris", "task": "geo", "cluster": "europe"}
+    {"id": 2, "prompt_ids": [12, 7, 99], "target_ids": [5, 6]}
+
+- ``id``: a string or an integer, unique in the file (the ledger's item id);
+- ``prompt`` (text) or ``prompt_ids`` (token ids), and ``target`` or ``target_ids``; each item needs one of each,
+  never both, and at least one prompt token (the first target token is predicted from it) and one target token;
+- ``task`` (optional): the item's sub-score; ``cluster`` (optional): the key its clustered standard errors use.
+
+Text is encoded with the base model folder's tokenizer, without special tokens, as lm-evaluation-harness
+encodes a (context, continuation) pair: trailing spaces of the prompt move to the target, ``prompt_ids =
+encode(prompt)``, ``target_ids = encode(prompt + target)[len(prompt_ids):]`` (so a word split across the boundary
+is scored as the model sees it). A text field beside an ids field is encoded alone. A file with text and a base
+folder without a tokenizer is refused, naming the line.
+
+The file is read once, bounded (``io.parse``: size, lines, depth, digits), and hashed as read: ``sha256`` ties
+every record of a probe to exactly these bytes. Every problem is reported at once, each naming its line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import few
+from ..io.parse import ParseError, decode_utf8, parse_jsonl, read_bytes, short
+
+MAX_BYTES = 64 << 20
+MAX_ITEMS = 100_000
+MAX_TOKENS = 16_384  # prompt + target tokens of one item
+KEYS = ("id", "prompt", "prompt_ids", "target", "target_ids", "task", "cluster")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One prompt and its target, as token ids.
+
+    Args:
+        id (str): unique in the file. prompt_ids (tuple[int, ...]): P >= 1 tokens. target_ids (tuple[int, ...]): T >= 1.
+        task (str | None): its sub-score. cluster (str | None): its cluster key. line (int): where it was read.
+    """
+
+    id: str
+    prompt_ids: tuple
+    target_ids: tuple
+    task: str | None = None
+    cluster: str | None = None
+    line: int = 0
+
+    @property
+    def length(self) -> int:
+        """P + T: the tokens the model reads."""
+        return len(self.prompt_ids) + len(self.target_ids)
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """A prompt file read and tokenized.
+
+    Args:
+        path (Path): the file. sha256 (str): of its bytes. items (tuple[Item, ...]): in file order.
+        stem (str): the name its metrics carry (``probe:<stem>:loglik``). tokenized (bool): some text was encoded.
+    """
+
+    path: Path
+    sha256: str
+    items: tuple
+    stem: str
+    tokenized: bool = False
+
+    @property
+    def ids(self) -> list[str]:
+        return [it.id for it in self.items]
+
+    def by_id(self) -> dict[str, Item]:
+        return {it.id: it for it in self.items}
+
+    def check_vocab(self, vocab: int, model: str) -> None:
+        """ParseError naming each line whose token ids are not below ``vocab`` (the model's vocabulary size)."""
+        bad = [f"line {it.line} ({it.id}): token {max(it.prompt_ids + it.target_ids)}"
+               for it in self.items if max(it.prompt_ids + it.target_ids) >= vocab]
+        if bad:
+            raise ParseError(self.path, f"{len(bad)} item(s) hold token ids outside {model}'s vocabulary of {vocab} "
+                                        f"({few(bad, 3)}); use ids below {vocab}")
+
+
+def find_tokenizer(folder) -> Path | None:
+    """``folder`` when it holds tokenizer files (``TOKENIZER_FILES``), else None."""
+    folder = Path(folder)
+    return folder if any((folder / f).is_file() for f in TOKENIZER_FILES) else None
+
+
+def load_tokenizer(folder):
+    """The base folder's tokenizer (``transformers.AutoTokenizer``), or a ParseError saying why it cannot load."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder))
+    except Exception as e:  # anything transformers raises is the finding
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ParseError(folder, f"its tokenizer does not load ({type(e).__name__}: {short(msg, 120)[1:-1]}); "
+                                 "save a working tokenizer there, or give prompt_ids and target_ids") from None
+
+
+def _ids(value, line: int, key: str, problems: list) -> tuple | None:
+    if not isinstance(value, list) or not value or not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value):
+        problems.append(f"line {line}: {key}: {short(value, 40)} must be a non-empty list of token ids (integers >= 0)")
+        return None
+    return tuple(value)
+
+
+def _name(value, line: int, key: str, problems: list) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and key == "id":
+        value = str(value)
+    if not isinstance(value, str) or not value.strip() or value != value.strip() or "\n" in value:
+        problems.append(f"line {line}: {key}: {short(value, 40)} must be a non-empty string without edge spaces"
+                        + (" or an integer" if key == "id" else ""))
+        return None
+    return value
+
+
+def _encode_pair(tokenizer, prompt: str, target: str) -> tuple[list, list]:
+    """lm-evaluation-harness's rule for a (context, continuation) pair (module docstring)."""
+    spaces = len(prompt) - len(prompt.rstrip())
+    if spaces:
+        prompt, target = prompt[:-spaces], prompt[-spaces:] + target
+    ctx = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    whole = tokenizer(prompt + target, add_special_tokens=False)["input_ids"]
+    return list(ctx), list(whole[len(ctx):])
+
+
+def _item(number: int, raw, tokenizer, problems: list) -> Item | None:
+    """One line as an Item (token ids), or None after noting its problems."""
+    if not isinstance(raw, dict):
+        problems.append(f"line {number}: expected a JSON object with id, prompt or prompt_ids, target or target_ids")
+        return None
+    start = len(problems)
+    unknown = sorted(k for k in raw if k not in KEYS)
+    if unknown:
+        problems.append(f"line {number}: unknown key(s) {few(short(k, 30) for k in unknown)}; expected "
+                        f"{', '.join(KEYS)}")
+    if "id" not in raw:
+        problems.append(f"line {number}: no id")
+    ident = _name(raw.get("id"), number, "id", problems)
+    task, cluster = (_name(raw.get(k), number, k, problems) for k in ("task", "cluster"))
+    parts = {}
+    for side in ("prompt", "target"):
+        given = [k for k in (side, f"{side}_ids") if k in raw]
+        if len(given) != 1:
+            problems.append(f"line {number}: give {side} (text) or {side}_ids (token ids)" +
+                            (", not both" if given else ""))
+        elif given[0] == side and not (isinstance(raw[side], str) and raw[side]):
+            problems.append(f"line {number}: {side}: {short(raw[side], 40)} must be non-empty text")
+        elif given[0] == side and tokenizer is None:
+            problems.append(f"line {number}: {side} is text, and the base model folder has no tokenizer "
+                            f"({', '.join(TOKENIZER_FILES)}); save its tokenizer there or give {side}_ids")
+        elif given[0] == side:
+            parts[side] = raw[side]
+        else:
+            parts[side] = _ids(raw[given[0]], number, given[0], problems)
+    if len(problems) > start:
+        return None
+    prompt, target = parts["prompt"], parts["target"]
+    if isinstance(prompt, str) and isinstance(target, str):
+        prompt, target = _encode_pair(tokenizer, prompt, target)
+    else:
+        prompt = tokenizer(prompt, add_special_tokens=False)["input_ids"] if isinstance(prompt, str) else prompt
+        target = tokenizer(target, add_special_tokens=False)["input_ids"] if isinstance(target, str) else target
+    for side, ids in (("prompt", prompt), ("target", target)):
+        if not ids:
+            problems.append(f"line {number}: the {side} encodes to no tokens; give a longer {side}")
+    if prompt and target and len(prompt) + len(target) > MAX_TOKENS:
+        problems.append(f"line {number}: {len(prompt) + len(target)} tokens, more than {MAX_TOKENS}; shorten it")
+    if len(problems) > start:
+        return None
+    return Item(ident, tuple(prompt), tuple(target), task, cluster, number)
+
+
+def read_prompts(path, tokenizer_folder=None, *, stem: str | None = None, max_items: int = MAX_ITEMS) -> PromptSet:
+    """Read, check and tokenize a prompt file (format: module docstring); every problem reported at once.
+
+    Args:
+        path (str | Path): the JSON Lines file. tokenizer_folder (str | Path | None): the base model folder, whose
+            tokenizer encodes text (loaded only when an item has text). stem (str | None): the name of its metrics
+            (default: the file name without ``.jsonl``). max_items (int): the most items accepted.
+
+    Returns:
+        PromptSet: the items, the file's sha256 and the stem.
+    """
+    path = Path(path)
+    data = read_bytes(path, max_bytes=MAX_BYTES)
+    sha = hashlib.sha256(data).hexdigest()
+    rows = parse_jsonl(decode_utf8(data, path), path, max_lines=max_items, max_depth=4)
+    if not rows:
+        raise ParseError(path, "holds no items; write one JSON object per line (id, prompt_ids, target_ids)")
+    needs_text = any(isinstance(r, dict) and ("prompt" in r or "target" in r) for _, r in rows)
+    folder = find_tokenizer(tokenizer_folder) if tokenizer_folder is not None and needs_text else None
+    tokenizer = load_tokenizer(folder) if folder is not None else None
+    problems: list[str] = []
+    items = [it for number, raw in rows if (it := _item(number, raw, tokenizer, problems)) is not None]
+    seen: dict[str, int] = {}
+    for it in items:
+        if it.id in seen:
+            problems.append(f"line {it.line}: id {it.id!r} already given on line {seen[it.id]}; ids must be unique")
+        seen.setdefault(it.id, it.line)
+    if problems:
+        head = problems[0] if len(problems) == 1 else f"{len(problems)} problems: {few(problems, 4, '; ')}"
+        raise ParseError(path, head + "; fix the prompt file")
+    name = stem if stem is not None else (path.name[:-6] if path.name.endswith(".jsonl") else path.stem)
+    if not name or any(c in name for c in ": \n\t"):
+        raise ParseError(path, f"the metric name {short(name, 40)} is empty or holds ':' or spaces; pass --name NAME")
+    return PromptSet(path, sha, tuple(items), name, tokenizer is not None)

@@ -1,0 +1,102 @@
+"""Teacher-forced scores of one item, and divergences between two models' next-token distributions.
+
+The model reads ``prompt + target`` (P + T tokens); the logits at positions P-1 .. P+T-2 are the next-token
+distributions of the T target tokens ``y_1 .. y_T``. With ``l_t`` those logits (float32, as the model produced
+them) and ``log p_t = log_softmax(l_t)`` in float64:
+
+    loglik      sum_t log p_t(y_t)                         (the target's log-likelihood, nats)
+    tokens      T
+    exact       1 if argmax l_t = y_t for every t, else 0  (greedy decoding reproduces the target: with the target's
+                own prefix fed back, each greedy step is the argmax; ties go to the lowest id, as torch.argmax and
+                greedy generate do)
+    first_rank  1 + #{v : l_1(v) > l_1(y_1)}               (1: the first target token is the top prediction)
+
+Between models a and b, per item (positions averaged, then items by the caller):
+
+    kl_ab       (1/T) sum_t sum_v p_a,t(v) (log p_a,t(v) - log p_b,t(v))
+    js          (1/T) sum_t [KL(p_a,t || m_t) + KL(p_b,t || m_t)] / 2,  m_t = (p_a,t + p_b,t) / 2,
+                log m_t = logaddexp(log p_a,t, log p_b,t) - log 2     (nats, 0 <= js <= log 2)
+
+Rows of a batch are its items' target positions, item after item (``segments``); float64 work runs over
+``ROW_CHUNK_BYTES`` of rows at a time, so memory stays one chunk of every model's distributions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+ROW_CHUNK_BYTES = 256 << 20
+
+
+def segments(lengths) -> torch.Tensor:
+    """The item index of each row: ``[0]*T_0 + [1]*T_1 + ...`` (a long tensor)."""
+    return torch.repeat_interleave(torch.arange(len(lengths)), torch.as_tensor(list(lengths)))
+
+
+def _per_item(row_values: torch.Tensor, index: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.zeros(n, dtype=torch.float64, device=row_values.device).index_add_(0, index, row_values)
+
+
+def _chunks(rows: int, vocab: int, models: int):
+    step = max(1, ROW_CHUNK_BYTES // max(1, 8 * vocab * models))
+    return [(i, min(rows, i + step)) for i in range(0, rows, step)]
+
+
+def item_scores(logits: torch.Tensor, targets: torch.Tensor, lengths) -> dict[str, list]:
+    """``{"loglik", "tokens", "exact", "first_rank"}``, one value per item (module docstring formulas).
+
+    Args:
+        logits (Tensor): (N, V), N = sum of the items' T, the rows of item after item. targets (Tensor): (N,) ids.
+        lengths (Sequence[int]): each item's T.
+    """
+    index = segments(lengths).to(logits.device)
+    n, rows = len(lengths), logits.shape[0]
+    loglik = torch.zeros(n, dtype=torch.float64, device=logits.device)
+    for lo, hi in _chunks(rows, logits.shape[1], 1):
+        lp = torch.log_softmax(logits[lo:hi].double(), dim=-1)
+        loglik.index_add_(0, index[lo:hi], lp.gather(1, targets[lo:hi, None]).squeeze(1))
+    hit = (logits.argmax(dim=-1) == targets).double()
+    exact = _per_item(hit, index, n) == torch.as_tensor(list(lengths), dtype=torch.float64, device=logits.device)
+    starts = torch.cumsum(torch.as_tensor([0, *lengths[:-1]], device=logits.device), 0)
+    first = logits[starts]
+    rank = (first > first.gather(1, targets[starts, None])).sum(dim=1) + 1
+    return {"loglik": loglik.tolist(), "tokens": list(lengths), "exact": exact.int().tolist(),
+            "first_rank": rank.tolist()}
+
+
+def _xlogy(p: torch.Tensor, log_ratio: torch.Tensor) -> torch.Tensor:
+    """``sum_v p(v) log_ratio(v)`` with 0 * anything = 0 (a token one model rules out, logit -inf, adds nothing)."""
+    return torch.where(p > 0, p * log_ratio, 0.0).sum(-1)
+
+
+def divergences(logits: dict, pairs, lengths) -> dict[tuple, dict[str, list]]:
+    """``{(a, b): {"kl_ab", "kl_ba", "js"}}``, one value per item, for each pair of models (float64).
+
+    Args:
+        logits (dict[str, Tensor]): model -> (N, V) logits of the same rows. pairs (Iterable[tuple[str, str]]).
+        lengths (Sequence[int]): each item's T.
+    """
+    pairs = list(pairs)
+    names = sorted({m for p in pairs for m in p})
+    if not pairs:
+        return {}
+    first = logits[names[0]]
+    index = segments(lengths).to(first.device)
+    n, rows = len(lengths), first.shape[0]
+    sums = {p: {k: torch.zeros(n, dtype=torch.float64, device=first.device) for k in ("kl_ab", "kl_ba", "js")}
+            for p in pairs}
+    for lo, hi in _chunks(rows, first.shape[1], len(names)):
+        lp = {m: torch.log_softmax(logits[m][lo:hi].double(), dim=-1) for m in names}
+        for a, b in pairs:
+            pa, pb = lp[a].exp(), lp[b].exp()
+            log_m = torch.logaddexp(lp[a], lp[b]) - math.log(2.0)
+            diff = lp[a] - lp[b]
+            s = sums[(a, b)]
+            s["kl_ab"].index_add_(0, index[lo:hi], _xlogy(pa, diff))
+            s["kl_ba"].index_add_(0, index[lo:hi], _xlogy(pb, -diff))
+            js = 0.5 * (_xlogy(pa, lp[a] - log_m) + _xlogy(pb, lp[b] - log_m))
+            s["js"].index_add_(0, index[lo:hi], js)
+    t = torch.as_tensor(list(lengths), dtype=torch.float64, device=first.device)
+    return {p: {k: (v / t).tolist() for k, v in s.items()} for p, s in sums.items()}
