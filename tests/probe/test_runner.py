@@ -215,5 +215,6 @@ def test_map_and_summaries_are_consistent(setup, tiny_base):
     rms = math.sqrt(sum((x - y) ** 2 for x, y in zip(L[0], L[2])) / len(prompts.ids))
     assert r.map["distance"][a][b] == pytest.approx(rms, rel=1e-12)
     (xa, ya), (xb, yb) = r.map["coords"][a], r.map["coords"][b]
-    assert math.hypot(xa - xb, ya - yb) == pytest.approx(rms * math.sqrt(len(prompts.ids)), rel=1e-9)  # 3 points: a plane
+    # three points lie in a plane: the 2-D map keeps their distance exactly
+    assert math.hypot(xa - xb, ya - yb) == pytest.approx(rms * math.sqrt(len(prompts.ids)), rel=1e-9)
     assert len(r.map["informative"]) == min(10, len(prompts.ids))

@@ -47,7 +47,8 @@ class Ranking:
     """Candidates ranked by a calibrated prediction, or listed with disaster flags (``mode``).
 
     rows: one per candidate, in rank order (``ranking``) or as given (``detector``): ``{"candidate", "rank",
-    "predicted", "proxies": {P: value}, "z": {P: M}, "far_below": [P...]}``.
+    "predicted", "extrapolated": [P... outside the past models' range], "proxies": {P: value}, "z": {P: M},
+    "far_below": [P...]}``.
     """
 
     candidates: tuple[str, ...]
@@ -94,15 +95,21 @@ def rank_candidates(values: Mapping[str, Mapping[str, float]], *, history: Mappi
             z[p] = modified_z(sign * values[p][c], others)
             if z[p] < -FAR_BELOW:
                 far.append(p)
-        rows.append({"candidate": c, "rank": None, "predicted": None,
+        rows.append({"candidate": c, "rank": None, "predicted": None, "extrapolated": [],
                      "proxies": {p: values[p][c] for p in proxies}, "z": z, "far_below": far})
     if any(v is None for r in rows for v in r["z"].values()):
         reasons.append(f"fewer than {MIN_POOL} other models to compare with: no flags where z is -")
     target = calibration.target if calibration is not None else None
     if calibration is not None and calibration.ranks:
         higher = calibration.target_higher_is_better is not False
+        spans = {p: (min(v), max(v)) for p, v in calibration.proxy_means.items()}
         for r in rows:
             r["predicted"] = calibration.predict(r["proxies"])
+            r["extrapolated"] = [p for p in proxies if not spans[p][0] <= r["proxies"][p] <= spans[p][1]]
+        out = [r["candidate"] for r in rows if r["extrapolated"]]
+        if out:
+            reasons.append(f"{', '.join(out)} lie outside the past models' range of the proxy: their predictions "
+                           "extrapolate the fit")
         rows.sort(key=lambda r: -r["predicted"] if higher else r["predicted"])
         for i, r in enumerate(rows, 1):
             r["rank"] = i

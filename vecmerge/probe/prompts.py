@@ -212,7 +212,7 @@ def read_prompts(path, tokenizer_folder=None, *, stem: str | None = None, max_it
             problems.append(f"line {it.line}: id {it.id!r} already given on line {seen[it.id]}; ids must be unique")
         seen.setdefault(it.id, it.line)
     if problems:
-        head = problems[0] if len(problems) == 1 else f"{len(problems)} problems: {few(problems, 4, '; ')}"
+        head = problems[0] if len(problems) == 1 else f"{len(problems)} problems: {few(problems, 10, '; ')}"
         raise ParseError(path, head + "; fix the prompt file")
     name = stem if stem is not None else (path.name[:-6] if path.name.endswith(".jsonl") else path.stem)
     if not name or any(c in name for c in ": \n\t"):

@@ -54,13 +54,16 @@ def render_rank(d: dict) -> str:
         head = f"rank {len(d['candidates'])} candidates by predicted {d['target']} from {', '.join(proxies)}"
     else:
         head = f"{len(d['candidates'])} candidates by {', '.join(proxies)}: disaster detector only, not a ranking"
+    ranked = d["mode"] == "ranking"
     rows = []
     for r in d["rows"]:
         z = ", ".join("-" if r["z"][p] is None else f"{r['z'][p]:+.2f}" for p in proxies)
-        rows.append([r["rank"] or "-", r["candidate"], *(g(r["proxies"][p], 6) for p in proxies),
-                     g(r["predicted"], 6), z, ", ".join(r["far_below"]) or ""])
-    out = [head, table(rows, ["rank", "candidate", *proxies, f"predicted {d['target'] or '-'}", "modified z",
-                              "far below the others"])]
+        pred = [g(r["predicted"], 6) + (" (extrapolated)" if r["extrapolated"] else "")] if ranked else []
+        rows.append([*([r["rank"]] if ranked else []), r["candidate"], *(g(r["proxies"][p], 6) for p in proxies),
+                     *pred, z, ", ".join(r["far_below"]) or ""])
+    heads = [*(["rank"] if ranked else []), "candidate", *proxies, *([f"predicted {d['target']}"] if ranked else []),
+             "modified z", "far below the others"]
+    out = [head, table(rows, heads)]
     c = d["calibration"]
     if c is not None and d["mode"] == "ranking":
         out.append(f"the ranking's held-out accuracy over {len(c['models'])} past models: Spearman rho "
