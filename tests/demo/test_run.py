@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vecmerge.demo.run import prepare_folder, run_demo
+from vecmerge.demo.run import LADDER, PAST, PROXY, prepare_folder, run_demo
+from vecmerge.demo.trajectories import HISTORY
 from vecmerge.errors import OutputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +56,7 @@ def test_demo_records_real_evaluations_and_gates_the_merge(small_demo):
                 "--gate --out out/v58"):
         assert cmd in text
     records = Ledger(out / "vecmerge-evidence.db").records(metric="toy_acc")
-    assert {r.model for r in records} == {"v28", "v51", "v54e2", "v54"}
+    assert {r.model for r in records} == {"v28", "v51", "v54e2", "v54", *HISTORY}
     for model in ("v28", "v51", "v54e2", "v54"):
         mine = [r for r in records if r.model == model]
         runs = [i for i, r in enumerate(mine) if not r.is_item]
@@ -72,6 +73,34 @@ def test_demo_records_real_evaluations_and_gates_the_merge(small_demo):
     assert "gate" not in man["recipe"]  # a re-run of the manifest reproduces; it does not re-decide
     card = (out / "out" / "v58" / "README.md").read_text()
     assert "Gate before writing" in card and card.count("| PASS |") == 6
+
+
+@pytest.mark.slow
+def test_demo_closes_the_function_space_loop(small_demo):
+    """The twelve past checkpoints probed and calibrated held out against their toy accuracy; the ladder ranked.
+
+    The probe's whole-run loglik of each model is the mean of its 64 item records (rel 1e-12), and the ranking's
+    order is the order of the candidates' probe values (the fit's slope is positive: higher loglik, higher accuracy).
+    """
+    from vecmerge.evidence.ledger import Ledger
+
+    out, text, _ = small_demo
+    for cmd in ("$ vecmerge evidence import history.csv", "$ vecmerge probe v28 v51 v54e2 v54 v28_h1",
+                "$ vecmerge evidence calibrate --proxy probe:heldout:loglik --target toy_acc --loo",
+                "--dose 0.5,1,1.456,4 --out out/dose", "$ vecmerge probe out/dose-x0.5",
+                "$ vecmerge rank out/dose-x0.5"):
+        assert cmd in text
+    ledger = Ledger(out / "vecmerge-evidence.db")
+    runs = {r.model: r.value for r in ledger.records(metric=PROXY, level="run")}
+    assert set(runs) == {*PAST, *LADDER}
+    for model in ("v51", "out/dose-x1"):
+        items = [r.value for r in ledger.records([model], PROXY, level="item")]
+        assert len(items) == 64 and runs[model] == pytest.approx(sum(items) / 64, rel=1e-12)
+    calibrate = text.split("$ vecmerge evidence calibrate")[1].split("\n$ ")[0]
+    assert "each of 12 models left out of its own fit" in calibrate and "verdict: ranks candidates" in calibrate
+    ranked = text.split("$ vecmerge rank")[1].split("\n\n")[0]
+    order = [line.split()[1] for line in ranked.splitlines() if line[:1].isdigit()]
+    assert order == sorted(LADDER, key=lambda m: -runs[m]) and "verdict: ranks candidates" in ranked
 
 
 def test_demo_refuses_foreign_folders(tmp_path):

@@ -138,3 +138,33 @@ def test_bad_arguments(tmp_path, kwargs):
     with pytest.raises(ValueError):
         make_trajectories(tmp_path, **kwargs)
     assert not any(tmp_path.iterdir())
+
+
+def test_history_keeps_half_epochs_and_leaves_the_four_unchanged(toy, tmp_path):
+    from vecmerge.demo.trajectories import HISTORY
+
+    out, first = toy
+    more = make_trajectories(tmp_path / "history", history=True, **SMALL)
+    assert set(more) == {"base", *NAMES, *HISTORY}
+    for name in ("base", *NAMES):
+        file = "model.safetensors" if name == "base" else "adapter_model.safetensors"
+        assert (first[name] / file).read_bytes() == (more[name] / file).read_bytes(), name
+    for name in HISTORY:
+        assert (more[name] / "adapter_model.safetensors").is_file()
+    assert (tmp_path / "history" / "vecmerge.yaml").read_text() == (out / "vecmerge.yaml").read_text()
+    h1, h2 = _deltas(more["v28_h1"]), _deltas(more["v28_h2"])
+    assert all(not torch.equal(h1[k], h2[k]) for k in h1)  # saved at different steps
+    with pytest.raises(ValueError, match="steps must be >= 4"):
+        make_trajectories(tmp_path / "short", history=True, steps=3)
+
+
+def test_probe_prompts_are_held_out_sequences(tmp_path):
+    from vecmerge.demo.trajectories import write_probe_prompts
+
+    path = write_probe_prompts(tmp_path / "p.jsonl", seed=0, items=8, prompt=10)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [f"h{i}" for i in range(8)]
+    assert all(len(r["prompt_ids"]) == 10 and len(r["target_ids"]) == 22 for r in rows)
+    assert path.read_bytes() == write_probe_prompts(tmp_path / "q.jsonl", seed=0, items=8, prompt=10).read_bytes()
+    with pytest.raises(ValueError):
+        write_probe_prompts(tmp_path / "r.jsonl", prompt=32)

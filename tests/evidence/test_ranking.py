@@ -37,6 +37,9 @@ def test_a_passing_calibration_ranks_by_the_predicted_target():
     c = cal.coefficients
     assert r.rows[0]["predicted"] == pytest.approx(c["intercept"] + c["p"] * 10.1, rel=1e-12)
     assert all(not row["extrapolated"] for row in r.rows)
+    close = rank_candidates({"p": {"x1": 9.90, "x2": 9.91}}, history=HISTORY, calibration=cal)
+    assert any("less than the fit's held-out RMSE" in x for x in close.reasons)
+    assert not any("RMSE" in x for x in r.reasons)
     far = rank_candidates({"p": {"x1": 9.5, "x9": 30.0}}, history=HISTORY, calibration=cal)
     assert far.rows[0]["candidate"] == "x9" and far.rows[0]["extrapolated"] == ["p"]
     assert "extrapolate" in far.reasons[-1]

@@ -14,8 +14,16 @@ one first::
     vecmerge gate --base v54 --dir v51-v28 --consensus-ref v54-v54e2 --trust 0.0113
     vecmerge project --base v54 --dir v51-v28 --trust 0.0113 --consensus-ref v54-v54e2 --gate --out out/v58
     vecmerge verify out/v58 --base-model base
+    vecmerge evidence import history.csv
+    vecmerge probe v28 v51 v54e2 v54 v28_h1 ... --prompts heldout.jsonl
+    vecmerge evidence calibrate --proxy probe:heldout:loglik --target toy_acc --loo
+    vecmerge project --base v54 --dir v51-v28 --trust 0.0113 --consensus-ref v54-v54e2 --dose 0.5,1,1.456,4 --out out/dose
+    vecmerge probe out/dose-x0.5 ... --prompts heldout.jsonl
+    vecmerge rank out/dose-x0.5 ... --proxy probe:heldout:loglik --target toy_acc
 
-and ends with the folder to upload and its sha256. Every command runs in the demo folder, whose
+and ends with the folder to upload and its sha256. The last five close the loop of function-space evidence: the
+twelve past checkpoints (the four, and each run's other half epochs, evaluated like them) are teacher-forced on held-out toy sequences, that probe is
+calibrated leave-one-model-out against their repeated toy accuracy, and the dose ladder is ranked by it. Every command runs in the demo folder, whose
 ``vecmerge.yaml`` names the checkpoints, so the user can rerun any of them there by hand. Each step
 calls the same ``commands`` function the CLI calls for that command line.
 """
@@ -37,11 +45,17 @@ from ..outputs.policy import OutputPolicy
 from ..outputs.transaction import discard_folder
 from ..recipe.recipe import Recipe
 from ..workspace.names import Workspace
-from .trajectories import METRIC, evaluate_checkpoints, make_trajectories
+from .trajectories import HISTORY, METRIC, evaluate_checkpoints, make_trajectories, write_probe_prompts
 
 V58 = {"base": "v54", "dir": "v51-v28", "trust": 0.0113, "consensus": {"ref": "v54-v54e2"}, "gate": True,
        "out": "out/v58"}
-EVALS = "evals.csv"
+EVALS, HISTORY_EVALS = "evals.csv", "history.csv"
+PROBES = "heldout.jsonl"
+MAIN = ["v28", "v51", "v54e2", "v54"]
+PAST = [*MAIN, *HISTORY]  # the twelve past checkpoints
+PROXY = "probe:heldout:loglik"
+DOSES = (0.5, 1, 1.456, 4)
+LADDER = [f"out/dose-x{k:g}" for k in DOSES]
 STEPS = [  # (the command line shown, the call it stands for)
     (["inspect", "v54", "v51"], lambda ws, echo: commands.inspect(ws, ["v54", "v51"], echo=echo)),
     (["audit", "--ref", "v54-v54e2", "--dir", "v51-v28", "--by", "grid", "--plot", "audit.png"],
@@ -59,6 +73,18 @@ STEPS = [  # (the command line shown, the call it stands for)
      lambda ws, echo: commands.merge(ws, Recipe.from_dict(V58), echo=echo)),
     (["verify", "out/v58", "--base-model", "base"],
      lambda ws, echo: commands.verify(ws, ["out/v58"], base_model="base", echo=echo)),
+    (["evidence", "import", HISTORY_EVALS],
+     lambda ws, echo: commands.evidence_import(ws, [HISTORY_EVALS], echo=echo)),
+    (["probe", *PAST, "--prompts", PROBES], lambda ws, echo: commands.probe(ws, PAST, prompts=PROBES, echo=echo)),
+    (["evidence", "calibrate", "--proxy", PROXY, "--target", METRIC, "--loo"],
+     lambda ws, echo: commands.evidence_calibrate(ws, [PROXY], METRIC, loo=True, echo=echo)),
+    (["project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--consensus-ref", "v54-v54e2", "--dose",
+      ",".join(f"{k:g}" for k in DOSES), "--out", "out/dose"],
+     lambda ws, echo: commands.merge(ws, Recipe.from_dict({**{k: v for k, v in V58.items() if k != "gate"},
+                                                           "dose": list(DOSES), "out": "out/dose"}), echo=echo)),
+    (["probe", *LADDER, "--prompts", PROBES], lambda ws, echo: commands.probe(ws, LADDER, prompts=PROBES, echo=echo)),
+    (["rank", *LADDER, "--proxy", PROXY, "--target", METRIC],
+     lambda ws, echo: commands.rank(ws, LADDER, [PROXY], METRIC, echo=echo)),
 ]
 SMALL = {"layers": 1, "steps": 40, "hidden": 64, "rank": 4}
 RUNS, SUBSET, POOL = 5, 64, 512  # evaluations per checkpoint, items per run, held-out sequences
@@ -104,7 +130,7 @@ def write_evals(path: Path, rows: list[dict]) -> None:
 def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet: bool = False,
              echo=print, seed: int = 0) -> dict:
     """Train toy trajectories in ``out``, evaluate them, and run inspect, audit, the evidence commands, the
-    gate, project and verify there.
+    gate, project and verify there; then probe, calibrate the probe and rank a dose ladder by it.
 
     Args:
         out (str | Path): the demo folder. force (bool): replace an earlier demo folder.
@@ -117,15 +143,22 @@ def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet:
     folder = prepare_folder(out, force).resolve()
     seconds = {}
     t0 = time.perf_counter()
-    echo(f"# training toy trajectories (tiny random Qwen3 + LoRA on q/k/v/o/gate/up/down) in {out}")
-    make_trajectories(folder, seed=seed, progress=not quiet, **(SMALL if small else {}))
+    echo(f"# training toy trajectories (tiny random Qwen3 + LoRA on q/k/v/o/gate/up/down) in {out}, keeping each "
+         f"run's other half epochs too ({', '.join(HISTORY)})")
+    make_trajectories(folder, seed=seed, progress=not quiet, history=True, **(SMALL if small else {}))
+    with open(folder / "vecmerge.yaml", "a", encoding="utf-8") as f:  # the probe's metrics join toy_acc in the ledger
+        f.write(f"metric: {METRIC}\n")
     seconds["train"] = time.perf_counter() - t0
     t = time.perf_counter()
     echo(f"# evaluating each checkpoint {RUNS} times, each time on {SUBSET} fresh random sequences of {POOL} "
-         f"held-out ones ({METRIC}: next-token accuracy), into {EVALS}")
-    write_evals(folder / EVALS, evaluate_checkpoints(folder, ["v28", "v51", "v54e2", "v54"], seed=seed, runs=RUNS,
-                                                     subset=SUBSET, pool=POOL))
+         f"held-out ones ({METRIC}: next-token accuracy), into {EVALS} ({', '.join(MAIN)}) and {HISTORY_EVALS}")
+    rows = evaluate_checkpoints(folder, PAST, seed=seed, runs=RUNS, subset=SUBSET, pool=POOL)
+    write_evals(folder / EVALS, [r for r in rows if r["model"] in MAIN])
+    write_evals(folder / HISTORY_EVALS, [r for r in rows if r["model"] not in MAIN])
     seconds["evaluate"] = time.perf_counter() - t
+    write_probe_prompts(folder / PROBES, seed=seed)
+    echo(f"# writing {PROBES} for vecmerge probe: 64 more held-out sequences, each 16 prompt tokens and 16 target "
+         "tokens")
     with _cwd(folder):
         ws = Workspace()
         for args, call in STEPS:

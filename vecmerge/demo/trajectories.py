@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["make_trajectories", "evaluate_checkpoints", "LINEAGE", "METRIC"]
+__all__ = ["make_trajectories", "evaluate_checkpoints", "write_probe_prompts", "LINEAGE", "HISTORY", "METRIC"]
 
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 _VOCAB = 128  # synthetic vocabulary size
@@ -38,6 +38,9 @@ _SEQ_LEN = 32  # tokens per sequence
 _NOISE = 0.1  # probability that a token breaks the rule
 _LR = 1e-3  # AdamW learning rate of v28 and of the backbone run; v51 uses 3x
 LINEAGE = {"v28": None, "v51": "v28", "v54e2": None, "v54": "v54e2"}  # parent: keys of vecmerge.yaml (None: a root)
+# With history=True, each run's other half epochs are kept too (v28_h1: the v28 run after half an epoch): with the
+# four above, 12 past models, as many as the user calibrated proxies on. They are folders, not workspace entries.
+HISTORY = ("v28_h1", "v28_h2", "v28_h3", "v51_h1", "v54_h1", "v54_h2", "v54_h3", "v54_h5")
 METRIC = "toy_acc"  # evaluate_checkpoints' metric: next-token accuracy on held-out sequences
 
 
@@ -114,6 +117,15 @@ def _train(model, data: list[torch.Tensor], start: int, n_steps: int, optimizer,
     return start + n_steps
 
 
+def _train_saving(model, data, start: int, n_steps: int, optimizer, bar, saves: dict, save) -> int:
+    """``_train`` for ``n_steps``, calling ``save(name)`` after the steps ``saves`` ({step: name}) names."""
+    done = 0
+    for at, name in sorted(saves.items()):
+        start, done = _train(model, data, start, at - done, optimizer, bar), at
+        save(name)
+    return _train(model, data, start, n_steps - done, optimizer, bar)
+
+
 def _save_adapter(model, path: pathlib.Path, base_path: str, dtype: torch.dtype | None = None) -> None:
     """``save_pretrained`` the LoRA weights (cast to ``dtype`` if given) as safetensors."""
     config = model.peft_config["default"]
@@ -134,6 +146,7 @@ def make_trajectories(
     rank: int = 8,
     steps: int = 60,
     progress: bool = False,
+    history: bool = False,
 ) -> dict[str, pathlib.Path]:
     """Train toy LoRA trajectories ``v28``, ``v51``, ``v54e2`` and ``v54`` on a tiny random Qwen3.
 
@@ -158,6 +171,9 @@ def make_trajectories(
         rank (int): LoRA rank ``r`` (>= 1). Default: 8
         steps (int): training steps of ``v28`` (>= 1); sets the epoch length. Default: 60
         progress (bool): show a tqdm bar on stderr. Default: False
+        history (bool): also keep each run's checkpoints every half epoch (``HISTORY``: ``v28_h1`` .. ``v28_h3``,
+            ``v51_h1``, ``v54_h1`` .. ``v54_h3``, ``v54_h5``; folders of ``out``, not in ``vecmerge.yaml``), the four
+            above unchanged. Default: False
 
     Returns:
         dict[str, pathlib.Path]: absolute folders keyed ``base``, ``v28``, ``v51``, ``v54e2``, ``v54``.
@@ -172,11 +188,15 @@ def make_trajectories(
         ['base', 'v28', 'v51', 'v54', 'v54e2']
     """
     _check_args(layers, hidden, rank, steps)
+    if history and steps < 4:
+        raise ValueError(f"history=True keeps quarter-runs: steps must be >= 4, got {steps}")
 
     root = pathlib.Path(out).resolve()
-    paths = {name: root / name for name in ("base", "v28", "v51", "v54e2", "v54")}
+    paths = {name: root / name for name in ("base", *LINEAGE, *(HISTORY if history else ()))}
     base_path = str(paths["base"])
     epoch = max(1, math.ceil(steps / 2))
+    half = max(1, epoch // 2)
+    kept = (lambda pairs: {at: name for at, name in pairs if 0 < at}) if history else (lambda pairs: {})
     total = steps + epoch + 3 * epoch
 
     from peft import LoraConfig, PeftModel, get_peft_model
@@ -227,21 +247,28 @@ def make_trajectories(
 
         bar.set_description("v28")
         model = lora(rank, True, seed + 2)
-        nxt = _train(model, data, 0, steps, adamw(model, _LR), bar)
+        saves = kept([(k * steps // 4, f"v28_h{k}") for k in (1, 2, 3)])
+        nxt = _train_saving(model, data, 0, steps, adamw(model, _LR), bar, saves,
+                            lambda name: _save_adapter(model, paths[name], base_path))
         _save_adapter(model, paths["v28"], base_path)
 
         bar.set_description("v51")
         model = PeftModel.from_pretrained(fresh_base(), str(paths["v28"]), is_trainable=True)
-        _train(model, data, nxt, epoch, adamw(model, 3 * _LR), bar)
+        _train_saving(model, data, nxt, epoch, adamw(model, 3 * _LR), bar, kept([(half, "v51_h1")]),
+                      lambda name: _save_adapter(model, paths[name], base_path))
         _save_adapter(model, paths["v51"], base_path)
 
         bar.set_description("v54")
         model = lora(2 * rank, False, seed + 3)
         optimizer = adamw(model, _LR)
-        nxt = _train(model, data, 0, 2 * epoch, optimizer, bar)
-        _save_adapter(model, paths["v54e2"], base_path, torch.bfloat16)
-        _train(model, data, nxt, epoch, optimizer, bar)
-        _save_adapter(model, paths["v54"], base_path, torch.bfloat16)
+        def save_bf16(name):
+            _save_adapter(model, paths[name], base_path, torch.bfloat16)
+
+        nxt = _train_saving(model, data, 0, 2 * epoch, optimizer, bar,
+                            kept([(half, "v54_h1"), (epoch, "v54_h2"), (epoch + half, "v54_h3")]), save_bf16)
+        save_bf16("v54e2")
+        _train_saving(model, data, nxt, epoch, optimizer, bar, kept([(half, "v54_h5")]), save_bf16)
+        save_bf16("v54")
 
     (root / "vecmerge.yaml").write_text(
         "base_model: base\nadapters:\n"
@@ -310,3 +337,27 @@ def evaluate_checkpoints(
                 rows += [{"model": name, "metric": metric, "value": per_item[i], "item": f"seq{i}", "note": None}
                          for i in picked]
     return rows
+
+
+def write_probe_prompts(path: str | os.PathLike, *, seed: int = 0, items: int = 64, prompt: int = 16) -> pathlib.Path:
+    """A ``vecmerge probe`` prompt file of held-out sequences of the toy task: ``prompt`` tokens, then the rest.
+
+    The sequences follow the training rule (the rule of ``make_trajectories``' data for the same ``seed``), drawn
+    afresh (neither the training data nor ``evaluate_checkpoints``' pool); each line is
+    ``{"id": "hN", "prompt_ids": [...], "target_ids": [...]}`` with ``SEQ_LEN - prompt`` target tokens.
+
+    Args:
+        path (str | os.PathLike): the JSON Lines file to write. seed (int): the trajectories' seed. Default: 0
+        items (int): how many sequences. Default: 64
+        prompt (int): prompt tokens of each (1 <= prompt < SEQ_LEN). Default: 16
+    """
+    import json
+
+    if not (isinstance(prompt, int) and 1 <= prompt < _SEQ_LEN and isinstance(items, int) and items >= 1):
+        raise ValueError(f"items >= 1 and 1 <= prompt < {_SEQ_LEN} are needed, got items={items}, prompt={prompt}")
+    a, b = _rule(torch.Generator().manual_seed(seed + 1))
+    seqs = _sequences(torch.Generator().manual_seed(seed + 3000), a, b, items).tolist()
+    path = pathlib.Path(path)
+    path.write_text("".join(json.dumps({"id": f"h{i}", "prompt_ids": x[:prompt], "target_ids": x[prompt:]}) + "\n"
+                            for i, x in enumerate(seqs)), encoding="utf-8")
+    return path

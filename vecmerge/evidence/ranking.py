@@ -2,7 +2,9 @@
 
 With a leave-one-model-out calibration (``loo``) whose verdict is "ranks candidates", each candidate's target is
 predicted by the fit on every past model (``HeldOutCalibration.predict``) and the candidates are ranked by it, best
-first in the target's direction; the ranking's credibility is the calibration's held-out figures, shown with it.
+first in the target's direction; the ranking's credibility is the calibration's held-out figures, shown with it,
+and it says when the candidates' predictions span less than the held-out RMSE (an order finer than the proxy was
+shown to resolve) or lie outside the past models' range (an extrapolation).
 
 Otherwise the proxy is a disaster detector only: the candidates are listed as given, unranked, and a candidate is
 flagged "far below the others" when its modified z-score against the others (the other candidates and every past
@@ -111,6 +113,10 @@ def rank_candidates(values: Mapping[str, Mapping[str, float]], *, history: Mappi
             reasons.append(f"{', '.join(out)} lie outside the past models' range of the proxy: their predictions "
                            "extrapolate the fit")
         rows.sort(key=lambda r: -r["predicted"] if higher else r["predicted"])
+        spread = rows[0]["predicted"] - rows[-1]["predicted"]
+        if len(rows) > 1 and calibration.rmse is not None and abs(spread) < calibration.rmse:
+            reasons.append(f"the candidates' predictions span {abs(spread):.3g}, less than the fit's held-out RMSE "
+                           f"{calibration.rmse:.3g}: their order is finer than the proxy was shown to resolve")
         for i, r in enumerate(rows, 1):
             r["rank"] = i
         mode, verdict = "ranking", "ranks candidates"
