@@ -17,14 +17,15 @@ one first::
     vecmerge evidence import history.csv
     vecmerge probe v28 v51 v54e2 v54 v28_h1 ... --prompts heldout.jsonl
     vecmerge evidence calibrate --proxy probe:heldout:loglik --target toy_acc --loo
-    vecmerge project --base v54 --dir v51-v28 --trust 0.0113 --consensus-ref v54-v54e2 --dose 0.5,1,1.456,4 --out out/dose
+    vecmerge project --base v54 --dir v51-v28 --trust 0.0113 ... --dose 0.5,1,1.456,4 --out out/dose
     vecmerge probe out/dose-x0.5 ... --prompts heldout.jsonl
     vecmerge rank out/dose-x0.5 ... --proxy probe:heldout:loglik --target toy_acc
 
-and ends with the folder to upload and its sha256. The last five close the loop of function-space evidence: the
-twelve past checkpoints (the four, and each run's other half epochs, evaluated like them) are teacher-forced on held-out toy sequences, that probe is
-calibrated leave-one-model-out against their repeated toy accuracy, and the dose ladder is ranked by it. Every command runs in the demo folder, whose
-``vecmerge.yaml`` names the checkpoints, so the user can rerun any of them there by hand. Each step
+and ends with the folder to upload and its sha256. The last six close the loop of function-space evidence: the
+twelve past checkpoints (the four, and each run's other half epochs, evaluated like them) are teacher-forced on
+held-out toy sequences, that probe is calibrated leave-one-model-out against their repeated toy accuracy, and the
+dose ladder is ranked by it. Every command runs in the demo folder, whose ``vecmerge.yaml`` names the checkpoints,
+so the user can rerun any of them there by hand. Each step
 calls the same ``commands`` function the CLI calls for that command line.
 """
 
