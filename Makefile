@@ -40,6 +40,7 @@ lint: install
 bench: install
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/bench_extract.py
+	$(PY) benchmarks/bench_probe.py
 
 check: lint test
 

@@ -218,3 +218,22 @@ def test_map_and_summaries_are_consistent(setup, tiny_base):
     # three points lie in a plane: the 2-D map keeps their distance exactly
     assert math.hypot(xa - xb, ya - yb) == pytest.approx(rms * math.sqrt(len(prompts.ids)), rel=1e-9)
     assert len(r.map["informative"]) == min(10, len(prompts.ids))
+
+
+def test_gpt2_conv1d_and_embedding_adapters_equal_peft(hf_base, tmp_path):
+    """Conv1D (fan_in_fan_out) and embedding LoRA through the whole probe: logliks against PEFT, item by item."""
+    from conftest import save_peft
+
+    base = hf_base("gpt2")  # vocab 64
+    folder = save_peft(base, tmp_path / "g", seed=4, target_modules=["wte", "c_attn", "c_proj"], fan_in_fan_out=True)
+    g = torch.Generator().manual_seed(2)
+    (tmp_path / "g.jsonl").write_text("".join(json.dumps({
+        "id": i, "prompt_ids": torch.randint(0, 64, (5 + i,), generator=g).tolist(),
+        "target_ids": torch.randint(0, 64, (3,), generator=g).tolist()}) + "\n" for i in range(4)))
+    prompts = read_prompts(tmp_path / "g.jsonl")
+    result = run_probe(base, models_of(folder), prompts, batch=3)
+    model = peft_model(base, folder)
+    for item in prompts.items:
+        loglik, exact, rank, _ = reference(model, item)
+        got = result.models["g"]["items"][item.id]
+        assert got["loglik"] == pytest.approx(loglik, rel=1e-5) and (got["exact"], got["first_rank"]) == (exact, rank)

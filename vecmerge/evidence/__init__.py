@@ -8,6 +8,9 @@ Pure library code (no torch, no click): the CLI and the pipeline are thin layers
     noise.py       the ledger's pooled within-model noise, power, and the repeats a difference needs
     compare.py     A against B: the tests, the noise, repeats needed and a verdict in words
     calibrate.py   is a proxy metric able to rank candidates on the target? (Spearman, Kendall, bootstrap)
+    loo.py         the same judged held out: a least-squares fit of the target on proxies, each model left out
+    ranking.py     new candidates ranked by a calibrated prediction, or flagged far below the others
+    pairs.py       pair records: a number of two models on one item (a probe's KL and JS), in the same ledger
     gate.py        the six-condition gate over facts the caller gathers
     operations.py  one JSON-ready function per evidence command (the CLI only parses flags and prints)
 """

@@ -1,0 +1,218 @@
+"""``make bench``: ``vecmerge probe`` against a bare forward pass and a naive PEFT loop, side by side.
+
+A random Qwen3 with Qwen3-0.6B layer shapes (hidden 1024, MLP 3072, 16 heads of 128, 8 KV heads; ``--layers`` of
+its 28, a ``--vocab`` of its 151,936), ``--adapters`` random LoRA adapters of rank ``--rank`` on q/k/v/o/gate/up/down
+of every layer, and ``--prompts`` items of ``--prompt-tokens`` + ``--target-tokens`` tokens. Measured in one
+process, one after the other, on the same batches (``--batch`` items, longest first, as the probe batches them):
+
+    bare         the base loaded once, then one plain forward pass over every batch per adapter (no adapter
+                 applied: the floor of any probe)
+    probe        ``vecmerge.probe.runner.run_probe`` (nothing recorded): the base loaded once, every adapter read,
+                 hooked and run on every batch, scores and, with pairs, KL/JS between every pair
+    probe, no pairs   the same without the divergences
+    naive        per adapter, the base loaded and ``PeftModel.from_pretrained`` on it, a forward pass per batch,
+                 the target log-likelihoods (what a script without vecmerge does)
+    naive, one base   the same with the base loaded once and each adapter unloaded after use
+
+Every time includes loading the base (once, or once per adapter for ``naive``); the ratios are to ``bare`` and to
+``probe``. The probe's log-likelihoods are checked against the naive loop's (largest relative difference shown).
+Progress goes to stderr; the table to stdout and ``OUT/probe.md`` (raw figures: ``OUT/probe.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+QWEN3_06B = dict(hidden_size=1024, intermediate_size=3072, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                 max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=1_000_000.0)
+TINY = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            max_position_embeddings=256, tie_word_embeddings=True)
+T0 = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[probe bench {time.perf_counter() - T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def make_data(root: Path, a) -> tuple[Path, list[Path], Path]:
+    """The random base, the adapters and the prompt file under ``root`` (seeded)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from vecmerge.testing import toy_adapter
+
+    root.mkdir(parents=True, exist_ok=True)
+    base = root / "base"
+    config = Qwen3Config(vocab_size=a.vocab, num_hidden_layers=a.layers, **(TINY if a.tiny else QWEN3_06B))
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Qwen3ForCausalLM(config).save_pretrained(base)
+    adapters = [toy_adapter(root / f"a{i:02d}", config=config, rank=a.rank, seed=100 + i, base_model=str(base))
+                for i in range(a.adapters)]
+    g = torch.Generator().manual_seed(1)
+    prompts = root / "prompts.jsonl"
+    with open(prompts, "w") as f:
+        for i in range(a.prompts):
+            ids = torch.randint(0, a.vocab, (a.prompt_tokens + a.target_tokens,), generator=g).tolist()
+            f.write(json.dumps({"id": f"p{i}", "prompt_ids": ids[:a.prompt_tokens],
+                                "target_ids": ids[a.prompt_tokens:]}) + "\n")
+    return base, adapters, prompts
+
+
+def batches(prompt_set, size: int, device):
+    """The probe's own batching (longest first), as tensors: ids, attention mask, target mask, targets."""
+    from vecmerge.probe.runner import _batch_tensors
+
+    items = sorted(prompt_set.items, key=lambda it: (-it.length, it.line))
+    return [_batch_tensors(items[i:i + size], device) for i in range(0, len(items), size)]
+
+
+def loglik(logits, keep, targets) -> torch.Tensor:
+    lp = torch.log_softmax(logits[keep].double(), -1)
+    return lp.gather(1, targets[:, None]).squeeze(1)
+
+
+def load(base, device):
+    from transformers import AutoModelForCausalLM
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32).to(device).eval()
+
+
+def bare(base, adapters, data, device) -> float:
+    t = time.perf_counter()
+    model = load(base, device)
+    with torch.inference_mode():
+        for _ in adapters:
+            for ids, att, keep, targets, _ in data:
+                model(input_ids=ids, attention_mask=att, use_cache=False).logits
+    return time.perf_counter() - t
+
+
+def probe(base, adapters, prompt_set, a, device, pairs: bool) -> tuple[float, dict]:
+    from vecmerge.peft.adapter import Adapter
+    from vecmerge.probe.runner import ProbeModel, run_probe
+
+    t = time.perf_counter()
+    models = [ProbeModel(f.name, Adapter(f), None) for f in adapters]
+    result = run_probe(base, models, prompt_set, batch=a.batch, pairs=pairs, device=device)
+    return time.perf_counter() - t, result.models
+
+
+def naive(base, adapters, data, device, once: bool) -> tuple[float, dict]:
+    from peft import PeftModel
+
+    t = time.perf_counter()
+    out, model = {}, load(base, device) if once else None
+    for folder in adapters:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            peft_model = PeftModel.from_pretrained(model if once else load(base, device), str(folder)).eval()
+        with torch.inference_mode():
+            out[folder.name] = torch.cat([loglik(peft_model(input_ids=ids, attention_mask=att, use_cache=False).logits,
+                                                 keep, targets) for ids, att, keep, targets, _ in data])
+        if once:
+            model = peft_model.unload()
+    return time.perf_counter() - t, out
+
+
+def worst_gap(models: dict, naive_rows: dict, prompt_set, data) -> float:
+    """Largest relative difference of an item's loglik between the probe and the naive loop."""
+    items = sorted(prompt_set.items, key=lambda it: (-it.length, it.line))
+    worst = 0.0
+    for name, rows in naive_rows.items():
+        at = 0
+        for it in items:
+            t = len(it.target_ids)
+            ref = float(rows[at:at + t].sum())
+            at += t
+            worst = max(worst, abs(models[name]["items"][it.id]["loglik"] - ref) / abs(ref))
+    return worst
+
+
+def render(res: dict) -> str:
+    s = res["seconds"]
+    rows = [("bare forward (floor)", s["bare"], "1.00x", f"{s['bare'] / s['probe']:.2f}x"),
+            ("probe (pairs)", s["probe"], f"{s['probe'] / s['bare']:.2f}x", "1.00x"),
+            ("probe (no pairs)", s["probe_no_pairs"], f"{s['probe_no_pairs'] / s['bare']:.2f}x",
+             f"{s['probe_no_pairs'] / s['probe']:.2f}x")]
+    if "naive" in s:
+        rows += [("naive: base + PeftModel.from_pretrained per adapter", s["naive"], f"{s['naive'] / s['bare']:.2f}x",
+                  f"{s['naive'] / s['probe']:.2f}x"),
+                 ("naive, one base (unload after each)", s["naive_once"], f"{s['naive_once'] / s['bare']:.2f}x",
+                  f"{s['naive_once'] / s['probe']:.2f}x")]
+    c = res["config"]
+    head = (f"probe: {c['adapters']} adapters (r={c['rank']}) x {c['prompts']} prompts of {c['prompt_tokens']} + "
+            f"{c['target_tokens']} tokens, batch {c['batch']}, {'tiny' if c['tiny'] else 'Qwen3-0.6B'} layer shapes, "
+            f"{c['layers']} layers, vocab "
+            f"{c['vocab']}, {c['device']}, {c['threads']} threads; load before {res['load_before']}, after "
+            f"{res['load_after']}")
+    lines = [head, "", "| run | seconds | / bare | / probe |", "|---|---|---|---|"]
+    lines += [f"| {n} | {t:.2f} | {r1} | {r2} |" for n, t, r1, r2 in rows]
+    if res.get("worst_gap") is not None:
+        lines.append(f"\nprobe vs naive PEFT log-likelihoods: largest relative difference {res['worst_gap']:.2e}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("bench-out/probe"))
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--adapters", type=int, default=13)
+    p.add_argument("--rank", type=int, default=32)
+    p.add_argument("--prompts", type=int, default=64)
+    p.add_argument("--prompt-tokens", type=int, default=16)
+    p.add_argument("--target-tokens", type=int, default=16)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-naive", action="store_true", help="Skip the two naive PEFT loops.")
+    p.add_argument("--tiny", action="store_true", help="A tiny model (a smoke run of the script).")
+    a = p.parse_args(argv)
+    from vecmerge.linalg.lowrank import resolve_device
+    from vecmerge.probe.prompts import read_prompts
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    device = resolve_device(a.device)
+    uptime = lambda: subprocess.run(["uptime"], capture_output=True, text=True).stdout.split("load average:")[-1].strip()  # noqa: E731
+    res = {"config": {**{k: v for k, v in vars(a).items() if k != "out"}, "device": str(device),
+                      "threads": torch.get_num_threads()}, "load_before": uptime(), "seconds": {}}
+    log("writing the base, the adapters and the prompts")
+    base, adapters, prompts = make_data(a.out / "data", a)
+    prompt_set = read_prompts(prompts)
+    data = batches(prompt_set, a.batch, device)
+    s = res["seconds"]
+    log("bare forward passes")
+    s["bare"] = bare(base, adapters, data, device)
+    log("probe")
+    s["probe"], models = probe(base, adapters, prompt_set, a, device, pairs=True)
+    log("probe without pairs")
+    s["probe_no_pairs"], _ = probe(base, adapters, prompt_set, a, device, pairs=False)
+    if not a.no_naive:
+        log("naive PEFT loop, the base loaded per adapter")
+        s["naive"], rows = naive(base, adapters, data, device, once=False)
+        log("naive PEFT loop, one base")
+        s["naive_once"], _ = naive(base, adapters, data, device, once=True)
+        res["worst_gap"] = worst_gap(models, rows, prompt_set, data)
+    res["load_after"] = uptime()
+    text = render(res)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "probe.md").write_text(text + "\n")
+    (a.out / "probe.json").write_text(json.dumps(res, indent=2))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
