@@ -93,8 +93,8 @@ def bare(base, adapters, data, device) -> float:
     model = load(base, device)
     with torch.inference_mode():
         for _ in adapters:
-            for ids, att, keep, targets, _ in data:
-                model(input_ids=ids, attention_mask=att, use_cache=False).logits
+            for ids, att, *_ in data:
+                _ = model(input_ids=ids, attention_mask=att, use_cache=False).logits
     return time.perf_counter() - t
 
 
@@ -178,14 +178,16 @@ def main(argv=None) -> int:
     p.add_argument("--no-naive", action="store_true", help="Skip the two naive PEFT loops.")
     p.add_argument("--tiny", action="store_true", help="A tiny model (a smoke run of the script).")
     a = p.parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
     from vecmerge.linalg.lowrank import resolve_device
     from vecmerge.probe.prompts import read_prompts
 
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()
     device = resolve_device(a.device)
-    uptime = lambda: subprocess.run(["uptime"], capture_output=True, text=True).stdout.split("load average:")[-1].strip()  # noqa: E731
+    def uptime() -> str:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.split("load average:")[-1].strip()
+
     res = {"config": {**{k: v for k, v in vars(a).items() if k != "out"}, "device": str(device),
                       "threads": torch.get_num_threads()}, "load_before": uptime(), "seconds": {}}
     log("writing the base, the adapters and the prompts")
