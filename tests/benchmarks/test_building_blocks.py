@@ -147,3 +147,15 @@ def test_extract_bench_blocks_on_tiny_shapes(tmp_path, monkeypatch, run_cli):
     q = "model.layers.0.self_attn.q_proj"  # one module 1.5% above its optimal error: the column shows it
     row["extract"]["rel_error"][q] = 1.015 * ref[f"{q}.weight"]["optimal_rel_error"]
     assert be.render([row]).splitlines()[2].split(" | ")[7] == "+1.500%"
+
+
+@pytest.mark.slow
+def test_probe_bench_runs_tiny_and_agrees_with_peft(tmp_path, capsys):
+    """``bench_probe.py --tiny``: every run completes and the probe's logliks equal the naive PEFT loop's."""
+    import bench_probe as bp
+
+    assert bp.main(["--tiny", "--out", str(tmp_path), "--adapters", "2", "--prompts", "5", "--vocab", "64",
+                    "--layers", "1", "--batch", "2"]) == 0
+    res = json.loads((tmp_path / "probe.json").read_text())
+    assert set(res["seconds"]) == {"bare", "probe", "probe_no_pairs", "naive", "naive_once"}
+    assert res["worst_gap"] < 1e-5 and "| probe (pairs) |" in (tmp_path / "probe.md").read_text()
