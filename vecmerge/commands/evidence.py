@@ -135,8 +135,8 @@ def _base_model_of(folder: Path) -> str | None:
 
 
 def gate_dict(check) -> dict:
-    """``GateCheck.as_dict`` with the ledger shown relative to the current folder (the manifest keeps it whole)."""
-    return {**check.as_dict(), "ledger": _show_path(check.ledger)}
+    """``GateCheck.to_dict`` with the ledger shown relative to the current folder (the manifest keeps it whole)."""
+    return {**check.to_dict(), "ledger": _show_path(check.ledger)}
 
 
 def ls(ws: Workspace, *, metric: str | None = None, as_json: bool = False, echo=print) -> list[dict]:

@@ -7,7 +7,7 @@ once; this is a PURE function over facts the caller gathers (workspace, ledger, 
     common parent        X and Y lie on one recorded lineage (one descends from the other, or a shared ancestor)
     stable backbone      BASE has >= min_repeats runs and its sample std is no larger than the limit: the set
                          ``max_backbone_sd``, else ``backbone_noise_factor`` x the ledger's pooled noise
-    repeated evidence    X is better than Y beyond eval noise on the metric (compare.compare's verdict)
+    repeated evidence    X is better than Y beyond eval noise on the metric (compare.compare_records's verdict)
     module consensus     the share of modules agreeing with the reference >= min_agree
     small trust region   the relative step size trust <= max_trust
 
@@ -131,7 +131,8 @@ class GateFacts:
         backbone_runs (Sequence[float]): the backbone's current whole-run values on the metric.
         typical_noise (PooledNoise | None): the ledger's pooled within-model noise on the metric, best over
             the OTHER models (``noise.pooled_noise`` of the runs without the backbone).
-        comparison (Comparison | None): ``compare.compare(x, y, ...)`` on the metric with the config's confidence.
+        comparison (Comparison | None): ``compare.compare_records(x, y, ...)`` on the metric with the config's
+            confidence.
         consensus (tuple[int, int] | None): (modules agreeing, modules) in the audit against the reference.
         consensus_ref (str | None): the reference expression (e.g. ``v54 - v54e2``), for the report.
         trust (float | None): the step's relative size ||alpha*(X-Y)|| / ||BASE||.
@@ -163,7 +164,7 @@ class GateRow:
     threshold: str
     source: str
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {"condition": self.condition, "status": self.status, "detail": self.detail, "numbers": self.numbers,
                 "threshold": self.threshold, "source": self.source}
 
@@ -185,8 +186,8 @@ class GateResult:
     def row(self, condition: str) -> GateRow:
         return next(r for r in self.rows if r.condition == condition)
 
-    def as_dict(self) -> dict:
-        return {"passed": self.passed, "rows": [r.as_dict() for r in self.rows]}
+    def to_dict(self) -> dict:
+        return {"passed": self.passed, "rows": [r.to_dict() for r in self.rows]}
 
 
 def _common_base(f: GateFacts) -> GateRow:
@@ -211,7 +212,7 @@ def _common_base(f: GateFacts) -> GateRow:
 
 
 def _common_parent(f: GateFacts) -> GateRow:
-    numbers = {"relation": f.lineage.as_dict() if f.lineage else None, "closeness": dict(f.closeness or {})}
+    numbers = {"relation": f.lineage.to_dict() if f.lineage else None, "closeness": dict(f.closeness or {})}
     args = (numbers, "X and Y on one recorded lineage", "rule")
     if f.lineage is None:
         return GateRow("common parent", UNKNOWN, f"no lineage recorded for {f.x} and {f.y}", *args)
@@ -225,7 +226,7 @@ def _stable_backbone(f: GateFacts, c: GateConfig) -> GateRow:
     runs = list(f.backbone_runs)
     s = summarize(runs) if runs else None
     numbers = {"runs": len(runs), "mean": s.mean if s else None, "std": s.std if s else None,
-               "typical_noise": f.typical_noise.as_dict() if f.typical_noise else None}
+               "typical_noise": f.typical_noise.to_dict() if f.typical_noise else None}
     if c.max_backbone_sd is not None:
         limit, limit_text, source = c.max_backbone_sd, f"std <= {c.max_backbone_sd:g}", c.source_of("max_backbone_sd")
     elif f.typical_noise is not None:
@@ -263,7 +264,7 @@ def _repeated_evidence(f: GateFacts, c: GateConfig) -> GateRow:
         raise EvidenceError(f"gate: the comparison is {cmp.a} vs {cmp.b}, the step is {f.x} - {f.y}")
     if cmp.confidence != c.confidence:
         raise EvidenceError(f"gate: the comparison used confidence {cmp.confidence}, the gate {c.confidence}")
-    numbers = cmp.as_dict()
+    numbers = cmp.to_dict()
     text = f"{cmp.verdict} on {cmp.metric}" + (f" ({cmp.decided_by})" if cmp.decided_by else "")
     if cmp.decided_by == "welch" and min(cmp.welch.n) < c.min_evidence_runs:
         return GateRow("repeated evidence", UNKNOWN, f"{text}; runs {cmp.welch.n} < {c.min_evidence_runs} each",

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from . import EvidenceError
 from .calibrate import calibrate_records
-from .compare import compare
+from .compare import compare_records
 from .gate import GateConfig
 from .importers import export_csv_text, import_files
 from .ledger import Entry, Ledger
@@ -77,7 +77,7 @@ def show(ledger: Ledger, names: Sequence[str] | None = None, metric: str | None 
     """``vecmerge evidence show [NAME...] [--metric M] [--stale]``: summaries per model and sub-score.
 
     Returns:
-        dict: ``{"summaries": [Summary.as_dict()...], "stale": [{"model", "metric", "records", "sha256s"}],
+        dict: ``{"summaries": [Summary.to_dict()...], "stale": [{"model", "metric", "records", "sha256s"}],
         "item_level": [{"model", "metric", "items", "records"}], "directions": {...}, "include_stale"}``.
         Stale records are counted in ``stale`` and enter the summaries only with ``include_stale``.
     """
@@ -93,7 +93,7 @@ def show(ledger: Ledger, names: Sequence[str] | None = None, metric: str | None 
         if r.is_item:
             items.setdefault((r.model, r.metric), []).append(r.item)
     return {
-        "summaries": [s.as_dict() for s in summarize_records(used, confidence=confidence)],
+        "summaries": [s.to_dict() for s in summarize_records(used, confidence=confidence)],
         "stale": [{"model": m, "metric": k, "records": len(v), "sha256s": sorted({s or "" for s in v})}
                   for (m, k), v in stale.items()],
         "item_level": [{"model": m, "metric": k, "items": len(set(v)), "records": len(v)}
@@ -118,24 +118,24 @@ def _one_metric(ledger: Ledger, names: Sequence[str], metric: str | None, curren
 def compare_models(ledger: Ledger, a: str, b: str, metric: str | None = None, *,
                    current_sha: Mapping[str, str | None] | None = None, include_stale: bool = False,
                    confidence: float = 0.95, detect: float | None = None, min_runs: int = 2) -> dict:
-    """``vecmerge evidence compare A B [--metric M] [--detect D]``: ``compare.compare`` over the ledger.
+    """``vecmerge evidence compare A B [--metric M] [--detect D]``: ``compare.compare_records`` over the ledger.
 
-    The pooled noise is over every model's current runs of the metric. Returns ``Comparison.as_dict()``.
+    The pooled noise is over every model's current runs of the metric. Returns ``Comparison.to_dict()``.
     """
     _check_known(ledger, [a, b], metric)
     metric = _one_metric(ledger, [a, b], metric, current_sha)
     records = ledger.records(metric=metric, current_sha=current_sha, include_stale=include_stale)
-    return compare(a, b, records, metric=metric, higher_is_better=ledger.direction(metric), confidence=confidence,
-                   detect=detect, min_runs=min_runs).as_dict()
+    return compare_records(a, b, records, metric=metric, higher_is_better=ledger.direction(metric),
+                           confidence=confidence, detect=detect, min_runs=min_runs).to_dict()
 
 
 def calibrate_metrics(ledger: Ledger, proxy: str, target: str, *,
                       current_sha: Mapping[str, str | None] | None = None, **options) -> dict:
-    """``vecmerge evidence calibrate --proxy P --target T [--min-models N]``: ``Calibration.as_dict()``."""
+    """``vecmerge evidence calibrate --proxy P --target T [--min-models N]``: ``Calibration.to_dict()``."""
     _check_known(ledger, [], proxy)
     _check_known(ledger, [], target)
     records = ledger.records(current_sha=current_sha)
-    return calibrate_records(records, proxy, target, directions=ledger.directions(), **options).as_dict()
+    return calibrate_records(records, proxy, target, directions=ledger.directions(), **options).to_dict()
 
 
 def ls_rows(entries: Mapping[str, Mapping], ledger: Ledger | None, *, metric: str | None = None) -> list[dict]:
@@ -179,5 +179,5 @@ def gate_evidence(ledger: Ledger, backbone: str, x: str, y: str, metric: str, *,
     runs = runs_by_model(records)
     return {"backbone_runs": tuple(runs.get(backbone, [])),
             "typical_noise": pooled_noise({m: v for m, v in runs.items() if m != backbone}),
-            "comparison": compare(x, y, records, metric=metric, higher_is_better=ledger.direction(metric),
+            "comparison": compare_records(x, y, records, metric=metric, higher_is_better=ledger.direction(metric),
                                   confidence=c.confidence, min_runs=c.min_evidence_runs)}

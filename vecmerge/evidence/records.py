@@ -134,7 +134,7 @@ class Record:
         """True for an item-level record (one document), False for a whole run."""
         return self.item is not None
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """A flat JSON-ready dict: the columns, then ``sub.KEY`` for each sub-score."""
         out = {"id": self.id, "model": self.model, "sha256": self.sha256, "metric": self.metric,
                "value": self.value, "stderr": self.stderr, "item": self.item, "cluster": self.cluster,

@@ -98,7 +98,7 @@ def lora_difference(base_t: torch.Tensor, tuned_t: torch.Tensor, part: Part) -> 
     return D.T if part.transposed else D
 
 
-def compare(base: ModelFolder, tuned: ModelFolder, name: str) -> float | None:
+def relative_change(base: ModelFolder, tuned: ModelFolder, name: str) -> float | None:
     """None if tensor ``name`` holds the same values in both models, else ``||t - b|| / ||b||`` (float64;
     integer tensors too, by value).
 
@@ -148,7 +148,7 @@ def find_others(base: ModelFolder, tuned: ModelFolder, target_weights: set) -> l
         if b.shape != t.shape:
             out.append(Other(name, "resized", b.shape, t.shape))
             continue
-        rel = compare(base, tuned, name)
+        rel = relative_change(base, tuned, name)
         if rel is not None:
             out.append(Other(name, "changed", b.shape, t.shape, rel))
     out += [Other(n, "removed", base.info(n).shape, None) for n in base.in_file_order()

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from .. import methods
-from ..analysis.consensus import ConsensusResult, agreement_rows, decide
+from ..analysis.consensus import ConsensusResult, agreement_rows, apply_on_disagree
 from ..analysis.step import StepSize, choose_step
 from ..errors import RecipeError, few
 from ..expr import parse
@@ -248,7 +248,8 @@ def complete(ev: Evaluation, rows: list[dict] | None = None) -> Evaluation:
     sel = set(names) - set(ev.unselected)
     if recipe.consensus:
         c = recipe.consensus
-        consensus = decide(c.ref, rows if rows is not None else consensus_rows(ev), c.on_disagree, c.min_agree)
+        consensus = apply_on_disagree(c.ref, rows if rows is not None else consensus_rows(ev), c.on_disagree,
+                                      c.min_agree)
     drop = set(consensus.dropped if consensus else ())
     params = recipe.params
 

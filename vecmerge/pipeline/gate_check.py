@@ -73,10 +73,10 @@ class GateCheck:
     def passed(self) -> bool:
         return self.result.passed
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """What reports and manifests carry: the verdict, the step, the metric, the ledger and the rows."""
         return {"passed": self.passed, "backbone": self.backbone, "x": self.x, "y": self.y, "metric": self.metric,
-                "ledger": self.ledger, "rows": [r.as_dict() for r in self.result.rows]}
+                "ledger": self.ledger, "rows": [r.to_dict() for r in self.result.rows]}
 
 
 def step_names(recipe: Recipe) -> tuple[str, str, str]:

@@ -43,7 +43,7 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
     Args:
         ev (Evaluation): the evaluated recipe. built (BuiltOutput): this output. path (str | None): its folder.
         home (Path | None): the workspace folder (``Workspace.home``); input paths are written relative to it.
-        gate (dict | None): the gate it passed (``GateCheck.as_dict``), kept as ``gate``.
+        gate (dict | None): the gate it passed (``GateCheck.to_dict``), kept as ``gate``.
     """
     recipe = ev.recipe
     d = recipe.to_dict()
@@ -153,7 +153,7 @@ def card_body(manifest: dict) -> str:
 
 
 def gate_markdown(gate: dict) -> list[str]:
-    """The gate's table as markdown lines, for the model card (``GateCheck.as_dict``)."""
+    """The gate's table as markdown lines, for the model card (``GateCheck.to_dict``)."""
     def cell(text) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 

@@ -125,7 +125,7 @@ class RunReport:
         if ev.step is not None:
             d["step"] = self.step_dict()
         if self.gate is not None:
-            d["gate"] = self.gate.as_dict()
+            d["gate"] = self.gate.to_dict()
         if ev.selection() is not None:
             d["selection"] = ev.selection()
         if ev.multipliers:
@@ -360,7 +360,7 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
         for multiple, path in plan:
             folder = txn.folder(path, expected_entries=OUTPUT_FILES)
             b, entry, sha = _build(ev, ws, multiple, path, progress, folder)
-            manifest = manifest_for(ev, b, entry.path, ws.home, gate=None if gate is None else gate.as_dict())
+            manifest = manifest_for(ev, b, entry.path, ws.home, gate=None if gate is None else gate.to_dict())
             title = recipe.name or Path(entry.path).name
             card = model_card(base_model if not notes else None, title, card_body(manifest))
             res = write_adapter(folder, b.written, ev.specs, weights_sha256=sha, tensors=b.tensors if sha is None

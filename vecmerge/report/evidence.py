@@ -161,7 +161,7 @@ def render_gate(d: dict) -> str:
     """``vecmerge gate``: one row per condition with PASS / FAIL / UNKNOWN, the numbers, the threshold, its source.
 
     Args:
-        d (dict): ``pipeline.gate.GateCheck.as_dict()``.
+        d (dict): ``pipeline.gate.GateCheck.to_dict()``.
     """
     rows = [[r["condition"], r["status"], _wrap(_detail(r, d), 52), _wrap(r["threshold"], 36),
              _wrap(r["source"], 22)] for r in d["rows"]]

@@ -5,7 +5,7 @@
   the one the manifest pins. Anything else fails by name: a later tool or person may load what sits
   beside the weights (``adapter_model.bin``, ``evil.py``).
 - ``figures``: every number of the manifest's ``figures`` and ``modules`` recomputed from the written
-  weights and the re-evaluated recipe (``verify.compare``): ranks, exact ranks, relative errors,
+  weights and the re-evaluated recipe (``output.rebuilt_figures``): ranks, exact ranks, relative errors,
   survival, residual, dtype effect. Within ``FIGURES_RTOL`` relative (``checks.close``; nothing passes
   on NaN); ranks exactly.
 - ``manifest``: every other field: ``tool``, ``kind``, ``method``, ``resolved`` (alpha, realized step,
