@@ -202,7 +202,7 @@ def assert_merge_identity(out, base_model=None) -> None:
 
     Runs ``verify.verify_output``: inputs hash as pinned, the recipe recomputes the recorded alpha,
     every module's ``scale * B @ A`` equals the recomputed ``base + k * alpha * dir'`` within the
-    output dtype's tolerance (``verify.TOLERANCES``), the config resolves as intended, the sha256s
+    output dtype's tolerance (``outputs.manifest.TOLERANCES``), the config resolves as intended, the sha256s
     match; with ``base_model`` also PEFT's own deltas, logits and ``merge_and_unload``.
 
     Args:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import os
 import shlex
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 
 from .. import commands
 from ..errors import CheckFailed, OutputError, VecmergeError
+from ..outputs.manifest import read_manifest
 from ..outputs.policy import DEMO_MARKER as MARKER
 from ..outputs.policy import OutputPolicy
 from ..outputs.transaction import discard_folder
@@ -140,7 +140,7 @@ def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet:
             echo("\n".join(lines).rstrip())
             seconds[" ".join(args[:2])] = time.perf_counter() - t
     adapter = folder / "out" / "v58"
-    sha = json.loads((adapter / "vecmerge.json").read_text())["output"]["sha256"]
+    sha = read_manifest(adapter)["output"]["sha256"]
     echo(f"\nuploadable adapter: {Path(out) / 'out' / 'v58'}")
     echo(f"sha256 (adapter_model.safetensors): {sha}")
     return {"out": adapter, "sha256": sha, "seconds": seconds}

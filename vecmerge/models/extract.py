@@ -3,7 +3,7 @@
 For every targeted module m (``modelparts``): ``D_m = W_tuned - W_base`` in float64 and the LoRA layout
 (out, in) (the weight transposed for Conv1D and embeddings), cut by ``extract_rank.cut_module`` into
 ``B = U sqrt(S)``, ``A = sqrt(S) Vh`` (scale 1: ``lora_alpha = r``) with the exact dropped energy
-``||D_m||^2 - sum S^2``. Both models are read one tensor at a time (``modelfiles``): memory holds one
+``||D_m||^2 - sum S^2``. Both models are read one tensor at a time (``io.model_folder``): memory holds one
 module's tensors and work, never a model; the factors go to a scratch file as they are made.
 
 Every other tensor that differs (norms, biases, untargeted matrices, a resized vocabulary, tensors only
@@ -25,8 +25,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import UsageError, few
-from ..io.safetensors_read import CHUNK_BYTES, ModelError, ModelFolder, TensorInfo, itemsize, to_tensor
+from ..errors import ModelError, UsageError, few
+from ..io.model_folder import ModelFolder
+from ..io.safetensors_read import CHUNK_BYTES, TensorInfo, itemsize, to_tensor
 from ..linalg.dense_cut import ExtractRank, cut_module
 from ..options import EXTRACT_OTHERS
 from .parts import ALL_LINEAR, Part, module_of, parts, select

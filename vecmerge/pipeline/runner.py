@@ -21,15 +21,17 @@ import torch
 from .. import __version__, methods
 from ..errors import CheckFailed, RecipeError, few, shown
 from ..options import is_hub_id
+from ..outputs.card import model_card
+from ..outputs.manifest import MANIFEST_NAME, TOLERANCES
 from ..outputs.transaction import OutputTransaction
 from ..peft.format import DTYPES, SAFETENSORS_NAME, factor_keys
-from ..peft.write import MANIFEST_NAME, OUTPUT_FILES, model_card, weights_stream, write_adapter
+from ..peft.write import OUTPUT_FILES, weights_stream, write_adapter
 from ..recipe.recipe import Recipe
 from ..workspace.base_model import canonical, differ, mismatch_text
 from ..workspace.names import Workspace
 from .build import BuiltOutput, build_output
 from .evaluation import Evaluation, evaluate, operand_forms
-from .figures import TOLERANCES, module_figures
+from .figures import module_figures
 from .gate_check import GateCheck, GateFailed, check_gate
 from .inputs import output_plan, output_policy
 from .manifest import card_body, manifest_for

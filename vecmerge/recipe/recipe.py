@@ -74,8 +74,7 @@ from ..options import (
     STEP_RANK_HELP,
     is_hub_id,
 )
-
-MANIFEST_MAX_BYTES = 64 << 20
+from ..outputs.manifest import MANIFEST_MAX_BYTES
 
 _KEYS = ("base", "dir", "trust", "trust_scope", "alpha", "consensus", "method", "mode", "rank", "dose", "multiple",
          "out", "dtype", "inputs", "allow_missing", "modules_to_save", "strict", "name", "allow_base_mismatch",

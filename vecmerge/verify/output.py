@@ -38,19 +38,18 @@ import dataclasses
 from pathlib import Path
 
 from ..errors import OutputError, UsageError, VecmergeError, few, shown
+from ..outputs.manifest import TOLERANCES, read_manifest, shape_problems
 from ..peft.adapter import Adapter
 from ..peft.format import CONFIG_NAME, LoraConfig
-from ..peft.write import read_manifest
 from ..pipeline import evaluate
 from ..pipeline.build import build_output
-from ..pipeline.figures import TOLERANCES
 from ..pipeline.manifest import manifest_figures, merge_formula, resolved_for
 from ..recipe.recipe import Recipe, manifest_root, with_absolute_inputs
 from ..workspace.base_model import folder_is, model_folder_problem
 from ..workspace.names import Workspace
 from .adapter import config_checks, identity_checks, open_output
 from .checks import check, close, not_run, result
-from .files import figures_check, files_check, manifest_check, shape_problems
+from .files import figures_check, files_check, manifest_check
 from .peft_load import peft_checks
 from .update import compare_to_recomputed
 
