@@ -33,7 +33,7 @@ from ..methods.base import Method, ModuleOperands
 from ..peft.adapter import Adapter
 from ..recipe.recipe import Recipe
 from ..workspace.names import Workspace
-from ..workspace.taskvector import TaskVector, align
+from ..workspace.taskvector import TaskVector
 from .inputs import open_inputs
 
 BASES_BUDGET = 1 << 30  # bytes of float64 bases kept across modules (see evaluate)
@@ -182,13 +182,12 @@ def evaluate_cores(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
     method = methods.get(recipe.method)
     forms = operand_forms(recipe, method)
     order = list(dict.fromkeys(n for form in forms.values() for n in form.names()))
-    ws, inputs = open_inputs(recipe, ws, order)
-    vecs = {name: ws.vector(name, recipe.modules_to_save) for name in order}
-    names = align(list(vecs.values()), list(vecs), recipe.allow_missing)
+    ws, inputs, opened = open_inputs(recipe, ws, order)
+    vecs, names = opened.vectors, opened.align(allow_missing=recipe.allow_missing)[1]
     selected, left_out, mult = select(recipe, names)
     if not method.stepped:
         names = selected  # a merge (or refactor) writes the selected modules only
-    missing = {n: [m for m in names if m not in v.modules] for n, v in vecs.items()}
+    missing = opened.missing(names)
     specs = {m: next(v.specs[m] for v in vecs.values() if m in v.specs) for m in names}
 
     # Keep every module's bases when they fit in BASES_BUDGET (saves forming them twice); else
