@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..errors import few
+from ..io.parse import ParseError, parse_json, short
 from . import EvidenceError
 from .records import SHA_RE, Entry, Record, finite_number, is_stale, name_problem, utc_now
 
@@ -282,13 +283,30 @@ class Ledger:
         out = []
         for row in self._read(sql + " ORDER BY id", args):
             rid, model, sha, met, value, subs, stderr, item, cluster, source, note, created = row
-            rec = Record(rid, model, sha, met, value, tuple(sorted(json.loads(subs).items())), stderr, item,
+            rec = Record(rid, model, sha, met, value, self._stored_subs(rid, model, met, subs), stderr, item,
                          cluster, source, note, created)
             stale = is_stale(rec, current_sha)
             if stale and not include_stale:
                 continue
             out.append(dataclasses.replace(rec, stale=stale))
         return out
+
+    def _stored_subs(self, rid, model, metric, text) -> tuple[tuple[str, float], ...]:
+        """A record's stored sub-scores (JSON the ledger wrote, read through ``io.parse`` as a stranger's: the
+        file may have been edited), as sorted pairs; EvidenceError naming the record when they are not a JSON
+        object of finite numbers."""
+        try:
+            subs = parse_json(text, self.path) if isinstance(text, str) else None
+        except ParseError as e:
+            subs, why = None, e.problem.split("; ")[0]
+        else:
+            why = "not a JSON object of numbers"
+        if isinstance(subs, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                          for v in subs.values()):
+            return tuple(sorted(subs.items()))
+        raise EvidenceError(f"{self.path}: record {rid} ({model}, {metric}): its stored sub-scores {short(text, 60)} "
+                            f"are unreadable ({why}); the ledger was changed outside vecmerge: delete that record "
+                            "or restore the file")
 
     def metrics(self) -> list[str]:
         """Every metric with at least one record, sorted."""
