@@ -77,9 +77,9 @@ def _cwd(path: Path):
 def prepare_folder(out, force: bool) -> Path:
     """Create ``out``; an existing one is replaced only with ``force`` and only if vecmerge made it.
 
-    The rule is every output's (``safe_policy``): an empty folder, a demo folder (its marker file) or
+    The rule is every output's (``outputs.policy``): an empty folder, a demo folder (its marker file) or
     a vecmerge output may be replaced, a folder of the user's never. The old folder is deleted
-    crash-safely (``safe_write.discard_folder``); the demo then builds in place and marks the folder first.
+    crash-safely (``outputs.transaction.discard_folder``); the demo then builds in place and marks the folder first.
     """
     out = Path(out)
     policy = OutputPolicy.for_command(force=force)

@@ -91,8 +91,8 @@ def output_plan(recipe: Recipe) -> list[tuple[float, str | None]]:
 
 
 def output_policy(recipe: Recipe, ws: Workspace, names: list[str], force: bool) -> OutputPolicy:
-    """What this recipe may write (``safe_policy``): never an input, a workspace adapter or the base model;
-    with ``force`` only over a folder vecmerge wrote.
+    """What this recipe may write (``outputs.policy.OutputPolicy``): never an input, a workspace adapter or the
+    base model; with ``force`` only over a folder vecmerge wrote.
 
     Args:
         recipe (Recipe): its ``inputs`` (paths). ws (Workspace): adapters and base model.

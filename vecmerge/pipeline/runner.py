@@ -143,7 +143,7 @@ class RunReport:
 def warnings_for(ev: Evaluation, built: BuiltOutput, roots=()) -> list[str]:
     """Plain-words warnings about one output: little of the step survived, dtype rounding, idle modules,
     a step far outside a trust region, an all-zero update, inputs of different base models (``roots``:
-    where their relative declared paths start, see ``basemodel.canonical``)."""
+    where their relative declared paths start, see ``workspace.base_model.canonical``)."""
     recipe, fig, st = ev.recipe, built.figures, ev.step
     out = []
     if "survival" in fig and fig["survival"] < SURVIVAL_WARN and st is None:
@@ -280,7 +280,7 @@ def _build(ev: Evaluation, ws: Workspace, multiple: float, path, progress, folde
     """One output built and checked: ``(BuiltOutput, OutputReport, weights sha256 | None)``.
 
     With ``folder`` (a staged output folder) the weights are streamed into it as the modules are made
-    (``export.weights_stream``; not for ``target_parameters`` adapters, whose tensors come back in
+    (``peft.write.weights_stream``; not for ``target_parameters`` adapters, whose tensors come back in
     ``BuiltOutput.tensors``). Raises CheckFailed for a lossless output that verify would refuse, or any
     warning under ``--strict``.
     """

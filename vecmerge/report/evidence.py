@@ -177,8 +177,8 @@ def plot_show(d: dict, f) -> None:
     Single runs are drawn as hollow points without a bar (one run has no spread). One panel per metric.
 
     Args:
-        d (dict): ``evidence.commands.show``'s result. f (BinaryIO): where the PNG goes (``safe_write.write_file``
-            stages it and moves it into place).
+        d (dict): ``evidence.operations.show``'s result. f (BinaryIO): where the PNG goes
+            (``outputs.transaction.write_file`` stages it and moves it into place).
     """
     try:
         import matplotlib

@@ -148,7 +148,7 @@ def _discard(module: str, tensors: dict) -> None:
 def base_model_check(base_model: Path, out: Adapter | None, manifest: dict, allow: bool = False,
                      aliases: dict | None = None, root: Path | None = None) -> dict:
     """``--base-model`` is the model the output declares: the output's ``base_model_name_or_path``, or
-    the base model one of its inputs declares (``basemodel.folder_is``).
+    the base model one of its inputs declares (``workspace.base_model.folder_is``).
 
     Args:
         base_model (Path): the local model folder given. out (Adapter | None): the output, opened.
