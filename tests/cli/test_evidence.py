@@ -70,7 +70,7 @@ def test_add_ties_runs_to_the_content_sha256(ws, run_cli):
 
 @pytest.mark.parametrize("args, match", [
     (["evidence", "add", "v51", "1.0", "--sub", "item"], "--sub 'item': give KEY=VALUE"),
-    (["evidence", "add", "v51", "1.0", "2.0", "--sub", "a=1"], "--sub applies to one run"),
+    (["evidence", "add", "v51", "1.0", "2.0", "--sub", "a=1"], "--sub a has 1 value(s) for 2 run(s)"),
     (["evidence", "add", "v51", "nan"], "not finite"),
     (["evidence", "compare", "v51", "v5l"], "no records of v5l"),
     (["evidence", "show", "--metric", "acc"], "metric 'acc': no records"),

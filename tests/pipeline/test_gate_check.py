@@ -59,7 +59,7 @@ def rows_of(res) -> dict:
 def test_the_v58_workspace_passes_all_six(gate_ws, run_cli):
     res = run_cli(*GATE)
     assert res.exit_code == 0, res.output
-    assert "PASSED: all 6 conditions" in res.stdout
+    assert "PASSED: all 7 conditions" in res.stdout
     for cond in ("common base", "common parent", "stable backbone", "repeated evidence", "module consensus",
                  "small trust region"):
         assert cond in res.stdout
@@ -208,12 +208,12 @@ def test_the_gate_uses_the_pipelines_consensus_and_step(gate_ws, run_cli):
 def test_project_gate_passes_and_the_output_carries_the_table(gate_ws, run_cli):
     res = run_cli(*PROJECT)
     assert res.exit_code == 0, res.output
-    assert "PASSED: all 6 conditions" in res.stdout
+    assert "PASSED: all 7 conditions" in res.stdout
     man = json.loads((gate_ws / "out" / "v58" / "vecmerge.json").read_text())
-    assert man["gate"]["passed"] and len(man["gate"]["rows"]) == 6 and "gate" not in man["recipe"]
+    assert man["gate"]["passed"] and len(man["gate"]["rows"]) == 7 and "gate" not in man["recipe"]
     card = (gate_ws / "out" / "v58" / "README.md").read_text()
     assert "Gate before writing (v54 + alpha * (v51 - v28), metric `official_total`): PASSED" in card
-    assert card.count("| PASS |") == 6 and "Closeness of v51 to v28: cosine 0." in card
+    assert card.count("| PASS |") == 7 and "Closeness of v51 to v28: cosine 0." in card
     assert run_cli("verify", "out/v58").exit_code == 0
     rep = json.loads(run_cli(*PROJECT, "--force", "--json").stdout)
     assert rep["gate"]["passed"] and rep["gate"]["rows"] == man["gate"]["rows"]

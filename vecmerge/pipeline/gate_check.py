@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..analysis.consensus import summarize as summarize_consensus
-from ..errors import CheckFailed, RecipeError, UsageError, VecmergeError
+from ..errors import CheckFailed, RecipeError, UsageError, VecmergeError, shown
 from ..evidence.gate import GateConfig, GateFacts, GateResult, evaluate_gate
 from ..evidence.ledger import Ledger
 from ..evidence.operations import gate_evidence
@@ -97,7 +97,7 @@ def step_names(recipe: Recipe) -> tuple[str, str, str]:
 
 def gate_config(ws: Workspace, recipe_gate=None) -> GateConfig:
     """The workspace's ``gate:`` thresholds, overridden key by key by a recipe's ``gate:`` mapping."""
-    config = GateConfig.from_dict(ws.gate, source=str(ws.file) if ws.file else "vecmerge.yaml")
+    config = GateConfig.from_dict(ws.gate, source=shown(ws.file) if ws.file else "vecmerge.yaml")
     if isinstance(recipe_gate, dict) and recipe_gate:
         over = GateConfig.from_dict(recipe_gate, source="recipe")
         config = dataclasses.replace(config, **{k: getattr(over, k) for k in recipe_gate},
