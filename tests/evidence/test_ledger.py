@@ -210,8 +210,10 @@ def version_1_ledger(path):
     con = sqlite3.connect(path)
     for statement in V1_SCHEMA:
         con.execute(statement)
-    con.execute("INSERT INTO records (model, sha256, metric, value, subs, source, created) VALUES "
-                "('v51', NULL, 'official_total', 1.018, '{\"item_understanding\": 0.2453}', 'manual', '2026-01-01T00:00:00Z')")
+    con.execute("INSERT INTO records (model, sha256, metric, value, subs, source, created) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                ("v51", None, "official_total", 1.018, '{"item_understanding": 0.2453}', "manual",
+                 "2026-01-01T00:00:00Z"))
     con.execute("INSERT INTO records (model, metric, value, item, cluster, source, created) VALUES "
                 "('v51', 'official_total', 1.0, 'q1', 'c1', 'manual', '2026-01-01T00:00:00Z')")
     con.execute("INSERT INTO directions VALUES ('official_total', 1, '2026-01-01T00:00:00Z')")

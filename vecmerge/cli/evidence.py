@@ -1,4 +1,5 @@
-"""``vecmerge evidence ...``, ``vecmerge ls`` and ``vecmerge gate``: the ledger, lineage and the six-condition gate."""
+"""``vecmerge evidence ...``, ``vecmerge ls`` and ``vecmerge gate``: the ledger, plans and sequential decisions,
+lineage and the seven-condition gate."""
 
 from __future__ import annotations
 
@@ -241,10 +242,12 @@ def ls_cmd(obj: Ctx, metric, as_json):
 @click.pass_obj
 @handled
 def gate_cmd(obj: Ctx, base, direction, consensus_ref, trust, metric, as_json):
-    """Is BASE + alpha*(X - Y) worth trying? Six conditions, PASS/FAIL/UNKNOWN; exit 0 only when all pass.
+    """Is BASE + alpha*(X - Y) worth trying? Seven conditions, PASS/FAIL/UNKNOWN; exit 0 only when all pass.
 
     Common base, common parent (lineage), stable backbone (repeated runs), repeated evidence (X beats Y
-    beyond eval noise), module consensus, small trust region. Thresholds: gate: in vecmerge.yaml.
+    beyond eval noise, or the decision of a plan of X vs Y), module consensus, small trust region, no
+    sub-score regresses (each protected sub-score of X not worse than Y's at its margin). Thresholds, protect
+    and margin: gate: in vecmerge.yaml.
     """
     import math
 

@@ -27,4 +27,5 @@ from .merging import merge, verify
 from .models import extract, fuse
 
 __all__ = ["inspect", "audit", "merge", "verify", "evidence_add", "evidence_import", "evidence_export", "evidence_show",
-           "evidence_compare", "evidence_calibrate", "evidence_plan", "evidence_decide", "ls", "gate", "extract", "fuse"]
+           "evidence_compare", "evidence_calibrate", "evidence_plan", "evidence_decide", "ls", "gate", "extract",
+           "fuse"]

@@ -195,7 +195,7 @@ def ls(ws: Workspace, *, metric: str | None = None, as_json: bool = False, echo=
 
 def gate(ws: Workspace, base: str, direction: str, *, consensus_ref: str | None = None, trust: float | None = None,
          metric: str | None = None, as_json: bool = False, echo=print, progress=None) -> dict:
-    """``vecmerge gate --base B --dir X-Y [--consensus-ref R] [--trust T] [--metric M]``: the six conditions.
+    """``vecmerge gate --base B --dir X-Y [--consensus-ref R] [--trust T] [--metric M]``: the seven conditions.
 
     The same facts ``project --gate`` judges (``pipeline.gate.check_gate``); the consensus is counted, never
     enforced here (``on_disagree: keep``). Raises CheckFailed (exit 1) unless every condition passes.

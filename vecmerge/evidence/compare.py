@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import EvidenceError
+from .grades import Grid, detect_grid
 from .ledger import Record
 from .noise import PooledNoise, pooled_noise, repeats_needed
 from .stats import DiffResult, Summary, item_means, paired, runs_by_model, summarize, welch
@@ -31,6 +32,7 @@ class Comparison:
     ``within_noise``, ``not_enough_runs``; ``verdict`` is the same in words with the names filled in.
     decided_by is the kind of the test the verdict rests on (None when there is none). subscores: every
     sub-score of A against B, and what the difference costs the others (None when neither recorded any).
+    grid: the grid the metric's run values across all models lie on (``grades.detect_grid``), or None.
     """
 
     a: str
@@ -52,6 +54,7 @@ class Comparison:
     verdict: str
     reasons: tuple[str, ...] = ()
     subscores: SubScoreComparison | None = None
+    grid: Grid | None = None
 
     def as_dict(self) -> dict:
         out = {}
@@ -133,4 +136,5 @@ def compare(a: str, b: str, records: Iterable[Record], *, metric: str | None = N
                                  min_runs=min_runs, min_items=min_items, power=power)
     return Comparison(a, b, metric, higher_is_better, confidence, sa, sb, w, pr, cl, pooled, detect, noise,
                       needed, decided.kind if decided else None, code,
-                      VERDICTS[code].format(a=a, b=b, metric=metric), tuple(reasons), subs)
+                      VERDICTS[code].format(a=a, b=b, metric=metric), tuple(reasons), subs,
+                      detect_grid([v for vs in runs.values() for v in vs]))

@@ -8,8 +8,8 @@ Detection, over the distinct values u_1 < ... < u_d of the records (values withi
 
     tol        half a unit of the last decimal the values are written with (0.2453 -> 0.00005), so a
                published, rounded grade still fits; at least 4 float epsilons of the largest value
-    candidate  step = g_min / j for j = 1 .. max_divisor, g_min the smallest gap, largest step first; a
-               candidate fits when every gap g_i is within 2 tol (1 + k_i / j) of k_i * step, k_i = round(g_i / step) >= 1
+    candidate  step = g_min / j for j = 1 .. max_divisor, g_min the smallest gap, largest step first; it
+               fits when every gap g_i is within 2 tol (1 + k_i / j) of k_i * step, k_i = round(g_i / step) >= 1
     fit        grade indices k_i (from u_1), then least squares u_i = c + step * k_i (numpy), accepted when
                every residual is <= 2 tol and at least ``min_occupancy`` of the grades from u_1 to u_d are seen
     multiples  whether c is itself a whole number of steps (the grades are multiples of the step, from 0)

@@ -123,7 +123,8 @@ def _grids(records) -> list[dict]:
     for metric in dict.fromkeys(r.metric for r in records):
         mine = [r for r in records if r.metric == metric]
         series = {None: [v for vs in runs_by_model(mine).values() for v in vs]}
-        series.update({k: [v for vs in by_model.values() for v in vs] for k, by_model in sorted(sub_runs(mine).items())})
+        series.update({k: [v for vs in by_model.values() for v in vs]
+                       for k, by_model in sorted(sub_runs(mine).items())})
         for sub, values in series.items():
             grid = detect_grid(values)
             if grid is not None:

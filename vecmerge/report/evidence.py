@@ -80,7 +80,7 @@ def _runs(s) -> str:
     """``n: mean [CI]`` of one model's sub-score runs."""
     if s is None:
         return "-"
-    return f"{s['n']}: {s['mean']:.4g}" + ("" if s["ci_low"] is None else f" {_ci(s['ci_low'], s['ci_high'], 3)}")
+    return f"{s['n']}: {s['mean']:.4g}" + ("" if s["ci_low"] is None else f" {_ci(s['ci_low'], s['ci_high'], 4)}")
 
 
 def _p(p, holm) -> str:
@@ -124,11 +124,11 @@ def render_plan(d: dict) -> str:
     """``evidence plan``: what was pre-registered, and how to ask for the decision."""
     p = d["plan"]
     prior = (f"prior scale {p['prior_scale']:.4g} = D / pooled noise sd {p['noise_sd']:.4g}" if p["noise_sd"] else
-             "prior scale 1 (no noise recorded yet)")
+             "prior scale 1: no run noise recorded yet")
     return "\n".join([
         f"plan {p['id']} recorded: is {p['a']} better than {p['b']} on {p['metric']} "
         f"({'higher' if p['higher_is_better'] else 'lower'} is better) by at least D = {p['min_effect']:g}?",
-        f"at most {p['max_runs']} runs of each, alpha {p['alpha']:g} at every look, test {p['test']} ({prior})",
+        f"at most {p['max_runs']} runs of each, alpha {p['alpha']:g} at every look, test {p['test']}; {prior}",
         f"weights: {p['a']} {_short(p['a_sha256'])}, {p['b']} {_short(p['b_sha256'])}; immutable "
         f"(a new plan is a new record)",
         f"its looks: runs recorded from now on (record id >= {d['looks_from']}); ask with: vecmerge evidence "
@@ -189,6 +189,12 @@ def render_compare(d: dict) -> str:
         out.append(f"runs per model to detect {d['detect']:.4g}: not computable (no noise estimate)")
     out.append(f"verdict: {d['verdict']}" + (f" (by the {d['decided_by']} test)" if d["decided_by"] else ""))
     out += [f"note: {r}" for r in d["reasons"]]
+    if d.get("grid"):
+        step, sa, sb = d["grid"]["step"], d["a_summary"], d["b_summary"]
+        moved = "" if not (sa and sb) else f"; the difference of means, {sa['mean'] - sb['mean']:+.4g}, is " \
+            f"{(sa['mean'] - sb['mean']) / step:+.2f} grades" + (
+                " (below one grade)" if abs(sa["mean"] - sb["mean"]) < step - 2 * d["grid"]["tolerance"] else "")
+        out.append(f"grid: {d['metric']} moves in grades of {step:.5g}{moved}")
     if d.get("subscores"):
         out += [""] + render_subscores(d["subscores"])
     return "\n".join(out)
