@@ -7,8 +7,12 @@ timeout), so two processes may write at once and neither loses a record.
 
     ledger = Ledger("vecmerge-evidence.db")
     ledger.set_direction("official_total", higher_is_better=True)
-    ledger.add("v51", sha, "official_total", [1.0180, 0.9895, 1.0004, 1.0105, 1.0142])
+    ledger.add("v51", sha, "official_total", [1.0180, 0.9895, 1.0004, 1.0105, 1.0142],
+               subs=[{"item_understanding": 0.2453}] * 5)
     current = ledger.records(metric="official_total", current_sha={"v51": sha})
+
+It also keeps pre-registered plans (``add_plan``, ``plans``: immutable rows, see ``sequential.py``). The schema is
+versioned (``schema.py``): an older ledger is read as it is and migrated by its first write.
 """
 
 from __future__ import annotations
