@@ -36,7 +36,7 @@ from .recipe_flags import merge_options, method_help, method_options, run_recipe
 @click.option("--strict", is_flag=True, help="Fail (exit 1, nothing written) on any warning: less than 99% of the "
               "step survives, the written update misses it by over 10% of the step, dtype rounding, a step over "
               "half the backbone's norm, inputs of different base models.")
-@click.option("--gate", "run_gate", is_flag=True, help="Run the six-condition gate first (see 'vecmerge gate'); "
+@click.option("--gate", "run_gate", is_flag=True, help="Run the seven-condition gate first (see 'vecmerge gate'); "
               "write nothing unless every condition passes. The output's manifest and card carry its table.")
 @click.option("--metric", help="With --gate: the ledger metric for the backbone and evidence conditions.")
 @selection_options

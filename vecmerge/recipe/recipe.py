@@ -11,7 +11,7 @@ A YAML recipe mirrors the flags of ``vecmerge project``::
     dose: [0.5, 1, 1.456]     # optional ladder: one output per multiple of alpha, at OUT-x<k>;
                               # a single number (dose: 1.456) writes that multiple at OUT itself
     out: out/v58
-    gate: true                # optional: run the six-condition gate first (vecmerge gate); a mapping
+    gate: true                # optional: run the seven-condition gate first (vecmerge gate); a mapping
                               # ({metric: acc, max_trust: 0.02}) also overrides vecmerge.yaml's gate: thresholds
     inputs:                   # optional; paths relative to the recipe; pins are checked
       v54: {path: runs/v54, sha256: "9f0c...", config_sha256: "41aa..."}
@@ -576,7 +576,7 @@ def schema() -> list[tuple[str, str, str]]:
         ("exclude", "regex", "Leave out the modules whose name matches (re.search)."),
         ("multipliers", "{regex: factor}", "Per module, the factor of the first pattern its name matches "
          "(project: on the direction before alpha is chosen; merge: on the update)."),
-        ("gate", "true | {metric, thresholds...}", "Run the six-condition gate (vecmerge gate) first and write "
+        ("gate", "true | {metric, thresholds...}", "Run the seven-condition gate (vecmerge gate) first and write "
          "nothing unless every condition passes; a mapping overrides vecmerge.yaml's gate: thresholds."),
     ]
     for name, owners in methods.all_fields().items():
