@@ -3,7 +3,7 @@
 - README.md, between the demo-output markers: what `make demo` prints.
 - examples/WALKTHROUGH.md, between the walkthrough-output markers: what examples/walkthrough.py prints
   in that demo folder.
-- docs/RECIPES.md: the recipe keys (``vecmerge.recipe.recipe.recipe_markdown``), the same as ``vecmerge run --help``.
+- docs/RECIPES.md: the recipe keys (``vecmerge.recipe.docs.recipe_markdown``), the same as ``vecmerge run --help``.
 
 tests/demo/test_run.py checks that the pasted README transcript still matches a demo run (numbers masked,
 since training round-off may differ between machines; hashes masked too).
@@ -31,7 +31,7 @@ def paste(doc: Path, name: str, text: str, header: str = "") -> None:
 
 
 def main() -> int:
-    from vecmerge.recipe.recipe import recipe_markdown
+    from vecmerge.recipe.docs import recipe_markdown
 
     (ROOT / "docs" / "RECIPES.md").write_text(recipe_markdown())
     print(f"updated {ROOT / 'docs' / 'RECIPES.md'}", file=sys.stderr)
