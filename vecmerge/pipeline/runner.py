@@ -319,7 +319,7 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
 
     Returns:
         RunReport; raises CheckFailed (exit 1) for a failed consensus gate or ``--strict``, and GateFailed
-        (exit 1, with the table) when the recipe asks for the six-condition gate and it does not pass.
+        (exit 1, with the table) when the recipe asks for the seven-condition gate and it does not pass.
     """
     ws = ws or Workspace()
     if recipe.base_model_id is None and ws.base_model_id is not None:
@@ -335,7 +335,7 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
         for _, p in plan:
             policy.check_folder(p, expected_entries=OUTPUT_FILES)
     gate = None
-    if recipe.gate:  # the six conditions first: nothing is written unless every one passes
+    if recipe.gate:  # the seven conditions first: nothing is written unless every one passes
         gate = check_gate(recipe, ws, progress)
         if not gate.passed:
             raise GateFailed(gate)

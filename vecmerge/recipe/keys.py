@@ -153,7 +153,7 @@ KEYS: tuple[Key, ...] = (
     Key("base_model_id", "hub_id", "Hub id of the base model, e.g. Qwen/Qwen3-0.6B, written as "
         "base_model_name_or_path and in the model card (default: base_model_id in vecmerge.yaml, else the inputs' "
         "own, often a local path).", values="ORG/NAME", flag="--base-model-id", commands=COMMANDS),
-    Key("gate", "gate", "Run the six-condition gate (vecmerge gate) first and write nothing unless every condition "
+    Key("gate", "gate", "Run the seven-condition gate (vecmerge gate) first and write nothing unless every condition "
         "passes; the output's manifest and card carry its table.", values="true | {metric, thresholds...}",
         flag="--gate", commands=("project",),
         notes=(("recipe", " A mapping also overrides vecmerge.yaml's gate: thresholds."),)),

@@ -11,7 +11,7 @@ A YAML recipe mirrors the flags of ``vecmerge project``::
     dose: [0.5, 1, 1.456]     # optional ladder: one output per multiple of alpha, at OUT-x<k>;
                               # a single number (dose: 1.456) writes that multiple at OUT itself
     out: out/v58
-    gate: true                # optional: run the six-condition gate first (vecmerge gate); a mapping
+    gate: true                # optional: run the seven-condition gate first (vecmerge gate); a mapping
                               # ({metric: acc, max_trust: 0.02}) also overrides vecmerge.yaml's gate: thresholds
     inputs:                   # optional; paths relative to the recipe; pins are checked
       v54: {path: runs/v54, sha256: "9f0c...", config_sha256: "41aa..."}
