@@ -522,7 +522,7 @@ def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli
     """verify.update.compare_to_recomputed keeps every module's recomputed update by default (the PEFT checks
     compare against them): each is ``base_m + alpha dir_m`` of dense float64 from the raw files (alpha from
     the manifest; rtol 1e-12)."""
-    from vecmerge.recipe.recipe import with_absolute_inputs
+    from vecmerge.recipe.load import with_absolute_inputs
     from vecmerge.verify.output import TOLERANCES, recompute
     from vecmerge.verify.update import compare_to_recomputed
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from .. import __version__, methods
-from ..errors import CheckFailed, RecipeError, few, shown
+from ..errors import CheckFailed, Problem, RecipeError, few, shown
 from ..options import is_hub_id
 from ..outputs.card import model_card
 from ..outputs.manifest import MANIFEST_NAME, TOLERANCES
@@ -330,7 +330,7 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     policy = None
     if not dry_run:  # refuse a bad --out before any work: the commit checks every target again
         if any(p is None for _, p in plan):
-            raise RecipeError(["out: missing (where to write the adapter), or use --dry-run"])
+            raise RecipeError([Problem("{out}: missing (where to write the adapter), or use --dry-run")])
         names = list(dict.fromkeys(n for form in operand_forms(recipe, methods.get(recipe.method)).values()
                                    for n in form.names()))
         policy = output_policy(recipe, ws, names, force)
