@@ -88,7 +88,7 @@ def test_extract_bench_blocks_on_tiny_shapes(tmp_path, monkeypatch, run_cli):
     import torch
     from safetensors.torch import load_file
 
-    from vecmerge.io.safetensors_read import ModelFolder
+    from vecmerge.io.model_folder import ModelFolder
 
     monkeypatch.setitem(be.SHAPES, "tiny", dict(hidden=32, inter=48, heads=4, kv=2, head_dim=8, vocab=64, layers=4,
                                                 rank=4, sample=1))

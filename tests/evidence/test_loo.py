@@ -69,7 +69,7 @@ def test_a_tracking_proxy_ranks_candidates_held_out():
     assert c.coefficients["probe"] == pytest.approx(np.polyfit(X[:, 0], y, 1)[0], rel=1e-8)
     assert c.predict({"probe": 1.0}) == pytest.approx(c.coefficients["intercept"] + c.coefficients["probe"], rel=1e-12)
     assert c == calibrate_loo({"probe": TRACK}, TARGET, target_name="official")  # seeded
-    d = c.as_dict()
+    d = c.to_dict()
     assert [r["model"] for r in d["held_out"]] == list(TARGET) and d["held_out"][0]["proxy:probe"] == TRACK["m0"][0]
 
 

@@ -61,8 +61,8 @@ import torch
 from ..errors import VecmergeError
 from ..expr import parse
 from ..linalg.lowrank import COMPUTE_DTYPE, LowRank, check_magnitude
-from ..workspace.base_model import differ, same_base_model
-from ..workspace.taskvector import TaskVector, align
+from ..workspace.inputs import open_inputs
+from ..workspace.taskvector import TaskVector
 from .consensus import check_not_zero, measure, summarize
 
 LEVEL = 0.05
@@ -165,26 +165,26 @@ def mark_chance(rows: list[dict], spectra: list, samples: int = 200, seed: int =
 
 def _vectors(ws, exprs: list[str], allow_missing: bool, modules_to_save: str = "refuse",
              allow_base_mismatch: bool = False):
-    """Evaluate and align expressions; missing modules become zeros and are listed per adapter name.
+    """Open the adapters (``workspace.inputs.open_inputs``), evaluate and align the expressions; missing modules
+    become zeros and are listed per adapter name.
 
     Returns:
         (task vectors with every module, module names, {adapter: [modules it lacks]},
-        [per expression: the set of modules every adapter of it has]).
+        [per expression: the set of modules every adapter of it has], the opened Inputs).
     """
-    adapters = dict.fromkeys(n for e in exprs for n in parse(e).names())
-    declared = same_base_model({n: ws.adapter(n, modules_to_save) for n in adapters}, allow_base_mismatch,
-                               (ws.home,))
-    vecs = [ws.evaluate(e, allow_missing, modules_to_save) for e in exprs]
+    forms = [parse(e) for e in exprs]
+    inputs = open_inputs(ws, [n for f in forms for n in f.names()], modules_to_save=modules_to_save,
+                         allow_base_mismatch=allow_base_mismatch)
+    vecs, names = inputs.align(list(zip(exprs, forms)), allow_missing)
     for e, v in zip(exprs, vecs):
         for m, x in v.modules.items():
             check_magnitude(m, f"{e!r}", x, "keep the expression's coefficients and the adapters' lora_alpha in a "
                             "sane range")
-    names = align(vecs, exprs, allow_missing)
     shapes = {m: next(v[m].shape for v in vecs if m in v.modules) for m in names}
-    missing = {n: [m for m in names if m not in ws.adapter(n, modules_to_save).specs] for n in adapters}
+    missing = inputs.missing(names)
     full = [TaskVector({m: v.modules.get(m) or LowRank.zeros(shapes[m]) for m in names}, v.specs) for v in vecs]
-    present = [set(names).difference(*(missing[n] for n in parse(e).names())) for e in exprs]
-    return full, names, {n: ms for n, ms in missing.items() if ms}, present, declared
+    present = [set(names).difference(*(missing[n] for n in f.names())) for f in forms]
+    return full, names, {n: ms for n, ms in missing.items() if ms}, present, inputs
 
 
 def pairwise(vectors: list[TaskVector], labels: list[str], names: list[str], progress=None,
@@ -250,8 +250,8 @@ def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False
     """
     if samples < 0:
         raise VecmergeError(f"samples={samples}: give 0 (analytic band) or a positive number of draws")
-    (rv, dv), names, missing, _, declared = _vectors(ws, [ref, direction], allow_missing, modules_to_save,
-                                                     allow_base_mismatch)
+    (rv, dv), names, missing, _, inputs = _vectors(ws, [ref, direction], allow_missing, modules_to_save,
+                                                   allow_base_mismatch)
     rows, spectra = measure(rv, dv, names, progress)
     lacking = {n: set(ms) for n, ms in missing.items()}
     for r in rows:
@@ -268,7 +268,7 @@ def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False
                               "agree_significant": marks.count("agree"),
                               "disagree_significant": marks.count("disagree")}
     return {"kind": "audit", "ref": ref, "dir": direction, "missing": missing, "summary": summary, "rows": rows,
-            "base_models": declared, "base_models_differ": differ(declared, (ws.home,))}
+            "base_models": inputs.declared, "base_models_differ": inputs.base_models_differ}
 
 
 def audit_pairwise(ws, adapters: list[str], allow_missing: bool = False, progress=None, *,
@@ -280,8 +280,8 @@ def audit_pairwise(ws, adapters: list[str], allow_missing: bool = False, progres
         allow_missing (bool): missing modules read as zero (not compared). progress: optional iterable wrapper.
         modules_to_save (str), allow_base_mismatch (bool): as for ``audit_trajectories``.
     """
-    vecs, names, missing, present, declared = _vectors(ws, list(adapters), allow_missing, modules_to_save,
-                                                       allow_base_mismatch)
+    vecs, names, missing, present, inputs = _vectors(ws, list(adapters), allow_missing, modules_to_save,
+                                                     allow_base_mismatch)
     res = pairwise(vecs, list(adapters), names, progress, present)
     return {"kind": "pairwise", "missing": missing, "pairwise": {k: v for k, v in res.items() if k != "pairs"},
-            "pairs": res["pairs"], "base_models": declared, "base_models_differ": differ(declared, (ws.home,))}
+            "pairs": res["pairs"], "base_models": inputs.declared, "base_models_differ": inputs.base_models_differ}

@@ -6,7 +6,7 @@ prints, so the transcript is exactly what a user typing them would see. Every fu
 
     adapters.py   inspect, audit
     merging.py    merge (project, merge, refactor, run), verify
-    evidence.py   evidence add/import/export/show/compare/calibrate, ls, gate
+    evidence.py   evidence add/import/export/show/compare/calibrate/plan/decide, ls, gate
     models.py     extract, fuse
     probe.py      probe
     rank.py       rank
@@ -17,8 +17,10 @@ from .evidence import (
                        evidence_add,
                        evidence_calibrate,
                        evidence_compare,
+                       evidence_decide,
                        evidence_export,
                        evidence_import,
+                       evidence_plan,
                        evidence_show,
                        gate,
                        ls,
@@ -29,4 +31,5 @@ from .probe import probe
 from .rank import rank
 
 __all__ = ["inspect", "audit", "merge", "verify", "evidence_add", "evidence_import", "evidence_export", "evidence_show",
-           "evidence_compare", "evidence_calibrate", "ls", "gate", "extract", "fuse", "probe", "rank"]
+           "evidence_compare", "evidence_calibrate", "evidence_plan", "evidence_decide", "ls", "gate", "extract",
+           "fuse", "probe", "rank"]

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import CheckFailed, UsageError, VecmergeError
 from ..evidence import operations as evidence
 from ..evidence.ledger import Ledger
+from ..io.parse import ParseError, load_json
 from ..outputs.transaction import PNG, OutputPolicy, write_file
-from ..pipeline.gate_check import check_gate, declared_base
+from ..peft.format import CONFIG_NAME
+from ..pipeline.gate_check import check_gate
 from ..recipe.recipe import Consensus, Recipe
 from ..report import evidence as report_evidence
 from ..report import rank as report_rank
 from ..report.format import to_json
+from ..workspace.base_model import declared_base
 from ..workspace.names import Workspace
 from .progress import progress_bar
 
@@ -102,8 +104,10 @@ def evidence_show(ws: Workspace, names=(), metric: str | None = None, *, include
 
 
 def evidence_compare(ws: Workspace, a: str, b: str, metric: str | None = None, *, detect: float | None = None,
-                     include_stale: bool = False, as_json: bool = False, echo=print) -> dict:
-    """``vecmerge evidence compare A B [--metric M] [--detect D]``: Welch, paired and clustered tests, the verdict.
+                     include_stale: bool = False, as_json: bool = False, echo=print, target: str | None = None,
+                     margin: float | None = None) -> dict:
+    """``vecmerge evidence compare A B [--metric M] [--detect D] [--target K] [--margin M]``: Welch, paired and
+    clustered tests, the verdict, and every sub-score with what the difference costs the others.
 
     The metric defaults to the workspace's ``metric:`` when A and B both have records of it.
     """
@@ -113,7 +117,7 @@ def evidence_compare(ws: Workspace, a: str, b: str, metric: str | None = None, *
         shared = [{r.metric for r in ledger.records([n], current_sha=current)} for n in (a, b)]
         metric = ws.metric if all(ws.metric in m for m in shared) else None
     out = evidence.compare_models(ledger, a, b, metric, current_sha=current, include_stale=include_stale,
-                                  detect=detect)
+                                  detect=detect, target=target, margin=margin)
     echo(to_json(out) if as_json else report_evidence.render_compare(out))
     return out
 
@@ -142,16 +146,40 @@ def evidence_calibrate(ws: Workspace, proxy, target: str, *, min_models: int | N
     return out
 
 
-def _base_model_of(folder: Path) -> str | None:
-    try:
-        return declared_base(json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path"))
-    except (OSError, ValueError, AttributeError, TypeError):
+def evidence_plan(ws: Workspace, a: str, b: str, *, metric: str | None, min_effect: float, max_runs: int,
+                  alpha: float = 0.05, as_json: bool = False, echo=print) -> dict:
+    """``vecmerge evidence plan A --vs B --metric M --min-effect D --max-runs N [--alpha A]``: record a plan, tied to
+    A's and B's content sha256 now (names that are no adapter here: none)."""
+    metric = metric or ws.metric
+    if metric is None:
+        raise UsageError("evidence plan: name the metric with --metric M (or set metric: in vecmerge.yaml)")
+    ledger = _ledger(ws)
+    out = evidence.plan(ledger, a, b, metric=metric, min_effect=min_effect, max_runs=max_runs, alpha=alpha,
+                        current_sha={**ws.current_shas(ledger.models()), a: ws.content_sha(a), b: ws.content_sha(b)})
+    echo(to_json(out) if as_json else report_evidence.render_plan(out))
+    return out
+
+
+def evidence_decide(ws: Workspace, a: str, b: str, *, metric: str | None = None, replay: bool = False,
+                    as_json: bool = False, echo=print) -> dict:
+    """``vecmerge evidence decide A --vs B [--metric M] [--replay]``: the latest plan's sequential decision."""
+    ledger = _ledger(ws)
+    out = evidence.decide(ledger, a, b, metric, current_sha=ws.current_shas([a, b]), replay=replay)
+    echo(to_json(out) if as_json else report_evidence.render_decide(out))
+    return out
+
+
+def _base_model_of(folder: Path, roots=()) -> str | None:
+    try:  # a stranger's file: bounded and strict
+        config = load_json(folder / CONFIG_NAME)
+    except ParseError:
         return None
+    return declared_base(config.get("base_model_name_or_path"), roots) if isinstance(config, dict) else None
 
 
 def gate_dict(check) -> dict:
-    """``GateCheck.as_dict`` with the ledger shown relative to the current folder (the manifest keeps it whole)."""
-    return {**check.as_dict(), "ledger": _show_path(check.ledger)}
+    """``GateCheck.to_dict`` with the ledger shown relative to the current folder (the manifest keeps it whole)."""
+    return {**check.to_dict(), "ledger": _show_path(check.ledger)}
 
 
 def ls(ws: Workspace, *, metric: str | None = None, as_json: bool = False, echo=print) -> list[dict]:
@@ -171,7 +199,7 @@ def ls(ws: Workspace, *, metric: str | None = None, as_json: bool = False, echo=
             sha = ws.content_sha(name)
         except VecmergeError as e:
             sha, problems[name] = None, ("missing" if not folder.exists() else "unreadable", str(e))
-        entries[name] = {"path": _show_path(folder), "sha256": sha, "base_model": _base_model_of(folder),
+        entries[name] = {"path": _show_path(folder), "sha256": sha, "base_model": _base_model_of(folder, (ws.home,)),
                          "parent": parents.get(name)}
     rows = evidence.ls_rows(entries, ledger if ledger.path.exists() else None, metric=metric)
     for r in rows:
@@ -185,7 +213,7 @@ def ls(ws: Workspace, *, metric: str | None = None, as_json: bool = False, echo=
 
 def gate(ws: Workspace, base: str, direction: str, *, consensus_ref: str | None = None, trust: float | None = None,
          metric: str | None = None, as_json: bool = False, echo=print, progress=None) -> dict:
-    """``vecmerge gate --base B --dir X-Y [--consensus-ref R] [--trust T] [--metric M]``: the six conditions.
+    """``vecmerge gate --base B --dir X-Y [--consensus-ref R] [--trust T] [--metric M]``: the seven conditions.
 
     The same facts ``project --gate`` judges (``pipeline.gate.check_gate``); the consensus is counted, never
     enforced here (``on_disagree: keep``). Raises CheckFailed (exit 1) unless every condition passes.

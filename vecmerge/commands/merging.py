@@ -35,7 +35,7 @@ def merge(ws: Workspace, recipe: Recipe, *, force: bool = False, dry_run: bool =
         g = rep.gate
         where = "" if dry_run else "; its table is in each output's vecmerge.json and README.md"
         echo(f"gate ({g.backbone} + alpha * ({g.x} - {g.y}), metric {g.metric}): "
-             f"{report_evidence.gate_verdict(g.as_dict())}{where} (vecmerge gate shows it)\n")
+             f"{report_evidence.gate_verdict(g.to_dict())}{where} (vecmerge gate shows it)\n")
     echo(to_json(rep.to_dict()) if as_json else render_merge(rep))
     if show_modules and not as_json:
         echo("\n" + render_modules(rep))

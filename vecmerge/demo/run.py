@@ -2,8 +2,9 @@
 
 It trains a tiny random Qwen3 with LoRA (v28, its continuation v51, a backbone v54e2 -> v54; see
 ``trajectories.py``), evaluates each checkpoint several times on fresh random subsets of held-out
-sequences of the toy task (``evals.csv``), then runs the very commands a user types, printing each
-one first::
+sequences of the toy task, split into three sub-tasks (``evals.csv``: each run's total and sub-scores, each
+item with its sub-task), protects the sub-tasks in the gate (``gate: protect:`` in the demo's
+``vecmerge.yaml``), then runs the very commands a user types, printing each one first::
 
     vecmerge inspect v54 v51
     vecmerge audit --ref v54-v54e2 --dir v51-v28 --plot audit.png
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import os
 import shlex
 import time
@@ -41,12 +41,13 @@ from pathlib import Path
 
 from .. import commands
 from ..errors import CheckFailed, OutputError, VecmergeError
+from ..outputs.manifest import read_manifest
 from ..outputs.policy import DEMO_MARKER as MARKER
 from ..outputs.policy import OutputPolicy
 from ..outputs.transaction import discard_folder
 from ..recipe.recipe import Recipe
 from ..workspace.names import Workspace
-from .trajectories import HISTORY, METRIC, evaluate_checkpoints, make_trajectories, write_probe_prompts
+from .trajectories import HISTORY, METRIC, SUBTASKS, evaluate_checkpoints, make_trajectories, write_probe_prompts
 
 V58 = {"base": "v54", "dir": "v51-v28", "trust": 0.0113, "consensus": {"ref": "v54-v54e2"}, "gate": True,
        "out": "out/v58"}
@@ -104,9 +105,9 @@ def _cwd(path: Path):
 def prepare_folder(out, force: bool) -> Path:
     """Create ``out``; an existing one is replaced only with ``force`` and only if vecmerge made it.
 
-    The rule is every output's (``safe_policy``): an empty folder, a demo folder (its marker file) or
+    The rule is every output's (``outputs.policy``): an empty folder, a demo folder (its marker file) or
     a vecmerge output may be replaced, a folder of the user's never. The old folder is deleted
-    crash-safely (``safe_write.discard_folder``); the demo then builds in place and marks the folder first.
+    crash-safely (``outputs.transaction.discard_folder``); the demo then builds in place and marks the folder first.
     """
     out = Path(out)
     policy = OutputPolicy.for_command(force=force)
@@ -121,11 +122,13 @@ def prepare_folder(out, force: bool) -> Path:
 
 
 def write_evals(path: Path, rows: list[dict]) -> None:
-    """The evaluations as a ledger CSV (``model,metric,value,item,note``; ``vecmerge evidence import`` reads it)."""
+    """The evaluations as a ledger CSV (``model,metric,value,item,note,subscore,sub.<task>...``; ``vecmerge
+    evidence import`` reads it): a run's sub-scores in ``sub.<task>``, an item's sub-task in ``subscore``."""
+    subs = [f"sub.{t}" for t in SUBTASKS]
     with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, ["model", "metric", "value", "item", "note"], lineterminator="\n")
+        writer = csv.DictWriter(f, ["model", "metric", "value", "item", "note", "subscore", *subs], lineterminator="\n")
         writer.writeheader()
-        writer.writerows({**r, "value": repr(r["value"])} for r in rows)
+        writer.writerows({**r, **{k: repr(r[k]) for k in ("value", *subs) if r.get(k) is not None}} for r in rows)
 
 
 def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet: bool = False,
@@ -147,12 +150,14 @@ def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet:
     echo(f"# training toy trajectories (tiny random Qwen3 + LoRA on q/k/v/o/gate/up/down) in {out}, keeping each "
          f"run's other half epochs too ({', '.join(HISTORY)})")
     make_trajectories(folder, seed=seed, progress=not quiet, history=True, **(SMALL if small else {}))
-    with open(folder / "vecmerge.yaml", "a", encoding="utf-8") as f:  # the probe's metrics join toy_acc in the ledger
-        f.write(f"metric: {METRIC}\n")
+    with open(folder / "vecmerge.yaml", "a", encoding="utf-8") as f:  # the sub-tasks are constraints of the merge
+        f.write(f"gate:\n  protect: [{', '.join(SUBTASKS)}]  # sub-scores that must not regress\n")
+        f.write(f"metric: {METRIC}  # the probe's metrics join it in the ledger\n")
     seconds["train"] = time.perf_counter() - t0
     t = time.perf_counter()
     echo(f"# evaluating each checkpoint {RUNS} times, each time on {SUBSET} fresh random sequences of {POOL} "
-         f"held-out ones ({METRIC}: next-token accuracy), into {EVALS} ({', '.join(MAIN)}) and {HISTORY_EVALS}")
+         f"held-out ones ({METRIC}: next-token accuracy; sub-scores {', '.join(SUBTASKS)}: the sequences starting "
+         f"in each third of the vocabulary), into {EVALS} ({', '.join(MAIN)}) and {HISTORY_EVALS}")
     rows = evaluate_checkpoints(folder, PAST, seed=seed, runs=RUNS, subset=SUBSET, pool=POOL)
     write_evals(folder / EVALS, [r for r in rows if r["model"] in MAIN])
     write_evals(folder / HISTORY_EVALS, [r for r in rows if r["model"] not in MAIN])
@@ -174,7 +179,7 @@ def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet:
             echo("\n".join(lines).rstrip())
             seconds[" ".join(args[:2])] = time.perf_counter() - t
     adapter = folder / "out" / "v58"
-    sha = json.loads((adapter / "vecmerge.json").read_text())["output"]["sha256"]
+    sha = read_manifest(adapter)["output"]["sha256"]
     echo(f"\nuploadable adapter: {Path(out) / 'out' / 'v58'}")
     echo(f"sha256 (adapter_model.safetensors): {sha}")
     return {"out": adapter, "sha256": sha, "seconds": seconds}

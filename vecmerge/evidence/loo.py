@@ -122,7 +122,7 @@ class HeldOutCalibration:
         c = self.coefficients
         return c["intercept"] + math.fsum(c[p] * values[p] for p in self.proxies)
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         out = asdict(self)
         for key in ("proxies", "models", "target_means", "predictions", "spearman_ci", "kendall_ci", "reasons"):
             out[key] = None if out[key] is None else list(out[key])

@@ -66,7 +66,7 @@ class PairEntry:
             out.append(str(err))
         return out
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 

@@ -62,7 +62,7 @@ class Ranking:
     calibration: dict | None
     reasons: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {"candidates": list(self.candidates), "proxies": list(self.proxies), "target": self.target,
                 "mode": self.mode, "verdict": self.verdict, "rows": [dict(r) for r in self.rows],
                 "calibration": self.calibration, "reasons": list(self.reasons)}
@@ -128,4 +128,4 @@ def rank_candidates(values: Mapping[str, Mapping[str, float]], *, history: Mappi
             reasons.insert(0, f"the calibration against {target} says {calibration.verdict!r}")
             reasons += [f"calibration: {r}" for r in calibration.reasons]
     return Ranking(candidates, proxies, target, mode, verdict, tuple(rows),
-                   None if calibration is None else calibration.as_dict(), tuple(reasons))
+                   None if calibration is None else calibration.to_dict(), tuple(reasons))

@@ -66,7 +66,7 @@ class Summary:
     single_run: bool
     confidence: float = 0.95
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
@@ -141,7 +141,7 @@ class DiffResult:
         """True when the interval excludes 0 (equivalently p < 1 - confidence)."""
         return self.ci_low > 0 or self.ci_high < 0
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {**asdict(self), "n": list(self.n), "beyond_noise": self.beyond_noise}
 
 
@@ -191,13 +191,17 @@ def clustered_se(d: Sequence[float], clusters: Sequence) -> float:
 def item_means(records: Iterable[Record]) -> tuple[dict[str, float], dict[str, str]]:
     """Per item: the mean of its item-level records, and its cluster key (where one is recorded).
 
-    Raises EvidenceError when one item carries two different cluster keys.
+    Raises EvidenceError when one item carries two different cluster keys, or two different sub-scores.
     """
     sums: dict[str, list[float]] = {}
     clusters: dict[str, str] = {}
+    parts: dict[str, str | None] = {}
     for r in records:
         if not r.is_item:
             continue
+        if parts.setdefault(r.item, r.subscore) != r.subscore:
+            raise EvidenceError(f"item {r.item!r}: two sub-scores ({parts[r.item]!r}, {r.subscore!r}); an item "
+                                "counts toward one sub-score (give items of different sub-scores different ids)")
         sums.setdefault(r.item, []).append(r.value)
         if r.cluster is not None:
             if clusters.setdefault(r.item, r.cluster) != r.cluster:

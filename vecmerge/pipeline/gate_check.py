@@ -1,10 +1,11 @@
-"""The gate before a step BASE + alpha*(X - Y): the six conditions of ``evidence.gate``, with their facts.
+"""The gate before a step BASE + alpha*(X - Y): the seven conditions of ``evidence.gate``, with their facts.
 
 The facts come from the workspace, the evidence ledger and this pipeline's own computations, never
 from a second implementation:
 
     common base         each named adapter's declared base model (adapter_config.json; a local folder by its
-                        real path) and module shapes
+                        real path, a relative one read from the workspace too: ``base_model.declared_base``,
+                        the normaliser ``project``'s check uses) and module shapes
     common parent       ``Workspace.lineage`` (``parent:`` keys, vecmerge manifests) -> ``evidence.lineage``;
                         supporting figures: cos(X, Y) and ||X - Y|| / ||Y|| (factored, exact)
     stable backbone,    the ledger at ``Workspace.ledger_path``, current records only (each adapter's
@@ -22,15 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..analysis.consensus import summarize as summarize_consensus
-from ..errors import CheckFailed, RecipeError, UsageError, VecmergeError
+from ..errors import CheckFailed, RecipeError, UsageError, VecmergeError, shown
 from ..evidence.gate import GateConfig, GateFacts, GateResult, evaluate_gate
 from ..evidence.ledger import Ledger
 from ..evidence.operations import gate_evidence
 from ..expr import parse
 from ..recipe.recipe import Recipe
+from ..workspace.base_model import declared_base
 from ..workspace.lineage import relation
 from ..workspace.names import Workspace
 from .evaluation import Evaluation, complete, consensus_rows, evaluate_cores
@@ -52,7 +53,7 @@ class GateCheck:
     """The gate's result with what it was judged on.
 
     Args:
-        result (GateResult): the six rows. config (GateConfig): the thresholds and their sources.
+        result (GateResult): the seven rows. config (GateConfig): the thresholds and their sources.
         metric (str | None): the metric of the evidence rows. ledger (str): the ledger file read.
         backbone, x, y (str): the step BASE + alpha*(X - Y).
         evaluation (Evaluation | None): the completed evaluation (None when it was not computed).
@@ -73,10 +74,10 @@ class GateCheck:
     def passed(self) -> bool:
         return self.result.passed
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """What reports and manifests carry: the verdict, the step, the metric, the ledger and the rows."""
         return {"passed": self.passed, "backbone": self.backbone, "x": self.x, "y": self.y, "metric": self.metric,
-                "ledger": self.ledger, "rows": [r.as_dict() for r in self.result.rows]}
+                "ledger": self.ledger, "rows": [r.to_dict() for r in self.result.rows]}
 
 
 def step_names(recipe: Recipe) -> tuple[str, str, str]:
@@ -97,7 +98,7 @@ def step_names(recipe: Recipe) -> tuple[str, str, str]:
 
 def gate_config(ws: Workspace, recipe_gate=None) -> GateConfig:
     """The workspace's ``gate:`` thresholds, overridden key by key by a recipe's ``gate:`` mapping."""
-    config = GateConfig.from_dict(ws.gate, source=str(ws.file) if ws.file else "vecmerge.yaml")
+    config = GateConfig.from_dict(ws.gate, source=shown(ws.file) if ws.file else "vecmerge.yaml")
     if isinstance(recipe_gate, dict) and recipe_gate:
         over = GateConfig.from_dict(recipe_gate, source="recipe")
         config = dataclasses.replace(config, **{k: getattr(over, k) for k in recipe_gate},
@@ -118,20 +119,6 @@ def gate_metric(config: GateConfig, ws: Workspace, ledger: Ledger) -> str | None
     if known and metric not in known:
         raise UsageError(f"gate: metric {metric!r} has no records in {ledger.path}; known: {', '.join(known)}")
     return metric
-
-
-def declared_base(value: str | None) -> str | None:
-    """A declared base model as compared and shown: a local folder by its real path (relative to the current
-    folder when below it, so ``base`` and ``/abs/demo/base`` are one model), anything else (a hub id) as it is."""
-    if not value:
-        return None
-    if not isinstance(value, str) or not Path(value).exists():
-        return str(value)
-    real = Path(value).resolve()
-    try:
-        return str(real.relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(real)
 
 
 def shape_mismatches(adapters: dict) -> list[str]:
@@ -163,7 +150,7 @@ def _closeness(vx, vy, dist: float) -> dict:
 
 
 def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
-    """Gather the six facts for the recipe's step and evaluate the gate (see the module docstring).
+    """Gather the facts for the recipe's step and evaluate the gate (see the module docstring).
 
     Args:
         recipe (Recipe): BASE + alpha*(X - Y), its consensus reference, trust or alpha (both optional here:
@@ -205,7 +192,8 @@ def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
                 trust = max(ev.step.realized(k)["global"] for k in multiples)
             except CheckFailed as e:  # the consensus decision: the gate's table shows why first
                 error = e
-    facts = GateFacts(backbone, x, y, base_models={n: declared_base(a.config.base_model) for n, a in adapters.items()},
+    base_models = {n: declared_base(a.config.base_model, (pinned.home,)) for n, a in adapters.items()}
+    facts = GateFacts(backbone, x, y, base_models=base_models,
                       shape_mismatches=mismatches, lineage=relation(x, y, parents, roots=roots),
                       closeness=closeness, consensus=consensus,
                       consensus_ref=recipe.consensus.ref if recipe.consensus else None, trust=trust, **evidence)

@@ -19,17 +19,19 @@ from pathlib import Path
 import torch
 
 from .. import __version__, methods
-from ..errors import CheckFailed, RecipeError, few, shown
+from ..errors import CheckFailed, Problem, RecipeError, few, shown
 from ..options import is_hub_id
+from ..outputs.card import model_card
+from ..outputs.manifest import MANIFEST_NAME, TOLERANCES
 from ..outputs.transaction import OutputTransaction
 from ..peft.format import DTYPES, SAFETENSORS_NAME, factor_keys
-from ..peft.write import MANIFEST_NAME, OUTPUT_FILES, model_card, weights_stream, write_adapter
+from ..peft.write import OUTPUT_FILES, weights_stream, write_adapter
 from ..recipe.recipe import Recipe
 from ..workspace.base_model import canonical, differ, mismatch_text
 from ..workspace.names import Workspace
 from .build import BuiltOutput, build_output
 from .evaluation import Evaluation, evaluate, operand_forms
-from .figures import TOLERANCES, module_figures
+from .figures import module_figures
 from .gate_check import GateCheck, GateFailed, check_gate
 from .inputs import output_plan, output_policy
 from .manifest import card_body, manifest_for
@@ -125,7 +127,7 @@ class RunReport:
         if ev.step is not None:
             d["step"] = self.step_dict()
         if self.gate is not None:
-            d["gate"] = self.gate.as_dict()
+            d["gate"] = self.gate.to_dict()
         if ev.selection() is not None:
             d["selection"] = ev.selection()
         if ev.multipliers:
@@ -141,7 +143,7 @@ class RunReport:
 def warnings_for(ev: Evaluation, built: BuiltOutput, roots=()) -> list[str]:
     """Plain-words warnings about one output: little of the step survived, dtype rounding, idle modules,
     a step far outside a trust region, an all-zero update, inputs of different base models (``roots``:
-    where their relative declared paths start, see ``basemodel.canonical``)."""
+    where their relative declared paths start, see ``workspace.base_model.canonical``)."""
     recipe, fig, st = ev.recipe, built.figures, ev.step
     out = []
     if "survival" in fig and fig["survival"] < SURVIVAL_WARN and st is None:
@@ -278,7 +280,7 @@ def _build(ev: Evaluation, ws: Workspace, multiple: float, path, progress, folde
     """One output built and checked: ``(BuiltOutput, OutputReport, weights sha256 | None)``.
 
     With ``folder`` (a staged output folder) the weights are streamed into it as the modules are made
-    (``export.weights_stream``; not for ``target_parameters`` adapters, whose tensors come back in
+    (``peft.write.weights_stream``; not for ``target_parameters`` adapters, whose tensors come back in
     ``BuiltOutput.tensors``). Raises CheckFailed for a lossless output that verify would refuse, or any
     warning under ``--strict``.
     """
@@ -319,7 +321,7 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
 
     Returns:
         RunReport; raises CheckFailed (exit 1) for a failed consensus gate or ``--strict``, and GateFailed
-        (exit 1, with the table) when the recipe asks for the six-condition gate and it does not pass.
+        (exit 1, with the table) when the recipe asks for the seven-condition gate and it does not pass.
     """
     ws = ws or Workspace()
     if recipe.base_model_id is None and ws.base_model_id is not None:
@@ -328,14 +330,14 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     policy = None
     if not dry_run:  # refuse a bad --out before any work: the commit checks every target again
         if any(p is None for _, p in plan):
-            raise RecipeError(["out: missing (where to write the adapter), or use --dry-run"])
+            raise RecipeError([Problem("{out}: missing (where to write the adapter), or use --dry-run")])
         names = list(dict.fromkeys(n for form in operand_forms(recipe, methods.get(recipe.method)).values()
                                    for n in form.names()))
         policy = output_policy(recipe, ws, names, force)
         for _, p in plan:
             policy.check_folder(p, expected_entries=OUTPUT_FILES)
     gate = None
-    if recipe.gate:  # the six conditions first: nothing is written unless every one passes
+    if recipe.gate:  # the seven conditions first: nothing is written unless every one passes
         gate = check_gate(recipe, ws, progress)
         if not gate.passed:
             raise GateFailed(gate)
@@ -360,7 +362,7 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
         for multiple, path in plan:
             folder = txn.folder(path, expected_entries=OUTPUT_FILES)
             b, entry, sha = _build(ev, ws, multiple, path, progress, folder)
-            manifest = manifest_for(ev, b, entry.path, ws.home, gate=None if gate is None else gate.as_dict())
+            manifest = manifest_for(ev, b, entry.path, ws.home, gate=None if gate is None else gate.to_dict())
             title = recipe.name or Path(entry.path).name
             card = model_card(base_model if not notes else None, title, card_body(manifest))
             res = write_adapter(folder, b.written, ev.specs, weights_sha256=sha, tensors=b.tensors if sha is None

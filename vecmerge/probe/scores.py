@@ -14,16 +14,19 @@ them) and ``log p_t = log_softmax(l_t)`` in float64:
 Between models a and b, per item (positions averaged, then items by the caller):
 
     kl_ab       (1/T) sum_t sum_v p_a,t(v) (log p_a,t(v) - log p_b,t(v))
-    js          (1/T) sum_t [KL(p_a,t || m_t) + KL(p_b,t || m_t)] / 2,  m_t = (p_a,t + p_b,t) / 2,
-                log m_t = logaddexp(log p_a,t, log p_b,t) - log 2     (nats, 0 <= js <= log 2)
+    js          (1/T) sum_t [KL(p_a,t || m_t) + KL(p_b,t || m_t)] / 2,  m_t = (p_a,t + p_b,t) / 2   (nats, <= log 2)
+
+computed as ``KL(a || b) = sum_v p_a log p_a - sum_v p_a log p_b``, every pair's cross term ``sum_v p_a log p_b`` of
+a row in one batched matrix product of the models' distributions, and ``JS = H(m) - (H(p_a) + H(p_b)) / 2`` with
+``H(x) = -sum_v x log x`` (0 log 0 = 0); a row's value below 0 by rounding is clipped to 0. Where a model rules a
+token out (logit -inf), the row's KL is formed term by term instead, so that ``0 * log 0`` adds nothing and a token
+only the other model allows gives ``inf``.
 
 Rows of a batch are its items' target positions, item after item (``segments``); float64 work runs over
 ``ROW_CHUNK_BYTES`` of rows at a time, so memory stays one chunk of every model's distributions.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 
@@ -71,6 +74,16 @@ def _xlogy(p: torch.Tensor, log_ratio: torch.Tensor) -> torch.Tensor:
     return torch.where(p > 0, p * log_ratio, 0.0).sum(-1)
 
 
+def _kl_rows(lp: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """(R, M, M) ``KL(a || b)`` per row for every pair of the M models of ``lp`` (R, M, V) and ``p = exp(lp)``."""
+    if bool(torch.isfinite(lp).all()):
+        cross = torch.bmm(p, lp.transpose(1, 2))  # sum_v p_a(v) log p_b(v)
+        return torch.diagonal(cross, dim1=1, dim2=2)[:, :, None] - cross
+    m = lp.shape[1]
+    return torch.stack([torch.stack([_xlogy(p[:, a], lp[:, a] - lp[:, b]) for b in range(m)], 1)
+                        for a in range(m)], 1)
+
+
 def divergences(logits: dict, pairs, lengths) -> dict[tuple, dict[str, list]]:
     """``{(a, b): {"kl_ab", "kl_ba", "js"}}``, one value per item, for each pair of models (float64).
 
@@ -79,24 +92,27 @@ def divergences(logits: dict, pairs, lengths) -> dict[tuple, dict[str, list]]:
         lengths (Sequence[int]): each item's T.
     """
     pairs = list(pairs)
-    names = sorted({m for p in pairs for m in p})
     if not pairs:
         return {}
+    names = sorted({m for p in pairs for m in p})
+    at = {m: i for i, m in enumerate(names)}
     first = logits[names[0]]
     index = segments(lengths).to(first.device)
     n, rows = len(lengths), first.shape[0]
     sums = {p: {k: torch.zeros(n, dtype=torch.float64, device=first.device) for k in ("kl_ab", "kl_ba", "js")}
             for p in pairs}
-    for lo, hi in _chunks(rows, first.shape[1], len(names)):
-        lp = {m: torch.log_softmax(logits[m][lo:hi].double(), dim=-1) for m in names}
+    for lo, hi in _chunks(rows, first.shape[1], 2 * len(names)):
+        lp = torch.stack([torch.log_softmax(logits[m][lo:hi].double(), dim=-1) for m in names], 1)  # (R, M, V)
+        p = lp.exp()
+        kl = _kl_rows(lp, p).clamp(min=0.0)
+        neg_entropy = torch.special.xlogy(p, p).sum(-1)  # (R, M): -H(p)
         for a, b in pairs:
-            pa, pb = lp[a].exp(), lp[b].exp()
-            log_m = torch.logaddexp(lp[a], lp[b]) - math.log(2.0)
-            diff = lp[a] - lp[b]
+            i, j = at[a], at[b]
+            mid = 0.5 * (p[:, i] + p[:, j])
+            js = (0.5 * (neg_entropy[:, i] + neg_entropy[:, j]) - torch.special.xlogy(mid, mid).sum(-1)).clamp(min=0.0)
             s = sums[(a, b)]
-            s["kl_ab"].index_add_(0, index[lo:hi], _xlogy(pa, diff))
-            s["kl_ba"].index_add_(0, index[lo:hi], _xlogy(pb, -diff))
-            js = 0.5 * (_xlogy(pa, lp[a] - log_m) + _xlogy(pb, lp[b] - log_m))
+            s["kl_ab"].index_add_(0, index[lo:hi], kl[:, i, j])
+            s["kl_ba"].index_add_(0, index[lo:hi], kl[:, j, i])
             s["js"].index_add_(0, index[lo:hi], js)
     t = torch.as_tensor(list(lengths), dtype=torch.float64, device=first.device)
     return {p: {k: (v / t).tolist() for k, v in s.items()} for p, s in sums.items()}

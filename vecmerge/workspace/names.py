@@ -20,7 +20,6 @@ backbone of ``vecmerge.json``'s recipe) unless the entry declares one.
 from __future__ import annotations
 
 import copy
-import json
 import re
 from pathlib import Path
 
@@ -29,13 +28,14 @@ from ..expr import NAME_RE, LinearForm, parse
 from ..io.parse import ParseError, load_yaml, safe_path, short
 from ..linalg.lowrank import resolve_device
 from ..options import is_hub_id
-from ..peft.adapter import Adapter, folder_content_sha256
+from ..outputs.manifest import read_manifest
+from ..peft.adapter import Adapter
+from ..peft.content_hash import folder_content_sha256
 from .taskvector import TaskVector, linear_combination
 
 WORKSPACE_NAME = "vecmerge.yaml"
 WORKSPACE_MAX_BYTES = 1 << 20
 LEDGER_NAME = "vecmerge-evidence.db"
-MANIFEST_NAME = "vecmerge.json"
 _KEYS = ("adapters", "base_model", "base_model_id", "evidence", "metric", "gate")
 _ENTRY_KEYS = ("path", "parent")
 UNREADABLE = "unreadable"  # current_shas' value for an entry whose files cannot be hashed
@@ -201,10 +201,10 @@ class Workspace:
         except ExpressionError:
             return None
         try:
-            manifest = json.loads((folder / MANIFEST_NAME).read_text())
+            manifest = read_manifest(folder)  # bounded and strict: a stranger may have written it
             base = manifest["recipe"]["base"]
             form = parse(str(base))
-        except (OSError, ValueError, KeyError, TypeError, ExpressionError):
+        except (VecmergeError, KeyError, TypeError):
             return None
         names = form.names()
         return names[0] if len(names) == 1 and form.coeffs[names[0]] == 1.0 and names[0] != name else None
