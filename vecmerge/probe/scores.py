@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-ROW_CHUNK_BYTES = 256 << 20
+ROW_CHUNK_BYTES = 8 << 20  # small enough for the row chunk to stay in cache
 
 
 def segments(lengths) -> torch.Tensor:
@@ -74,11 +74,18 @@ def _xlogy(p: torch.Tensor, log_ratio: torch.Tensor) -> torch.Tensor:
     return torch.where(p > 0, p * log_ratio, 0.0).sum(-1)
 
 
+def _x_log_x(x: torch.Tensor) -> torch.Tensor:
+    """``sum_v x(v) log x(v)`` over the last axis, 0 log 0 = 0 (x below 1e-300 is logged as 1e-300, off by less than
+    1e-297); the same arithmetic for a model and for a mixture, so that JS of two equal models is exactly 0."""
+    return torch.linalg.vecdot(x, x.clamp_min(1e-300).log_())
+
+
 def _kl_rows(lp: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """(R, M, M) ``KL(a || b)`` per row for every pair of the M models of ``lp`` (R, M, V) and ``p = exp(lp)``."""
-    if bool(torch.isfinite(lp).all()):
-        cross = torch.bmm(p, lp.transpose(1, 2))  # sum_v p_a(v) log p_b(v)
-        return torch.diagonal(cross, dim1=1, dim2=2)[:, :, None] - cross
+    cross = torch.bmm(p, lp.transpose(1, 2))  # sum_v p_a(v) log p_b(v)
+    kl = torch.diagonal(cross, dim1=1, dim2=2)[:, :, None] - cross
+    if not bool(torch.isnan(kl).any()):  # a -inf log-probability makes 0 * -inf = NaN in the product: redo by terms
+        return kl
     m = lp.shape[1]
     return torch.stack([torch.stack([_xlogy(p[:, a], lp[:, a] - lp[:, b]) for b in range(m)], 1)
                         for a in range(m)], 1)
@@ -105,11 +112,10 @@ def divergences(logits: dict, pairs, lengths) -> dict[tuple, dict[str, list]]:
         lp = torch.stack([torch.log_softmax(logits[m][lo:hi].double(), dim=-1) for m in names], 1)  # (R, M, V)
         p = lp.exp()
         kl = _kl_rows(lp, p).clamp(min=0.0)
-        neg_entropy = torch.special.xlogy(p, p).sum(-1)  # (R, M): -H(p)
+        neg_entropy = _x_log_x(p)  # (R, M): -H(p)
         for a, b in pairs:
             i, j = at[a], at[b]
-            mid = 0.5 * (p[:, i] + p[:, j])
-            js = (0.5 * (neg_entropy[:, i] + neg_entropy[:, j]) - torch.special.xlogy(mid, mid).sum(-1)).clamp(min=0.0)
+            js = (0.5 * (neg_entropy[:, i] + neg_entropy[:, j]) - _x_log_x((p[:, i] + p[:, j]).mul_(0.5))).clamp(min=0.0)
             s = sums[(a, b)]
             s["kl_ab"].index_add_(0, index[lo:hi], kl[:, i, j])
             s["kl_ba"].index_add_(0, index[lo:hi], kl[:, j, i])
