@@ -20,6 +20,7 @@ records of another file under the same stem are refused (``check_stem``) rather 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
@@ -109,10 +110,16 @@ def item_entries(prompts: PromptSet, name: str, sha: str | None, scores: dict[st
 
 
 def pair_entries(prompts: PromptSet, a: tuple, b: tuple, values: dict[str, dict]) -> list:
-    """Pair entries of models ``a`` and ``b`` ((name, sha256) each): ``values`` item -> {kl_ab, kl_ba, js}."""
+    """Pair entries of models ``a`` and ``b`` ((name, sha256) each): ``values`` item -> {kl_ab, kl_ba, js}.
+
+    An item with an infinite KL (a token one model rules out, logit -inf, that the other allows) is not recorded
+    (the ledger holds finite numbers only): it is shown, and computed again by the next probe.
+    """
     src, kl, js = source(prompts), metric(prompts.stem, "kl"), metric(prompts.stem, "js")
     out = []
     for item, v in values.items():
+        if not all(math.isfinite(x) for x in v.values()):
+            continue
         out += [pair_records.PairEntry(kl, item, a[0], a[1], b[0], b[1], v["kl_ab"], src),
                 pair_records.PairEntry(kl, item, b[0], b[1], a[0], a[1], v["kl_ba"], src),
                 pair_records.PairEntry(js, item, a[0], a[1], b[0], b[1], v["js"], src)]

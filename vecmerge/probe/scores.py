@@ -115,7 +115,8 @@ def divergences(logits: dict, pairs, lengths) -> dict[tuple, dict[str, list]]:
         neg_entropy = _x_log_x(p)  # (R, M): -H(p)
         for a, b in pairs:
             i, j = at[a], at[b]
-            js = (0.5 * (neg_entropy[:, i] + neg_entropy[:, j]) - _x_log_x((p[:, i] + p[:, j]).mul_(0.5))).clamp(min=0.0)
+            mixture = _x_log_x((p[:, i] + p[:, j]).mul_(0.5))
+            js = (0.5 * (neg_entropy[:, i] + neg_entropy[:, j]) - mixture).clamp(min=0.0)
             s = sums[(a, b)]
             s["kl_ab"].index_add_(0, index[lo:hi], kl[:, i, j])
             s["kl_ba"].index_add_(0, index[lo:hi], kl[:, j, i])
