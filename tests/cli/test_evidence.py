@@ -59,8 +59,8 @@ def test_add_ties_runs_to_the_content_sha256(ws, run_cli):
     out = json.loads(ok(run_cli("evidence", "add", "v51", *V51, "--higher-is-better", "--json")).stdout)
     assert out["metric"] == "official_total" and out["direction"] is True  # metric: from vecmerge.yaml
     assert out["sha256"] == Adapter(ws / "v51").content_sha256 and out["ids"] == [1, 2, 3, 4, 5]
-    res = ok(run_cli("evidence", "add", "v59", "0.9944", "--sub", "item=0.2453", "--note", "one run"))
-    assert "no sha256: v59 is not an adapter here" in res.stdout
+    res = ok(run_cli("evidence", "add", "v59", "0.9944", "--sub", "item=0.2453", "--note", "one run", "--external"))
+    assert "no sha256: v59 is an external model (not an adapter of this workspace)" in res.stdout
     rec = Ledger(ws / "vecmerge-evidence.db").records(["v59"])[0]
     assert (rec.sha256, rec.sub_scores, rec.note) == (None, {"item": 0.2453}, "one run")
     ok(run_cli("evidence", "add", "v28", "--metric", "delta", "--", "-0.5"))  # negative values: after --
@@ -253,7 +253,7 @@ def test_import_json_states_what_was_imported(ws, run_cli):
     out = json.loads(res.stdout)
     assert out == {"files": ["runs.csv"], "records": 8, "ids": [3, 10], "models": ["v51", "v60"],
                    "metrics": ["item_acc", "official_total"], "item_level": 2, "directions": {"official_total": True},
-                   "unhashed": ["v60"]}
+                   "unhashed": ["v60"], "environments": {}}
     ledger = Ledger(ws / "vecmerge-evidence.db")
     recs = ledger.records(["v51", "v60"], "official_total") + ledger.records(["v51"], "item_acc")
     assert sorted(r.id for r in recs) == list(range(3, 11)) and record_count(ws) == 10
@@ -262,7 +262,7 @@ def test_show_plot_is_a_png_and_never_overwrites_an_input(ws, run_cli):
     """--plot: a PNG, written atomically; refused over the ledger, the workspace file and inside an adapter even
     with --force; over an existing file only with --force and only if it is a PNG."""
     ok(run_cli("evidence", "add", "v51", *V51))
-    ok(run_cli("evidence", "add", "v59", "0.9944"))
+    ok(run_cli("evidence", "add", "v59", "0.9944", "--external"))
     res = ok(run_cli("evidence", "show", "--plot", "scores.png"))
     assert (ws / "scores.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "plot: scores.png" in res.stdout
     assert not list(ws.glob(".scores.png.*"))

@@ -14,7 +14,7 @@ from vecmerge.evidence.importers import (
     detect_kind,
     export_csv_text,
     import_files,
-    lm_eval_model_name,
+    lm_eval_model,
     parse_csv,
     parse_lm_eval_results,
     parse_lm_eval_samples,
@@ -106,10 +106,11 @@ def test_lm_eval_results_fixture():
     parsed = parse_lm_eval_results(FIX / "v51_results.json")
     raw = json.loads((FIX / "v51_results.json").read_text())["results"]
     got = {e.metric: (e.model, e.value, e.stderr) for e in parsed.entries}
+    name = "adapters/v51"  # no workspace: the model is the peft= path as written
     assert got == {
-        "toy_mc/acc": ("v51", raw["toy_mc"]["acc,none"], raw["toy_mc"]["acc_stderr,none"]),
-        "toy_mc/acc_norm": ("v51", raw["toy_mc"]["acc_norm,none"], raw["toy_mc"]["acc_norm_stderr,none"]),
-        "toy_gen/exact_match/first-word": ("v51", raw["toy_gen"]["exact_match,first-word"],
+        "toy_mc/acc": (name, raw["toy_mc"]["acc,none"], raw["toy_mc"]["acc_stderr,none"]),
+        "toy_mc/acc_norm": (name, raw["toy_mc"]["acc_norm,none"], raw["toy_mc"]["acc_norm_stderr,none"]),
+        "toy_gen/exact_match/first-word": (name, raw["toy_gen"]["exact_match,first-word"],
                                            raw["toy_gen"]["exact_match_stderr,first-word"]),
     }
     assert parsed.directions == {"toy_mc/acc": True, "toy_mc/acc_norm": True,
@@ -117,11 +118,46 @@ def test_lm_eval_results_fixture():
     assert {e.model for e in parse_lm_eval_results(FIX / "v51_results.json", model="mine").entries} == {"mine"}
 
 
-def test_lm_eval_model_name_rules():
-    assert lm_eval_model_name({"model_name": "adapters/v51"}) == "v51"
-    assert lm_eval_model_name({"config": {"model_args": "pretrained=base,peft=runs/v28/"}}) == "v28"
-    assert lm_eval_model_name({"config": {"model_args": {"pretrained": "Qwen/Qwen3-0.6B"}}}) == "Qwen3-0.6B"
-    assert lm_eval_model_name({"config": {}}) is None
+def test_lm_eval_model_is_the_path_as_written_without_a_workspace(tmp_path):
+    here = tmp_path / "results.json"
+    assert lm_eval_model({"model_name": "adapters/v51"}, here) == "adapters/v51"
+    assert lm_eval_model({"config": {"model_args": "pretrained=base,peft=runs/v28/"}}, here) == "runs/v28"
+    assert lm_eval_model({"config": {"model_args": {"pretrained": "Qwen/Qwen3-0.6B"}}}, here) == "Qwen/Qwen3-0.6B"
+    assert lm_eval_model({"config": {}}, here) is None
+
+
+def epoch3_results(tmp_path, peft: str, name: str) -> Path:
+    data = json.loads((FIX / "v51_results.json").read_text())
+    data["config"]["model_args"]["peft"] = data["model_name"] = peft
+    folder = tmp_path / "evals" / name
+    folder.mkdir(parents=True)
+    return write(folder, "results.json", json.dumps(data))
+
+
+def test_lm_eval_models_are_matched_to_workspace_adapters_by_their_path(tmp_path, ledger):
+    """Issue 23: runs/v54/epoch3 (a workspace adapter, v54) and runs/v60/epoch3 (not one) were both "epoch3" and
+    pooled; each is now its own model, matched by the path relative to the workspace or to the results file."""
+    adapters = {"v54": tmp_path / "runs" / "v54" / "epoch3", "v51": tmp_path / "evals" / "b" / "adapters" / "v51"}
+    a = epoch3_results(tmp_path, "runs/v54/epoch3", "a")          # relative to the workspace
+    b = epoch3_results(tmp_path, "runs/v60/epoch3", "c")          # no adapter there
+    c = epoch3_results(tmp_path, "adapters/v51", "b")             # relative to the results file
+    d = epoch3_results(tmp_path, str(tmp_path / "runs/v54/epoch3/"), "d")  # absolute
+    models = [parse_lm_eval_results(p, adapters=adapters, home=tmp_path).entries[0].model for p in (a, b, c, d)]
+    assert models == ["v54", "runs/v60/epoch3", "v51", "v54"]
+    out = import_files(ledger, [a, b], adapters=adapters, home=tmp_path)
+    assert out["models"] == ["runs/v60/epoch3", "v54"]
+    assert {r.model: 1 for r in ledger.records(metric="toy_mc/acc")} == {"v54": 1, "runs/v60/epoch3": 1}
+
+
+def test_an_ambiguous_lm_eval_model_path_is_refused_naming_the_candidates(tmp_path, ledger):
+    path = epoch3_results(tmp_path, "epoch3", "x")
+    adapters = {"v54": tmp_path / "epoch3", "v60": tmp_path / "evals" / "x" / "epoch3"}
+    with pytest.raises(EvidenceError) as info:
+        import_files(ledger, [path], adapters=adapters, home=tmp_path)
+    text = str(info.value)
+    assert "is ambiguous: v60 relative to the results file; v54 relative to the workspace" in text
+    assert "--model" in text and "\n" not in text and not ledger.path.exists()
+    assert import_files(ledger, [path], adapters=adapters, home=tmp_path, model="v60")["models"] == ["v60"]
 
 
 @pytest.mark.parametrize("name", ["v28", "v51"])
@@ -141,7 +177,8 @@ def test_lm_eval_samples_mean_equals_the_results_value(name):
 
 def test_import_results_with_samples_in_one_transaction(ledger):
     files = [FIX / "v51_results.json", FIX / "v51_samples_toy_mc.jsonl", FIX / "v51_samples_toy_gen.jsonl"]
-    out = import_files(ledger, files, sha_of={"v51": SHA}, cluster_field="topic")
+    out = import_files(ledger, files, sha_of={"v51": SHA}, cluster_field="topic",
+                       adapters={"v51": ledger.path.parent / "adapters" / "v51"}, home=ledger.path.parent)
     assert out["records"] == 3 + 2 * 12 + 12 and out["item_level"] == 36 and out["models"] == ["v51"]
     assert out["directions"]["toy_mc/acc"] is True and ledger.direction("toy_mc/acc") is True
     assert {r.sha256 for r in ledger.records()} == {SHA}
@@ -255,4 +292,4 @@ def test_each_task_of_an_lm_eval_group_is_a_sub_score_of_the_groups_run(tmp_path
     assert dict(by["toy_mcs/acc"].subs) == {"toy_mc": mc, "toy_mc2": 0.5}
     assert dict(by["toy_all/acc"].subs) == {"toy_mcs": (mc + 0.5) / 2}  # toy_gen has no acc: not a sub-score of acc
     assert by["toy_mc/acc"].subs == () and by["toy_mc2/acc_norm"].subs == ()  # tasks stay metrics of their own
-    assert by["toy_mcs/acc"].stderr is None and by["toy_mcs/acc"].model == "v51"
+    assert by["toy_mcs/acc"].stderr is None and by["toy_mcs/acc"].model == "adapters/v51"
