@@ -33,7 +33,8 @@ def test_printable_keeps_line_breaks_when_asked():
 
 @pytest.mark.parametrize("prefix", FORMULA_PREFIXES)
 def test_every_formula_prefix_is_neutralised(prefix):
-    for text in (f"{prefix}HYPERLINK(\"http://evil\",\"x\")", f"{prefix}SUM(A1:A9)", prefix, f"{prefix}cmd|' /C calc'!A0"):
+    for text in (f"{prefix}HYPERLINK(\"http://evil\",\"x\")", f"{prefix}SUM(A1:A9)", prefix,
+                 f"{prefix}cmd|' /C calc'!A0"):
         cell = spreadsheet_cell(text)
         assert cell == "'" + text and spreadsheet_text(cell) == text
 

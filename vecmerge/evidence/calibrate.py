@@ -120,6 +120,14 @@ def noise_ceiling(target_runs: Mapping[str, Sequence[float]], *, draws: int = 20
     return (float(rho.mean()) if rho.size else None), m
 
 
+def orientation_flip(proxy_higher_is_better: bool | None, target_higher_is_better: bool | None) -> bool:
+    """Whether the proxy is negated before it is compared with the target: only when both directions are declared
+    and differ. An undeclared direction takes the other's, so an undeclared proxy of a lower-is-better target is
+    read as lower-is-better too (never flipped into looking like the target's opposite)."""
+    return (proxy_higher_is_better is not None and target_higher_is_better is not None
+            and proxy_higher_is_better != target_higher_is_better)
+
+
 @dataclass(frozen=True)
 class Calibration:
     """How well proxy P ranks the models that target T ranks; see the module docstring for each figure."""
@@ -164,9 +172,9 @@ def calibrate(proxy: Mapping[str, Sequence[float]], target: Mapping[str, Sequenc
 
     Args:
         proxy, target (Mapping[str, Sequence[float]]): model -> its runs on P / on T.
-        proxy_higher_is_better, target_higher_is_better (bool | None): the metrics' directions; when they
-            differ the proxy is negated first (``flipped``) so that ρ > 0 means "P orders models as T does".
-            None is taken as True.
+        proxy_higher_is_better, target_higher_is_better (bool | None): the metrics' directions; when both are
+            declared and differ the proxy is negated first (``flipped``) so that ρ > 0 means "P orders models as T
+            does"; an undeclared one (None) takes the other's (``orientation_flip``).
         min_models (int): fewer models with both metrics give "too few models" (the user's 8).
         min_spearman_low (float): the lower bootstrap bound of ρ a proxy needs to "rank candidates".
         n_boot (int), seed (int): bootstrap resamples over models and their seed.
@@ -174,7 +182,7 @@ def calibrate(proxy: Mapping[str, Sequence[float]], target: Mapping[str, Sequenc
     if min_models < 3:
         raise EvidenceError(f"min_models={min_models}: at least 3 models are needed for a rank correlation")
     models = tuple(m for m in target if proxy.get(m) and target.get(m))
-    flip = (proxy_higher_is_better is False) != (target_higher_is_better is False)
+    flip = orientation_flip(proxy_higher_is_better, target_higher_is_better)
     p = np.array([math.fsum(proxy[m]) / len(proxy[m]) for m in models]) * (-1.0 if flip else 1.0)
     t = np.array([math.fsum(target[m]) / len(target[m]) for m in models])
     n = len(models)

@@ -16,8 +16,9 @@ Fields (every one optional; the names lm-eval results are read into, ``lm_eval.l
 Canonical form: a mapping KEY -> text, keys sorted. A value becomes text by one rule, whatever wrote it
 (JSON, CSV or the command line): a number (or text that reads as one) in its shortest round-trip form with
 integral values as integers (``0``, ``0.0`` and ``"0"`` are one value; so are ``1.10`` and ``1.1``); true and
-false in lower case; a list of one value is that value, a longer list its JSON (``["\\n", "."]``); null or
-empty: not recorded (the field is left out). The environment's id is the first 12 hex digits of
+false in lower case; a list of one plain value is that value, any other list or mapping its compact JSON with
+strings kept exactly (``["\\n","."]``); null or empty: not recorded (the field is left out). A text value holds
+no control character (a stop sequence ``"\\n"`` comes in a list). The environment's id is the first 12 hex digits of
 
     sha256(json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True))
 
@@ -63,16 +64,13 @@ def canonical_value(value, what: str):
         if not math.isfinite(x):
             raise EvidenceError(f"{what}: {value!r} is not finite")
         return _number_text(x)
-    if isinstance(value, (list, tuple)):
-        items = [canonical_value(v, what) for v in value]
-        items = [v for v in items if v is not None]
-        if not items:
+    if isinstance(value, (list, tuple, Mapping)):
+        inner = _nested(value, what)
+        if not inner:
             return None
-        return items[0] if len(items) == 1 else json.dumps(items, ensure_ascii=True)
-    if isinstance(value, Mapping):
-        inner = {str(k): canonical_value(v, f"{what}.{k}") for k, v in value.items()}
-        inner = {k: v for k, v in inner.items() if v is not None}
-        return json.dumps(inner, sort_keys=True, separators=(",", ":"), ensure_ascii=True) if inner else None
+        if isinstance(inner, list) and len(inner) == 1 and _plain(inner[0]):
+            return canonical_value(inner[0], what)
+        return json.dumps(inner, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     if not isinstance(value, str):
         raise EvidenceError(f"{what}: {value!r} is not a text, number or list")
     text = value.strip()
@@ -88,6 +86,26 @@ def canonical_value(value, what: str):
     if text.lower() in ("true", "false"):
         return text.lower()
     return text
+
+
+def _plain(value) -> bool:
+    return isinstance(value, str) and value == value.strip() and not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f
+                                                                          for c in value)
+
+
+def _nested(value, what: str):
+    """A list's or mapping's content for its canonical JSON: strings kept exactly (a stop sequence ``"\\n"`` is
+    one), numbers and booleans as their canonical text, nulls left out, mappings by sorted key."""
+    if isinstance(value, Mapping):
+        out = {str(k): _nested(v, f"{what}.{k}") for k, v in value.items()}
+        return {k: v for k, v in sorted(out.items()) if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [v for v in (_nested(x, what) for x in value) if v is not None]
+    if isinstance(value, str):
+        if len(value) > MAX_VALUE_CHARS:
+            raise EvidenceError(f"{what}: a value of {len(value)} characters (at most {MAX_VALUE_CHARS})")
+        return value
+    return canonical_value(value, what)
 
 
 def key_problem(key) -> str | None:

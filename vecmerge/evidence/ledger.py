@@ -59,7 +59,10 @@ class Ledger:
         where the folder cannot be written, so a ledger on read-only media is read without locks or a -shm file).
 
         A write opens nothing but a ledger or an empty file: a foreign or damaged database is refused before any
-        byte of it changes."""
+        byte of it changes (a truncated one before SQLite opens it, ``_damaged``)."""
+        if (why := self._damaged()) is not None:
+            raise EvidenceError(f"{self.path}: cannot open the evidence ledger: {why}; restore it from a copy (nothing "
+                                "was changed)")
         try:
             if write:
                 con = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
@@ -75,6 +78,30 @@ class Ledger:
         except sqlite3.Error as err:
             raise EvidenceError(f"{self.path}: cannot open the evidence ledger ({err})") from err
         return con
+
+    def _damaged(self) -> str | None:
+        """Why the file cannot be a whole SQLite database, from its 100-byte header (None when it may be one):
+        not SQLite's magic string, or shorter than the pages the header counts (a truncated copy). An empty
+        file is a new database; with a write-ahead log waiting, the header's count is not checked."""
+        try:
+            size = self.path.stat().st_size
+            with open(self.path, "rb") as f:
+                head = f.read(100)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            return f"cannot read it ({err.strerror or err})"
+        if size == 0:
+            return None
+        if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
+            return "not an SQLite database (its first bytes are not SQLite's header)"
+        page = int.from_bytes(head[16:18], "big")
+        page = 65536 if page == 1 else page
+        pages, counter, valid_for = (int.from_bytes(head[i:i + 4], "big") for i in (28, 24, 92))
+        wal = self.path.with_name(self.path.name + "-wal")
+        if counter == valid_for and pages and size < pages * page and not (wal.exists() and wal.stat().st_size):
+            return f"truncated: {size} bytes, its header counts {pages} pages of {page} bytes"
+        return None
 
     def _read_uri(self) -> str:
         """``file:...?mode=ro``, plus ``&immutable=1`` when the folder is not writable and no write-ahead log
