@@ -26,8 +26,11 @@ def edit_distance(a: str, b: str) -> int:
 
 
 def close_name(name: str, candidates: Iterable[str]) -> str | None:
-    """The candidate nearest to ``name`` if it is close (module docstring) and not ``name`` itself, else None
-    (ties: the first in sorted order)."""
+    """The candidate nearest to ``name`` if it is close (module docstring), else None; None as well when ``name``
+    is a candidate itself (ties: the first in sorted order)."""
+    candidates = set(candidates)
+    if name in candidates:
+        return None
     limit = min(MAX_DISTANCE, len(name) // 3)
-    scored = sorted((edit_distance(name, c), c) for c in set(candidates) if c != name)
+    scored = sorted((edit_distance(name, c), c) for c in candidates)
     return scored[0][1] if scored and 0 < scored[0][0] <= limit else None
