@@ -70,8 +70,11 @@ def method_options(stepped: bool):
                 seen.setdefault(f.name, (f, []))[1].append(m)
         for f, owners in reversed(list(seen.values())):
             kind = click.Choice(f.choices) if f.choices else {"float": float, "int": int, "str": str}.get(f.kind)
-            fn = click.option(f.flag, f.name, type=kind, default=None, is_flag=f.kind == "bool" or None,
-                              help=f"{f.help} ({', '.join(owners)}).")(fn)
+            if f.kind == "bool":  # --x/--no-x: unset (None) unless given, so a recipe default applies
+                fn = click.option(f"{f.flag}/--no-{f.flag[2:]}", f.name, default=None,
+                                  help=f"{f.help} ({', '.join(owners)}).")(fn)
+                continue
+            fn = click.option(f.flag, f.name, type=kind, default=None, help=f"{f.help} ({', '.join(owners)}).")(fn)
         return fn
 
     return deco
