@@ -177,3 +177,82 @@ def karcher(tasks, iters=10, tol=1e-5):
         m = np.cos(gn) * m + np.sin(gn) * g / gn
         m /= np.linalg.norm(m)
     return torch.from_numpy((norms.mean() * m).reshape(_np(tasks[0]).shape))
+
+
+# -- the spectral family's definitions on dense updates (numpy; non-zero part: s > 1e-10 s_max) ----------------
+NZ = 1e-10
+
+
+def _svd_nz(D):
+    U, S, Vt = np.linalg.svd(_np(D), full_matrices=False)
+    k = int((S > NZ * S[0]).sum()) if S.size and S[0] > 0 else 0
+    return U[:, :k], S[:k], Vt[:k]
+
+
+def _polar(M):
+    P, _, Qt = np.linalg.svd(M, full_matrices=False)
+    return P @ Qt
+
+
+def tsv_m(Ds, sv_reduction=None, lam=1.0):
+    """Gargiulo et al. 2025: top-k triplets of each task side by side, U and V replaced by their polar factors."""
+    red = sv_reduction or 1.0 / len(Ds)
+    cap = int(min(_np(Ds[0]).shape) * red)
+    parts = [_svd_nz(D) for D in Ds]
+    U = np.concatenate([u[:, :cap] for u, _, _ in parts], 1)
+    S = np.concatenate([s[:cap] for _, s, _ in parts])
+    Vt = np.concatenate([vt[:cap] for _, _, vt in parts], 0)
+    return torch.from_numpy(lam * (_polar(U) * S) @ _polar(Vt.T).T)
+
+
+def iso_c(Ds, lam=1.0):
+    """Marczak et al. 2025, Iso-C: the sum's non-zero spectrum flattened to its mean."""
+    U, S, Vt = _svd_nz(sum(_np(D) for D in Ds))
+    return torch.from_numpy(lam * S.mean() * U @ Vt)
+
+
+def iso_cts(Ds, fraction=0.8, lam=1.0):
+    """Marczak et al. 2025, Iso-CTS: common top directions of the sum plus each task's own outside them."""
+    n = len(Ds)
+    U, S, Vt = _svd_nz(sum(_np(D) for D in Ds))
+    k = S.size
+    common = int(k * fraction)
+    s = round((k - common) / n)
+    kc = k - n * s
+    Uc = U[:, :kc]
+    us, ss, vs = [Uc], [S[:kc]], [Vt[:kc]]
+    for D in Ds:
+        u, si, vt = _svd_nz(_np(D) - Uc @ (Uc.T @ _np(D)))
+        us.append(u[:, :s])
+        ss.append(si[:s])
+        vs.append(vt[:s])
+    mean = np.concatenate(ss).mean()
+    return torch.from_numpy(lam * mean * _polar(np.concatenate(us, 1)) @ _polar(np.concatenate(vs, 0).T).T)
+
+
+def knots(mu, Ds, w, density=None, how="ties", seed=None, module=None):
+    """Stoica et al. 2025: SVD of [D_1 .. D_n], representations R_i = S V_i^T merged (PEFT's TIES / DARE-TIES)."""
+    n, cols = len(Ds), _np(Ds[0]).shape[1]
+    U, S, Vt = _svd_nz(np.concatenate([_np(D) for D in Ds], 1))
+    R = [torch.from_numpy(S[:, None] * Vt[:, i * cols:(i + 1) * cols]) for i in range(n)]
+    if how == "linear":
+        merged = sum(wi * r for wi, r in zip(w, R))
+    else:
+        merged = peft_elementwise(mu, how, R, w, [density] * n, seed=seed, module=module)
+    return torch.from_numpy(U) @ merged
+
+
+def svc(Ds, w, alpha=0.1, lam=1.0):
+    """Singular value calibration of task arithmetic: g_r = n / sum_i max(alpha, <a_r, a_r^i> / ||a_r^i||^2)."""
+    Ds = [wi * _np(D) for wi, D in zip(w, Ds)]
+    M = lam * sum(Ds)
+    U, S, Vt = _svd_nz(M)
+    g = np.empty_like(S)
+    for r in range(S.size):
+        a = S[r] * Vt[r]
+        terms = []
+        for D in Ds:
+            ai = U[:, r] @ D
+            terms.append(max(alpha, float(a @ ai / (ai @ ai)) if ai @ ai > 0 else 0.0))
+        g[r] = len(Ds) / sum(terms)
+    return torch.from_numpy((U * (g * S)) @ Vt)

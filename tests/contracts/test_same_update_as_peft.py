@@ -173,7 +173,8 @@ MERGES = [
     ("breadcrumbs_ties", {"density": 0.6, "space": "core"}), ("della", {"density": 0.5, "epsilon": 0.1, "rank": 5}),
     ("della_linear", {"density": 0.5, "epsilon": 0.1, "space": "core"}), ("sce", {"select_topk": 0.5, "rank": 6}),
     ("model_stock", {"filter_wise": True}), ("nuslerp", {"nuslerp_flatten": False}), ("multislerp", {}),
-    ("karcher", {}),
+    ("karcher", {}), ("tsv_m", {}), ("iso_c", {"lambda": 1.2}), ("iso_cts", {"rank": 4}),
+    ("knots", {"density": 0.5}), ("knots", {"knots_merge": "linear"}), ("svc", {"svc_alpha": 0.5}),
 ]
 UNWEIGHTED = ("slerp", "model_stock", "karcher", "sce")  # methods that take no weights
 
