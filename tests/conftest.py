@@ -34,9 +34,9 @@ import torch
 
 from vecmerge.testing import toy_trajectory
 
-QWEN3_TINY = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=8, tie_word_embeddings=False,
-                  max_position_embeddings=64)
+# The one tiny decoder shape every random test model uses (Qwen3, Llama, Mistral: equal shapes).
+TINY_DECODER = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=8, max_position_embeddings=64, tie_word_embeddings=False)
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -48,58 +48,61 @@ def toy(tmp_path, monkeypatch):
     return root
 
 
-@pytest.fixture(scope="session")
-def tiny_base(tmp_path_factory) -> Path:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+def save_peft(base: Path, out: Path, seed: int = 0, dtype=None, bump_saved: bool = False, **lora_kwargs) -> Path:
+    """The one maker of real PEFT adapters: ``base`` wrapped by PEFT with random non-zero factors, saved to ``out``.
 
-    path = tmp_path_factory.mktemp("tiny_base")
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(Qwen3Config(**QWEN3_TINY))
+    Args:
+        base (Path): a transformers model folder. out (Path): where PEFT saves the adapter. seed (int): torch seed
+            set before the base is loaded. dtype (torch.dtype | None): cast the PEFT model before saving.
+        bump_saved (bool): add 0.01 to ``modules_to_save`` copies (a trained head differs from the base).
+        **lora_kwargs: ``peft.LoraConfig`` fields over ``r=4, lora_alpha=8, init_lora_weights=False``.
+    """
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model.save_pretrained(path)
-    return path
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
+                               LoraConfig(**{"r": 4, "lora_alpha": 8, "init_lora_weights": False, **lora_kwargs}))
+        if dtype is not None:
+            model = model.to(dtype)
+        if bump_saved:
+            for name, prm in model.named_parameters():
+                if "modules_to_save" in name:
+                    prm.data += 0.01
+        model.save_pretrained(out)
+    return Path(out)
+
+
+@pytest.fixture(scope="session")
+def tiny_base(hf_base) -> Path:
+    """A tiny random transformers Qwen3 saved to disk (session-wide)."""
+    return hf_base("qwen3")
 
 
 @pytest.fixture(scope="session")
 def peft_adapter(tiny_base, tmp_path_factory):
-    """Factory of real PEFT adapters on ``tiny_base``: random non-zero factors, any LoraConfig."""
+    """Factory of real PEFT adapters on ``tiny_base``: random non-zero factors, any LoraConfig (q/k/v/o/gate/up/down
+    by default); the config names ``tiny_base`` by its absolute path."""
     root = tmp_path_factory.mktemp("peft_adapters")
     made = {}
 
     def make(name: str, seed: int = 0, dtype=None, **lora_kwargs) -> Path:
-        if name in made:
-            return made[name]
-        from peft import LoraConfig, get_peft_model
-        from transformers import AutoModelForCausalLM
-
-        kwargs = dict(r=4, lora_alpha=8, target_modules=list(TARGETS), init_lora_weights=False)
-        kwargs.update(lora_kwargs)
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_pretrained(tiny_base)
-        peft_model = get_peft_model(model, LoraConfig(**kwargs))
-        if dtype is not None:
-            peft_model = peft_model.to(dtype)
-        out = root / name
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            peft_model.save_pretrained(out)
-        cfg = json.loads((out / "adapter_config.json").read_text())
-        cfg["base_model_name_or_path"] = str(tiny_base)
-        (out / "adapter_config.json").write_text(json.dumps(cfg))
-        made[name] = out
-        return out
+        if name not in made:
+            out = save_peft(tiny_base, root / name, seed, dtype, **{"target_modules": list(TARGETS), **lora_kwargs})
+            cfg = json.loads((out / "adapter_config.json").read_text())
+            cfg["base_model_name_or_path"] = str(tiny_base)
+            (out / "adapter_config.json").write_text(json.dumps(cfg))
+            made[name] = out
+        return made[name]
 
     return make
 
 
-TINY_DECODER = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, head_dim=8, max_position_embeddings=64, tie_word_embeddings=False)
-
-
 @pytest.fixture(scope="session")
 def hf_base(tmp_path_factory):
-    """Factory of tiny random transformers models saved to disk: llama, mistral (equal shapes), gpt2."""
+    """Factory of tiny random transformers models saved to disk: qwen3, llama, mistral (equal shapes), gpt2."""
     made = {}
 
     def make(kind: str) -> Path:
@@ -112,7 +115,7 @@ def hf_base(tmp_path_factory):
             model = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=32,
                                                      bos_token_id=0, eos_token_id=0))
         else:
-            cls, cfg = {"llama": (tf.LlamaForCausalLM, tf.LlamaConfig),
+            cls, cfg = {"qwen3": (tf.Qwen3ForCausalLM, tf.Qwen3Config), "llama": (tf.LlamaForCausalLM, tf.LlamaConfig),
                         "mistral": (tf.MistralForCausalLM, tf.MistralConfig)}[kind]
             model = cls(cfg(**TINY_DECODER))
         path = tmp_path_factory.mktemp(f"base_{kind}")
@@ -127,21 +130,10 @@ def hf_base(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def peft_on():
-    """``peft_on(base, folder, seed=0, **LoraConfig kwargs)``: a real PEFT adapter of ``base``, saved by PEFT."""
+    """``peft_on(base, folder, seed=0, **LoraConfig kwargs)``: a real PEFT adapter of ``base``, saved by PEFT
+    (``modules_to_save`` weights moved off the base)."""
     def make(base: Path, folder: Path, seed: int = 0, **lora_kwargs) -> Path:
-        from peft import LoraConfig, get_peft_model
-        from transformers import AutoModelForCausalLM
-
-        torch.manual_seed(seed)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
-                                   LoraConfig(r=4, lora_alpha=8, init_lora_weights=False, **lora_kwargs))
-            for name, prm in model.named_parameters():
-                if "modules_to_save" in name:  # a trained head differs from the base
-                    prm.data += 0.01
-            model.save_pretrained(folder)
-        return Path(folder)
+        return save_peft(base, folder, seed, bump_saved=True, **lora_kwargs)
 
     return make
 

@@ -1,7 +1,9 @@
-"""Issue 11 through the CLI: nothing lost, nothing silent. One test per probe case of the issue.
+"""Nothing lost, nothing silent, through the CLI: one test per way a run could lose data or lie.
 
-Data loss (items 1-5), silent wrong results (6-7), hangs (8-9), bad input that was an internal error
-(exit 3, now exit 2 with one line), and tampering that ``verify`` did not see. Each test rebuilds the
+Data loss (plots over inputs, --force over the user's folders, races, interrupts and kills during a
+replacement, full disks during a ladder), silent wrong results (non-finite intermediates, denormals),
+hangs (catastrophic regexes, YAML alias bombs), bad input that was an internal error (exit 3, now exit 2
+with one line), and tampering that ``verify`` did not see. Each test rebuilds the
 probe's case from the issue's description and checks the user-visible contract: the exit code, one
 ``error:`` line on stderr naming the file and the way out, nothing written or half-written, inputs
 byte-for-byte unchanged (``tree_hashes``), and a final path that always holds a complete output (a
@@ -81,14 +83,14 @@ def edit_config(folder: Path, **changes) -> None:
 # ------------------------------------------------------------------------------------- 1-5 data loss
 @pytest.mark.parametrize("force", [(), ("--force",)])
 @pytest.mark.parametrize("plot", ["v28/adapter_model.safetensors", "v51/adapter_config.json"])
-def test_item1_plot_never_overwrites_an_input(toy, run_cli, plot, force):
+def test_plot_never_overwrites_an_input(toy, run_cli, plot, force):
     before = tree_hashes(toy)
     res = run_cli("audit", "--ref", "v54-v54e2", "--dir", "v51-v28", "--plot", plot, *force)
     error_line(res, 2, f"--plot {plot}", "lies inside the input", "choose another --plot")
     assert tree_hashes(toy) == before
 
 
-def test_item1_plot_replaces_only_a_png_and_never_beside_an_adapter(toy, run_cli):
+def test_plot_replaces_only_a_png_and_never_beside_an_adapter(toy, run_cli):
     args = ("audit", "--ref", "v54-v54e2", "--dir", "v51-v28")
     assert run_cli(*args, "--plot", "a.png").exit_code == 0
     first = (toy / "a.png").read_bytes()
@@ -130,14 +132,14 @@ def workspace_with_base(toy):
     ("notes", "holds no vecmerge.json"),              # the user's folder: --force never deletes it
     (".", "contains the input v28"),
 ])
-def test_item2_force_replaces_only_folders_vecmerge_wrote(workspace_with_base, run_cli, out, needle):
+def test_force_replaces_only_folders_vecmerge_wrote(workspace_with_base, run_cli, out, needle):
     toy = workspace_with_base
     before = tree_hashes(toy)
     error_line(run_cli("refactor", "v28", "--out", out, "--force"), 2, needle, "choose another --out")
     assert tree_hashes(toy) == before and hidden(toy) == []
 
 
-def test_item2_force_keeps_files_the_user_added_to_an_output(toy, run_cli):
+def test_force_keeps_files_the_user_added_to_an_output(toy, run_cli):
     assert run_cli("refactor", "v28", "--out", "o").exit_code == 0
     (toy / "o" / "my-notes.md").write_text("mine")
     error_line(run_cli("refactor", "v51", "--out", "o", "--force"), 2, "holds files vecmerge did not write",
@@ -147,7 +149,7 @@ def test_item2_force_keeps_files_the_user_added_to_an_output(toy, run_cli):
     assert recipe_base(toy / "o") == "v51" and verified(run_cli, "o")
 
 
-def test_item3_a_target_that_appears_during_the_run_is_left_untouched(toy, run_cli, monkeypatch):
+def test_a_target_that_appears_during_the_run_is_left_untouched(toy, run_cli, monkeypatch):
     """Two runs to one --out without --force, the second committing while the first builds: exit 2."""
     calls = []
 
@@ -167,7 +169,7 @@ def test_item3_a_target_that_appears_during_the_run_is_left_untouched(toy, run_c
     ("moved o", False),  # swapped in atomically, not yet decided
     ("aside", True),     # no atomic swap here: the old output was moved aside, the final path is empty
 ])
-def test_item4_interrupt_at_the_worst_moment_of_a_force_replacement(toy, run_cli, monkeypatch, step, no_swap):
+def test_interrupt_at_the_worst_moment_of_a_force_replacement(toy, run_cli, monkeypatch, step, no_swap):
     assert run_cli("refactor", "v28", "--out", "o").exit_code == 0
     old = tree_hashes(toy / "o")
 
@@ -217,7 +219,7 @@ def wait_at(p: subprocess.Popen, step: str) -> None:
         pytest.fail(f"the child did not reach {step}: {line!r} {p.communicate()[1]}")
 
 
-def test_item4_sigkill_during_a_force_replacement_then_the_next_run_restores(toy, run_cli):
+def test_sigkill_during_a_force_replacement_then_the_next_run_restores(toy, run_cli):
     assert run_cli("refactor", "v28", "--out", "o").exit_code == 0
     old = tree_hashes(toy / "o")
     p = cli_child(toy, "moved o", "refactor", "v51", "--out", "o", "--force")
@@ -231,7 +233,7 @@ def test_item4_sigkill_during_a_force_replacement_then_the_next_run_restores(toy
     assert tree_hashes(toy / "o") == old and verified(run_cli, "o") and hidden(toy) == []
 
 
-def test_item4_sigint_from_outside_exits_130_with_one_line(toy, run_cli):
+def test_sigint_from_outside_exits_130_with_one_line(toy, run_cli):
     assert run_cli("refactor", "v28", "--out", "o").exit_code == 0
     old = tree_hashes(toy / "o")
     p = cli_child(toy, "built", "refactor", "v51", "--out", "o", "--force")
@@ -243,7 +245,7 @@ def test_item4_sigint_from_outside_exits_130_with_one_line(toy, run_cli):
     assert tree_hashes(toy / "o") == old and hidden(toy) == []
 
 
-def test_item4_sigterm_while_building_leaves_no_leftovers(toy, run_cli):
+def test_sigterm_while_building_leaves_no_leftovers(toy, run_cli):
     """The known limit of the write layer (SIGTERM kills without cleanup) is closed by the CLI's handler."""
     p = cli_child(toy, "staged", *STEP, "--dose", "0.5,1", "--out", "lad")
     wait_at(p, "staged")
@@ -277,7 +279,7 @@ def _disk_full_on_call(mp, n: int) -> list:
     return calls
 
 
-def test_item5_a_dose_ladder_is_all_or_nothing_when_the_disk_fills(toy, run_cli, monkeypatch):
+def test_a_dose_ladder_is_all_or_nothing_when_the_disk_fills(toy, run_cli, monkeypatch):
     calls = _disk_full_on_call(monkeypatch, 2)
     res = run_cli(*STEP, "--dose", "0.5,1", "--out", "lad")
     error_line(res, 2, "--out lad-x1: cannot write it (No space left on device)", "nothing was written",
@@ -285,7 +287,7 @@ def test_item5_a_dose_ladder_is_all_or_nothing_when_the_disk_fills(toy, run_cli,
     assert len(calls) == 2 and not list(toy.glob("lad*")) and hidden(toy) == []
 
 
-def test_item5_a_forced_ladder_that_fails_keeps_every_old_output(toy, run_cli, monkeypatch):
+def test_a_forced_ladder_that_fails_keeps_every_old_output(toy, run_cli, monkeypatch):
     assert run_cli(*STEP, "--dose", "0.5,1", "--out", "lad").exit_code == 0
     old = {k: tree_hashes(toy / f"lad-x{k}") for k in ("0.5", "1")}
     with monkeypatch.context() as mp:
@@ -296,7 +298,7 @@ def test_item5_a_forced_ladder_that_fails_keeps_every_old_output(toy, run_cli, m
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="needs RLIMIT_FSIZE")
-def test_item5_a_real_write_failure_from_the_tensor_writer_is_one_line(toy):
+def test_a_real_write_failure_from_the_tensor_writer_is_one_line(toy):
     """The kernel refuses the write (RLIMIT_FSIZE: EFBIG, like ENOSPC an I/O error of the Rust writer)."""
     import resource
 
@@ -336,7 +338,7 @@ def huge_alpha(toy):
     ((*STEP[:5], "--alpha", "1e300"), "the step (alpha * dir) reaches"),
     ((*STEP[:5], "--alpha", "1e-300"), "the step (alpha * dir) is at most"),
 ])
-def test_item6_a_non_finite_intermediate_is_an_error_naming_the_module(huge_alpha, run_cli, args, needle):
+def test_a_non_finite_intermediate_is_an_error_naming_the_module(huge_alpha, run_cli, args, needle):
     res = run_cli(*args, "--out", "o")
     error_line(res, 2, "module model.layers.", needle)
     assert not (huge_alpha / "o").exists() and hidden(huge_alpha) == []
@@ -347,11 +349,11 @@ def test_item6_a_non_finite_intermediate_is_an_error_naming_the_module(huge_alph
     (("audit", "--ref", "1e300*v54 - v54e2", "--dir", "v51-v28"), "'1e300*v54 - v54e2' reaches"),
     (("audit", "v28", "big"), "'big' reaches"),
 ])
-def test_item6_inspect_and_audit_refuse_overflowing_updates(huge_alpha, run_cli, args, needle):
+def test_inspect_and_audit_refuse_overflowing_updates(huge_alpha, run_cli, args, needle):
     error_line(run_cli(*args), 2, "module model.layers.", needle, "too large for float64")
 
 
-def test_item6_verify_does_not_pass_a_recipe_that_overflows(toy, run_cli):
+def test_verify_does_not_pass_a_recipe_that_overflows(toy, run_cli):
     """The issue's all-zero output passed 'update' with rel_error NaN: now the recomputation is a failure."""
     assert run_cli("refactor", "v28", "--out", "o").exit_code == 0
     man = json.loads((toy / "o" / "vecmerge.json").read_text())
@@ -364,7 +366,7 @@ def test_item6_verify_does_not_pass_a_recipe_that_overflows(toy, run_cli):
     assert [c for c in checks.values() if c["passed"] and c["name"] in ("update", "step", "figures")] == []
 
 
-def test_item6_a_nan_figure_never_passes():
+def test_a_nan_figure_never_passes():
     from vecmerge.verify.files import differences, figures_check
 
     nan = float("nan")
@@ -373,7 +375,7 @@ def test_item6_a_nan_figure_never_passes():
     assert not figures_check(same, same)["passed"]
 
 
-def test_item7_denormal_inputs_are_refused_with_the_cause(toy, run_cli):
+def test_denormal_inputs_are_refused_with_the_cause(toy, run_cli):
     shutil.copytree(toy / "v28", toy / "d28")
     sd = load_file(toy / "d28" / "adapter_model.safetensors")
     save_file({k: v * 1e-42 for k, v in sd.items()}, toy / "d28" / "adapter_model.safetensors")
@@ -392,7 +394,7 @@ PATHOLOGICAL = "(.*)*(.*)*(.*)*(.*)*(.*)*!"
 
 @pytest.mark.parametrize("field", ["rank_pattern", "alpha_pattern"])
 @pytest.mark.parametrize("command", [("inspect", "p28"), ("refactor", "p28", "--out", "o")])
-def test_item8_a_catastrophic_pattern_ends_in_a_clear_error_within_seconds(toy, run_cli, field, command):
+def test_a_catastrophic_pattern_ends_in_a_clear_error_within_seconds(toy, run_cli, field, command):
     shutil.copytree(toy / "v28", toy / "p28")
     edit_config(toy / "p28", **{field: {PATHOLOGICAL: 8}})
     t = time.monotonic()
@@ -401,7 +403,7 @@ def test_item8_a_catastrophic_pattern_ends_in_a_clear_error_within_seconds(toy, 
     error_line(res, 2, str(toy / "p28" / "adapter_config.json"), f"{field} key", "a repeat inside a repeat")
 
 
-def test_item8_a_catastrophic_target_modules_regex_in_an_output_fails_verify_fast(toy, run_cli):
+def test_a_catastrophic_target_modules_regex_in_an_output_fails_verify_fast(toy, run_cli):
     assert run_cli("refactor", "v28", "--out", "o").exit_code == 0
     edit_config(toy / "o", target_modules=PATHOLOGICAL)
     t = time.monotonic()
@@ -417,7 +419,7 @@ def alias_bomb(levels: int = 9) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_item9_a_recipe_alias_bomb_is_refused_fast(toy, run_cli):
+def test_a_recipe_alias_bomb_is_refused_fast(toy, run_cli):
     (toy / "bomb.yaml").write_text("base: v54\nout: o\n" + alias_bomb())
     assert (toy / "bomb.yaml").stat().st_size < 1024
     t = time.monotonic()
@@ -427,7 +429,7 @@ def test_item9_a_recipe_alias_bomb_is_refused_fast(toy, run_cli):
     assert len(line) < 300 and not (toy / "o").exists()
 
 
-def test_item9_a_workspace_alias_bomb_is_refused_fast(toy, run_cli):
+def test_a_workspace_alias_bomb_is_refused_fast(toy, run_cli):
     (toy / "ws.yaml").write_text("adapters:\n  v28: v28\n" + alias_bomb())
     t = time.monotonic()
     res = run_cli("--workspace", "ws.yaml", "inspect", "v28")
