@@ -14,7 +14,7 @@ from ..options import (
 )
 from ..recipe.recipe import recipe_help
 from .app import Ctx, echo, global_options, handled, main, usage
-from .recipe_flags import merge_options, method_help, method_options, run_recipe, selection_options
+from .recipe_flags import merge_options, method_help, method_options, run_mergekit, run_recipe, selection_options
 
 
 @main.command()
@@ -68,9 +68,14 @@ def project(obj: Ctx, base, direction, trust, trust_scope, alpha, consensus_ref,
 
 
 @main.command()
-@click.argument("models", nargs=-1, required=True, metavar="INPUT...")
-@click.option("--method", type=click.Choice(methods.merge_names()), required=True,
+@click.argument("models", nargs=-1, metavar="INPUT...")
+@click.option("--method", type=click.Choice(methods.merge_names()),
               help="; ".join(f"{m}: {methods.get(m).summary}" for m in methods.merge_names()) + ".")
+@click.option("--config", "config", type=click.Path(dir_okay=False),
+              help="A mergekit merge configuration (YAML: merge_method, base_model, models with parameters, "
+                   "parameters, dtype, slices that select layers) whose models are LoRA adapters (workspace names "
+                   "or folders), instead of INPUT... and --method; every key vecmerge does not support is named. "
+                   "docs/METHODS.md says where each method differs from mergekit's.")
 @click.option("--weights", help="Comma-separated weights, one per INPUT (default 1 each), e.g. 0.5,0.5.")
 @click.option("--strict", is_flag=True, help="Fail (exit 1, nothing written) when less than 99% of the intended "
               "merge survives the rank cut.")
@@ -79,14 +84,27 @@ def project(obj: Ctx, base, direction, trust, trust_scope, alpha, consensus_ref,
 @merge_options(stepped=False, rank_note="Default exact; svd and --space full need a rank.")
 @click.pass_obj
 @handled
-def merge(obj: Ctx, models, method, weights, strict, only, exclude, rank, dtype, out, force, allow_missing,
+def merge(obj: Ctx, models, method, config, weights, strict, only, exclude, rank, dtype, out, force, allow_missing,
           modules_to_save, allow_base_mismatch, base_model_id, dry_run, as_json, show_modules, **method_fields):
     """The classic merges of INPUTs (adapter names or expressions such as 'v51 - v28'), written as a PEFT LoRA.
 
     Each method is applied to the updates scale*B@A themselves, never to the factors, and the output
     verifies like every other (vecmerge verify OUT). Per-model density and per-module multipliers:
-    write a recipe (models: [{model: v28, weight: 0.5, density: 0.3}, ...]) and use vecmerge run.
+    write a recipe (models: [{model: v28, weight: 0.5, density: 0.3}, ...]) and use vecmerge run, or
+    a mergekit configuration (--config merge.yml).
     """
+    if config is not None:
+        given = [f for f, v in (("INPUT", models), ("--method", method), ("--weights", weights)) if v]
+        given += [f"--{k.replace('_', '-')}" for k, v in method_fields.items() if v is not None]
+        if given:
+            usage(f"merge --config: {', '.join(given)} come from {config}; edit the file, or leave --config out")
+        data = {"rank": rank, "out": out, "dtype": dtype if dtype != "fp32" else None,
+                "allow_missing": allow_missing, "modules_to_save": modules_to_save, "strict": strict, "only": only,
+                "exclude": exclude, "allow_base_mismatch": allow_base_mismatch or None, "base_model_id": base_model_id}
+        return run_mergekit(obj, config, data, force=force, dry_run=dry_run, as_json=as_json,
+                            show_modules=show_modules)
+    if not models or method is None:
+        usage("merge: needs INPUT... and --method (or --config FILE.yml, a mergekit configuration)")
     ws = [1.0] * len(models)
     if weights is not None:
         try:

@@ -129,3 +129,12 @@ def run_recipe(obj: Ctx, data: dict, *, force, dry_run, as_json, show_modules, s
             raise
         names = _flag_names(click.get_current_context().command)
         raise RecipeError([as_flags(q, names) for q in e.problems], source) from None
+
+
+def run_mergekit(obj: Ctx, path, flags: dict, *, force, dry_run, as_json, show_modules):
+    """``vecmerge merge --config FILE``: the mergekit configuration as a recipe, the flags' keys over it."""
+    from .. import commands
+
+    commands.merge_config(obj.ws(), path, {k: v for k, v in flags.items() if v is not None}, force=force,
+                          dry_run=dry_run, as_json=as_json, show_modules=show_modules, echo=echo,
+                          progress=obj.bars())

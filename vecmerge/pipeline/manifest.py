@@ -37,13 +37,14 @@ def _portable_base(name, home: Path):
 
 
 def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Path | None = None,
-                 gate: dict | None = None) -> dict:
+                 gate: dict | None = None, source: dict | None = None) -> dict:
     """The ``vecmerge.json`` content for one output (``export.write_adapter`` adds ``output``).
 
     Args:
         ev (Evaluation): the evaluated recipe. built (BuiltOutput): this output. path (str | None): its folder.
         home (Path | None): the workspace folder (``Workspace.home``); input paths are written relative to it.
         gate (dict | None): the gate it passed (``GateCheck.as_dict``), kept as ``gate``.
+        source (dict | None): the configuration file the recipe came from (``merge --config``), kept as ``config``.
     """
     recipe = ev.recipe
     d = recipe.to_dict()
@@ -65,7 +66,7 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
     return {"tool": "vecmerge", "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "kind": recipe.kind, "method": ev.method.name, **where, "recipe": d, "resolved": resolved,
             "inputs": inputs, "missing_modules": ev.missing, "figures": figures, "modules": modules,
-            **({} if gate is None else {"gate": gate})}
+            **({} if gate is None else {"gate": gate}), **({} if source is None else {"config": source})}
 
 
 MODULE_KEYS = ("rank", "exact_rank", "rel_error", "survival", "cut", "power_iters")

@@ -36,7 +36,9 @@ FIGURES_RTOL = 1e-6  # recorded figures reproduce: same formulas on the same sto
 RESOLVED_RTOL = 1e-9  # alpha and the realized step are ratios of float64 norms: they reproduce to round-off
 MANIFEST_KEYS = ("tool", "created", "kind", "method", "recipe", "resolved", "inputs", "missing_modules", "figures",
                  "modules", "vecmerge_version", "output")
-OPTIONAL_KEYS = ("workspace", "gate")  # where the inputs' relative paths start; the gate's table when one ran
+# where the inputs' relative paths start; the gate's table when one ran; the file a recipe came from (merge --config)
+OPTIONAL_KEYS = ("workspace", "gate", "config")
+CONFIG_KEYS = ("format", "path", "sha256", "merge_method", "base_model")
 OUTPUT_KEYS = ("weights", "sha256", "config_sha256", "card_sha256", "dtype", "modules")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 SHOWN = 4  # differences named in a detail line
@@ -157,10 +159,23 @@ def manifest_check(manifest: dict, ev, out: Adapter | None, resolved: dict) -> d
             pinned = (manifest["recipe"].get("inputs") or {}).get(n)
             off += differences(pinned, copy[n], f"inputs.{n}") if pinned != copy[n] else []
     off += _output_fields(manifest.get("output"), recipe.dtype, out)
+    if "config" in manifest:
+        off += _config_fields(manifest["config"])
     return check("manifest", not off, "; ".join(off[:SHOWN]) + (f" and {len(off) - SHOWN} more" if len(off) > SHOWN
                                                                 else "") if off else
                  f"every field of {MANIFEST_NAME} (resolved, missing_modules, inputs, output) recomputes",
                  {"differing": off[:20]})
+
+
+def _config_fields(config) -> list[str]:
+    """Problems with the record of the configuration file a recipe was translated from (``merge --config``)."""
+    if not isinstance(config, dict):
+        return [f"config is {short(config, 40)}, not a mapping"]
+    off = [f"config.{k} is not a field vecmerge writes" for k in config if k not in CONFIG_KEYS]
+    off += [f"config.{k} is missing" for k in ("format", "path", "sha256") if k not in config]
+    if "sha256" in config and not (isinstance(config["sha256"], str) and _HEX64.fullmatch(config["sha256"])):
+        off.append(f"config.sha256 is {short(config['sha256'], 20)}, not a sha256")
+    return off
 
 
 def _output_fields(output, dtype: str, out: Adapter | None) -> list[str]:
