@@ -46,7 +46,7 @@ from .recipe_flags import merge_options, method_help, method_options, run_mergek
 @handled
 def project(obj: Ctx, base, direction, trust, trust_scope, alpha, consensus_ref, on_disagree, min_agree, mode,
             dose, strict, run_gate, metric, only, exclude, rank, dtype, out, force, allow_missing, modules_to_save,
-            allow_base_mismatch, base_model_id, dry_run, as_json, show_modules, **method_fields):
+            allow_base_mismatch, base_model_id, base_model, dry_run, as_json, show_modules, **method_fields):
     """A trust-region step BASE + alpha*DIR, gated by consensus, written as a PEFT LoRA.
 
     With --only/--exclude the step is taken in the selected modules only; the others keep the backbone.
@@ -62,6 +62,7 @@ def project(obj: Ctx, base, direction, trust, trust_scope, alpha, consensus_ref,
             "consensus": cons, "mode": mode, "rank": rank, "dose": dose, "out": out, "dtype": dtype,
             "allow_missing": allow_missing, "modules_to_save": modules_to_save, "strict": strict,
             "allow_base_mismatch": allow_base_mismatch or None, "base_model_id": base_model_id,
+            "base_model": base_model,
             "gate": ({"metric": metric} if metric else True) if run_gate else None, "only": only, "exclude": exclude,
             **method_fields}
     run_recipe(obj, data, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules)
@@ -85,7 +86,8 @@ def project(obj: Ctx, base, direction, trust, trust_scope, alpha, consensus_ref,
 @click.pass_obj
 @handled
 def merge(obj: Ctx, models, method, config, weights, strict, only, exclude, rank, dtype, out, force, allow_missing,
-          modules_to_save, allow_base_mismatch, base_model_id, dry_run, as_json, show_modules, **method_fields):
+          modules_to_save, allow_base_mismatch, base_model_id, base_model, dry_run, as_json, show_modules,
+          **method_fields):
     """The classic merges of INPUTs (adapter names or expressions such as 'v51 - v28'), written as a PEFT LoRA.
 
     Each method is applied to the updates scale*B@A themselves, never to the factors, and the output
@@ -100,7 +102,8 @@ def merge(obj: Ctx, models, method, config, weights, strict, only, exclude, rank
             usage(f"merge --config: {', '.join(given)} come from {config}; edit the file, or leave --config out")
         data = {"rank": rank, "out": out, "dtype": dtype if dtype != "fp32" else None,
                 "allow_missing": allow_missing, "modules_to_save": modules_to_save, "strict": strict, "only": only,
-                "exclude": exclude, "allow_base_mismatch": allow_base_mismatch or None, "base_model_id": base_model_id}
+                "exclude": exclude, "allow_base_mismatch": allow_base_mismatch or None, "base_model_id": base_model_id,
+                "base_model": base_model}
         return run_mergekit(obj, config, data, force=force, dry_run=dry_run, as_json=as_json,
                             show_modules=show_modules)
     if not models or method is None:
@@ -116,7 +119,7 @@ def merge(obj: Ctx, models, method, config, weights, strict, only, exclude, rank
     data = {"method": method, "models": [{"model": m, "weight": w} for m, w in zip(models, ws)], "rank": rank,
             "out": out, "dtype": dtype, "allow_missing": allow_missing, "modules_to_save": modules_to_save,
             "strict": strict, "only": only, "exclude": exclude, "allow_base_mismatch": allow_base_mismatch or None,
-            "base_model_id": base_model_id, **method_fields}
+            "base_model_id": base_model_id, "base_model": base_model, **method_fields}
     run_recipe(obj, data, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules)
 
 
@@ -126,7 +129,7 @@ def merge(obj: Ctx, models, method, config, weights, strict, only, exclude, rank
 @click.pass_obj
 @handled
 def refactor(obj: Ctx, expression, rank, dtype, out, force, allow_missing, modules_to_save, allow_base_mismatch,
-             base_model_id, dry_run, as_json, show_modules):
+             base_model_id, base_model, dry_run, as_json, show_modules):
     """Any EXPRESSION of adapters, re-factored to a LoRA of the chosen --rank.
 
     Example: vecmerge refactor '0.5*v16 + 0.5*v28' --rank 32 --out out/avg
@@ -139,7 +142,7 @@ def refactor(obj: Ctx, expression, rank, dtype, out, force, allow_missing, modul
                "energy:E (the share of the whole update's energy)")
     data = {"base": expression, "rank": rank, "out": out, "dtype": dtype, "allow_missing": allow_missing,
             "modules_to_save": modules_to_save, "allow_base_mismatch": allow_base_mismatch or None,
-            "base_model_id": base_model_id}
+            "base_model_id": base_model_id, "base_model": base_model}
     run_recipe(obj, data, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules)
 
 

@@ -43,6 +43,10 @@ def merge_options(stepped: bool, rank_note: str | None = None):
                          help=MODULES_TO_SAVE_HELP),
             click.option("--allow-base-mismatch", is_flag=True, help=ALLOW_BASE_MISMATCH_HELP),
             click.option("--base-model-id", help=BASE_MODEL_ID_HELP),
+            click.option("--base-model", "base_model", type=click.Path(file_okay=False),
+                         help="A local base model folder (transformers, safetensors): DoRA inputs are read as their "
+                              "effective update m * (W + sBA) / ||W + sBA|| - W against its weights (exact, float64; "
+                              "needed for DoRA adapters, recorded in the manifest)."),
             click.option("--dry-run", is_flag=True, help="Print the plan and report; write nothing."),
             click.option("--json", "as_json", is_flag=True, help="Machine-readable report."),
             click.option("--modules", "show_modules", is_flag=True, help="Also print the per-module table."),

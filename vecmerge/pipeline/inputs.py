@@ -50,6 +50,8 @@ def open_inputs(recipe: Recipe, ws: Workspace, names: list[str]) -> tuple[Worksp
         AlignmentError when the inputs declare different base models (unless allowed).
     """
     ws = ws.with_inputs({n: e["path"] for n, e in recipe.inputs.items()})
+    if recipe.base_model is not None:
+        ws = ws.with_dora_base(recipe.base_model)
     same_base_model({n: ws.adapter(n, recipe.modules_to_save) for n in dict.fromkeys(names)},
                     recipe.allow_base_mismatch, (ws.home,))
     inputs, problems = {}, []
@@ -95,5 +97,6 @@ def output_policy(recipe: Recipe, ws: Workspace, names: list[str], force: bool) 
         names (list[str]): the adapter names the recipe reads. force (bool): ``--force``.
     """
     ws = ws.with_inputs({n: e["path"] for n, e in recipe.inputs.items()})
+    base = recipe.base_model if recipe.base_model is not None else ws.base_model
     return OutputPolicy.for_command(inputs={n: ws.path_of(n) for n in names}, workspace_adapters=ws.adapters,
-                                    base_model=ws.base_model, force=force)
+                                    base_model=base, force=force)

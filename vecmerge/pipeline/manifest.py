@@ -61,6 +61,8 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
         inputs = {n: {**i, "path": portable(i["path"], home), "base_model": _portable_base(i["base_model"], home)}
                   for n, i in inputs.items()}
     d["inputs"] = inputs
+    if d.get("base_model") is not None and home is not None:
+        d["base_model"] = portable(d["base_model"], Path(home).resolve())
     resolved = resolved_for(ev, built.multiple, built.figures["modules"])
     figures, modules = manifest_figures(built.figures)
     return {"tool": "vecmerge", "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),

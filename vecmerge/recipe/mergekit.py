@@ -14,8 +14,9 @@ their updates with the base model at the origin (mergekit's ``base + merge(delta
   must agree across models (vecmerge takes one); global ``parameters`` are the method's options (a
   global ``weight`` or ``density`` is every model's default), ``int8_mask`` is accepted and has no effect;
 - ``base_model``: a model listed in ``models`` too is dropped from them (its update is the origin, as
-  mergekit skips it); a hub id is recorded as the output's ``base_model_id``; a model written
-  ``BASE+LORA`` (mergekit's LoRA syntax) is the LoRA;
+  mergekit skips it); a hub id is recorded as the output's ``base_model_id``, a local model folder is the
+  recipe's ``base_model`` (DoRA inputs are read against it); a model written ``BASE+LORA`` (mergekit's LoRA
+  syntax) is the LoRA;
 - ``dtype`` (or ``out_dtype``): the written dtype (float32, bfloat16, float16; vecmerge computes in float64);
 - ``slices`` whose sources all take the same models over one ``layer_range`` each select those layers
   (``only``); the LoRA keeps each layer where it is (mergekit's output would stack the slices into a new
@@ -221,6 +222,8 @@ def from_mergekit(data, source: str, root: Path, known=()) -> tuple[dict, dict]:
             rec["dtype"] = DTYPES[str(dt)]
     if base_ref is not None and HUB_RE.fullmatch(base_ref) and not (root / base_ref).exists():
         rec["base_model_id"] = base_ref
+    elif base_ref is not None and (root / base_ref / "config.json").is_file():
+        rec["base_model"] = str((root / base_ref).resolve())  # a local model: DoRA inputs read against it
     if p:
         raise RecipeError(p, source)
     weights = [e.get("weight") for e in entries]

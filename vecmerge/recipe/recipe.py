@@ -79,7 +79,7 @@ MANIFEST_MAX_BYTES = 64 << 20
 
 _KEYS = ("base", "dir", "trust", "trust_scope", "alpha", "consensus", "method", "mode", "rank", "dose", "multiple",
          "out", "dtype", "inputs", "allow_missing", "modules_to_save", "strict", "name", "allow_base_mismatch",
-         "base_model_id", "gate", "models", "only", "exclude", "multipliers")
+         "base_model_id", "gate", "models", "only", "exclude", "multipliers", "base_model")
 _MODEL_KEYS = ("model", "weight", "density")
 
 
@@ -112,6 +112,8 @@ class Recipe:
         models (list[dict] | None): a merge's operands, ``{model: expression, weight: float, density?: float}``.
         only, exclude (str | None): module-name patterns (``re.search``) selecting the modules.
         multipliers (dict[str, float] | None): module-name pattern -> factor (the first match applies).
+        base_model (str | None): a local base model folder: DoRA inputs are read as their effective update
+            against its weights (``workspace/dora.py``).
     """
 
     base: str | None = None
@@ -139,6 +141,7 @@ class Recipe:
     only: str | None = None
     exclude: str | None = None
     multipliers: dict | None = None
+    base_model: str | None = None
 
     @property
     def kind(self) -> str:
@@ -266,6 +269,12 @@ class Recipe:
                 kw["base_model_id"] = hub
         if data.get("gate") is not None:
             kw["gate"] = _gate(data["gate"], p)
+        if data.get("base_model") is not None:
+            try:
+                folder = safe_path(str(data["base_model"]), field="base_model", source=source)
+                kw["base_model"] = str(root / folder if root is not None and not folder.is_absolute() else folder)
+            except ParseError as e:
+                p.append(e.problem)
         kw["inputs"] = _inputs(data.get("inputs"), p, root)
         if data.get("models") is not None:
             kw["models"] = _models(data["models"], p)
@@ -564,6 +573,8 @@ def schema() -> list[tuple[str, str, str]]:
         ("modules_to_save", " | ".join(MODULES_TO_SAVE), MODULES_TO_SAVE_HELP + " Default refuse."),
         ("allow_base_mismatch", "true | false", ALLOW_BASE_MISMATCH_HELP),
         ("base_model_id", "ORG/NAME", BASE_MODEL_ID_HELP),
+        ("base_model", "folder", "A local base model folder (transformers, safetensors): DoRA inputs are read as "
+         "their effective update m * (W + sBA) / ||W + sBA|| - W against its weights (exact, float64)."),
         ("strict", "true | false", "Fail (exit 1, write nothing) on any warning of the report."),
         ("name", "text", "Title of the output's model card (default: the folder name)."),
         ("multiple", "number", "Alpha multiplier of this output (manifests record it; use dose in recipes)."),
