@@ -22,7 +22,8 @@ from vecmerge.recipe.recipe import Recipe
 from vecmerge.testing import toy_adapter
 from vecmerge.workspace.names import Workspace
 
-api = pytest.importorskip("mergekit.merge_methods.api", reason="mergekit is an optional test-only oracle")
+api = pytest.importorskip("mergekit.merge_methods.api", reason="mergekit is an optional test-only oracle",
+                         exc_type=ImportError)  # absent, or installed but not importable here
 
 W3 = [0.5, -1.0, 2.0]
 DENS = [0.5, 0.3, 0.7]
