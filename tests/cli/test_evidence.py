@@ -70,7 +70,7 @@ def test_add_ties_runs_to_the_content_sha256(ws, run_cli):
 
 @pytest.mark.parametrize("args, match", [
     (["evidence", "add", "v51", "1.0", "--sub", "item"], "--sub 'item': give KEY=VALUE"),
-    (["evidence", "add", "v51", "1.0", "2.0", "--sub", "a=1"], "--sub applies to one run"),
+    (["evidence", "add", "v51", "1.0", "2.0", "--sub", "a=1"], "--sub a has 1 value(s) for 2 run(s)"),
     (["evidence", "add", "v51", "nan"], "not finite"),
     (["evidence", "compare", "v51", "v5l"], "no records of v5l"),
     (["evidence", "show", "--metric", "acc"], "metric 'acc': no records"),
@@ -108,6 +108,73 @@ def test_show_and_compare_match_numpy_and_scipy(ws, run_cli):
     assert cmp["verdict"] == "v51 is better beyond eval noise" and cmp["metric"] == "official_total"
     text = ok(run_cli("evidence", "compare", "v51", "v28")).stdout
     assert "verdict: v51 is better beyond eval noise (by the welch test)" in text and "pooled within-model" in text
+
+
+def test_sub_scores_per_run_through_the_cli_and_compare_keyed_by_name(ws, run_cli):
+    """`--sub KEY=V1,V2,...` gives each run its value; compare reports each sub-score with scipy's Welch figures."""
+    video51, video28 = [0.3112, 0.2894, 0.3307, 0.3021, 0.3188], [0.2716, 0.2803]
+    ok(run_cli("evidence", "add", "v51", *V51, "--higher-is-better", "--sub", "item_understanding=" + ",".join(
+        ["0.2453"] * 5), "--sub", "video=" + ",".join(map(str, video51))))
+    ok(run_cli("evidence", "add", "v28", *V28, "--sub", "item_understanding=0.2453,0.2453", "--sub",
+               "video=" + ",".join(map(str, video28))))
+    cmp = json.loads(ok(run_cli("evidence", "compare", "v51", "v28", "--json")).stdout)
+    subs = cmp["subscores"]["subscores"]
+    assert set(subs) == {"item_understanding", "video"}
+    ref = stats.ttest_ind(video51, video28, equal_var=False)
+    assert subs["video"]["test"]["kind"] == "welch" and subs["video"]["p"] == pytest.approx(ref.pvalue, rel=1e-10)
+    assert subs["video"]["a_summary"]["n"] == 5 and subs["video"]["b_summary"]["mean"] == pytest.approx(
+        np.mean(video28), rel=1e-12)
+    assert subs["item_understanding"]["kind"] == "exact" and subs["item_understanding"]["status"] == "not_worse"
+    text = ok(run_cli("evidence", "compare", "v51", "v28", "--target", "video")).stdout
+    assert "sub-scores of official_total (v51 - v28; Holm across the 0 tested" in text
+    assert "what it costs the others of raising video: worse beyond noise: none; shown not worse: " \
+           "item_understanding; unknown: none" in text
+    assert "--sub video given twice" in one_error_line(run_cli("evidence", "add", "v51", "1", "--sub", "video=1",
+                                                               "--sub", "video=2"))
+    assert "--margin -1.0" in one_error_line(run_cli("evidence", "compare", "v51", "v28", "--margin", "-1"))
+
+
+def test_plan_and_decide_through_the_cli(ws, run_cli):
+    ok(run_cli("evidence", "add", "v28", "0.97", "--higher-is-better"))
+    out = json.loads(ok(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01", "--max-runs", "8",
+                                "--json")).stdout)
+    plan = out["plan"]
+    assert plan["metric"] == "official_total" and plan["a_sha256"] and plan["b_sha256"] and plan["test"] == "t-mixture"
+    assert out["looks_from"] == 2 and plan["prior_scale"] == 1.0  # one run recorded: no noise estimate yet
+    text = ok(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.02", "--max-runs", "8")).stdout
+    assert text.startswith("plan 2 recorded: is v51 better than v28 on official_total (higher is better)")
+    for i in range(5):
+        ok(run_cli("evidence", "add", "v51", str(1.03 + 0.001 * i)))
+        ok(run_cli("evidence", "add", "v28", str(0.98 - 0.002 * i)))
+    res = json.loads(ok(run_cli("evidence", "decide", "v51", "--vs", "v28", "--replay", "--json")).stdout)
+    assert res["decision"] in ("stop_better", "stop_futile", "continue") and res["plan"]["id"] == 2
+    assert res["decision"] == "stop_better" and [x["n_b"] for x in res["looks"]][:2] == [2, 2]
+    text = ok(run_cli("evidence", "decide", "v51", "--vs", "v28", "--replay")).stdout
+    assert "decision: stop_better (the sequence's lower end" in text and "confidence sequence" in text
+    assert "--max-runs 1: at least 2" in one_error_line(run_cli("evidence", "plan", "v51", "--vs", "v28",
+                                                                "--min-effect", "0.01", "--max-runs", "1"))
+    assert "--min-effect 0.0" in one_error_line(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0",
+                                                        "--max-runs", "5"))
+    assert "no plan of v28 --vs v51" in one_error_line(run_cli("evidence", "decide", "v28", "--vs", "v51"))
+
+
+def test_show_names_the_grid_of_the_published_grades(tmp_path, monkeypatch, run_cli):
+    import shutil
+    from pathlib import Path
+
+    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "evidence" / "grades.csv", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    ok(run_cli("evidence", "import", "grades.csv", "--higher-is-better", "item_understanding"))
+    text = ok(run_cli("evidence", "show")).stdout
+    assert "grid: item_understanding moves in grades of 0.030663 (6 values seen at grades 0, 1, 2, 3, 4, 5; " \
+           "multiples of the step)" in text
+    cmp = ok(run_cli("evidence", "compare", "v37", "v51")).stdout
+    assert "verdict: not enough runs" in cmp  # one run of v37: no test, but the grades say how far apart
+    assert "grid: item_understanding moves in grades of 0.030663; the difference of means, -0.0613, is -2.00 " \
+           "grades" in cmp
+    cmp = json.loads(ok(run_cli("evidence", "compare", "v58", "v51", "--json")).stdout)
+    assert cmp["grid"]["step"] == pytest.approx(0.030663, abs=1e-6)
+    assert "is +0.00 grades (below one grade)" in ok(run_cli("evidence", "compare", "v58", "v51")).stdout
 
 
 def test_stale_records_leave_every_statistic_after_the_adapter_changes(ws, run_cli):
@@ -268,19 +335,22 @@ def test_ls_lists_lineage_hashes_and_runs(ws, run_cli):
     assert "(root)" in text and "(unreadable)" in text and Adapter(ws / "v51").content_sha256[:12] in text
 
 
-def test_the_readme_evidence_example_is_what_the_cli_prints(tmp_path, monkeypatch, run_cli):
-    """README.md pastes `import`, `show` and `compare v51 v28` on the user's scores; run them and compare."""
+@pytest.mark.parametrize("block, count", [("evidence-example", 3), ("evidence-plan-example", 4)])
+def test_the_readme_evidence_example_is_what_the_cli_prints(tmp_path, monkeypatch, run_cli, block, count):
+    """README.md pastes `import`, `show` and `compare v51 v28` on the user's scores, and a plan with its decision
+    over them (examples/update_docs.py); run them and compare."""
     import shlex
     import shutil
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    block = (root / "README.md").read_text().split("<!-- evidence-example:start -->")[1].split(
-        "<!-- evidence-example:end -->")[0].split("```text\n", 1)[1].rsplit("```", 1)[0]
-    shutil.copy(root / "examples" / "evidence" / "scores.csv", tmp_path / "scores.csv")
+    pasted = (root / "README.md").read_text().split(f"<!-- {block}:start -->")[1].split(
+        f"<!-- {block}:end -->")[0].split("```text\n", 1)[1].rsplit("```", 1)[0]
+    for csv in (root / "examples" / "evidence").glob("*.csv"):
+        shutil.copy(csv, tmp_path / csv.name)
     monkeypatch.chdir(tmp_path)
-    chunks = block.split("$ vecmerge ")[1:]
-    assert len(chunks) == 3
+    chunks = pasted.split("$ vecmerge ")[1:]
+    assert len(chunks) == count
     for chunk in chunks:
         command, expected = chunk.split("\n", 1)
         res = ok(run_cli(*shlex.split(command)))

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from vecmerge.demo.run import prepare_folder, run_demo
+from vecmerge.demo.trajectories import SUBTASKS
 from vecmerge.errors import OutputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +46,8 @@ def test_demo_runs_end_to_end(small_demo):
 def test_demo_records_real_evaluations_and_gates_the_merge(small_demo):
     """Five runs per checkpoint, each the mean of its own 64 item records; the gate passes before project.
 
-    Each run's value is recomputed from the item records that follow it (exact mean, rel 1e-12).
+    Each run's value and sub-scores are recomputed from the item records that follow it (exact means,
+    rel 1e-12); the gate protects the three sub-tasks and shows them not worse.
     """
     from vecmerge.evidence.ledger import Ledger
 
@@ -66,12 +68,20 @@ def test_demo_records_real_evaluations_and_gates_the_merge(small_demo):
             assert mine[i].value == pytest.approx(sum(items) / 64, rel=1e-12)
         values = [mine[i].value for i in runs]
         assert len(set(values)) > 1 and all(0 <= v <= 1 for v in values)  # fresh subsets: real spread
-    assert "PASSED: all 6 conditions" in text
+        for i in runs:  # each sub-score is the mean of the run's items of that sub-task (rel 1e-12)
+            items = mine[i + 1:i + 65]
+            assert {r.subscore for r in items} <= set(SUBTASKS) and mine[i].sub_scores
+            for task, value in mine[i].sub_scores.items():
+                part = [r.value for r in items if r.subscore == task]
+                assert value == pytest.approx(sum(part) / len(part), rel=1e-12)
+    assert "PASSED: all 7 conditions" in text
+    assert re.search(r"no sub-score regresses\s+PASS\s+3 sub-score\(s\) not worse than v28", text), text
+    assert "what it costs the others: worse beyond noise: none" in text
     man = json.loads((out / "out" / "v58" / "vecmerge.json").read_text())
-    assert man["gate"]["passed"] and [r["status"] for r in man["gate"]["rows"]] == ["PASS"] * 6
+    assert man["gate"]["passed"] and [r["status"] for r in man["gate"]["rows"]] == ["PASS"] * 7
     assert "gate" not in man["recipe"]  # a re-run of the manifest reproduces; it does not re-decide
     card = (out / "out" / "v58" / "README.md").read_text()
-    assert "Gate before writing" in card and card.count("| PASS |") == 6
+    assert "Gate before writing" in card and card.count("| PASS |") == 7
 
 
 def test_demo_refuses_foreign_folders(tmp_path):

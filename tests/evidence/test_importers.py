@@ -211,3 +211,48 @@ def test_the_users_published_scores_import_and_match_the_stated_figures(ledger):
     assert sum(v51) / 5 == pytest.approx(1.00652, abs=1e-12) and max(v51) - min(v51) == pytest.approx(0.0285)
     assert {r.sub_scores.get("item_understanding") for r in ledger.records(models=["v51"])} == {0.2453}
     assert "v54" not in ledger.models()  # only its mean of three runs is published
+
+
+def test_csv_item_rows_name_their_sub_score_and_round_trip(tmp_path, ledger):
+    path = write(tmp_path, "items.csv",
+                 "model,metric,value,item,subscore,sub.start_low\n"
+                 "v51,toy_acc,0.5,,,0.4\n"
+                 "v51,toy_acc,1,seq3,start_low,\n"
+                 "v51,toy_acc,0,seq9,start_high,\n")
+    run, low, high = parse_csv(path).entries
+    assert dict(run.subs) == {"start_low": 0.4} and run.subscore is None
+    assert (low.item, low.subscore, high.subscore) == ("seq3", "start_low", "start_high")
+    import_files(ledger, [path])
+    text = export_csv_text(ledger.export())
+    assert text.splitlines()[0].endswith(",subscore,sub.start_low")
+    again = write(tmp_path, "again.csv", text)
+    assert [(e.item, e.subscore, dict(e.subs)) for e in parse_csv(again).entries] == [
+        (None, None, {"start_low": 0.4}), ("seq3", "start_low", {}), ("seq9", "start_high", {})]
+    bad = write(tmp_path, "bad.csv", "model,metric,value,subscore\nv51,toy_acc,0.5,start_low\n")
+    with pytest.raises(EvidenceError, match=r"line 2, field 'subscore': names the sub-score of an item"):
+        parse_csv(bad)
+
+
+def group_results(tmp_path) -> Path:
+    """The v51 fixture plus a second multiple-choice task and two groups, laid out as lm-eval 0.4 writes them
+    (``results`` holds each group's aggregate beside its tasks; ``group_subtasks`` maps a group to its tasks,
+    a nested group included, and a task to []). Constructed: the fixture itself has no group."""
+    data = json.loads((FIX / "v51_results.json").read_text())
+    data["results"]["toy_mc2"] = {"alias": " - toy_mc2", "acc,none": 0.5, "acc_stderr,none": 0.15,
+                                  "acc_norm,none": 0.25, "acc_norm_stderr,none": 0.13}
+    mc = data["results"]["toy_mc"]["acc,none"]
+    data["results"]["toy_mcs"] = {"alias": "toy_mcs", "acc,none": (mc + 0.5) / 2, "acc_stderr,none": "N/A"}
+    data["results"]["toy_all"] = {"alias": "toy_all", "acc,none": (mc + 0.5) / 2, "acc_stderr,none": "N/A"}
+    data["group_subtasks"] = {"toy_all": ["toy_mcs", "toy_gen"], "toy_mcs": ["toy_mc", "toy_mc2"], "toy_mc": [],
+                              "toy_mc2": [], "toy_gen": []}
+    return write(tmp_path, "results_group.json", json.dumps(data))
+
+
+def test_each_task_of_an_lm_eval_group_is_a_sub_score_of_the_groups_run(tmp_path):
+    parsed = parse_lm_eval_results(group_results(tmp_path))
+    by = {e.metric: e for e in parsed.entries}
+    mc = json.loads((FIX / "v51_results.json").read_text())["results"]["toy_mc"]["acc,none"]
+    assert dict(by["toy_mcs/acc"].subs) == {"toy_mc": mc, "toy_mc2": 0.5}
+    assert dict(by["toy_all/acc"].subs) == {"toy_mcs": (mc + 0.5) / 2}  # toy_gen has no acc: not a sub-score of acc
+    assert by["toy_mc/acc"].subs == () and by["toy_mc2/acc_norm"].subs == ()  # tasks stay metrics of their own
+    assert by["toy_mcs/acc"].stderr is None and by["toy_mcs/acc"].model == "v51"

@@ -130,7 +130,7 @@ def test_schema_version_is_checked(tmp_path, ledger):
     con.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
     con.commit()
     con.close()
-    with pytest.raises(EvidenceError, match="schema version 2.*upgrade vecmerge"):
+    with pytest.raises(EvidenceError, match=f"schema version {SCHEMA_VERSION + 1}.*upgrade vecmerge"):
         ledger.records()
     other = tmp_path / "other.db"
     con = sqlite3.connect(other)
@@ -192,3 +192,107 @@ def test_two_concurrent_writer_processes_lose_no_record(tmp_path):
     con = sqlite3.connect(db)
     assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     con.close()
+
+
+# -- schema versions and migration (version 1 -> 2: item sub-scores, plans) ---------------------------------
+V1_SCHEMA = [  # the version-1 schema as vecmerge wrote it, copied here so the test does not share the code
+    "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+    """CREATE TABLE records (id INTEGER PRIMARY KEY AUTOINCREMENT, model TEXT NOT NULL, sha256 TEXT,
+       metric TEXT NOT NULL, value REAL NOT NULL, subs TEXT NOT NULL DEFAULT '{}', stderr REAL, item TEXT,
+       cluster TEXT, source TEXT NOT NULL, note TEXT, created TEXT NOT NULL)""",
+    "CREATE INDEX records_metric_model ON records (metric, model)",
+    "CREATE TABLE directions (metric TEXT PRIMARY KEY, higher_is_better INTEGER NOT NULL, created TEXT NOT NULL)",
+    "INSERT INTO schema_version (version) VALUES (1)",
+]
+
+
+def version_1_ledger(path):
+    con = sqlite3.connect(path)
+    for statement in V1_SCHEMA:
+        con.execute(statement)
+    con.execute("INSERT INTO records (model, sha256, metric, value, subs, source, created) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                ("v51", None, "official_total", 1.018, '{"item_understanding": 0.2453}', "manual",
+                 "2026-01-01T00:00:00Z"))
+    con.execute("INSERT INTO records (model, metric, value, item, cluster, source, created) VALUES "
+                "('v51', 'official_total', 1.0, 'q1', 'c1', 'manual', '2026-01-01T00:00:00Z')")
+    con.execute("INSERT INTO directions VALUES ('official_total', 1, '2026-01-01T00:00:00Z')")
+    con.commit()
+    con.close()
+    return Ledger(path)
+
+
+def test_an_old_ledger_is_read_as_it_is_and_migrated_by_the_first_write(tmp_path):
+    ledger = version_1_ledger(tmp_path / "old.db")
+    before = (tmp_path / "old.db").read_bytes()
+    recs = ledger.records()
+    assert [r.value for r in recs] == [1.018, 1.0] and recs[0].sub_scores == {"item_understanding": 0.2453}
+    assert [r.subscore for r in recs] == [None, None] and ledger.plans() == [] and ledger.directions() == {
+        "official_total": True}
+    assert (tmp_path / "old.db").read_bytes() == before  # reading leaves the file alone
+    ledger.add_items("v51", None, "official_total", {"q2": 1.0}, subscores={"q2": "video"})
+    con = sqlite3.connect(tmp_path / "old.db")
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    assert "subscore" in [r[1] for r in con.execute("PRAGMA table_info(records)")]
+    con.close()
+    recs = ledger.records()
+    assert [(r.item, r.subscore) for r in recs] == [(None, None), ("q1", None), ("q2", "video")]
+    assert recs[0].sub_scores == {"item_understanding": 0.2453} and recs[1].cluster == "c1"  # old records intact
+
+
+def test_a_migration_that_fails_leaves_the_old_ledger_as_it_was(tmp_path, monkeypatch):
+    from vecmerge.evidence import schema
+
+    ledger = version_1_ledger(tmp_path / "old.db")
+    monkeypatch.setitem(schema.MIGRATIONS, 1, [*schema.MIGRATIONS[1], "CREATE TABLE records (x)"])  # fails last
+    with pytest.raises(EvidenceError, match="could not write"):
+        ledger.add("v51", None, "official_total", 1.0)
+    con = sqlite3.connect(tmp_path / "old.db")
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    assert "subscore" not in [r[1] for r in con.execute("PRAGMA table_info(records)")]
+    assert con.execute("SELECT COUNT(*) FROM records").fetchone() == (2,)
+
+
+def test_item_records_name_their_sub_score(ledger):
+    ledger.add_items("v58", SHA_OLD, "toy", {"s1": 1.0, "s2": 0.0}, clusters={"s1": "a"},
+                     subscores={"s1": "start_low", "s2": "start_high"})
+    assert [(r.item, r.cluster, r.subscore) for r in ledger.records()] == [
+        ("s1", "a", "start_low"), ("s2", None, "start_high")]
+    assert ledger.export()[0]["subscore"] == "start_low"
+    with pytest.raises(EvidenceError, match="subscore: only item-level records"):
+        ledger.write([Entry("v58", "toy", 0.5, subscore="start_low")])
+
+
+def plan_of(**changes):
+    from vecmerge.evidence.ledger import Plan
+
+    fields = dict(id=0, a="v51", b="v28", metric="official_total", a_sha256=SHA_NEW, b_sha256=None,
+                  min_effect=0.01, max_runs=10, alpha=0.05, higher_is_better=True, noise_sd=0.0096,
+                  prior_scale=1.04, test="t-mixture")
+    return Plan(**{**fields, **changes})
+
+
+def test_plans_are_recorded_read_back_and_immutable(ledger):
+    ledger.add("v51", SHA_NEW, "official_total", [1.0, 1.01])
+    first = ledger.add_plan(plan_of())
+    assert first.id == 1 and first.after_record == 2 and re.fullmatch(r"\d{4}-.*Z", first.created)
+    ledger.add("v51", SHA_NEW, "official_total", 1.02)
+    second = ledger.add_plan(plan_of(min_effect=0.02))
+    assert ledger.plans() == [first, second] and second.after_record == 3
+    assert ledger.plans("v51", "v28", "official_total")[-1].min_effect == 0.02 and ledger.plans(b="v99") == []
+    con = sqlite3.connect(ledger.path)
+    for sql in ("UPDATE plans SET min_effect = 0.5", "DELETE FROM plans"):
+        with pytest.raises(sqlite3.DatabaseError, match="a plan is immutable"):
+            con.execute(sql)
+    con.close()
+    assert ledger.plans() == [first, second]
+
+
+def test_a_bad_plan_lists_every_problem(ledger):
+    with pytest.raises(EvidenceError) as info:
+        ledger.add_plan(plan_of(b="v51", min_effect=0.0, max_runs=1, alpha=1.5, a_sha256="xyz"))
+    text = str(info.value)
+    assert text.startswith("no plan recorded: 5 problem(s)") and "\n" not in text and text.endswith("and 2 more")
+    for part in ("itself", "a_sha256", "min_effect"):
+        assert part in text, part
+    assert ledger.plans() == []

@@ -35,9 +35,21 @@ CURRENT = {"v51": NEW, "v28": SHA28, "v54": SHA54}
 def test_add_returns_ids_and_direction(ledger):
     out = commands.add(ledger, "v59", [0.9944], metric=M, sha256=None, subs={"item": 0.2453})
     assert out["ids"] == [12] and out["direction"] is True and out["values"] == [0.9944]
-    with pytest.raises(EvidenceError, match="--sub applies to one run"):
+    with pytest.raises(EvidenceError, match=r"--sub item has 1 value\(s\) for 2 run\(s\); give one per run"):
         commands.add(ledger, "v59", [0.99, 0.98], metric=M, sha256=None, subs={"item": 0.2})
     json.dumps(out)
+
+
+def test_add_records_one_sub_score_per_run(ledger):
+    """The multi-run form: --sub KEY=V1,V2,... gives run i the i-th value (v51's five runs, 0.2453 each)."""
+    out = commands.add(ledger, "v51b", V51, metric=M, sha256=None, subs={"item": [0.2453] * 5, "video": V51[::-1]})
+    runs = [r for r in ledger.records(["v51b"], M)]
+    assert [r.value for r in runs] == V51 and [r.sub_scores for r in runs] == [
+        {"item": 0.2453, "video": v} for v in V51[::-1]]
+    assert out["subs"] == {"item": [0.2453] * 5, "video": V51[::-1]}
+    with pytest.raises(EvidenceError, match=r"--sub item has 4 value\(s\) for 5 run\(s\)"):
+        commands.add(ledger, "v51b", V51, metric=M, sha256=None, subs={"item": [0.2453] * 4})
+    assert len(ledger.records(["v51b"], M)) == 5  # nothing half-written
 
 
 def test_show_leaves_stale_records_out_and_counts_them(ledger):
@@ -104,3 +116,61 @@ def test_the_examples_walkthrough_figures(capsys):
     assert out[("v58", "v51")].verdict_code == "within_noise" and out[("v58", "v51")].repeats_needed == 8
     assert out[("v58", "v51")].welch.p == pytest.approx(0.0558, abs=5e-5)
     assert "pooled within-model noise: sd 0.0096 over v51, v28, v58 (7 df)" in capsys.readouterr().out
+
+
+def test_plan_then_decide_over_the_runs_recorded_after_it(ledger):
+    out = commands.plan(ledger, "v51", "v28", metric=M, min_effect=0.01, max_runs=6, current_sha=CURRENT)
+    plan = out["plan"]
+    assert (plan["a_sha256"], plan["b_sha256"], plan["after_record"]) == (NEW, SHA28, 11)  # the fixture's 11
+    pooled = commands.compare_models(ledger, "v51", "v28", M, current_sha=CURRENT)["pooled"]["sd"]
+    assert plan["noise_sd"] == pytest.approx(pooled, rel=1e-12) and plan["prior_scale"] == pytest.approx(0.01 / pooled)
+    first = commands.decide(ledger, "v51", "v28", current_sha=CURRENT)
+    assert first["decision"] == "continue" and first["runs"] == [0, 0] and "no look yet" in first["reason"]
+    for i in range(4):  # the earlier runs are not looks: only these are
+        commands.add(ledger, "v51", [1.03 + 0.001 * i], metric=M, sha256=NEW)
+        commands.add(ledger, "v28", [0.98 - 0.001 * i], metric=M, sha256=SHA28)
+    commands.add(ledger, "v51", [1.5], metric=M, sha256=OLD)  # other weights: not the plan's
+    out = commands.decide(ledger, "v51", "v28", M, current_sha=CURRENT, replay=True)
+    assert out["decision"] == "stop_better" and out["runs"] == [4, 4] and len(out["looks"]) == 5
+    assert [x["decision"] for x in out["looks"]] == ["continue"] * 4 + ["stop_better"]
+    assert "looks" not in commands.decide(ledger, "v51", "v28", current_sha=CURRENT)
+    json.dumps(out)
+    evidence = commands.gate_evidence(ledger, "v54", "v51", "v28", M, current_sha=CURRENT)
+    assert evidence["plan"].id == plan["id"] and evidence["plan_decision"].decision == "stop_better"
+
+
+def test_plans_are_refused_or_looked_up_clearly(ledger):
+    with pytest.raises(EvidenceError, match="no plan of v51 --vs v28 in .*evidence plan v51 --vs v28"):
+        commands.decide(ledger, "v51", "v28")
+    commands.add(ledger, "v51", [0.5], metric="loss", sha256=NEW)
+    with pytest.raises(EvidenceError, match="loss: no direction recorded; declare it first"):
+        commands.plan(ledger, "v51", "v28", metric="loss", min_effect=0.01, max_runs=5)
+    commands.plan(ledger, "v51", "v28", metric=M, min_effect=0.01, max_runs=5, current_sha=CURRENT)
+    with pytest.raises(EvidenceError, match="v51 now has other weights .* record a new plan"):
+        commands.decide(ledger, "v51", "v28", current_sha={**CURRENT, "v51": OLD})
+
+
+def test_compare_reports_every_sub_score_keyed_by_name(ledger):
+    commands.add(ledger, "x", [1.0, 1.01, 0.99], metric="tot", sha256=None, higher_is_better=True,
+                 subs={"video": [0.31, 0.32, 0.30], "item": [0.2453] * 3})
+    commands.add(ledger, "y", [0.97, 0.98, 0.99], metric="tot", sha256=None,
+                 subs={"video": [0.28, 0.29, 0.27], "item": [0.2453] * 3})
+    out = commands.compare_models(ledger, "x", "y", "tot", target="video")
+    subs = out["subscores"]
+    assert set(subs["subscores"]) == {"item", "video"} and subs["target"] == "video"
+    assert subs["subscores"]["item"]["kind"] == "exact" and subs["cost"]["not_worse"] == ["item"]
+    assert subs["subscores"]["video"]["test"]["kind"] == "welch"
+    with pytest.raises(EvidenceError, match="--target world: x and y recorded no such sub-score of tot; known: item"):
+        commands.compare_models(ledger, "x", "y", "tot", target="world")
+    json.dumps(out)
+
+
+def test_show_reports_the_grid_of_the_published_grades(tmp_path):
+    """examples/evidence/grades.csv: the six published grades of the item sub-score (懂物料), v51's five runs."""
+    from pathlib import Path
+
+    ledger = Ledger(tmp_path / "l.db")
+    commands.import_(ledger, [Path(__file__).parents[2] / "examples" / "evidence" / "grades.csv"])
+    (grid,) = commands.show(ledger)["grids"]
+    assert grid["metric"] == "item_understanding" and grid["sub"] is None and grid["multiples"]
+    assert 0.0306 <= grid["step"] <= 0.0307 and grid["grades"] == [0, 1, 2, 3, 4, 5]

@@ -56,12 +56,12 @@ def rows_of(res) -> dict:
     return {r["condition"]: r for r in json.loads(res.stdout)["rows"]}
 
 
-def test_the_v58_workspace_passes_all_six(gate_ws, run_cli):
+def test_the_v58_workspace_passes_all_seven(gate_ws, run_cli):
     res = run_cli(*GATE)
     assert res.exit_code == 0, res.output
-    assert "PASSED: all 6 conditions" in res.stdout
+    assert "PASSED: all 7 conditions" in res.stdout
     for cond in ("common base", "common parent", "stable backbone", "repeated evidence", "module consensus",
-                 "small trust region"):
+                 "small trust region", "no sub-score regresses"):
         assert cond in res.stdout
     rows = rows_of(run_cli(*GATE, "--json"))
     assert {r["status"] for r in rows.values()} == {"PASS"}
@@ -208,12 +208,12 @@ def test_the_gate_uses_the_pipelines_consensus_and_step(gate_ws, run_cli):
 def test_project_gate_passes_and_the_output_carries_the_table(gate_ws, run_cli):
     res = run_cli(*PROJECT)
     assert res.exit_code == 0, res.output
-    assert "PASSED: all 6 conditions" in res.stdout
+    assert "PASSED: all 7 conditions" in res.stdout
     man = json.loads((gate_ws / "out" / "v58" / "vecmerge.json").read_text())
-    assert man["gate"]["passed"] and len(man["gate"]["rows"]) == 6 and "gate" not in man["recipe"]
+    assert man["gate"]["passed"] and len(man["gate"]["rows"]) == 7 and "gate" not in man["recipe"]
     card = (gate_ws / "out" / "v58" / "README.md").read_text()
     assert "Gate before writing (v54 + alpha * (v51 - v28), metric `official_total`): PASSED" in card
-    assert card.count("| PASS |") == 6 and "Closeness of v51 to v28: cosine 0." in card
+    assert card.count("| PASS |") == 7 and "Closeness of v51 to v28: cosine 0." in card
     assert run_cli("verify", "out/v58").exit_code == 0
     rep = json.loads(run_cli(*PROJECT, "--force", "--json").stdout)
     assert rep["gate"]["passed"] and rep["gate"]["rows"] == man["gate"]["rows"]
@@ -299,3 +299,47 @@ def test_the_closeness_of_x_to_y_is_shown_and_exact(gate_ws, run_cli, dense_upda
     assert close["relative_distance"] == pytest.approx(dist / nb, rel=1e-9)
     text = run_cli(*GATE).stdout
     assert "cos(v51, v28)" in text and f"= {close['cosine']:.4f}," in text  # (the cell wraps)
+
+
+def record_subs(root, runs: dict) -> None:
+    """Runs with sub-scores: name -> [(value, {sub: value})...], each tied to the adapter's sha256."""
+    ws = Workspace(root=root)
+    ledger = Ledger(ws.ledger_path)
+    ledger.set_direction(M, True)
+    for name, items in runs.items():
+        ledger.add(name, ws.content_sha(name), M, [v for v, _ in items], subs=[s for _, s in items])
+
+
+def test_the_gate_protects_the_sub_scores_named_in_vecmerge_yaml(toy, run_cli):
+    """v51 keeps item understanding at 0.2453 in every run (decided exactly) and loses video beyond noise."""
+    workspace(toy, extra="gate:\n  protect: [item_understanding, video]\n  margin: {video: 0.01}\n")
+    video51, video28 = [0.2512, 0.2494, 0.2507, 0.2489, 0.2501], [0.3012, 0.2984]
+    record_subs(toy, {"v51": [(v, {"item_understanding": 0.2453, "video": x}) for v, x in zip(V51, video51)],
+                      "v28": [(v, {"item_understanding": 0.2453, "video": x}) for v, x in zip(V28, video28)],
+                      "v54": [(v, {}) for v in V54]})
+    res = run_cli(*GATE, "--json")
+    assert res.exit_code == 1, res.output
+    row = rows_of(res)["no sub-score regresses"]
+    assert row["status"] == "FAIL" and row["detail"].startswith("video worse (-0.04974: worse beyond noise (Holm p")
+    assert row["source"] == "protect vecmerge.yaml gate.protect; margin vecmerge.yaml gate.margin"
+    subs = row["numbers"]["subscores"]
+    assert subs["item_understanding"]["status"] == "not_worse" and subs["item_understanding"]["kind"] == "exact"
+    assert subs["video"]["margin"] == 0.01 and subs["video"]["margin_source"] == "vecmerge.yaml gate.margin"
+    text = run_cli(*GATE).stdout
+    assert "NOT PASSED: no sub-score regresses FAIL" in text
+    workspace(toy, extra="gate:\n  protect: [item_understanding]\n")  # video is not protected: it may move
+    assert run_cli(*GATE).exit_code == 0
+
+
+def test_a_plan_of_x_against_y_decides_the_repeated_evidence_row(gate_ws, run_cli):
+    assert run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01", "--max-runs", "6").exit_code == 0
+    row = rows_of(run_cli(*GATE, "--json"))["repeated evidence"]
+    assert row["status"] == "UNKNOWN" and row["detail"].startswith("continue after 0 + 0 planned runs")
+    assert row["source"].startswith("evidence plan 1 (")
+    ws = Workspace(root=gate_ws)
+    ledger = Ledger(ws.ledger_path)
+    for i in range(4):
+        ledger.add("v51", ws.content_sha("v51"), M, 1.03 + 0.001 * i)
+        ledger.add("v28", ws.content_sha("v28"), M, 0.98 - 0.001 * i)
+    res = run_cli(*GATE, "--json")
+    assert res.exit_code == 0 and rows_of(res)["repeated evidence"]["numbers"]["decision"]["decision"] == "stop_better"

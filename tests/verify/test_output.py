@@ -521,7 +521,7 @@ def test_verify_reports_progress_over_every_module(toy, run_cli):
 def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli, dense_expr):
     """verify.compare keeps every module's recomputed update by default (the PEFT checks compare against them):
     each is ``base_m + alpha dir_m`` of dense float64 from the raw files (alpha from the manifest; rtol 1e-12)."""
-    from vecmerge.recipe.recipe import with_absolute_inputs
+    from vecmerge.recipe.load import with_absolute_inputs
     from vecmerge.verify.output import TOLERANCES, compare, recompute
 
     project(run_cli)

@@ -1,6 +1,9 @@
-"""``vecmerge evidence ...``, ``vecmerge ls`` and ``vecmerge gate``: the ledger, lineage and the six-condition gate."""
+"""``vecmerge evidence ...``, ``vecmerge ls`` and ``vecmerge gate``: the ledger, plans and sequential decisions,
+lineage and the seven-condition gate."""
 
 from __future__ import annotations
+
+import math
 
 import click
 
@@ -17,15 +20,20 @@ def evidence():
 
 
 def _subs(pairs) -> dict:
+    """``KEY=V`` (one run) or ``KEY=V1,V2,...`` (one value per run, in order) -> key -> list of floats."""
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         try:
-            out[key.strip()] = float(value)
+            values = [float(v) for v in value.split(",")]
         except ValueError:
             sep = ""
         if not sep or not key.strip():
-            usage(f"--sub {pair!r}: give KEY=VALUE with a number, e.g. --sub item_understanding=0.2453")
+            usage(f"--sub {pair!r}: give KEY=VALUE with a number, e.g. --sub item_understanding=0.2453 (or one "
+                  "value per run: KEY=V1,V2,...)")
+        if key.strip() in out:
+            usage(f"--sub {key.strip()} given twice; give every run's value at once: --sub {key.strip()}=V1,V2,...")
+        out[key.strip()] = values
     return out
 
 
@@ -33,7 +41,8 @@ def _subs(pairs) -> dict:
 @click.argument("name")
 @click.argument("values", nargs=-1, required=True, type=float)
 @click.option("--metric", help="What was measured (default: metric: in vecmerge.yaml).")
-@click.option("--sub", "subs", multiple=True, help="A sub-score KEY=VALUE of a single run (repeatable).")
+@click.option("--sub", "subs", multiple=True, help="A sub-score KEY=VALUE of a single run, or KEY=V1,V2,... with "
+              "one value per run in the runs' order (repeatable, one per sub-score).")
 @click.option("--note", help="Free text kept with each record.")
 @click.option("--higher-is-better/--lower-is-better", "higher", default=None,
               help="Declare the metric's direction (once per metric).")
@@ -114,19 +123,80 @@ def evidence_show(obj: Ctx, names, metric, include_stale, plot, force, as_json):
 @click.argument("b")
 @click.option("--metric", help="The metric (default: metric: in vecmerge.yaml, or the one A and B share).")
 @click.option("--detect", type=float, help="A difference to plan repeats for (default: the observed one).")
+@click.option("--target", help="The sub-score being raised: reported, not counted among the others' costs.")
+@click.option("--margin", type=float, help="Non-inferiority margin for every sub-score (default: one grade where "
+              "its values lie on a grid, else its pooled run noise sd).")
 @click.option("--stale", "include_stale", is_flag=True, help="Include records of weights a name no longer has.")
 @json_option
 @global_options
 @click.pass_obj
 @handled
-def evidence_compare(obj: Ctx, a, b, metric, detect, include_stale, as_json):
-    """Is A better than B beyond eval noise? Welch over runs; paired and clustered over items."""
+def evidence_compare(obj: Ctx, a, b, metric, detect, target, margin, include_stale, as_json):
+    """Is A better than B beyond eval noise? Welch over runs; paired and clustered over items.
+
+    Every sub-score too: its test (Welch or paired per item), Holm-adjusted p across sub-scores, its grid
+    step where its values lie on one, and what the difference costs the others (worse beyond noise, shown
+    not worse at the margin, or unknown).
+    """
     if detect is not None and not detect > 0:
         usage(f"--detect {detect}: a difference > 0")
+    if margin is not None and not (math.isfinite(margin) and margin > 0):
+        usage(f"--margin {margin}: a difference > 0 in the metric's units")
     from .. import commands
 
     commands.evidence_compare(obj.ws(), a, b, metric, detect=detect, include_stale=include_stale, as_json=as_json,
-                              echo=echo)
+                              echo=echo, target=target, margin=margin)
+
+
+@evidence.command("plan")
+@click.argument("a")
+@click.option("--vs", "b", required=True, help="The model A is compared with (B).")
+@click.option("--metric", help="The metric (default: metric: in vecmerge.yaml).")
+@click.option("--min-effect", type=float, required=True, help="D: the smallest difference worth finding (the "
+              "metric's units, its direction).")
+@click.option("--max-runs", type=int, required=True, help="N: the most runs of each model the plan spends.")
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="The error rate kept at every look.")
+@json_option
+@global_options
+@click.pass_obj
+@handled
+def evidence_plan(obj: Ctx, a, b, metric, min_effect, max_runs, alpha, as_json):
+    """Pre-register a sequential comparison of A against B: runs recorded after it are its looks.
+
+    A plan is immutable (a new one is a new record); it keeps both adapters' sha256, D, N, alpha and the test.
+    """
+    if not (math.isfinite(min_effect) and min_effect > 0):
+        usage(f"--min-effect {min_effect}: a difference > 0")
+    if max_runs < 2:
+        usage(f"--max-runs {max_runs}: at least 2 (a look needs two runs of each model)")
+    if not 0 < alpha < 1:
+        usage(f"--alpha {alpha}: between 0 and 1, e.g. 0.05")
+    if a == b:
+        usage(f"evidence plan: A and --vs are both {a}")
+    from .. import commands
+
+    commands.evidence_plan(obj.ws(), a, b, metric=metric, min_effect=min_effect, max_runs=max_runs, alpha=alpha,
+                           as_json=as_json, echo=echo)
+
+
+@evidence.command("decide")
+@click.argument("a")
+@click.option("--vs", "b", required=True, help="The model A is compared with (B).")
+@click.option("--metric", help="The plan's metric (needed only when A and B have plans on several).")
+@click.option("--replay", is_flag=True, help="The decision after each look, in recording order.")
+@json_option
+@global_options
+@click.pass_obj
+@handled
+def evidence_decide(obj: Ctx, a, b, metric, replay, as_json):
+    """The latest plan's anytime-valid decision: stop_better, stop_futile, or continue (with runs to go).
+
+    A look after every run recorded since the plan, once each model has two; the error rate holds whatever
+    the number of looks (a t test mixed over the effect: evidence/sequential.py).
+    """
+    from .. import commands
+
+    commands.evidence_decide(obj.ws(), a, b, metric=metric, replay=replay, as_json=as_json, echo=echo)
 
 
 @evidence.command("calibrate")
@@ -172,10 +242,12 @@ def ls_cmd(obj: Ctx, metric, as_json):
 @click.pass_obj
 @handled
 def gate_cmd(obj: Ctx, base, direction, consensus_ref, trust, metric, as_json):
-    """Is BASE + alpha*(X - Y) worth trying? Six conditions, PASS/FAIL/UNKNOWN; exit 0 only when all pass.
+    """Is BASE + alpha*(X - Y) worth trying? Seven conditions, PASS/FAIL/UNKNOWN; exit 0 only when all pass.
 
     Common base, common parent (lineage), stable backbone (repeated runs), repeated evidence (X beats Y
-    beyond eval noise), module consensus, small trust region. Thresholds: gate: in vecmerge.yaml.
+    beyond eval noise, or the decision of a plan of X vs Y), module consensus, small trust region, no
+    sub-score regresses (each protected sub-score of X not worse than Y's at its margin). Thresholds, protect
+    and margin: gate: in vecmerge.yaml.
     """
     import math
 

@@ -6,7 +6,7 @@ prints, so the transcript is exactly what a user typing them would see. Every fu
 
     adapters.py   inspect, audit
     merging.py    merge (project, merge, refactor, run), merge_config (merge --config), verify
-    evidence.py   evidence add/import/export/show/compare/calibrate, ls, gate
+    evidence.py   evidence add/import/export/show/compare/calibrate/plan/decide, ls, gate
     models.py     extract, fuse
 """
 
@@ -15,8 +15,10 @@ from .evidence import (
                        evidence_add,
                        evidence_calibrate,
                        evidence_compare,
+                       evidence_decide,
                        evidence_export,
                        evidence_import,
+                       evidence_plan,
                        evidence_show,
                        gate,
                        ls,
@@ -25,5 +27,5 @@ from .merging import merge, merge_config, verify
 from .models import extract, fuse
 
 __all__ = ["inspect", "audit", "merge", "merge_config", "verify", "evidence_add", "evidence_import", "evidence_export",
-           "evidence_show",
-           "evidence_compare", "evidence_calibrate", "ls", "gate", "extract", "fuse"]
+           "evidence_show", "evidence_compare", "evidence_calibrate", "evidence_plan", "evidence_decide", "ls", "gate",
+           "extract", "fuse"]

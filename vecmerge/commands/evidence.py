@@ -101,8 +101,10 @@ def evidence_show(ws: Workspace, names=(), metric: str | None = None, *, include
 
 
 def evidence_compare(ws: Workspace, a: str, b: str, metric: str | None = None, *, detect: float | None = None,
-                     include_stale: bool = False, as_json: bool = False, echo=print) -> dict:
-    """``vecmerge evidence compare A B [--metric M] [--detect D]``: Welch, paired and clustered tests, the verdict.
+                     include_stale: bool = False, as_json: bool = False, echo=print, target: str | None = None,
+                     margin: float | None = None) -> dict:
+    """``vecmerge evidence compare A B [--metric M] [--detect D] [--target K] [--margin M]``: Welch, paired and
+    clustered tests, the verdict, and every sub-score with what the difference costs the others.
 
     The metric defaults to the workspace's ``metric:`` when A and B both have records of it.
     """
@@ -112,7 +114,7 @@ def evidence_compare(ws: Workspace, a: str, b: str, metric: str | None = None, *
         shared = [{r.metric for r in ledger.records([n], current_sha=current)} for n in (a, b)]
         metric = ws.metric if all(ws.metric in m for m in shared) else None
     out = evidence.compare_models(ledger, a, b, metric, current_sha=current, include_stale=include_stale,
-                                  detect=detect)
+                                  detect=detect, target=target, margin=margin)
     echo(to_json(out) if as_json else report_evidence.render_compare(out))
     return out
 
@@ -124,6 +126,29 @@ def evidence_calibrate(ws: Workspace, proxy: str, target: str, *, min_models: in
     options = {} if min_models is None else {"min_models": min_models}
     out = evidence.calibrate_metrics(ledger, proxy, target, current_sha=ws.current_shas(ledger.models()), **options)
     echo(to_json(out) if as_json else report_evidence.render_calibrate(out))
+    return out
+
+
+def evidence_plan(ws: Workspace, a: str, b: str, *, metric: str | None, min_effect: float, max_runs: int,
+                  alpha: float = 0.05, as_json: bool = False, echo=print) -> dict:
+    """``vecmerge evidence plan A --vs B --metric M --min-effect D --max-runs N [--alpha A]``: record a plan, tied to
+    A's and B's content sha256 now (names that are no adapter here: none)."""
+    metric = metric or ws.metric
+    if metric is None:
+        raise UsageError("evidence plan: name the metric with --metric M (or set metric: in vecmerge.yaml)")
+    ledger = _ledger(ws)
+    out = evidence.plan(ledger, a, b, metric=metric, min_effect=min_effect, max_runs=max_runs, alpha=alpha,
+                        current_sha={**ws.current_shas(ledger.models()), a: ws.content_sha(a), b: ws.content_sha(b)})
+    echo(to_json(out) if as_json else report_evidence.render_plan(out))
+    return out
+
+
+def evidence_decide(ws: Workspace, a: str, b: str, *, metric: str | None = None, replay: bool = False,
+                    as_json: bool = False, echo=print) -> dict:
+    """``vecmerge evidence decide A --vs B [--metric M] [--replay]``: the latest plan's sequential decision."""
+    ledger = _ledger(ws)
+    out = evidence.decide(ledger, a, b, metric, current_sha=ws.current_shas([a, b]), replay=replay)
+    echo(to_json(out) if as_json else report_evidence.render_decide(out))
     return out
 
 
@@ -170,7 +195,7 @@ def ls(ws: Workspace, *, metric: str | None = None, as_json: bool = False, echo=
 
 def gate(ws: Workspace, base: str, direction: str, *, consensus_ref: str | None = None, trust: float | None = None,
          metric: str | None = None, as_json: bool = False, echo=print, progress=None) -> dict:
-    """``vecmerge gate --base B --dir X-Y [--consensus-ref R] [--trust T] [--metric M]``: the six conditions.
+    """``vecmerge gate --base B --dir X-Y [--consensus-ref R] [--trust T] [--metric M]``: the seven conditions.
 
     The same facts ``project --gate`` judges (``pipeline.gate.check_gate``); the consensus is counted, never
     enforced here (``on_disagree: keep``). Raises CheckFailed (exit 1) unless every condition passes.

@@ -2,8 +2,9 @@
 
 It trains a tiny random Qwen3 with LoRA (v28, its continuation v51, a backbone v54e2 -> v54; see
 ``trajectories.py``), evaluates each checkpoint several times on fresh random subsets of held-out
-sequences of the toy task (``evals.csv``), then runs the very commands a user types, printing each
-one first::
+sequences of the toy task, split into three sub-tasks (``evals.csv``: each run's total and sub-scores, each
+item with its sub-task), protects the sub-tasks in the gate (``gate: protect:`` in the demo's
+``vecmerge.yaml``), then runs the very commands a user types, printing each one first::
 
     vecmerge inspect v54 v51
     vecmerge audit --ref v54-v54e2 --dir v51-v28 --plot audit.png
@@ -37,7 +38,7 @@ from ..outputs.policy import OutputPolicy
 from ..outputs.transaction import discard_folder
 from ..recipe.recipe import Recipe
 from ..workspace.names import Workspace
-from .trajectories import METRIC, evaluate_checkpoints, make_trajectories
+from .trajectories import METRIC, SUBTASKS, evaluate_checkpoints, make_trajectories
 
 V58 = {"base": "v54", "dir": "v51-v28", "trust": 0.0113, "consensus": {"ref": "v54-v54e2"}, "gate": True,
        "out": "out/v58"}
@@ -94,11 +95,13 @@ def prepare_folder(out, force: bool) -> Path:
 
 
 def write_evals(path: Path, rows: list[dict]) -> None:
-    """The evaluations as a ledger CSV (``model,metric,value,item,note``; ``vecmerge evidence import`` reads it)."""
+    """The evaluations as a ledger CSV (``model,metric,value,item,note,subscore,sub.<task>...``; ``vecmerge
+    evidence import`` reads it): a run's sub-scores in ``sub.<task>``, an item's sub-task in ``subscore``."""
+    subs = [f"sub.{t}" for t in SUBTASKS]
     with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, ["model", "metric", "value", "item", "note"], lineterminator="\n")
+        writer = csv.DictWriter(f, ["model", "metric", "value", "item", "note", "subscore", *subs], lineterminator="\n")
         writer.writeheader()
-        writer.writerows({**r, "value": repr(r["value"])} for r in rows)
+        writer.writerows({**r, **{k: repr(r[k]) for k in ("value", *subs) if r.get(k) is not None}} for r in rows)
 
 
 def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet: bool = False,
@@ -119,10 +122,13 @@ def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet:
     t0 = time.perf_counter()
     echo(f"# training toy trajectories (tiny random Qwen3 + LoRA on q/k/v/o/gate/up/down) in {out}")
     make_trajectories(folder, seed=seed, progress=not quiet, **(SMALL if small else {}))
+    with open(folder / "vecmerge.yaml", "a", encoding="utf-8") as f:  # the sub-tasks are constraints of the merge
+        f.write(f"gate:\n  protect: [{', '.join(SUBTASKS)}]  # sub-scores that must not regress\n")
     seconds["train"] = time.perf_counter() - t0
     t = time.perf_counter()
     echo(f"# evaluating each checkpoint {RUNS} times, each time on {SUBSET} fresh random sequences of {POOL} "
-         f"held-out ones ({METRIC}: next-token accuracy), into {EVALS}")
+         f"held-out ones ({METRIC}: next-token accuracy; sub-scores {', '.join(SUBTASKS)}: the sequences starting "
+         f"in each third of the vocabulary), into {EVALS}")
     write_evals(folder / EVALS, evaluate_checkpoints(folder, ["v28", "v51", "v54e2", "v54"], seed=seed, runs=RUNS,
                                                      subset=SUBSET, pool=POOL))
     seconds["evaluate"] = time.perf_counter() - t

@@ -14,7 +14,8 @@ the same base, so their effective updates ``scale * B @ A`` agree in sign module
 (with the defaults: 14 of 14 modules, cosines about 0.1 to 0.35).
 
 :func:`evaluate_checkpoints` measures them on the toy task the way an eval with a random subset
-does: several runs per checkpoint, each on fresh random held-out sequences (the demo's evidence).
+does: several runs per checkpoint, each on fresh random held-out sequences (the demo's evidence), with
+the task split into three sub-tasks by the sequence's first token (``SUBTASKS``): the run's sub-scores.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["make_trajectories", "evaluate_checkpoints", "LINEAGE", "METRIC"]
+__all__ = ["make_trajectories", "evaluate_checkpoints", "LINEAGE", "METRIC", "SUBTASKS"]
 
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 _VOCAB = 128  # synthetic vocabulary size
@@ -39,6 +40,8 @@ _NOISE = 0.1  # probability that a token breaks the rule
 _LR = 1e-3  # AdamW learning rate of v28 and of the backbone run; v51 uses 3x
 LINEAGE = {"v28": None, "v51": "v28", "v54e2": None, "v54": "v54e2"}  # parent: keys of vecmerge.yaml (None: a root)
 METRIC = "toy_acc"  # evaluate_checkpoints' metric: next-token accuracy on held-out sequences
+SUBTASKS = ("start_low", "start_mid", "start_high")  # the toy task's sub-tasks: the third of the vocabulary a
+# sequence starts in (each run's sub-score is its items' mean accuracy in that sub-task)
 
 
 def _check_args(layers: int, hidden: int, rank: int, steps: int) -> None:
@@ -270,6 +273,9 @@ def evaluate_checkpoints(
     value is the mean over its items. The models are deterministic, so the spread from run to run is
     the eval's own noise: which items a run happens to draw (real noise, as with a random eval subset).
 
+    Sub-tasks: an item belongs to ``SUBTASKS[first_token * 3 // V]`` (the third of the vocabulary its
+    sequence starts in); a run's sub-score of a sub-task is the mean accuracy of the run's items in it.
+
     Args:
         out (str | os.PathLike): the folder ``make_trajectories`` wrote (its ``base`` and adapters).
         names (list[str]): adapter folders in ``out`` to evaluate, in order.
@@ -280,8 +286,9 @@ def evaluate_checkpoints(
         metric (str): the metric name of the records. Default: ``toy_acc``
 
     Returns:
-        list[dict]: ledger CSV rows ``{"model", "metric", "value", "item", "note"}``: one row per run
-        (``item`` None), then one per item of that run (``item`` ``seqN``).
+        list[dict]: ledger CSV rows ``{"model", "metric", "value", "item", "note", "subscore", "sub.<task>"...}``:
+        one row per run (``item`` None, a ``sub.<task>`` value per sub-task it drew items of), then one per item of
+        that run (``item`` ``seqN``, ``subscore`` its sub-task).
     """
     if not (isinstance(runs, int) and runs >= 1 and isinstance(subset, int) and 1 <= subset <= pool):
         raise ValueError(f"runs >= 1 and 1 <= subset <= pool are needed, got runs={runs}, subset={subset}, "
@@ -295,6 +302,7 @@ def evaluate_checkpoints(
         gen = torch.Generator().manual_seed(seed + 1)  # the training data's rule
         a, b = _rule(gen)
         held_out = _sequences(torch.Generator().manual_seed(seed + 1000), a, b, pool)
+        task_of = [SUBTASKS[int(x) * len(SUBTASKS) // _VOCAB] for x in held_out[:, 0].tolist()]
         draws = torch.Generator().manual_seed(seed + 2000)
         for name in names:
             base = AutoModelForCausalLM.from_pretrained(str(root / "base"), dtype=torch.float32)
@@ -305,8 +313,13 @@ def evaluate_checkpoints(
             for r in range(runs):
                 picked = torch.randperm(pool, generator=draws)[:subset].tolist()
                 note = f"run {r + 1} of {runs}: {subset} random items of {pool} held-out sequences"
+                subs = {}
+                for task in SUBTASKS:
+                    mine = [per_item[i] for i in picked if task_of[i] == task]
+                    if mine:
+                        subs[f"sub.{task}"] = sum(mine) / len(mine)
                 rows.append({"model": name, "metric": metric, "value": sum(per_item[i] for i in picked) / subset,
-                             "item": None, "note": note})
-                rows += [{"model": name, "metric": metric, "value": per_item[i], "item": f"seq{i}", "note": None}
-                         for i in picked]
+                             "item": None, "note": note, **subs})
+                rows += [{"model": name, "metric": metric, "value": per_item[i], "item": f"seq{i}", "note": None,
+                          "subscore": task_of[i]} for i in picked]
     return rows

@@ -4,11 +4,16 @@ Pure library code (no torch, no click): the CLI and the pipeline are thin layers
 
     ledger.py      Ledger(path): SQLite records of evaluations, tied to the adapter's content sha256
     importers.py   CSV, lm-eval results JSON and --log_samples JSONL -> entries (all parsed, then written)
+    schema.py      the ledger's SQLite schema, its version, and the migrations of older ledgers
     stats.py       summaries, and Welch / paired / clustered tests of a difference (Miller 2024)
     noise.py       the ledger's pooled within-model noise, power, and the repeats a difference needs
-    compare.py     A against B: the tests, the noise, repeats needed and a verdict in words
+    holm.py        Holm's step-down correction across sub-scores
+    grades.py      discrete grades: whether a score's values lie on a grid, and its step
+    subscores.py   every sub-score of A against B: tests, Holm, margins, what a change costs the others
+    compare.py     A against B: the tests, the noise, repeats needed, a verdict in words, the sub-scores
+    sequential.py  pre-registered plans: the anytime-valid t-mixture test and its stop/continue decision
     calibrate.py   is a proxy metric able to rank candidates on the target? (Spearman, Kendall, bootstrap)
-    gate.py        the six-condition gate over facts the caller gathers
+    gate.py        the seven-condition gate over facts the caller gathers
     operations.py  one JSON-ready function per evidence command (the CLI only parses flags and prints)
 """
 

@@ -1,4 +1,5 @@
-"""Model A against model B on one metric: the tests of ``stats``, the ledger's noise, and a verdict in words."""
+"""Model A against model B on one metric: the tests of ``stats``, the ledger's noise, a verdict in words, and
+every sub-score (``subscores.compare_subscores``)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import EvidenceError
+from .grades import Grid, detect_grid
 from .ledger import Record
 from .noise import PooledNoise, pooled_noise, repeats_needed
 from .stats import DiffResult, Summary, item_means, paired, runs_by_model, summarize, welch
+from .subscores import SubScoreComparison, compare_subscores, sub_keys
 
 VERDICTS = {
     "a_better": "{a} is better beyond eval noise",
@@ -27,7 +30,9 @@ class Comparison:
 
     verdict_code is one of ``a_better``, ``b_better``, ``a_higher``, ``b_higher`` (no direction recorded),
     ``within_noise``, ``not_enough_runs``; ``verdict`` is the same in words with the names filled in.
-    decided_by is the kind of the test the verdict rests on (None when there is none).
+    decided_by is the kind of the test the verdict rests on (None when there is none). subscores: every
+    sub-score of A against B, and what the difference costs the others (None when neither recorded any).
+    grid: the grid the metric's run values across all models lie on (``grades.detect_grid``), or None.
     """
 
     a: str
@@ -48,6 +53,8 @@ class Comparison:
     verdict_code: str
     verdict: str
     reasons: tuple[str, ...] = ()
+    subscores: SubScoreComparison | None = None
+    grid: Grid | None = None
 
     def as_dict(self) -> dict:
         out = {}
@@ -59,7 +66,8 @@ class Comparison:
 def compare(a: str, b: str, records: Iterable[Record], *, metric: str | None = None,
             higher_is_better: bool | None = None, confidence: float = 0.95, min_runs: int = 2,
             min_items: int = 2, detect: float | None = None, alpha: float = 0.05,
-            power: float = 0.8) -> Comparison:
+            power: float = 0.8, target: str | None = None, margins: float | dict | None = None,
+            margin_source: str = "given") -> Comparison:
     """Compare A and B on one metric; the verdict rule is exact:
 
     1. Tests: ``clustered`` (item-level records of both, with cluster keys, ≥ 2 clusters), ``paired``
@@ -72,6 +80,7 @@ def compare(a: str, b: str, records: Iterable[Record], *, metric: str | None = N
     Also reported: the pooled within-model noise of every model in ``records`` (the ledger's typical run
     noise) and the runs per model a two-sample t test would need to detect ``detect`` (default: the observed
     difference of run means) with ``power`` at ``alpha``, using the pooled sd (else A's and B's own).
+    Every sub-score A or B recorded is compared too (``compare_subscores`` with ``target`` and ``margins``).
 
     Args:
         a, b (str): model names.
@@ -120,6 +129,12 @@ def compare(a: str, b: str, records: Iterable[Record], *, metric: str | None = N
     if detect is None and sa and sb:
         detect = abs(sa.mean - sb.mean)
     needed = repeats_needed(detect, noise, alpha=alpha, power=power) if noise and detect else None
+    subs = None
+    if sub_keys(records, [a, b]) or target is not None:
+        subs = compare_subscores(a, b, records, metric=metric, higher_is_better=higher_is_better,
+                                 confidence=confidence, target=target, margins=margins, margin_source=margin_source,
+                                 min_runs=min_runs, min_items=min_items, power=power)
     return Comparison(a, b, metric, higher_is_better, confidence, sa, sb, w, pr, cl, pooled, detect, noise,
                       needed, decided.kind if decided else None, code,
-                      VERDICTS[code].format(a=a, b=b, metric=metric), tuple(reasons))
+                      VERDICTS[code].format(a=a, b=b, metric=metric), tuple(reasons), subs,
+                      detect_grid([v for vs in runs.values() for v in vs]))

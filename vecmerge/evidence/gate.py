@@ -1,18 +1,26 @@
-"""The six-condition gate: a merge step BASE + alpha*(X - Y) is worth trying only when all six hold.
+"""The gate: a merge step BASE + alpha*(X - Y) is worth trying only when all seven conditions hold.
 
 The user's one merge that worked (v58 = v54 + 0.1226*(v51 - v28)) held because six things were true at
-once; this is a PURE function over facts the caller gathers (workspace, ledger, audit, trust):
+once, and a merge is judged by what it costs the other sub-scores too; this is a PURE function over facts
+the caller gathers (workspace, ledger, audit, trust):
 
     common base          every named adapter declares the same base model, and their shapes match
     common parent        X and Y lie on one recorded lineage (one descends from the other, or a shared ancestor)
     stable backbone      BASE has >= min_repeats runs and its sample std is no larger than the limit: the set
                          ``max_backbone_sd``, else ``backbone_noise_factor`` x the ledger's pooled noise
-    repeated evidence    X is better than Y beyond eval noise on the metric (compare.compare's verdict)
+    repeated evidence    X is better than Y beyond eval noise on the metric (compare.compare's verdict); where a
+                         plan (``evidence plan``) exists for X vs Y on the metric, its sequential decision instead:
+                         stop_better PASS, stop_futile FAIL, continue UNKNOWN
     module consensus     the share of modules agreeing with the reference >= min_agree
     small trust region   the relative step size trust <= max_trust
+    no sub-score         every protected sub-score of X is shown not worse than Y's at its margin (one-sided,
+      regresses          Holm across them: ``subscores.compare_subscores``); FAIL when one is worse beyond noise
+                         or its whole interval lies below -margin; UNKNOWN otherwise, with the runs that would
+                         decide. Zero-variance sub-scores are decided exactly. No sub-scores recorded: nothing
+                         to protect (PASS, said so)
 
 Each row is PASS, FAIL or UNKNOWN (no evidence to decide) with the numbers behind it and the threshold
-with where it came from. UNKNOWN is not a pass: ``GateResult.passed`` only when all six PASS.
+with where it came from. UNKNOWN is not a pass: ``GateResult.passed`` only when all seven PASS.
 """
 
 from __future__ import annotations
@@ -26,11 +34,14 @@ from ..workspace.lineage import Relation
 from . import EvidenceError
 from .compare import Comparison
 from .noise import PooledNoise
+from .records import Plan
+from .sequential import CONTINUE, STOP_BETTER, SequentialDecision
 from .stats import summarize
+from .subscores import NOT_WORSE, WORSE, SubScoreComparison
 
 PASS, FAIL, UNKNOWN = "PASS", "FAIL", "UNKNOWN"
 CONDITIONS = ("common base", "common parent", "stable backbone", "repeated evidence", "module consensus",
-              "small trust region")
+              "small trust region", "no sub-score regresses")
 
 
 class GateConfigError(EvidenceError):
@@ -52,6 +63,11 @@ class GateConfig:
         min_agree (float): share of modules that must agree with the consensus reference (1.0: v58 had 196/196).
         max_trust (float): largest relative step (0.015: v58's 0.0113 passes, v59's dose 45.6% larger,
             about 0.0165, does not).
+        protect (str | tuple[str, ...] | None): the sub-scores that must not regress: ``all`` (the default,
+            None, means all that X or Y recorded) or a list of names.
+        margin (float | Mapping[str, float] | None): the non-inferiority margin, one value or one per
+            sub-score; default (None, or a sub-score left out): one grade where the sub-score's recorded
+            values lie on a grid, else its pooled within-model noise sd (``subscores.py``).
         sources (Mapping[str, str]): where each value came from (``default`` or ``vecmerge.yaml gate.KEY``).
     """
 
@@ -63,6 +79,8 @@ class GateConfig:
     confidence: float = 0.95
     min_agree: float = 1.0
     max_trust: float = 0.015
+    protect: str | tuple[str, ...] | None = None
+    margin: float | Mapping[str, float] | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def source_of(self, key: str) -> str:
@@ -105,9 +123,20 @@ class GateConfig:
                 ok, hint = real and 0 < v < 1, "between 0 and 1, e.g. 0.95"
             elif key == "min_agree":
                 ok, hint = real and 0 <= v <= 1, "a share between 0 and 1"
+            elif key == "protect":
+                ok = v is None or v == "all" or (isinstance(v, list) and bool(v) and all(
+                    isinstance(x, str) and x.strip() == x != "" for x in v))
+                hint = "all, or a list of sub-score names such as [item_understanding, video]"
+            elif key == "margin":
+                ok = v is None or _positive(v) or (isinstance(v, Mapping) and bool(v) and all(
+                    isinstance(k, str) and _positive(x) for k, x in v.items()))
+                hint = "a difference > 0, or a mapping sub-score -> difference > 0"
             else:  # max_trust
                 ok, hint = real and v > 0, "a relative step > 0, e.g. 0.015"
-            if ok:
+            if ok and key in ("protect", "margin"):
+                values[key] = (tuple(v) if isinstance(v, list) else dict(v) if isinstance(v, Mapping)
+                               else v if v is None or isinstance(v, str) else float(v))
+            elif ok:
                 values[key] = v if key in ("metric", "min_repeats", "min_evidence_runs") or v is None else float(v)
             else:
                 problems.append(f"{key}={v!r}: {hint}")
@@ -135,6 +164,9 @@ class GateFacts:
         consensus (tuple[int, int] | None): (modules agreeing, modules) in the audit against the reference.
         consensus_ref (str | None): the reference expression (e.g. ``v54 - v54e2``), for the report.
         trust (float | None): the step's relative size ||alpha*(X-Y)|| / ||BASE||.
+        subscores (SubScoreComparison | None): X vs Y on the protected sub-scores with the config's margins.
+        plan (Plan | None), plan_decision (SequentialDecision | None): the latest plan of X vs Y on the metric
+            and its decision; the repeated-evidence row uses them when present.
     """
 
     backbone: str
@@ -150,6 +182,13 @@ class GateFacts:
     consensus: tuple[int, int] | None = None
     consensus_ref: str | None = None
     trust: float | None = None
+    subscores: SubScoreComparison | None = None
+    plan: Plan | None = None
+    plan_decision: SequentialDecision | None = None
+
+
+def _positive(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
 @dataclass(frozen=True)
@@ -170,7 +209,7 @@ class GateRow:
 
 @dataclass(frozen=True)
 class GateResult:
-    """The six rows; ``passed`` only when every row is PASS (exit code 0, else 1)."""
+    """The seven rows; ``passed`` only when every row is PASS (exit code 0, else 1)."""
 
     rows: tuple[GateRow, ...]
 
@@ -257,6 +296,8 @@ def _repeated_evidence(f: GateFacts, c: GateConfig) -> GateRow:
     threshold = (f"{f.x} better than {f.y} beyond eval noise ({c.confidence:.0%} interval excludes 0; "
                  f">= {c.min_evidence_runs} runs each for Welch)")
     source = f"confidence {c.source_of('confidence')}; min_evidence_runs {c.source_of('min_evidence_runs')}"
+    if f.plan is not None and f.plan_decision is not None:
+        return _planned_evidence(f)
     if cmp is None:
         return GateRow("repeated evidence", UNKNOWN, f"no comparison of {f.x} and {f.y}", {}, threshold, source)
     if (cmp.a, cmp.b) != (f.x, f.y):
@@ -297,8 +338,50 @@ def _trust(f: GateFacts, c: GateConfig) -> GateRow:
                    {"trust": f.trust}, threshold, source)
 
 
+def _planned_evidence(f: GateFacts) -> GateRow:
+    """The repeated-evidence row from the plan's sequential decision (``sequential.py``)."""
+    p, d = f.plan, f.plan_decision
+    status = {STOP_BETTER: PASS, CONTINUE: UNKNOWN}.get(d.decision, FAIL)
+    threshold = (f"plan {p.id}: {f.x} better than {f.y}, anytime-valid ({p.test}, alpha {p.alpha:g}, "
+                 f"D {p.min_effect:g}, <= {p.max_runs} runs each)")
+    text = f"{d.decision} after {d.runs[0]} + {d.runs[1]} planned runs: {d.reason}"
+    return GateRow("repeated evidence", status, text, {"plan": p.as_dict(), "decision": d.as_dict(replay=False)},
+                   threshold, f"evidence plan {p.id} ({p.created})")
+
+
+def _no_regression(f: GateFacts, c: GateConfig) -> GateRow:
+    s = f.subscores
+    protect = "all recorded" if c.protect in (None, "all") else ", ".join(c.protect)
+    margin = ("one grade, else the pooled noise sd" if c.margin is None else f"{c.margin:g}"
+              if isinstance(c.margin, float) else ", ".join(f"{k} {v:g}" for k, v in c.margin.items()))
+    threshold = f"protect {protect}: each not worse than {f.y} by its margin ({margin}; one-sided, Holm)"
+    source = f"protect {c.source_of('protect')}; margin {c.source_of('margin')}"
+    if s is None:
+        return GateRow("no sub-score regresses", UNKNOWN, f"no sub-score comparison of {f.x} and {f.y}", {},
+                       threshold, source)
+    if (s.a, s.b) != (f.x, f.y):
+        raise EvidenceError(f"gate: the sub-score comparison is {s.a} vs {s.b}, the step is {f.x} - {f.y}")
+    numbers = s.as_dict()
+    if not s.rows:
+        return GateRow("no sub-score regresses", PASS, f"no sub-scores recorded for {f.x} or {f.y} on {s.metric}: "
+                       "none to protect", numbers, threshold, source)
+    worse = [r for r in s.rows if r.status == WORSE]
+    if worse:
+        text = "; ".join(f"{r.key} worse ({r.diff:+.4g}: {r.reason})" for r in worse)
+        return GateRow("no sub-score regresses", FAIL, text, numbers, threshold, source)
+    unknown = [r for r in s.rows if r.status != NOT_WORSE]
+    if not unknown:
+        return GateRow("no sub-score regresses", PASS, f"{len(s.rows)} sub-score(s) not worse than {f.y}: "
+                       + ", ".join(r.key for r in s.rows), numbers, threshold, source)
+    text = f"{len(unknown)} of {len(s.rows)} undecided: " + "; ".join(
+        f"{r.key} ({r.reason}" + (f"; about {r.more_runs} more run(s) each" if r.more_runs else "") + ")"
+        for r in unknown)
+    return GateRow("no sub-score regresses", UNKNOWN, text, numbers, threshold, source)
+
+
 def evaluate_gate(facts: GateFacts, config: GateConfig | None = None) -> GateResult:
-    """The six rows for ``facts`` under ``config`` (defaults when None); see the module docstring."""
+    """The seven rows for ``facts`` under ``config`` (defaults when None); see the module docstring."""
     c = config or GateConfig()
     return GateResult((_common_base(facts), _common_parent(facts), _stable_backbone(facts, c),
-                       _repeated_evidence(facts, c), _consensus(facts, c), _trust(facts, c)))
+                       _repeated_evidence(facts, c), _consensus(facts, c), _trust(facts, c),
+                       _no_regression(facts, c)))

@@ -6,10 +6,12 @@ the row (1-based line number, or the JSON path) and the field, with a count of a
 
 Formats:
     CSV        header with ``model,metric,value`` and optionally ``note``, ``stderr``, ``item``,
-               ``cluster``, ``sha256`` and ``sub.KEY`` columns (one sub-score each). The columns
-               ``id``, ``source``, ``created`` and ``stale`` (written by ``export_csv_text``) are ignored.
+               ``cluster``, ``subscore``, ``sha256`` and ``sub.KEY`` columns (a run's sub-score KEY each;
+               ``subscore``: the sub-score an item-level row counts toward). The columns ``id``, ``source``,
+               ``created`` and ``stale`` (written by ``export_csv_text``) are ignored.
     results    lm-eval's ``results_*.json``: per task, ``"METRIC,FILTER": value`` and
-               ``"METRIC_stderr,FILTER": value or "N/A"``; ``higher_is_better`` gives the directions.
+               ``"METRIC_stderr,FILTER": value or "N/A"``; ``higher_is_better`` gives the directions; a group's
+               run carries each of its tasks (``group_subtasks``) as a sub-score.
     samples    lm-eval's ``samples_TASK_*.jsonl`` (``--log_samples``): one line per document with
                ``doc_id``, ``filter``, ``metrics`` (names) and one value per metric: item-level records.
 
@@ -33,7 +35,7 @@ from .records import SHA_RE, Entry
 __all__ = ["parse_csv", "parse_lm_eval_results", "parse_lm_eval_samples", "lm_eval_model_name", "metric_name",
            "detect_kind", "parse_files", "import_files", "export_csv_text", "Parsed", "CSV_COLUMNS"]
 
-CSV_COLUMNS = ("model", "metric", "value", "note", "stderr", "item", "cluster", "sha256")
+CSV_COLUMNS = ("model", "metric", "value", "note", "stderr", "item", "cluster", "sha256", "subscore")
 CSV_IGNORED = ("id", "source", "created", "stale")
 
 
@@ -87,8 +89,12 @@ def parse_csv(path: str | Path) -> Parsed:
                     problems.add(where, "stderr", f"{s!r} is negative")
             item = plain(cells.get("item", ""), problems, where, "item", False)
             cluster = plain(cells.get("cluster", ""), problems, where, "cluster", False)
+            subscore = plain(cells.get("subscore", ""), problems, where, "subscore", False)
             if cluster is not None and item is None:
                 problems.add(where, "cluster", "a cluster key needs an item id in the same row")
+            if subscore is not None and item is None:
+                problems.add(where, "subscore", "names the sub-score of an item; a run's sub-scores go in sub.KEY "
+                                                "columns")
             if (s := cells.get("sha256", "").strip()):
                 if SHA_RE.match(s):
                     sha = s
@@ -101,7 +107,7 @@ def parse_csv(path: str | Path) -> Parsed:
                     subs[name[4:]] = parse_number(cells[name].strip(), problems, where, name)
             if None in (model, metric, value) or None in subs.values():
                 continue
-            entries.append(Entry(model, metric, value, sha, subs, stderr, item, cluster, source, note))
+            entries.append(Entry(model, metric, value, sha, subs, stderr, item, cluster, source, note, subscore))
     except csv.Error as err:
         problems.add(f"line {reader.line_num}", None, f"not valid CSV ({err})")
     problems.raise_if_any()
@@ -183,7 +189,7 @@ def export_csv_text(rows: Iterable[dict]) -> str:
     rows = list(rows)
     subs = sorted({k for r in rows for k in r if k.startswith("sub.")})
     columns = ["model", "metric", "value", "stderr", "item", "cluster", "note", "sha256", "source", "created",
-               "stale", "id", *subs]
+               "stale", "id", *(["subscore"] if any(r.get("subscore") for r in rows) else []), *subs]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(columns)

@@ -7,8 +7,12 @@ timeout), so two processes may write at once and neither loses a record.
 
     ledger = Ledger("vecmerge-evidence.db")
     ledger.set_direction("official_total", higher_is_better=True)
-    ledger.add("v51", sha, "official_total", [1.0180, 0.9895, 1.0004, 1.0105, 1.0142])
+    ledger.add("v51", sha, "official_total", [1.0180, 0.9895, 1.0004, 1.0105, 1.0142],
+               subs=[{"item_understanding": 0.2453}] * 5)
     current = ledger.records(metric="official_total", current_sha={"v51": sha})
+
+It also keeps pre-registered plans (``add_plan``, ``plans``: immutable rows, see ``sequential.py``). The schema is
+versioned (``schema.py``): an older ledger is read as it is and migrated by its first write.
 """
 
 from __future__ import annotations
@@ -22,39 +26,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..errors import few
-from . import EvidenceError
-from .records import SHA_RE, Entry, Record, finite_number, is_stale, name_problem, utc_now
+from . import EvidenceError, schema
+from .records import SHA_RE, Entry, Plan, Record, finite_number, is_stale, name_problem, utc_now
+from .schema import SCHEMA_VERSION
 
-__all__ = ["Ledger", "Entry", "Record", "is_stale", "finite_number", "utc_now", "SHA_RE", "SCHEMA_VERSION",
+__all__ = ["Ledger", "Entry", "Record", "Plan", "is_stale", "finite_number", "utc_now", "SHA_RE", "SCHEMA_VERSION",
            "DEFAULT_NAME"]
 
-SCHEMA_VERSION = 1
 DEFAULT_NAME = "vecmerge-evidence.db"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS records (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    model TEXT NOT NULL,
-    sha256 TEXT,
-    metric TEXT NOT NULL,
-    value REAL NOT NULL,
-    subs TEXT NOT NULL DEFAULT '{}',
-    stderr REAL,
-    item TEXT,
-    cluster TEXT,
-    source TEXT NOT NULL,
-    note TEXT,
-    created TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS records_metric_model ON records (metric, model);
-CREATE TABLE IF NOT EXISTS directions (
-    metric TEXT PRIMARY KEY,
-    higher_is_better INTEGER NOT NULL,
-    created TEXT NOT NULL
-);
-"""
-_COLUMNS = "id, model, sha256, metric, value, subs, stderr, item, cluster, source, note, created"
 
 
 class Ledger:
@@ -105,28 +84,28 @@ class Ledger:
         return EvidenceError(f"{self.path}: not a vecmerge evidence ledger ({why}); "
                              "point `evidence:` in vecmerge.yaml at another file")
 
-    def _check_version(self, con: sqlite3.Connection) -> None:
+    def _check_version(self, con: sqlite3.Connection) -> int:
+        """The ledger's schema version (1..SCHEMA_VERSION); raises for a newer or a missing one."""
         try:
             rows = con.execute("SELECT version FROM schema_version").fetchall()
         except sqlite3.DatabaseError as err:
             raise self._not_a_ledger(err) from None
-        if not rows or rows[0][0] > SCHEMA_VERSION:
+        if not rows or not isinstance(rows[0][0], int) or not 1 <= rows[0][0] <= SCHEMA_VERSION:
             found = rows[0][0] if rows else "none"
             raise EvidenceError(f"{self.path}: ledger schema version {found}, this vecmerge reads "
-                                f"{SCHEMA_VERSION}; upgrade vecmerge")
+                                f"1 to {SCHEMA_VERSION}; upgrade vecmerge")
+        return rows[0][0]
 
     def _write(self, work) -> list[int]:
-        """Run ``work(con)`` inside one BEGIN IMMEDIATE transaction (schema created on first use)."""
+        """Run ``work(con)`` inside one BEGIN IMMEDIATE transaction (schema created on first use, an older
+        ledger migrated to ``SCHEMA_VERSION`` in the same transaction: see ``schema.py``)."""
         con = self._connect(write=True)
         try:
             con.execute("BEGIN IMMEDIATE")
             try:
-                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                if not tables:  # a new file: create the ledger (never inside someone else's database)
-                    for statement in filter(str.strip, _SCHEMA.split(";")):  # not executescript: it COMMITs
-                        con.execute(statement)
-                    con.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-                self._check_version(con)
+                if not schema.tables(con):  # a new file: create the ledger (never inside someone else's database)
+                    schema.create(con)
+                schema.migrate(con, self._check_version(con))
                 out = work(con)
                 con.execute("COMMIT")
                 return out
@@ -138,16 +117,17 @@ class Ledger:
         finally:
             con.close()
 
-    def _read(self, sql: str, args: Sequence = ()) -> list[tuple]:
+    def _read(self, sql, args: Sequence = ()) -> list[tuple]:
+        """Rows of ``sql`` (a string, or a function of the schema version giving one, or None: no rows)."""
         if not self.path.exists():
             return []
         con = self._connect(write=False)
         try:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if not tables:
+            if not schema.tables(con):
                 return []
-            self._check_version(con)
-            return con.execute(sql, args).fetchall()
+            version = self._check_version(con)
+            sql = sql(version) if callable(sql) else sql
+            return [] if sql is None else con.execute(sql, args).fetchall()
         except sqlite3.Error as err:
             raise EvidenceError(f"{self.path}: could not read the evidence ledger ({err})") from err
         finally:
@@ -179,9 +159,10 @@ class Ledger:
             for e in entries:
                 cur = con.execute(
                     "INSERT INTO records (model, sha256, metric, value, subs, stderr, item, cluster, source,"
-                    " note, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " note, created, subscore) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (e.model, e.sha256, e.metric, float(e.value), json.dumps({k: float(v) for k, v in e.subs}),
-                     None if e.stderr is None else float(e.stderr), e.item, e.cluster, e.source, e.note, now))
+                     None if e.stderr is None else float(e.stderr), e.item, e.cluster, e.source, e.note, now,
+                     e.subscore))
                 ids.append(cur.lastrowid)
             return ids
 
@@ -218,18 +199,19 @@ class Ledger:
 
     def add_items(self, model: str, sha256: str | None, metric: str,
                   items: Mapping[str, float] | Iterable[tuple[str, float]], *,
-                  clusters: Mapping[str, str] | None = None, source: str = "manual",
-                  note: str | None = None) -> list[int]:
+                  clusters: Mapping[str, str] | None = None, subscores: Mapping[str, str] | None = None,
+                  source: str = "manual", note: str | None = None) -> list[int]:
         """Record item-level scores (one per document) of one model on one metric (one transaction).
 
         Args:
             items: item id -> score, or (item id, score) pairs (an item may repeat: one per run).
             clusters (Mapping[str, str] | None): item id -> cluster key.
+            subscores (Mapping[str, str] | None): item id -> the sub-score (task) the item counts toward.
         """
         pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
-        clusters = clusters or {}
+        clusters, subscores = clusters or {}, subscores or {}
         return self.write(Entry(model, metric, v, sha256, item=str(i), cluster=clusters.get(str(i)),
-                                source=source, note=note) for i, v in pairs)
+                                source=source, note=note, subscore=subscores.get(str(i))) for i, v in pairs)
 
     def _declare(self, con, metric: str, higher: bool, *, replace: bool, now: str) -> None:
         if (p := name_problem(metric, "metric")) or not isinstance(higher, bool):
@@ -269,7 +251,7 @@ class Ledger:
         """
         if level not in ("all", "run", "item"):
             raise EvidenceError(f"level={level!r}: use all, run or item")
-        sql, args = f"SELECT {_COLUMNS} FROM records WHERE 1=1", []
+        sql, args = " FROM records WHERE 1=1", []
         if models is not None:
             models = list(models)
             sql += f" AND model IN ({', '.join('?' * len(models))})"
@@ -280,10 +262,10 @@ class Ledger:
         if level != "all":
             sql += " AND item IS NULL" if level == "run" else " AND item IS NOT NULL"
         out = []
-        for row in self._read(sql + " ORDER BY id", args):
-            rid, model, sha, met, value, subs, stderr, item, cluster, source, note, created = row
+        for row in self._read(lambda v: f"SELECT {schema.record_select(v)}{sql} ORDER BY id", args):
+            rid, model, sha, met, value, subs, stderr, item, cluster, source, note, created, subscore = row
             rec = Record(rid, model, sha, met, value, tuple(sorted(json.loads(subs).items())), stderr, item,
-                         cluster, source, note, created)
+                         cluster, source, note, created, subscore)
             stale = is_stale(rec, current_sha)
             if stale and not include_stale:
                 continue
@@ -301,3 +283,43 @@ class Ledger:
     def export(self, current_sha: Mapping[str, str | None] | None = None) -> list[dict]:
         """Every record (stale ones included, flagged) as flat JSON-ready dicts (see ``Record.as_dict``)."""
         return [r.as_dict() for r in self.records(current_sha=current_sha, include_stale=True)]
+
+    # -- plans -------------------------------------------------------------------------------------
+    def add_plan(self, plan: Plan) -> Plan:
+        """Record a pre-registered plan (one transaction); its ``id``, ``after_record`` (the largest record id
+        now: later records are its looks) and ``created`` are set here. A plan is never changed: the database
+        refuses UPDATE and DELETE on it; a new plan is a new record.
+
+        Args:
+            plan (Plan): the plan (its id, after_record and created are ignored).
+
+        Returns:
+            Plan: as recorded.
+        """
+        problems = plan.problems()
+        if problems:
+            raise EvidenceError(f"no plan recorded: {len(problems)} problem(s): {few(problems, 3)}")
+        now = utc_now()
+
+        def work(con):
+            last = con.execute("SELECT COALESCE(MAX(id), 0) FROM records").fetchone()[0]
+            rec = dataclasses.replace(plan, after_record=int(last), created=now, min_effect=float(plan.min_effect),
+                                      alpha=float(plan.alpha), prior_scale=float(plan.prior_scale))
+            fields = [f.name for f in dataclasses.fields(Plan) if f.name != "id"]
+            cur = con.execute(f"INSERT INTO plans ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})",
+                              [int(v) if isinstance(v, bool) else v for v in (getattr(rec, f) for f in fields)])
+            return [dataclasses.replace(rec, id=cur.lastrowid)]
+
+        return self._write(work)[0]
+
+    def plans(self, a: str | None = None, b: str | None = None, metric: str | None = None) -> list[Plan]:
+        """Recorded plans in id order (oldest first), filtered by A, B and metric where given."""
+        where, args = [], []
+        for column, value in (("a", a), ("b", b), ("metric", metric)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self._read(lambda v: None if v < 2 else
+                          f"SELECT {schema.PLAN_COLUMNS} FROM plans{clause} ORDER BY id", args)
+        return [Plan(*row[:9], bool(row[9]), *row[10:]) for row in rows]

@@ -2,6 +2,9 @@
 
     results    per task, ``"METRIC,FILTER": value`` and ``"METRIC_stderr,FILTER": value or "N/A"``;
                ``higher_is_better`` gives the directions; the model from ``config.model_args`` / ``model_name``.
+               A group (``group_subtasks``: group -> its tasks, nested groups included) is a run of its own,
+               ``GROUP/METRIC[/FILTER]``, whose sub-scores are its tasks' values of the same metric and
+               filter, keyed by task name; each task stays a metric of its own as well.
     samples    ``samples_TASK_*.jsonl``: one line per document with ``doc_id``, ``filter``, ``metrics``
                (names) and one value per metric.
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from . import EvidenceError
@@ -112,7 +116,22 @@ def parse_lm_eval_results(path: str | Path, model: str | None = None) -> Parsed:
     problems.raise_if_any()
     if not entries:
         raise EvidenceError(f"{path}: no 'METRIC,FILTER' scores under results; nothing was recorded")
-    return Parsed(entries, directions, [str(path)])
+    return Parsed(_group_subscores(entries, data.get("group_subtasks")), directions, [str(path)])
+
+
+def _group_subscores(entries: list[Entry], groups) -> list[Entry]:
+    """Each group's run with its tasks' values of the same metric and filter as sub-scores (keyed by task)."""
+    if not isinstance(groups, dict):
+        return entries
+    by_metric = {e.metric: e for e in entries}
+    out = []
+    for e in entries:
+        task, _, rest = e.metric.partition("/")
+        tasks = groups.get(task)
+        subs = {t: by_metric[f"{t}/{rest}"].value for t in tasks if isinstance(t, str) and f"{t}/{rest}" in by_metric
+                } if isinstance(tasks, list) else {}
+        out.append(replace(e, subs=tuple(sorted(subs.items()))) if subs else e)
+    return out
 
 
 def _lookup(doc, dotted: str):

@@ -13,31 +13,44 @@ from . import EvidenceError
 from .calibrate import calibrate_records
 from .compare import compare
 from .gate import GateConfig
+from .grades import detect_grid
 from .importers import export_csv_text, import_files
-from .ledger import Entry, Ledger
+from .ledger import Entry, Ledger, Plan
 from .noise import pooled_noise
+from .sequential import TEST, decide_plan
 from .stats import runs_by_model, summarize_records
+from .subscores import compare_subscores, sub_keys, sub_runs
 
-__all__ = ["add", "import_", "export", "show", "compare_models", "calibrate_metrics", "ls_rows", "gate_evidence"]
+__all__ = ["add", "import_", "export", "show", "compare_models", "calibrate_metrics", "ls_rows", "gate_evidence",
+           "plan", "decide"]
 
 
 def add(ledger: Ledger, name: str, values: Sequence[float], *, metric: str, sha256: str | None,
-        subs: Mapping[str, float] | None = None, note: str | None = None,
+        subs: Mapping[str, float | Sequence[float]] | None = None, note: str | None = None,
         higher_is_better: bool | None = None) -> dict:
-    """``vecmerge evidence add NAME VALUE... --metric M [--sub K=V] [--note] [--higher/--lower-is-better]``.
+    """``vecmerge evidence add NAME VALUE... --metric M [--sub K=V[,V...]] [--note] [--higher/--lower-is-better]``.
 
-    One transaction: the runs, and the metric's direction when given. ``subs`` needs a single value.
+    One transaction: the runs, and the metric's direction when given.
+
+    Args:
+        subs: sub-score -> one value per run (a list as long as ``values``; a single number for a single run).
 
     Returns:
         dict: ``{"model", "metric", "sha256", "values", "ids", "direction"}``.
     """
     values = list(values)
-    if subs and len(values) != 1:
-        raise EvidenceError(f"{name}: --sub applies to one run; record {len(values)} runs one at a time")
-    entries = [Entry(name, metric, v, sha256, subs or {}, note=note) for v in values]
+    per_run: list[dict[str, float]] = [{} for _ in values]
+    for key, given in (subs or {}).items():
+        given = [given] if not isinstance(given, Sequence) else list(given)
+        if len(given) != len(values):
+            raise EvidenceError(f"{name}: --sub {key} has {len(given)} value(s) for {len(values)} run(s); give one "
+                                f"per run, in the runs' order: --sub {key}=V1,V2,...")
+        for run, v in zip(per_run, given):
+            run[key] = v
+    entries = [Entry(name, metric, v, sha256, s, note=note) for v, s in zip(values, per_run)]
     ids = ledger.write(entries, None if higher_is_better is None else {metric: higher_is_better})
     return {"model": name, "metric": metric, "sha256": sha256, "values": values, "ids": ids,
-            "direction": ledger.direction(metric)}
+            "direction": ledger.direction(metric), "subs": {k: [r[k] for r in per_run] for k in (subs or {})}}
 
 
 def import_(ledger: Ledger, paths: Iterable[str], *,
@@ -78,8 +91,10 @@ def show(ledger: Ledger, names: Sequence[str] | None = None, metric: str | None 
 
     Returns:
         dict: ``{"summaries": [Summary.as_dict()...], "stale": [{"model", "metric", "records", "sha256s"}],
-        "item_level": [{"model", "metric", "items", "records"}], "directions": {...}, "include_stale"}``.
-        Stale records are counted in ``stale`` and enter the summaries only with ``include_stale``.
+        "item_level": [{"model", "metric", "items", "records"}], "grids": [{"metric", "sub", **Grid.as_dict()}],
+        "directions": {...}, "include_stale"}``. Stale records are counted in ``stale`` and enter the summaries
+        only with ``include_stale``. ``grids``: each metric and sub-score whose run values across the models
+        shown lie on a grid (``grades.detect_grid``).
     """
     _check_known(ledger, names or [], metric)
     every = ledger.records(names, metric, current_sha=current_sha, include_stale=True)
@@ -98,8 +113,23 @@ def show(ledger: Ledger, names: Sequence[str] | None = None, metric: str | None 
                   for (m, k), v in stale.items()],
         "item_level": [{"model": m, "metric": k, "items": len(set(v)), "records": len(v)}
                        for (m, k), v in items.items()],
-        "directions": ledger.directions(), "include_stale": include_stale,
+        "grids": _grids(used), "directions": ledger.directions(), "include_stale": include_stale,
     }
+
+
+def _grids(records) -> list[dict]:
+    """Every metric and sub-score whose whole-run values lie on a grid (``grades.detect_grid``)."""
+    out = []
+    for metric in dict.fromkeys(r.metric for r in records):
+        mine = [r for r in records if r.metric == metric]
+        series = {None: [v for vs in runs_by_model(mine).values() for v in vs]}
+        series.update({k: [v for vs in by_model.values() for v in vs]
+                       for k, by_model in sorted(sub_runs(mine).items())})
+        for sub, values in series.items():
+            grid = detect_grid(values)
+            if grid is not None:
+                out.append({"metric": metric, "sub": sub, **grid.as_dict()})
+    return out
 
 
 def _one_metric(ledger: Ledger, names: Sequence[str], metric: str | None, current_sha) -> str:
@@ -117,16 +147,22 @@ def _one_metric(ledger: Ledger, names: Sequence[str], metric: str | None, curren
 
 def compare_models(ledger: Ledger, a: str, b: str, metric: str | None = None, *,
                    current_sha: Mapping[str, str | None] | None = None, include_stale: bool = False,
-                   confidence: float = 0.95, detect: float | None = None, min_runs: int = 2) -> dict:
-    """``vecmerge evidence compare A B [--metric M] [--detect D]``: ``compare.compare`` over the ledger.
+                   confidence: float = 0.95, detect: float | None = None, min_runs: int = 2,
+                   target: str | None = None, margin: float | None = None) -> dict:
+    """``vecmerge evidence compare A B [--metric M] [--detect D] [--target K] [--margin M]``: ``compare.compare``
+    over the ledger, every sub-score included (``target``: the one being raised; ``margin``: for all).
 
     The pooled noise is over every model's current runs of the metric. Returns ``Comparison.as_dict()``.
     """
     _check_known(ledger, [a, b], metric)
     metric = _one_metric(ledger, [a, b], metric, current_sha)
     records = ledger.records(metric=metric, current_sha=current_sha, include_stale=include_stale)
+    if target is not None and target not in (known := sub_keys(records, [a, b])):
+        raise EvidenceError(f"--target {target}: {a} and {b} recorded no such sub-score of {metric}; known: "
+                            f"{', '.join(known) or 'none'}")
     return compare(a, b, records, metric=metric, higher_is_better=ledger.direction(metric), confidence=confidence,
-                   detect=detect, min_runs=min_runs).as_dict()
+                   detect=detect, min_runs=min_runs, target=target, margins=margin,
+                   margin_source="--margin").as_dict()
 
 
 def calibrate_metrics(ledger: Ledger, proxy: str, target: str, *,
@@ -177,7 +213,68 @@ def gate_evidence(ledger: Ledger, backbone: str, x: str, y: str, metric: str, *,
     c = config or GateConfig()
     records = ledger.records(metric=metric, current_sha=current_sha)
     runs = runs_by_model(records)
+    keys = None if c.protect in (None, "all") else list(c.protect)
+    subs = compare_subscores(x, y, records, metric=metric, higher_is_better=ledger.direction(metric),
+                             confidence=c.confidence, keys=keys, margins=c.margin,
+                             margin_source=c.source_of("margin"), min_runs=c.min_evidence_runs)
+    plans = ledger.plans(x, y, metric)
+    latest = plans[-1] if plans else None
+    decision = None
+    if latest is not None:
+        _check_plan_weights(latest, current_sha)
+        decision = decide_plan(latest, ledger.records([x, y], metric, include_stale=True))
     return {"backbone_runs": tuple(runs.get(backbone, [])),
             "typical_noise": pooled_noise({m: v for m, v in runs.items() if m != backbone}),
             "comparison": compare(x, y, records, metric=metric, higher_is_better=ledger.direction(metric),
-                                  confidence=c.confidence, min_runs=c.min_evidence_runs)}
+                                  confidence=c.confidence, min_runs=c.min_evidence_runs),
+            "subscores": subs, "plan": latest, "plan_decision": decision}
+
+
+def plan(ledger: Ledger, a: str, b: str, *, metric: str, min_effect: float, max_runs: int, alpha: float = 0.05,
+         current_sha: Mapping[str, str | None] | None = None) -> dict:
+    """``vecmerge evidence plan A --vs B --metric M --min-effect D --max-runs N [--alpha 0.05]``: record a plan.
+
+    The metric's direction must be declared; the ledger's pooled noise now sets the prior scale (D / sd).
+    Returns ``{"plan": Plan.as_dict(), "looks_from": record id}``: runs recorded after it are its looks.
+    """
+    direction = ledger.direction(metric)
+    if direction is None:
+        raise EvidenceError(f"{metric}: no direction recorded; declare it first (evidence add ... "
+                            "--higher-is-better, or evidence import --higher-is-better METRIC)")
+    current = current_sha or {}
+    noise = pooled_noise(runs_by_model(ledger.records(metric=metric, current_sha=current_sha)))
+    sd = noise.sd if noise is not None and noise.sd > 0 else None
+    made = ledger.add_plan(Plan(0, a, b, metric, current.get(a), current.get(b), min_effect, max_runs, alpha,
+                                direction, sd, min_effect / sd if sd else 1.0, TEST))
+    return {"plan": made.as_dict(), "looks_from": made.after_record + 1}
+
+
+def _check_plan_weights(p: Plan, current_sha) -> None:
+    for name, planned in ((p.a, p.a_sha256), (p.b, p.b_sha256)):
+        now = (current_sha or {}).get(name, planned)
+        if now != planned:
+            raise EvidenceError(f"plan {p.id}: {name} now has other weights (sha256 {str(now)[:12]}, the plan's "
+                                f"{str(planned)[:12]}); record a new plan for these weights")
+
+
+def decide(ledger: Ledger, a: str, b: str, metric: str | None = None, *,
+           current_sha: Mapping[str, str | None] | None = None, replay: bool = False) -> dict:
+    """``vecmerge evidence decide A --vs B [--metric M] [--replay]``: the latest plan's anytime-valid decision.
+
+    Returns:
+        dict: ``{"decision": stop_better | stop_futile | continue, "plan": Plan.as_dict(), "reason", "runs",
+        "after_stop", "beyond_max", "more_runs", "last": Look.as_dict(), "looks": [...] (replay only)}``.
+    """
+    plans = ledger.plans(a, b, metric)
+    if not plans:
+        raise EvidenceError(f"no plan of {a} --vs {b}" + (f" on {metric}" if metric else "") + f" in {ledger.path}; "
+                            f"record one first: vecmerge evidence plan {a} --vs {b} --metric M --min-effect D "
+                            "--max-runs N")
+    if metric is None and len({p.metric for p in plans}) > 1:
+        raise EvidenceError(f"plans of {a} --vs {b} on several metrics ({', '.join(sorted({p.metric for p in plans}))}"
+                            "); name one with --metric")
+    latest = plans[-1]
+    _check_plan_weights(latest, current_sha)
+    decision = decide_plan(latest, ledger.records([a, b], latest.metric, include_stale=True))
+    return {"decision": decision.decision, "plan": latest.as_dict(), "plans": len(plans),
+            **{k: v for k, v in decision.as_dict(replay).items() if k != "decision"}}

@@ -1,4 +1,5 @@
-"""What the ledger stores: an Entry to record, a Record read back, and the rule that makes a record stale.
+"""What the ledger stores: an Entry to record, a Record read back, a pre-registered Plan, and the rule that
+makes a record stale.
 
 Evidence follows the weights, not the name: each record keeps the adapter's content sha256 at the time it
 was recorded (see ``is_stale``).
@@ -58,6 +59,8 @@ class Entry:
         cluster (str | None): the item's cluster key (a passage, a topic), for clustered errors.
         source (str): where it came from: ``manual``, ``csv:FILE``, ``lm-eval:FILE``.
         note (str | None): free text.
+        subscore (str | None): for an item-level record, the sub-score the item counts toward (its task);
+            the item-level evidence of that sub-score. Whole runs carry their sub-scores in ``subs``.
     """
 
     model: str
@@ -70,6 +73,7 @@ class Entry:
     cluster: str | None = None
     source: str = "manual"
     note: str | None = None
+    subscore: str | None = None
 
     def __post_init__(self):
         if isinstance(self.subs, Mapping):
@@ -92,12 +96,15 @@ class Entry:
             except EvidenceError as err:
                 out.append(str(err))
         out += [p for k, _ in self.subs if (p := name_problem(k, "sub-score key"))]
-        for what in ("item", "cluster"):
+        for what in ("item", "cluster", "subscore"):
             value = getattr(self, what)
             if value is not None and (p := name_problem(value, what)):
                 out.append(p)
         if self.cluster is not None and self.item is None:
             out.append("cluster: only item-level records (with an item id) carry a cluster key")
+        if self.subscore is not None and self.item is None:
+            out.append("subscore: only item-level records name the sub-score they count toward; a run's "
+                       "sub-scores are its subs (sub.KEY)")
         if self.stderr is not None and isinstance(self.stderr, numbers.Real) and self.stderr < 0:
             out.append(f"stderr: {self.stderr!r} is negative")
         return out
@@ -123,6 +130,7 @@ class Record:
     source: str = "manual"
     note: str | None = None
     created: str = ""
+    subscore: str | None = None
     stale: bool = field(default=False, compare=False)
 
     @property
@@ -138,7 +146,8 @@ class Record:
         """A flat JSON-ready dict: the columns, then ``sub.KEY`` for each sub-score."""
         out = {"id": self.id, "model": self.model, "sha256": self.sha256, "metric": self.metric,
                "value": self.value, "stderr": self.stderr, "item": self.item, "cluster": self.cluster,
-               "source": self.source, "note": self.note, "created": self.created, "stale": self.stale}
+               "source": self.source, "note": self.note, "created": self.created, "stale": self.stale,
+               "subscore": self.subscore}
         out.update({f"sub.{k}": v for k, v in self.subs})
         return out
 
@@ -155,3 +164,76 @@ def is_stale(record: Record, current_sha: Mapping[str, str | None] | None) -> bo
         return False
     now = current_sha.get(record.model)
     return now is not None and record.sha256 != now
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A pre-registered sequential comparison of A against B on one metric (immutable once recorded).
+
+    The runs of A and B on ``metric`` recorded after it (record ids above ``after_record``, of the weights the
+    plan names) are its looks; ``sequential.decide`` judges them.
+
+    Args:
+        id (int): the plan's id (0 before it is recorded).
+        a, b (str): the models: is A better than B?
+        metric (str): the metric compared.
+        a_sha256, b_sha256 (str | None): the adapters' content sha256 when the plan was made (None: not an
+            adapter here, like a published score).
+        min_effect (float): D > 0, the smallest difference worth finding, in the metric's units and direction.
+        max_runs (int): the most runs of each model the plan spends (>= 2).
+        alpha (float): the error rate kept whatever the number of looks, 0 < alpha < 1.
+        higher_is_better (bool): the metric's direction when the plan was made.
+        noise_sd (float | None): the ledger's pooled within-model noise on the metric at that time.
+        prior_scale (float): the sd of the test's prior on the standardized effect (A - B) / sigma:
+            ``min_effect / noise_sd``, or 1 without a noise estimate.
+        test (str): the anytime-valid test (``t-mixture``, see ``sequential.py``).
+        after_record (int): the largest record id when the plan was made.
+        created (str): UTC time.
+    """
+
+    id: int
+    a: str
+    b: str
+    metric: str
+    a_sha256: str | None
+    b_sha256: str | None
+    min_effect: float
+    max_runs: int
+    alpha: float
+    higher_is_better: bool
+    noise_sd: float | None
+    prior_scale: float
+    test: str
+    after_record: int = 0
+    created: str = ""
+
+    def problems(self) -> list[str]:
+        """Every problem with this plan, one short phrase each (empty when it can be recorded)."""
+        out = [p for p in (name_problem(self.a, "model A"), name_problem(self.b, "model B"),
+                           name_problem(self.metric, "metric"), name_problem(self.test, "test")) if p]
+        if not out and self.a == self.b:
+            out.append(f"--vs {self.b}: a model cannot be planned against itself")
+        for what in ("a_sha256", "b_sha256"):
+            value = getattr(self, what)
+            if value is not None and not (isinstance(value, str) and SHA_RE.match(value)):
+                out.append(f"{what}: {value!r} is not 64 lowercase hex digits")
+        checks = [("min_effect", self.min_effect, lambda v: v > 0, "a difference > 0"),
+                  ("alpha", self.alpha, lambda v: 0 < v < 1, "between 0 and 1, e.g. 0.05"),
+                  ("prior_scale", self.prior_scale, lambda v: v > 0, "> 0")]
+        if self.noise_sd is not None:
+            checks.append(("noise_sd", self.noise_sd, lambda v: v >= 0, ">= 0"))
+        for what, value, good, hint in checks:
+            try:
+                if not good(finite_number(value, what)):
+                    out.append(f"{what}: {value!r} must be {hint}")
+            except EvidenceError as err:
+                out.append(str(err))
+        if isinstance(self.max_runs, bool) or not isinstance(self.max_runs, int) or self.max_runs < 2:
+            out.append(f"max_runs: {self.max_runs!r} must be an integer >= 2 (a look needs two runs of each)")
+        if not isinstance(self.higher_is_better, bool):
+            out.append(f"higher_is_better: {self.higher_is_better!r} must be true or false")
+        return out
+
+    def as_dict(self) -> dict:
+        """The plan's fields as a JSON-ready dict."""
+        return dict(self.__dict__)

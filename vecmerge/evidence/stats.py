@@ -191,13 +191,17 @@ def clustered_se(d: Sequence[float], clusters: Sequence) -> float:
 def item_means(records: Iterable[Record]) -> tuple[dict[str, float], dict[str, str]]:
     """Per item: the mean of its item-level records, and its cluster key (where one is recorded).
 
-    Raises EvidenceError when one item carries two different cluster keys.
+    Raises EvidenceError when one item carries two different cluster keys, or two different sub-scores.
     """
     sums: dict[str, list[float]] = {}
     clusters: dict[str, str] = {}
+    parts: dict[str, str | None] = {}
     for r in records:
         if not r.is_item:
             continue
+        if parts.setdefault(r.item, r.subscore) != r.subscore:
+            raise EvidenceError(f"item {r.item!r}: two sub-scores ({parts[r.item]!r}, {r.subscore!r}); an item "
+                                "counts toward one sub-score (give items of different sub-scores different ids)")
         sums.setdefault(r.item, []).append(r.value)
         if r.cluster is not None:
             if clusters.setdefault(r.item, r.cluster) != r.cluster:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import Problem
 from .base import Field, Method
 
 SPACES = ("full", "core")
@@ -75,18 +76,19 @@ class Elementwise(Method):
     def space_for(self, params: dict) -> str:
         return "dense" if params.get("space", "full") == "full" else "core"
 
-    def validate(self, recipe) -> list[str]:
+    def validate(self, recipe) -> list[Problem]:
         p = []
         density = recipe.params.get("density")
         if density is not None and density <= 0.0:
-            p.append(f"density={density!r}: a share in (0, 1] of the entries to keep, e.g. 0.5")
+            p.append(Problem("{density=}{}: a share in (0, 1] of the entries to keep, e.g. 0.5", repr(density)))
         lacking = [str(e.get("model")) for e in recipe.models or [] if e.get("density") is None]
         if density is None and lacking and "density" not in recipe.given:  # a given but invalid one is reported
-            p.append(f"method={self.name}: needs density (e.g. --density 0.5), or a density for each model "
-                     f"(missing for {', '.join(lacking)})")
+            p.append(Problem("{method=}{}: needs {density} (e.g. --density 0.5), or a density for each model "
+                             "(missing for {})", self.name, ", ".join(lacking)))
         if self.space_for(recipe.params) == "dense" and "rank" not in recipe.given:
-            p.append(f"method={self.name} in space full: its dense result has full rank; pass rank (e.g. --rank "
-                     "32, the inputs' rank, as PEFT's *_svd does; or energy:0.9), or use space core")
+            p.append(Problem("{method=}{} in space full: its dense result has full rank; pass {rank} (e.g. --rank "
+                             "32, the inputs' rank, as PEFT's *_svd does; or energy:0.9), or use space core",
+                             self.name))
         return p
 
     def module(self, x, params):

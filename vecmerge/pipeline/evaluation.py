@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from .. import methods
 from ..analysis.consensus import ConsensusResult, agreement_rows, decide
 from ..analysis.step import StepSize, choose_step
-from ..errors import RecipeError, few
+from ..errors import Problem, RecipeError, few
 from ..expr import parse
 from ..linalg.lowrank import LowRank, check_magnitude
 from ..linalg.subspace import InSpan, Subspace
@@ -138,8 +138,9 @@ def select(recipe: Recipe, names: list[str]) -> tuple[list[str], tuple, dict]:
     excl = re.compile(recipe.exclude) if recipe.exclude is not None else None
     selected = [m for m in names if (only is None or only.search(m)) and not (excl and excl.search(m))]
     if not selected:
-        flags = " and ".join(f"{k}={v!r}" for k, v in (("only", recipe.only), ("exclude", recipe.exclude)) if v)
-        raise RecipeError([f"{flags}: selects none of the {len(names)} modules ({few(names, 3)})"])
+        given = [(k, repr(v)) for k, v in (("only", recipe.only), ("exclude", recipe.exclude)) if v]
+        raise RecipeError([Problem(" and ".join("{" + k + "=}{}" for k, _ in given) + ": selects none of the {} "
+                                   "modules ({})", *(v for _, v in given), len(names), few(names, 3))])
     mult, used = {}, set()
     pats = [(re.compile(k), k, v) for k, v in (recipe.multipliers or {}).items()]
     for m in selected:
@@ -150,8 +151,8 @@ def select(recipe: Recipe, names: list[str]) -> tuple[list[str], tuple, dict]:
                 break
     unused = [k for _, k, _ in pats if k not in used]
     if unused:
-        raise RecipeError([f"multipliers.{k}: applies to none of the {len(selected)} selected modules (no match, "
-                           "or an earlier pattern matches first)" for k in unused])
+        raise RecipeError([Problem("{multipliers}.{}: applies to none of the {} selected modules (no match, or an "
+                                   "earlier pattern matches first)", k, len(selected)) for k in unused])
     keep = set(selected)
     return selected, tuple(m for m in names if m not in keep), mult
 

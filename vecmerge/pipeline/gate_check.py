@@ -1,4 +1,4 @@
-"""The gate before a step BASE + alpha*(X - Y): the six conditions of ``evidence.gate``, with their facts.
+"""The gate before a step BASE + alpha*(X - Y): the seven conditions of ``evidence.gate``, with their facts.
 
 The facts come from the workspace, the evidence ledger and this pipeline's own computations, never
 from a second implementation:
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..analysis.consensus import summarize as summarize_consensus
-from ..errors import CheckFailed, RecipeError, UsageError, VecmergeError
+from ..errors import CheckFailed, RecipeError, UsageError, VecmergeError, shown
 from ..evidence.gate import GateConfig, GateFacts, GateResult, evaluate_gate
 from ..evidence.ledger import Ledger
 from ..evidence.operations import gate_evidence
@@ -52,7 +52,7 @@ class GateCheck:
     """The gate's result with what it was judged on.
 
     Args:
-        result (GateResult): the six rows. config (GateConfig): the thresholds and their sources.
+        result (GateResult): the seven rows. config (GateConfig): the thresholds and their sources.
         metric (str | None): the metric of the evidence rows. ledger (str): the ledger file read.
         backbone, x, y (str): the step BASE + alpha*(X - Y).
         evaluation (Evaluation | None): the completed evaluation (None when it was not computed).
@@ -97,7 +97,7 @@ def step_names(recipe: Recipe) -> tuple[str, str, str]:
 
 def gate_config(ws: Workspace, recipe_gate=None) -> GateConfig:
     """The workspace's ``gate:`` thresholds, overridden key by key by a recipe's ``gate:`` mapping."""
-    config = GateConfig.from_dict(ws.gate, source=str(ws.file) if ws.file else "vecmerge.yaml")
+    config = GateConfig.from_dict(ws.gate, source=shown(ws.file) if ws.file else "vecmerge.yaml")
     if isinstance(recipe_gate, dict) and recipe_gate:
         over = GateConfig.from_dict(recipe_gate, source="recipe")
         config = dataclasses.replace(config, **{k: getattr(over, k) for k in recipe_gate},
@@ -163,7 +163,7 @@ def _closeness(vx, vy, dist: float) -> dict:
 
 
 def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
-    """Gather the six facts for the recipe's step and evaluate the gate (see the module docstring).
+    """Gather the facts for the recipe's step and evaluate the gate (see the module docstring).
 
     Args:
         recipe (Recipe): BASE + alpha*(X - Y), its consensus reference, trust or alpha (both optional here:

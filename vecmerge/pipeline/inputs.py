@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import RecipeError
+from ..errors import Problem, RecipeError
 from ..outputs.policy import OutputPolicy
 from ..peft.format import CONFIG_NAME
 from ..recipe.recipe import Recipe
@@ -83,8 +83,8 @@ def output_plan(recipe: Recipe) -> list[tuple[float, str | None]]:
     plan = [(k * recipe.multiple, None if recipe.out is None else f"{recipe.out}-x{k:g}") for k in recipe.dose]
     paths = [p for _, p in plan if p is not None]
     if len(set(paths)) != len(paths):
-        raise RecipeError([f"dose={recipe.dose}: two multiples write the same folder "
-                           f"({sorted(p for p in paths if paths.count(p) > 1)[0]}); list each multiple once"])
+        raise RecipeError([Problem("{dose=}{}: two multiples write the same folder ({}); list each multiple once",
+                                   recipe.dose, sorted(p for p in paths if paths.count(p) > 1)[0])])
     return plan
 
 

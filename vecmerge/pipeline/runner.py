@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from .. import __version__, methods
-from ..errors import CheckFailed, RecipeError, few, shown
+from ..errors import CheckFailed, Problem, RecipeError, few, shown
 from ..options import is_hub_id
 from ..outputs.transaction import OutputTransaction
 from ..peft.format import DTYPES, SAFETENSORS_NAME, factor_keys
@@ -321,7 +321,7 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
 
     Returns:
         RunReport; raises CheckFailed (exit 1) for a failed consensus gate or ``--strict``, and GateFailed
-        (exit 1, with the table) when the recipe asks for the six-condition gate and it does not pass.
+        (exit 1, with the table) when the recipe asks for the seven-condition gate and it does not pass.
     """
     ws = ws or Workspace()
     if recipe.base_model_id is None and ws.base_model_id is not None:
@@ -330,14 +330,14 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     policy = None
     if not dry_run:  # refuse a bad --out before any work: the commit checks every target again
         if any(p is None for _, p in plan):
-            raise RecipeError(["out: missing (where to write the adapter), or use --dry-run"])
+            raise RecipeError([Problem("{out}: missing (where to write the adapter), or use --dry-run")])
         names = list(dict.fromkeys(n for form in operand_forms(recipe, methods.get(recipe.method)).values()
                                    for n in form.names()))
         policy = output_policy(recipe, ws, names, force)
         for _, p in plan:
             policy.check_folder(p, expected_entries=OUTPUT_FILES)
     gate = None
-    if recipe.gate:  # the six conditions first: nothing is written unless every one passes
+    if recipe.gate:  # the seven conditions first: nothing is written unless every one passes
         gate = check_gate(recipe, ws, progress)
         if not gate.passed:
             raise GateFailed(gate)

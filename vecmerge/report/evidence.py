@@ -65,9 +65,95 @@ def render_show(d: dict) -> str:
     for it in d["item_level"]:
         out.append(f"item-level: {it['model']} on {it['metric']}: {it['items']} items in {it['records']} records "
                    "(compare pairs them)")
+    for gr in d.get("grids", []):
+        out.append(f"grid: {gr['metric']}" + (f" sub.{gr['sub']}" if gr["sub"] else "") + f" moves in grades of "
+                   f"{gr['step']:.5g} ({len(gr['levels'])} values seen at grades "
+                   f"{', '.join(map(str, gr['grades']))}" + ("; multiples of the step" if gr["multiples"] else "")
+                   + "): a difference below one grade is no grade moved")
     if d["directions"]:
         out.append("directions: " + ", ".join(f"{m} {'higher' if h else 'lower'} is better"
                                               for m, h in d["directions"].items()))
+    return "\n".join(out)
+
+
+def _runs(s) -> str:
+    """``n: mean [CI]`` of one model's sub-score runs."""
+    if s is None:
+        return "-"
+    return f"{s['n']}: {s['mean']:.4g}" + ("" if s["ci_low"] is None else f" {_ci(s['ci_low'], s['ci_high'], 4)}")
+
+
+def _p(p, holm) -> str:
+    return "-" if p is None else f"{p:.2g}" + ("" if holm is None else f" / {holm:.2g}")
+
+
+def render_subscores(s: dict) -> list[str]:
+    """``compare``'s sub-score table, the grades, the undecided ones' reasons and the cost summary
+    (``SubScoreComparison.as_dict()``)."""
+    a, b, conf = s["a"], s["b"], f"{s['confidence']:.0%}"
+    rows, notes = [], []
+    for key, r in s["subscores"].items():
+        t = r["test"]
+        diff = "-" if r["diff"] is None else f"{r['diff']:+.4g}" + (
+            "" if t is None else f" {_ci(t['ci_low'], t['ci_high'], 3)}")
+        status = "target" if r["target"] else {"worse": "WORSE", "not_worse": "not worse"}.get(r["status"], "unknown")
+        rows.append([key, _runs(r["a_summary"]), _runs(r["b_summary"]), diff, r["kind"] or "-", _p(r["p"], r["p_holm"]),
+                     g(r["margin"]), _p(r["p_noninferior"], r["p_noninferior_holm"]), status])
+        if r["grid"] is not None:
+            moved = "" if r["diff"] is None else f"; the difference is {r['diff'] / r['grid']['step']:+.2f} grades" + (
+                ", below one grade" if r["below_one_grade"] else "")
+            notes.append(f"grid: {key} moves in grades of {r['grid']['step']:.5g}{moved}")
+        if r["status"] != "not_worse" or r["zero_variance"]:
+            notes.append(f"{key}: {r['reason']}" + (f"; about {r['more_runs']} more run(s) each would decide"
+                                                    if r["more_runs"] else ""))
+    sources = sorted({r["margin_source"] for r in s["subscores"].values() if r["margin_source"]})
+    out = [f"sub-scores of {s['metric']} ({a} - {b}; Holm across the {len(s['family'])} tested; margin: "
+           f"{', '.join(sources) or 'none'})",
+           table(rows, ["sub-score", f"{a} n: mean {conf} CI", f"{b} n: mean {conf} CI", f"diff {conf} CI", "test",
+                        "p / Holm", "margin", "not worse p / Holm", "status"])]
+    out += notes
+    cost = s["cost"]
+    target = f" of raising {s['target']}" if s["target"] else ""
+    out.append(f"what it costs the others{target}: worse beyond noise: {', '.join(cost['worse']) or 'none'}; "
+               f"shown not worse: {', '.join(cost['not_worse']) or 'none'}; "
+               f"unknown: {', '.join(cost['unknown']) or 'none'}")
+    return out
+
+
+def render_plan(d: dict) -> str:
+    """``evidence plan``: what was pre-registered, and how to ask for the decision."""
+    p = d["plan"]
+    prior = (f"prior scale {p['prior_scale']:.4g} = D / pooled noise sd {p['noise_sd']:.4g}" if p["noise_sd"] else
+             "prior scale 1: no run noise recorded yet")
+    return "\n".join([
+        f"plan {p['id']} recorded: is {p['a']} better than {p['b']} on {p['metric']} "
+        f"({'higher' if p['higher_is_better'] else 'lower'} is better) by at least D = {p['min_effect']:g}?",
+        f"at most {p['max_runs']} runs of each, alpha {p['alpha']:g} at every look, test {p['test']}; {prior}",
+        f"weights: {p['a']} {_short(p['a_sha256'])}, {p['b']} {_short(p['b_sha256'])}; immutable "
+        f"(a new plan is a new record)",
+        f"its looks: runs recorded from now on (record id >= {d['looks_from']}); ask with: vecmerge evidence "
+        f"decide {p['a']} --vs {p['b']}"])
+
+
+def render_decide(d: dict) -> str:
+    """``evidence decide``: the plan, each look (``--replay``), and the decision with its reason."""
+    p = d["plan"]
+    out = [f"plan {p['id']}: {p['a']} vs {p['b']} on {p['metric']}; D {p['min_effect']:g}, at most {p['max_runs']} "
+           f"runs each, alpha {p['alpha']:g} ({p['test']}); runs used {d['runs'][0]} + {d['runs'][1]}"]
+    looks = d.get("looks")
+    if looks is None and d["last"] is not None:
+        looks = [d["last"]]
+    if looks:
+        rows = [[x["look"], x["model"], x["n_a"], x["n_b"], f"{x['diff']:+.5g}", g(x["sd"]),
+                 _ci(x["ci_low"], x["ci_high"]) if x["ci_low"] is not None else "(-inf, inf)", g(x["e_value"]),
+                 x["decision"] + (f" (~{x['more_runs']} more each)" if x["more_runs"] else "")] for x in looks]
+        out.append(table(rows, ["look", "run of", f"{p['a']} n", f"{p['b']} n", "diff", "sd",
+                                f"{1 - p['alpha']:.0%} confidence sequence", "e-value", "decision"]))
+    if d["after_stop"]:
+        out.append(f"note: {d['after_stop']} run(s) recorded after the stop were not looked at")
+    if d["beyond_max"]:
+        out.append(f"note: {d['beyond_max']} run(s) past the plan's {p['max_runs']} per model were not looks")
+    out.append(f"decision: {d['decision']} ({d['reason']})")
     return "\n".join(out)
 
 
@@ -103,6 +189,14 @@ def render_compare(d: dict) -> str:
         out.append(f"runs per model to detect {d['detect']:.4g}: not computable (no noise estimate)")
     out.append(f"verdict: {d['verdict']}" + (f" (by the {d['decided_by']} test)" if d["decided_by"] else ""))
     out += [f"note: {r}" for r in d["reasons"]]
+    if d.get("grid"):
+        step, sa, sb = d["grid"]["step"], d["a_summary"], d["b_summary"]
+        moved = "" if not (sa and sb) else f"; the difference of means, {sa['mean'] - sb['mean']:+.4g}, is " \
+            f"{(sa['mean'] - sb['mean']) / step:+.2f} grades" + (
+                " (below one grade)" if abs(sa["mean"] - sb["mean"]) < step - 2 * d["grid"]["tolerance"] else "")
+        out.append(f"grid: {d['metric']} moves in grades of {step:.5g}{moved}")
+    if d.get("subscores"):
+        out += [""] + render_subscores(d["subscores"])
     return "\n".join(out)
 
 
@@ -141,7 +235,7 @@ def _wrap(text: str, width: int) -> str:
 
 
 def gate_verdict(d: dict) -> str:
-    """``PASSED: all 6 conditions`` or ``NOT PASSED: ...`` naming each condition that is not a PASS."""
+    """``PASSED: all 7 conditions`` or ``NOT PASSED: ...`` naming each condition that is not a PASS."""
     bad = [r for r in d["rows"] if r["status"] != "PASS"]
     return (f"PASSED: all {len(d['rows'])} conditions" if not bad else
             f"NOT PASSED: {', '.join(r['condition'] + ' ' + r['status'] for r in bad)} (UNKNOWN is not a pass)")

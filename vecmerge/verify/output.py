@@ -50,7 +50,8 @@ from ..pipeline.build import build_output
 from ..pipeline.evaluation import intended_core
 from ..pipeline.figures import TOLERANCES
 from ..pipeline.manifest import manifest_figures, merge_formula, resolved_for
-from ..recipe.recipe import Recipe, manifest_root, with_absolute_inputs
+from ..recipe.load import manifest_root, with_absolute_inputs
+from ..recipe.recipe import Recipe
 from ..workspace.base_model import folder_is, model_folder_problem
 from ..workspace.names import Workspace
 from .adapter import config_checks, identity_checks, open_output

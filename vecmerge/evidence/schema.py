@@ -1,0 +1,101 @@
+"""The ledger's SQLite schema, its version, and the migrations that bring an older ledger up to date.
+
+    version 1   records (whole runs with their sub-scores as JSON, item-level records), directions
+    version 2   + records.subscore (the sub-score an item-level record counts toward)
+                + plans (pre-registered sequential comparisons), immutable: triggers refuse UPDATE and DELETE
+
+A ledger of an older version is READ as it is (a missing column reads as NULL, a missing table as empty) and
+migrated, inside the first write's own transaction, one version at a time (``MIGRATIONS[v]`` takes version v
+to v + 1). A ledger newer than this vecmerge is refused with "upgrade vecmerge". Statements are listed one by
+one, never run through ``executescript`` (it COMMITs) nor split on ``;`` (a trigger's body holds one).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+SCHEMA_VERSION = 2
+
+_RECORDS_V1 = """CREATE TABLE IF NOT EXISTS records (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    model TEXT NOT NULL,
+    sha256 TEXT,
+    metric TEXT NOT NULL,
+    value REAL NOT NULL,
+    subs TEXT NOT NULL DEFAULT '{}',
+    stderr REAL,
+    item TEXT,
+    cluster TEXT,
+    source TEXT NOT NULL,
+    note TEXT,
+    created TEXT NOT NULL
+)"""
+_PLANS = """CREATE TABLE IF NOT EXISTS plans (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    a TEXT NOT NULL,
+    b TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    a_sha256 TEXT,
+    b_sha256 TEXT,
+    min_effect REAL NOT NULL,
+    max_runs INTEGER NOT NULL,
+    alpha REAL NOT NULL,
+    higher_is_better INTEGER NOT NULL,
+    noise_sd REAL,
+    prior_scale REAL NOT NULL,
+    test TEXT NOT NULL,
+    after_record INTEGER NOT NULL,
+    created TEXT NOT NULL
+)"""
+_IMMUTABLE = [f"""CREATE TRIGGER IF NOT EXISTS plans_no_{verb.lower()} BEFORE {verb} ON plans
+BEGIN SELECT RAISE(ABORT, 'a plan is immutable: record a new plan instead'); END""" for verb in ("UPDATE", "DELETE")]
+
+CREATE_V1 = [
+    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
+    _RECORDS_V1,
+    "CREATE INDEX IF NOT EXISTS records_metric_model ON records (metric, model)",
+    """CREATE TABLE IF NOT EXISTS directions (
+    metric TEXT PRIMARY KEY,
+    higher_is_better INTEGER NOT NULL,
+    created TEXT NOT NULL
+)""",
+]
+MIGRATIONS: dict[int, list[str]] = {
+    1: ["ALTER TABLE records ADD COLUMN subscore TEXT", _PLANS, *_IMMUTABLE],
+}
+
+RECORD_COLUMNS = "id, model, sha256, metric, value, subs, stderr, item, cluster, source, note, created, subscore"
+PLAN_COLUMNS = ("id, a, b, metric, a_sha256, b_sha256, min_effect, max_runs, alpha, higher_is_better, noise_sd, "
+                "prior_scale, test, after_record, created")
+
+
+def tables(con: sqlite3.Connection) -> set[str]:
+    """The names of the database's tables."""
+    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def create(con: sqlite3.Connection) -> None:
+    """Create a ledger of the current version in an empty database (inside the caller's transaction)."""
+    for statement in CREATE_V1:
+        con.execute(statement)
+    con.execute("INSERT INTO schema_version (version) VALUES (1)")
+    migrate(con, 1)
+
+
+def migrate(con: sqlite3.Connection, found: int) -> int:
+    """Bring a ledger of version ``found`` to ``SCHEMA_VERSION`` (inside the caller's transaction).
+
+    Returns:
+        int: the version before (``found``); every step's statements ran and the version row was updated.
+    """
+    for version in range(found, SCHEMA_VERSION):
+        for statement in MIGRATIONS[version]:
+            con.execute(statement)
+    if found < SCHEMA_VERSION:
+        con.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+    return found
+
+
+def record_select(version: int) -> str:
+    """The column list that reads ``RECORD_COLUMNS`` from a ledger of ``version`` (older: NULL subscore)."""
+    return RECORD_COLUMNS if version >= 2 else RECORD_COLUMNS.replace(", subscore", ", NULL AS subscore")
