@@ -67,6 +67,14 @@ class Workspace:
             self._load(Path(path))
         self._open: dict[tuple, Adapter] = {}
         self._sha: dict[str, str | None] = {}
+        self.dora_base: Path | None = None  # the base model DoRA inputs are read against (a recipe's base_model)
+
+    def with_dora_base(self, base) -> Workspace:
+        """A copy that reads DoRA adapters as their effective update against the base model folder ``base``."""
+        ws = copy.copy(self)
+        ws.dora_base = Path(base).resolve() if base is not None else None
+        ws._open = {}
+        return ws
 
     def with_inputs(self, inputs: dict) -> Workspace:
         """A copy in which the names of ``inputs`` ({name: path}) resolve to those paths (a recipe's pins)."""
@@ -226,14 +234,21 @@ class Workspace:
         Args:
             name (str): a workspace name or folder. modules_to_save (str): ``refuse`` or ``drop`` (see Adapter).
         """
-        key = (self.path_of(name), modules_to_save)
+        dora = self.dora_base is not None
+        key = (self.path_of(name), modules_to_save, dora)
         if key not in self._open:
-            self._open[key] = Adapter(key[0], modules_to_save=modules_to_save)
+            self._open[key] = Adapter(key[0], modules_to_save=modules_to_save, dora=dora)
         return self._open[key]
 
     def vector(self, name: str, modules_to_save: str = "refuse") -> TaskVector:
-        """The task vector of one adapter, read onto the workspace's device."""
-        return TaskVector.from_adapter(self.adapter(name, modules_to_save), self.device)
+        """The task vector of one adapter, read onto the workspace's device (a DoRA adapter: its effective
+        update against ``dora_base``, exact, see ``dora.py``)."""
+        a = self.adapter(name, modules_to_save)
+        if a.config.use_dora:
+            from .dora import dora_modules
+
+            return TaskVector(dora_modules(a, self.dora_base, self.device), dict(a.specs))
+        return TaskVector.from_adapter(a, self.device)
 
     def evaluate(self, expr, allow_missing: bool = False, modules_to_save: str = "refuse") -> TaskVector:
         """The task vector of an expression (string or LinearForm), exact, in float64 factors."""
