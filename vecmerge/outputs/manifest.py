@@ -46,7 +46,8 @@ TOLERANCES = {"fp32": {"update": 1e-5, "survival": 1e-4, "logits": 1e-4},
 
 
 def jsonable(x):
-    """``x`` as strict JSON data: non-finite floats as null, keys and unknown objects (Paths) as strings."""
+    """``x`` as strict JSON data: non-finite floats as null, typed results by ``to_dict()``, keys and other objects
+    (Paths) as strings."""
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
@@ -55,6 +56,8 @@ def jsonable(x):
         return [jsonable(v) for v in x]
     if isinstance(x, (str, int, bool)) or x is None:
         return x
+    if callable(getattr(x, "to_dict", None)):  # a typed result (``results.Result``) or record
+        return jsonable(x.to_dict())
     return str(x)
 
 
