@@ -21,10 +21,10 @@ import json
 import math
 from pathlib import Path
 
-from .. import __version__
 from ..errors import OutputError
 from ..io.hashing import sha256_file
 from ..io.parse import ParseError, load_json, short
+from ..version import __version__
 
 MANIFEST_NAME = "vecmerge.json"
 MANIFEST_MAX_BYTES = 64 << 20

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .. import __version__, methods
+from .. import methods
 from ..errors import CheckFailed, Problem, RecipeError, few, shown
 from ..options import is_hub_id
 from ..outputs.card import model_card
@@ -27,6 +27,7 @@ from ..outputs.transaction import OutputTransaction
 from ..peft.format import DTYPES, SAFETENSORS_NAME, factor_keys
 from ..peft.write import OUTPUT_FILES, weights_stream, write_adapter
 from ..recipe.recipe import Recipe
+from ..version import __version__
 from ..workspace.base_model import canonical, differ, mismatch_text
 from ..workspace.names import Workspace
 from .build import BuiltOutput, build_output
