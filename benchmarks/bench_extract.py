@@ -123,7 +123,7 @@ def reference(root: Path, names: list[str], rank: int) -> dict:
     """Per module: seconds of ``torch.linalg.svd`` of the float32 difference, and the optimal relative error."""
     import torch
 
-    from vecmerge.io.safetensors_read import ModelFolder
+    from vecmerge.io.model_folder import ModelFolder
 
     out = {}
     torch.linalg.svd(torch.randn(256, 128), full_matrices=False)  # untimed warm-up (LAPACK start-up)
@@ -146,7 +146,7 @@ def adapter_errors(root: Path, adapter: Path, names: list[str]) -> dict:
     """``||D - W|| / ||D||`` of an adapter's modules (W as PEFT scales it; read by vecmerge.peft.adapter)."""
     import torch
 
-    from vecmerge.io.safetensors_read import ModelFolder
+    from vecmerge.io.model_folder import ModelFolder
     from vecmerge.peft.adapter import Adapter
 
     a = Adapter(adapter, modules_to_save="drop")

@@ -162,12 +162,12 @@ def assert_delta_close(actual, expected, rtol: float = 1e-6, atol: float = 0.0) 
         actual, expected: LowRank, TaskVector, dense tensors, or dicts of those, keyed alike.
         rtol (float), atol (float): the tolerance, in Frobenius norm.
     """
-    def as_dict(x):
+    def by_module(x):
         if isinstance(x, TaskVector):
             return x.modules
         return x if isinstance(x, dict) else {"": x}
 
-    a, e = as_dict(actual), as_dict(expected)
+    a, e = by_module(actual), by_module(expected)
     if set(a) != set(e):
         raise AssertionError(f"module sets differ: only actual [{few(sorted(set(a) - set(e)), 5)}], "
                              f"only expected [{few(sorted(set(e) - set(a)), 5)}]")
@@ -202,7 +202,7 @@ def assert_merge_identity(out, base_model=None) -> None:
 
     Runs ``verify.verify_output``: inputs hash as pinned, the recipe recomputes the recorded alpha,
     every module's ``scale * B @ A`` equals the recomputed ``base + k * alpha * dir'`` within the
-    output dtype's tolerance (``verify.TOLERANCES``), the config resolves as intended, the sha256s
+    output dtype's tolerance (``outputs.manifest.TOLERANCES``), the config resolves as intended, the sha256s
     match; with ``base_model`` also PEFT's own deltas, logits and ``merge_and_unload``.
 
     Args:

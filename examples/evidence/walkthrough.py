@@ -8,11 +8,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from vecmerge.evidence.compare import compare
-from vecmerge.evidence.importers import import_files
-from vecmerge.evidence.ledger import Ledger
-from vecmerge.evidence.noise import pooled_noise
-from vecmerge.evidence.stats import runs_by_model, summarize_records
+from vecmerge import Ledger, compare_records, import_files, pooled_noise, runs_by_model, summarize_records
 
 HERE = Path(__file__).parent
 METRIC = "official_total"
@@ -34,7 +30,7 @@ def main() -> dict:
         print(f"pooled within-model noise: sd {noise.sd:.4f} over {', '.join(noise.models)} ({noise.df} df)")
         out = {}
         for a, b in (("v51", "v28"), ("v59", "v58"), ("v58", "v51")):
-            c = compare(a, b, records, higher_is_better=True)
+            c = compare_records(a, b, records, higher_is_better=True)
             w = c.welch
             tail = (f"diff {w.diff:+.5f}, 95% CI [{w.ci_low:.5f}, {w.ci_high:.5f}], p {w.p:.4f}, df {w.df:.2f}"
                     if w else "; ".join(c.reasons[:1]))

@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy.stats import binom, binomtest
 
-from vecmerge.analysis.consensus import agreement_rows, binom_tail, decide, summarize
+from vecmerge.analysis.consensus import agreement_rows, apply_on_disagree, binom_tail, summarize
 from vecmerge.errors import CheckFailed, ExpressionError
 from vecmerge.testing import toy_trajectory
 from vecmerge.workspace.names import Workspace
@@ -58,10 +58,10 @@ def _rows(signs):
 def test_decide_fail_drop_keep():
     rows = _rows([1, 1, 1, -1])
     with pytest.raises(CheckFailed, match="1/4 module.*disagree.*m3.*nothing written"):
-        decide("r", rows, "fail", None)
-    assert decide("r", rows, "drop", None).dropped == ("m3",)
-    assert decide("r", rows, "keep", None).dropped == ()
-    assert decide("r", _rows([1, 1]), "fail", None).summary["agree"] == 2
+        apply_on_disagree("r", rows, "fail", None)
+    assert apply_on_disagree("r", rows, "drop", None).dropped == ("m3",)
+    assert apply_on_disagree("r", rows, "keep", None).dropped == ()
+    assert apply_on_disagree("r", _rows([1, 1]), "fail", None).summary["agree"] == 2
 
 
 def test_a_zero_reference_is_bad_input_not_disagreement(split, run_cli):
@@ -69,8 +69,9 @@ def test_a_zero_reference_is_bad_input_not_disagreement(split, run_cli):
     (exit 1, suggesting to skip the gate); it is an input error naming the flag (exit 2), nothing written."""
     zero = [{**r, "inner": 0.0, "cosine": 0.0, "ref_norm": 0.0, "agree": False} for r in _rows([1, 1])]
     with pytest.raises(ExpressionError, match="--consensus-ref r: is zero in every module"):
-        decide("r", zero, "keep", None)
-    assert decide("r", [zero[0], _rows([1, 1])[1]], "keep", None).summary["agree"] == 1  # one zero module: a row
+        apply_on_disagree("r", zero, "keep", None)
+    # one zero module: a row
+    assert apply_on_disagree("r", [zero[0], _rows([1, 1])[1]], "keep", None).summary["agree"] == 1
     res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.01", "--consensus-ref", "v54-v54",
                   "--out", "o")
     lines = res.stderr.strip().splitlines()
@@ -81,11 +82,12 @@ def test_a_zero_reference_is_bad_input_not_disagreement(split, run_cli):
 def test_min_agree_boundary_is_inclusive():
     """3/4 agree: min_agree 0.75 passes (share >= min_agree), the next float above fails."""
     rows = _rows([1, 1, 1, -1])
-    assert decide("r", rows, "keep", 0.75).summary["agree"] == 3
+    assert apply_on_disagree("r", rows, "keep", 0.75).summary["agree"] == 3
     with pytest.raises(CheckFailed, match=r"3/4 modules agree \(75.0%\) < min_agree"):
-        decide("r", rows, "keep", math.nextafter(0.75, 1.0))
+        apply_on_disagree("r", rows, "keep", math.nextafter(0.75, 1.0))
     zero = torch.tensor(0.0)
-    assert decide("r", _rows([float(zero)]), "keep", 0.0).summary["agree"] == 0  # a zero inner product disagrees
+    # a zero inner product disagrees
+    assert apply_on_disagree("r", _rows([float(zero)]), "keep", 0.0).summary["agree"] == 0
 
 
 def _chance_rows(spec):
@@ -155,14 +157,14 @@ def test_binomial_tail_is_the_survival_function_at_every_count():
 
 def test_decide_keeps_its_settings_and_refuses_no_modules():
     rows = _rows([1, -1, 1])
-    res = decide("v54 - v54e2", rows, "drop", 0.5)
+    res = apply_on_disagree("v54 - v54e2", rows, "drop", 0.5)
     assert (res.ref, res.on_disagree, res.min_agree, res.rows, res.dropped) == ("v54 - v54e2", "drop", 0.5, rows,
                                                                                  ("m1",))
     d = res.to_dict()
     assert (d["ref"], d["on_disagree"], d["min_agree"], d["rows"]) == ("v54 - v54e2", "drop", 0.5, rows)
     assert {k: d[k] for k in res.summary} == res.summary
     with pytest.raises(CheckFailed, match=r"0/0 modules agree \(0.0%\) < min_agree 0.5"):
-        decide("r", [], "keep", 0.5)  # nothing to agree: no share reaches min_agree
+        apply_on_disagree("r", [], "keep", 0.5)  # nothing to agree: no share reaches min_agree
 
 
 def test_rows_need_no_svd_report_progress_and_name_experts(split, monkeypatch):
@@ -235,15 +237,15 @@ def test_a_module_zero_on_either_side_has_no_sign_and_is_not_compared(split, run
     assert (s["modules"], s["not_compared"], s["zero"], s["agree"], s["disagree"]) == (14, 2, 2, 11, 1)
     assert s["disagreeing"] == [DISAGREE]
     with pytest.raises(CheckFailed, match=r"1/14 module\(s\) disagree") as e:
-        decide("ref", list(rows.values()), "fail", None)
+        apply_on_disagree("ref", list(rows.values()), "fail", None)
     assert exact not in str(e.value) and roundoff not in str(e.value)
-    assert decide("ref", list(rows.values()), "keep", 11 / 12).summary["agree"] == 11  # share over 12 signed
+    assert apply_on_disagree("ref", list(rows.values()), "keep", 11 / 12).summary["agree"] == 11  # share over 12 signed
     with pytest.raises(CheckFailed, match=r"11/12 modules agree"):
-        decide("ref", list(rows.values()), "keep", 0.95)
+        apply_on_disagree("ref", list(rows.values()), "keep", 0.95)
     # every module zero within round-off only (no side exactly zero): no sign anywhere, an error, not a pass
     v54same_all = [dict(r, zero=True) for r in rows.values()]
     with pytest.raises(CheckFailed, match="every module is zero"):
-        decide("v54 - v54same", v54same_all, "keep", None)
+        apply_on_disagree("v54 - v54same", v54same_all, "keep", None)
     live = ws.evaluate("v51 - v28")
     swapped = {r["module"]: r for r in agreement_rows(live, ref)}  # the direction's side is tested too
     assert swapped[roundoff]["zero"] and not swapped[exact].get("zero") and live[roundoff].norm() > 0
@@ -287,7 +289,7 @@ def test_zero_and_missing_rows_are_counted_once_and_missing_ones_count_against_t
     s = summarize(rows)
     assert (s["modules"], s["agree"], s["disagree"], s["not_compared"], s["zero"]) == (4, 2, 0, 2, 1)
     with pytest.raises(CheckFailed, match=r"2/3 modules agree"):  # over 4 - 1 zero: the missing one counts
-        decide("ref", rows, "keep", 0.9)
+        apply_on_disagree("ref", rows, "keep", 0.9)
     # the reference zero in every compared module is bad input, even where a missing module's is not
     flat = [dict(row, module="a", ref_norm=0.0), dict(row, module="m", missing=True)]
     with pytest.raises(ExpressionError, match=r"--consensus-ref v - v: is zero in every module"):

@@ -88,7 +88,7 @@ def test_extract_bench_blocks_on_tiny_shapes(tmp_path, monkeypatch, run_cli):
     import torch
     from safetensors.torch import load_file
 
-    from vecmerge.io.safetensors_read import ModelFolder
+    from vecmerge.io.model_folder import ModelFolder
 
     monkeypatch.setitem(be.SHAPES, "tiny", dict(hidden=32, inter=48, heads=4, kv=2, head_dim=8, vocab=64, layers=4,
                                                 rank=4, sample=1))
@@ -147,3 +147,22 @@ def test_extract_bench_blocks_on_tiny_shapes(tmp_path, monkeypatch, run_cli):
     q = "model.layers.0.self_attn.q_proj"  # one module 1.5% above its optimal error: the column shows it
     row["extract"]["rel_error"][q] = 1.015 * ref[f"{q}.weight"]["optimal_rel_error"]
     assert be.render([row]).splitlines()[2].split(" | ")[7] == "+1.500%"
+
+
+def test_spectral_rows_on_tiny_shapes(tmp_path):
+    """bench_spectral's two sides on a tiny module agree (the factored merges equal their dense definitions to
+    fp32 rounding, rtol 1e-6) and the table renders."""
+    pytest.importorskip("peft")
+    import bench_spectral as bs
+
+    root = bs.make_data(tmp_path / "data", "tiny", 4)
+    rows = []
+    for label in bs.METHODS:
+        f = bs.factored(root, tmp_path / f"{label}-f", label, "self_attn.q_proj")
+        d = bs.dense(root, tmp_path / f"{label}-d", label, "self_attn.q_proj")
+        c = bs.check(tmp_path / f"{label}-f", tmp_path / f"{label}-d")
+        assert c["rel"] <= 1e-6, (label, c)
+        rows.append({"method": label, "module": "self_attn.q_proj", "shape": (64, 64), "factored": {**f, "peak": 1},
+                     "dense": {**d, "peak": 1}, "check": c})
+    text = "\n".join(bs.rows({"shape": "tiny", "rank": 4, "rows": rows}))
+    assert "| tsv_m | q_proj (64 x 64) |" in text and "| knots ties |" in text

@@ -224,7 +224,7 @@ def test_every_option_has_help_and_the_recipe_is_documented():
     from click.testing import CliRunner
 
     from vecmerge.cli import main
-    from vecmerge.recipe.recipe import recipe_markdown, schema
+    from vecmerge.recipe.docs import recipe_markdown, schema
 
     for name, cmd in main.commands.items():
         for prm in cmd.params:

@@ -340,7 +340,7 @@ def test_ls_lists_lineage_hashes_and_runs(ws, run_cli):
 @pytest.mark.parametrize("block, count", [("evidence-example", 3), ("evidence-plan-example", 4)])
 def test_the_readme_evidence_example_is_what_the_cli_prints(tmp_path, monkeypatch, run_cli, block, count):
     """README.md pastes `import`, `show` and `compare v51 v28` on the user's scores, and a plan with its decision
-    over them (examples/update_docs.py); run them and compare."""
+    over them (tools/update_docs.py); run them and compare."""
     import shlex
     import shutil
     from pathlib import Path

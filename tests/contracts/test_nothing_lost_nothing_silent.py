@@ -9,7 +9,7 @@ probe's case from the issue's description and checks the user-visible contract: 
 byte-for-byte unchanged (``tree_hashes``), and a final path that always holds a complete output (a
 complete output is one that ``vecmerge verify`` passes). Timings are bounded with ``time.monotonic``
 (the unguarded cases ran 60-77 s or hung). Numeric claims are compared with ``verify``'s own
-tolerances (``pipeline.figures.TOLERANCES``) or exactly.
+tolerances (``outputs.manifest.TOLERANCES``) or exactly.
 """
 
 from __future__ import annotations

@@ -88,11 +88,12 @@ RECORD_READERS = [("evidence", "show"), ("evidence", "compare", "v51", "v28"), (
 
 
 @pytest.mark.parametrize("sql, match, readers", [
-    ("UPDATE records SET subs = '{oops' WHERE id = 2", "record 2 ('v51', 'official_total'): subs '{oops' is not valid",
+    ("UPDATE records SET subs = '{oops' WHERE id = 2",
+     "record 2 (v51, official_total): its stored sub-scores '{oops' are unreadable",
      RECORD_READERS),
-    ("UPDATE records SET value = 'abc' WHERE id = 1", "record 1 ('v51', 'official_total'): value 'abc' is not a",
+    ("UPDATE records SET value = 'abc' WHERE id = 1", "record 1 (v51, official_total): value 'abc' is not a",
      RECORD_READERS),
-    ("UPDATE records SET env = '[' WHERE id = 4", "record 4 ('v28', 'official_total'): env '[' is not valid JSON",
+    ("UPDATE records SET env = '[' WHERE id = 4", "record 4 (v28, official_total): env '[' is not valid JSON",
      RECORD_READERS),
     ("UPDATE directions SET higher_is_better = 'yes'", "higher_is_better 'yes' is not true (1) or false (0)",
      [("evidence", "show"), ("evidence", "compare", "v51", "v28"), ("evidence", "export", "--json"),

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from vecmerge.evidence import EvidenceError
-from vecmerge.evidence.compare import compare
+from vecmerge.evidence.compare import compare_records
 from vecmerge.evidence.gate import (
     CONDITIONS,
     FAIL,
@@ -36,7 +36,8 @@ def recs(model, values, start):
 
 
 def comparison(x_runs=V51, y_runs=V28, **kw):
-    return compare("v51", "v28", recs("v51", x_runs, 0) + recs("v28", y_runs, 100), **{"higher_is_better": True, **kw})
+    return compare_records("v51", "v28", recs("v51", x_runs, 0) + recs("v28", y_runs, 100),
+                           **{"higher_is_better": True, **kw})
 
 
 def v58_facts(**changes) -> GateFacts:
@@ -65,7 +66,7 @@ def test_the_v58_facts_pass_every_condition():
     assert rows["common parent"].detail == "v51 descends from v28 (1 generation)"
     assert rows["repeated evidence"].detail.startswith("v51 is better beyond eval noise on official_total (welch)")
     assert rows["stable backbone"].numbers["limit"] == pytest.approx(0.0104721, abs=1e-7)
-    assert result.as_dict()["passed"] is True
+    assert result.to_dict()["passed"] is True
 
 
 @pytest.mark.parametrize("changes, expected", [
@@ -129,7 +130,7 @@ def test_repeated_evidence(comparison_kw, code, expected):
 def test_repeated_evidence_respects_min_evidence_runs_and_checks_its_inputs():
     assert status(v58_facts(), "repeated evidence", GateConfig.from_dict({"min_evidence_runs": 3})) == UNKNOWN
     with pytest.raises(EvidenceError, match="comparison is v28 vs v51"):
-        evaluate_gate(v58_facts(comparison=compare("v28", "v51", recs("v51", V51, 0) + recs("v28", V28, 9))))
+        evaluate_gate(v58_facts(comparison=compare_records("v28", "v51", recs("v51", V51, 0) + recs("v28", V28, 9))))
     with pytest.raises(EvidenceError, match="confidence 0.9, the gate 0.95"):
         evaluate_gate(v58_facts(comparison=comparison(confidence=0.9)))
 

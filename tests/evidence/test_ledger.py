@@ -410,3 +410,28 @@ def test_a_refused_write_leaves_a_foreign_or_damaged_database_byte_for_byte(tmp_
         with pytest.raises(EvidenceError, match=str(path)):
             action()
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == names
+
+
+@pytest.mark.parametrize("stored, why", [("{not json", "not valid JSON"), ('["a"]', "not a JSON object of numbers"),
+                                         ('{"x": "0.3"}', "not a JSON object of numbers"),
+                                         ('{"x": NaN}', "NaN is not a JSON number"), (None, "not a JSON object")])
+def test_a_record_whose_stored_sub_scores_are_malformed_is_one_error_naming_it(tmp_path, monkeypatch, run_cli,
+                                                                              stored, why):
+    """The ledger's own stored JSON is read through ``io.parse`` like a stranger's (the file may have been edited):
+    a record whose sub-scores are not a JSON object of finite numbers is an EvidenceError naming the file and the
+    record (id, model, metric), and one ``error:`` line with exit 2 in the CLI, not an internal error."""
+    monkeypatch.chdir(tmp_path)
+    ledger = Ledger(tmp_path / "vecmerge-evidence.db")
+    ledger.add("v51", None, "official_total", [1.0180, 0.9895], subs=[{"x": 0.25}, {"x": 0.5}])
+    con = sqlite3.connect(ledger.path)
+    con.execute("UPDATE records SET subs = ? WHERE id = 2", (stored if stored is not None else 7,))
+    con.commit()
+    con.close()
+    with pytest.raises(EvidenceError) as e:
+        ledger.records()
+    msg = str(e.value)
+    assert msg.startswith(f"{ledger.path}: record 2 (v51, official_total): its stored sub-scores") and why in msg
+    assert ledger.records(models=["v28"]) == []  # other records read as before
+    res = run_cli("evidence", "show")
+    assert res.exit_code == 2 and res.output.startswith("error: ") and len(res.output.strip().splitlines()) == 1
+    assert "record 2 (v51, official_total)" in res.output and "Traceback" not in res.output

@@ -13,7 +13,7 @@ import pytest
 from scipy import integrate, optimize, stats
 
 from vecmerge.evidence import EvidenceError
-from vecmerge.evidence.compare import compare
+from vecmerge.evidence.compare import compare_records
 from vecmerge.evidence.ledger import Record
 from vecmerge.evidence.noise import pooled_noise, power_two_sample, repeats_needed
 from vecmerge.evidence.stats import (
@@ -71,9 +71,9 @@ def test_v51_vs_v28_welch_by_hand_and_scipy():
     assert (w.t, w.p, w.df) == pytest.approx((ref.statistic, ref.pvalue, ref.df), rel=1e-12)
     assert (w.ci_low, w.ci_high) == pytest.approx((ci.low, ci.high), rel=1e-12)
     assert w.beyond_noise and w.n == (5, 2)
-    d = w.as_dict()  # what `vecmerge evidence compare --json` prints
+    d = w.to_dict()  # what `vecmerge evidence compare --json` prints
     assert d["beyond_noise"] is True and d["n"] == [5, 2] and (d["kind"], d["p"]) == ("welch", w.p)
-    c = compare("v51", "v28", runs("v51", V51) + runs("v28", V28, start=10), higher_is_better=True)
+    c = compare_records("v51", "v28", runs("v51", V51) + runs("v28", V28, start=10), higher_is_better=True)
     assert c.verdict == "v51 is better beyond eval noise" and c.decided_by == "welch"
 
 
@@ -158,7 +158,7 @@ def test_clustered_errors_are_wider_for_correlated_items_and_decide():
     a = {k: 0.5 + shift[t] + 0.01 * (int(k[1:]) % 3) for k, t in topics.items()}
     b = {k: 0.5 for k in topics}
     recs = items("A", a, topics) + items("B", b, topics)
-    c = compare("A", "B", recs, higher_is_better=True)
+    c = compare_records("A", "B", recs, higher_is_better=True)
     assert c.decided_by == "clustered" and c.clustered.clusters == 4 and c.clustered.df == 3
     assert c.clustered.se > 2 * c.paired.se
     assert c.paired.beyond_noise and not c.clustered.beyond_noise
@@ -198,13 +198,13 @@ def test_power_against_a_simulation():
 
 def test_compare_verdicts_follow_the_direction_and_the_evidence():
     base = runs("v51", V51) + runs("v28", V28, start=10)
-    assert compare("v28", "v51", base, higher_is_better=True).verdict == "v51 is better beyond eval noise"
-    lower = compare("v51", "v28", base, higher_is_better=False)  # e.g. a loss: lower is better
+    assert compare_records("v28", "v51", base, higher_is_better=True).verdict == "v51 is better beyond eval noise"
+    lower = compare_records("v51", "v28", base, higher_is_better=False)  # e.g. a loss: lower is better
     assert lower.verdict_code == "b_better" and lower.verdict == "v28 is better beyond eval noise"
-    unknown = compare("v51", "v28", base)
+    unknown = compare_records("v51", "v28", base)
     assert unknown.verdict_code == "a_higher" and "no direction recorded" in unknown.verdict
     near = runs("v58", V58) + runs("v51", V51, start=10)
-    within = compare("v58", "v51", near, higher_is_better=True)
+    within = compare_records("v58", "v51", near, higher_is_better=True)
     ref = stats.ttest_ind(V58, V51, equal_var=False)
     assert within.welch.p == pytest.approx(ref.pvalue, rel=1e-12) and ref.pvalue > 0.05
     assert within.verdict == "within noise"
@@ -214,7 +214,7 @@ def test_a_single_run_is_not_enough_and_the_repeats_needed_are_shown():
     """v59's one run (0.9944) against v58's three: no Welch test is possible. The pooled noise of the
     ledger (v58, v51, v28) sizes the experiment that would settle it."""
     recs = runs("v59", [0.9944]) + runs("v58", V58, start=10) + runs("v51", V51, start=20) + runs("v28", V28, start=30)
-    c = compare("v59", "v58", recs, higher_is_better=True)
+    c = compare_records("v59", "v58", recs, higher_is_better=True)
     assert c.verdict == "not enough runs" and c.decided_by is None and c.welch is None
     assert "v59 1" in c.reasons[0]
     pooled = pooled_noise({"v58": V58, "v51": V51, "v28": V28})
@@ -222,12 +222,12 @@ def test_a_single_run_is_not_enough_and_the_repeats_needed_are_shown():
     assert c.detect == pytest.approx(abs(0.9944 - np.mean(V58)), rel=1e-12)
     assert c.repeats_needed == repeats_needed(c.detect, pooled.sd)
     assert power_two_sample(c.repeats_needed, c.detect, pooled.sd) >= 0.8
-    d = c.as_dict()
+    d = c.to_dict()
     assert d["verdict"] == "not enough runs" and d["pooled"]["models"] == ["v58", "v51", "v28"]
 
 
 def test_identical_runs_give_no_welch_test():
-    c = compare("A", "B", runs("A", [0.5, 0.5]) + runs("B", [0.4, 0.4], start=5), higher_is_better=True)
+    c = compare_records("A", "B", runs("A", [0.5, 0.5]) + runs("B", [0.4, 0.4], start=5), higher_is_better=True)
     assert c.welch is None and c.verdict_code == "not_enough_runs" and "do not vary" in c.reasons[0]
 
 
@@ -236,17 +236,17 @@ def test_paired_items_decide_before_runs():
     a = {f"d{i}": float(x) for i, x in enumerate(rng.integers(0, 2, 200))}
     b = {k: (v if i % 10 else 0.0) for i, (k, v) in enumerate(a.items())}  # A better on some items
     recs = items("A", a) + items("B", b) + runs("A", [0.70]) + runs("B", [0.69], start=50)
-    c = compare("A", "B", recs, metric="toy/acc", higher_is_better=True)
+    c = compare_records("A", "B", recs, metric="toy/acc", higher_is_better=True)
     ref = stats.ttest_rel(list(a.values()), list(b.values()))
     assert c.decided_by == "paired" and c.paired.p == pytest.approx(ref.pvalue, rel=1e-10)
     assert c.verdict_code == ("a_better" if ref.pvalue < 0.05 else "within_noise")
     with pytest.raises(EvidenceError, match="several metrics"):
-        compare("A", "B", recs + runs("A", [1.0], metric="other", start=90))
+        compare_records("A", "B", recs + runs("A", [1.0], metric="other", start=90))
 
 
 def test_conflicting_cluster_keys_are_refused():
     with pytest.raises(EvidenceError, match="item 'd1': cluster 'x' for A but 'y' for B"):
-        compare("A", "B", items("A", {"d1": 1.0, "d2": 0.0}, {"d1": "x"}) + items("B", {"d1": 0.0, "d2": 0.0},
+        compare_records("A", "B", items("A", {"d1": 1.0, "d2": 0.0}, {"d1": "x"}) + items("B", {"d1": 0.0, "d2": 0.0},
                                                                                  {"d1": "y"}))
 
 
@@ -400,7 +400,7 @@ def test_the_user_sees_which_values_are_missing_and_which_item_has_two_clusters(
                                             r"cluster$"):
         item_means(recs)
     with pytest.raises(EvidenceError, match="two cluster keys"):
-        compare("A", "B", recs + items("B", {"d1": 0.0, "d2": 0.0}))
+        compare_records("A", "B", recs + items("B", {"d1": 0.0, "d2": 0.0}))
 
 
 def test_an_item_scored_several_times_counts_once_at_its_mean():
@@ -416,7 +416,7 @@ def test_an_item_scored_several_times_counts_once_at_its_mean():
     means, clusters = item_means(r for r in recs if r.model == "A")
     assert list(means) == [f"d{i}" for i in range(12)] and clusters == {}
     assert list(means.values()) == pytest.approx(a3.mean(axis=0), rel=1e-14)
-    c = compare("A", "B", recs, metric="toy/acc", higher_is_better=True)
+    c = compare_records("A", "B", recs, metric="toy/acc", higher_is_better=True)
     ref = stats.ttest_rel(a3.mean(axis=0), b1)
     assert c.decided_by == "paired" and c.paired.n == (12,)
     assert (c.paired.t, c.paired.p) == pytest.approx((ref.statistic, ref.pvalue), rel=1e-10)

@@ -31,10 +31,10 @@ SUBS, ENV = "UPDATE records SET subs = ? WHERE id = 2", "UPDATE records SET env 
 
 
 @pytest.mark.parametrize("sql, args, match", [
-    (SUBS, ("{not json",), r"record 2 \('v51', 'official_total'\): subs '\{not json' is not valid"),
-    (SUBS, ("[1, 2]",), "record 2 .*subs '\\[1, 2\\]' is not a JSON object of sub-score"),
-    (SUBS, ('{"video": "high"}',), "record 2 .*is not a JSON object of sub-score"),
-    (SUBS, ("[" * 100_000 + "]" * 100_000,), "record 2 .*subs .*nested too deeply"),
+    (SUBS, ("{not json",), r"record 2 \(v51, official_total\): its stored sub-scores '\{not json' are unreadable"),
+    (SUBS, ("[1, 2]",), "record 2 .*sub-scores '\\[1, 2\\]' are unreadable \\(not a JSON object of numbers"),
+    (SUBS, ('{"video": "high"}',), "record 2 .*are unreadable \\(not a JSON object of numbers"),
+    (SUBS, ("[" * 100_000 + "]" * 100_000,), "record 2 .*sub-scores .*nested too deeply"),
     (SUBS, ('{"v": ' + "9" * 100_000 + "}",), "record 2 .*an integer of 100000 digits"),
     (SUBS, ('{"v": NaN}',), "record 2 .*NaN is not a JSON number"),
     ("UPDATE records SET value = ? WHERE id = 1", ("abc",), "record 1 .*value 'abc' is not a finite number"),

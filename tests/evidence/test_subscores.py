@@ -131,7 +131,7 @@ def test_the_target_is_reported_but_not_a_constraint():
     assert c.family == ("goods",) and c.row("video").target and c.row("video").p_holm is None
     assert "video" not in c.keys(NOT_WORSE) + c.keys(WORSE) + c.keys(UNKNOWN)
     assert c.row("goods").p_holm == pytest.approx(c.row("goods").p, rel=1e-12)  # a family of one
-    d = c.as_dict()
+    d = c.to_dict()
     assert set(d["subscores"]) == {"goods", "item", "video"} and d["cost"]["worse"] == []
 
 

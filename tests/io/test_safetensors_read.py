@@ -1,4 +1,4 @@
-"""modelfiles: our safetensors reader and streaming writer against the safetensors library and hashlib.
+"""The safetensors reader (TensorFile, ModelFolder) and streaming writer against the safetensors library and hashlib.
 
 Every check here is exact: tensors equal bit for bit (``torch.equal``), sha256 equal to hashlib's over
 the whole file, headers refused with a ``ModelError`` naming the file.
@@ -15,7 +15,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from vecmerge.io.safetensors_read import INDEX_NAME, ModelError, ModelFolder
+from vecmerge.errors import ModelError
+from vecmerge.io.model_folder import INDEX_NAME, ModelFolder
+from vecmerge.io.safetensors_read import TensorFile
 from vecmerge.io.safetensors_write import SafetensorsStream, SafetensorsWriter, write_index
 
 
@@ -206,3 +208,31 @@ def test_missing_weights_and_config(tmp_path):
         ModelFolder(root, "--tuned")
     with pytest.raises(ModelError, match="no such folder"):
         ModelFolder(tmp_path / "absent")
+
+
+def test_a_loaded_file_is_read_once_hashed_as_hashlib_and_its_tensors_equal_safetensors(tmp_path):
+    """``TensorFile.load``: the whole file in memory, its sha256 equal to hashlib's over the file, every tensor
+    (aligned or not) bit for bit the safetensors library's; read tensor by tensor without holding the file open
+    (``keep_open=False``) gives the same tensors."""
+    p = tmp_path / "x.safetensors"
+    sd = tensors()
+    save_file(sd, str(p), metadata={"format": "pt"})
+    ref = load_file(str(p))
+    per_read = TensorFile(p, keep_open=False)
+    assert not per_read.loaded and all(torch.equal(per_read.tensor(k), ref[k]) for k in sd)
+    f = TensorFile(p, keep_open=False)
+    assert f.load() == sha(p) == f.sha256() and f.loaded
+    assert all(torch.equal(f.tensor(k), ref[k]) for k in sd)
+
+
+def test_a_file_replaced_after_its_header_was_checked_is_refused(tmp_path):
+    """A file opened (header checked) and then replaced is refused on the first read or on ``load``, never read
+    with the old offsets."""
+    p = tmp_path / "x.safetensors"
+    save_file(tensors(0), str(p))
+    per_read, whole = TensorFile(p, keep_open=False), TensorFile(p, keep_open=False)
+    save_file({k: v for k, v in tensors(1).items() if k != "c.bias"}, str(p))
+    with pytest.raises(ModelError, match=r"x.safetensors: changed while being read"):
+        per_read.tensor("a.weight")
+    with pytest.raises(ModelError, match=r"x.safetensors: changed while being read"):
+        whole.load()

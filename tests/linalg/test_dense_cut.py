@@ -1,4 +1,4 @@
-"""extract_rank: one module's cut against a dense float64 SVD (torch.linalg.svd on the same matrix).
+"""dense_cut: one module's cut against a dense float64 SVD (torch.linalg.svd on the same matrix).
 
 Tolerances:
 - the dropped energy the cut reports equals ``||D - U S Vh||_F^2`` formed densely: rel 1e-9 (float64);
@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from vecmerge.errors import RecipeError
-from vecmerge.linalg.dense_cut import ExtractRank, auto_rank, cut_module, gavish_donoho, power_iters_for
+from vecmerge.linalg.dense_cut import auto_rank, cut_module, gavish_donoho, power_iters_for
+from vecmerge.linalg.rank_policy import RankPolicy
 
 F64 = torch.float64
 
@@ -46,7 +47,7 @@ def optimal_sq(D, k) -> float:
                                             ((200, 300), 30, "randomized"), ((300, 200), 200, "full")])
 def test_fixed_rank_is_the_eckart_young_cut_with_the_exact_error(shape, k, method):
     D = low_rank_plus_noise(*shape, r=12, noise=0.02)
-    c = cut_module(D, ExtractRank.parse(str(k)))
+    c = cut_module(D, RankPolicy.parse_extract(str(k)))
     assert c.svd.method == method and c.rank == min(k, *shape)
     assert c.svd.dropped_energy == pytest.approx(dense_error_sq(D, c), rel=1e-9, abs=1e-20)
     assert c.svd.total_energy == pytest.approx(float((D * D).sum()), rel=1e-12)
@@ -66,7 +67,7 @@ def test_power_iterations_rule():
 @pytest.mark.parametrize("energy", [0.5, 0.9, 0.99])
 def test_energy_rank_is_minimal_or_bracketed(shape, energy):
     D = low_rank_plus_noise(*shape, r=10, noise=0.05, decay=0.8)
-    c = cut_module(D, ExtractRank.parse(f"energy:{energy}"))
+    c = cut_module(D, RankPolicy.parse_extract(f"energy:{energy}"))
     S2 = torch.linalg.svdvals(D) ** 2
     minimal = int((torch.cumsum(S2, 0) < (energy - 1e-12) * S2.sum()).sum()) + 1
     assert c.svd.captured_share >= energy - 1e-12
@@ -79,14 +80,14 @@ def test_energy_rank_is_minimal_or_bracketed(shape, energy):
 
 def test_energy_rank_certified_minimal_on_the_randomized_path():
     D = low_rank_plus_noise(400, 300, r=5, noise=0.001)
-    c = cut_module(D, ExtractRank.parse("energy:0.9"))
+    c = cut_module(D, RankPolicy.parse_extract("energy:0.9"))
     assert c.svd.method == "randomized" and c.minimal
 
 
 def test_auto_recovers_the_rank_of_low_rank_plus_noise():
     sigma = 0.01
     D = low_rank_plus_noise(600, 400, r=6, noise=sigma, decay=0.8)
-    c = cut_module(D, ExtractRank.parse("auto"))
+    c = cut_module(D, RankPolicy.parse_extract("auto"))
     assert c.rank == 6
     assert c.sigma == pytest.approx(sigma, rel=0.05)
     m, n = 400, 600
@@ -95,10 +96,10 @@ def test_auto_recovers_the_rank_of_low_rank_plus_noise():
 
 def test_auto_on_pure_noise_keeps_nothing_and_on_exact_low_rank_keeps_the_rank():
     g = torch.Generator().manual_seed(3)
-    assert cut_module(torch.randn(300, 200, generator=g, dtype=F64), ExtractRank("auto")).rank == 0
+    assert cut_module(torch.randn(300, 200, generator=g, dtype=F64), RankPolicy("auto")).rank == 0
     exact = low_rank_plus_noise(300, 200, r=4, noise=0.0)
-    assert cut_module(exact, ExtractRank("auto")).rank == 4
-    assert cut_module(torch.zeros(50, 40, dtype=F64), ExtractRank("auto")).rank == 0
+    assert cut_module(exact, RankPolicy("auto")).rank == 4
+    assert cut_module(torch.zeros(50, 40, dtype=F64), RankPolicy("auto")).rank == 0
 
 
 def test_auto_rank_rule_on_a_known_spectrum():
@@ -118,18 +119,18 @@ def test_gavish_donoho_square_constant():
 def test_zero_difference_cuts_to_rank_zero():
     Z = torch.zeros(300, 200, dtype=F64)
     for rank in ("energy:0.9", "auto"):
-        c = cut_module(Z, ExtractRank.parse(rank))
+        c = cut_module(Z, RankPolicy.parse_extract(rank))
         assert c.rank == 0 and c.svd.dropped_energy == 0.0
 
 
 @pytest.mark.parametrize("bad", ["0", "exact", "energy:0", "energy:1.5", "keep-base", "auto:3", ""])
 def test_bad_rank_is_refused(bad):
     with pytest.raises(RecipeError, match="--rank"):
-        ExtractRank.parse(bad)
+        RankPolicy.parse_extract(bad)
 
 
 def test_nan_difference_is_refused():
     D = torch.zeros(10, 10, dtype=F64)
     D[0, 0] = float("nan")
     with pytest.raises(RecipeError, match="NaN"):
-        cut_module(D, ExtractRank("fixed", 2))
+        cut_module(D, RankPolicy("fixed", 2))

@@ -67,3 +67,22 @@ def test_parse_spellings_and_names():
         RankPolicy.parse("energy:")
     assert str(e.value) == ("recipe: rank='energy:': use 'exact', a positive integer, 'energy:E' or 'step-energy:E' "
                             "with 0 < E <= 1, or 'keep-base'")
+
+
+def test_auto_is_a_rank_kind_of_extract_only_with_each_error_text_kept():
+    """One rank policy: ``vecmerge extract``'s N, energy:E and auto (Gavish-Donoho) are RankPolicy kinds read by
+    ``parse_extract``; a merge's ``parse`` refuses auto, extract refuses exact, step-energy and keep-base, each
+    with its own text as before the two policies were one."""
+    assert RankPolicy.parse_extract(" AUTO ") == RankPolicy("auto") and str(RankPolicy("auto")) == "auto"
+    assert RankPolicy.parse_extract("8") == RankPolicy("fixed", 8) == RankPolicy.parse("8")
+    assert RankPolicy.parse_extract("energy:0.9") == RankPolicy("energy", 0.9) and not RankPolicy("auto").lossless
+    with pytest.raises(RecipeError) as e:
+        RankPolicy.parse("auto")
+    assert str(e.value) == ("recipe: rank='auto': use 'exact', a positive integer, 'energy:E' or 'step-energy:E' "
+                            "with 0 < E <= 1, or 'keep-base'")
+    for bad in ("exact", "keep-base", "step-energy:0.5", "energy:0", "auto:3"):
+        with pytest.raises(RecipeError) as e:
+            RankPolicy.parse_extract(bad)
+        assert str(e.value) == f"extract: --rank {bad!r}: use a positive integer N, energy:E with 0 < E <= 1, or auto"
+    with pytest.raises(RecipeError, match="rank=auto is extract's"):
+        RankPolicy("auto").choose(torch.ones(3, dtype=torch.float64))

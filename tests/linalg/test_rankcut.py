@@ -323,3 +323,22 @@ def test_pad_adds_exactly_the_zero_directions_asked_for():
         p = pad(x, r)
         assert p.rank == max(r, 2) and p.scale == 3.0
         assert_close(p.dense(), x.dense(), rtol=0, atol=0)
+
+
+def test_one_rank_k_cut_for_dense_updates_and_extract():
+    """The rank cut's N on a dense update and extract's N on a fine-tune's difference run the one rank-k cut
+    (``randsvd.rank_k_cut``): the same power-iteration rule (2 up to rank min(out, in)/8, 3 above) and, on the
+    full-SVD path, the same cut to rtol 1e-12."""
+    from vecmerge.linalg.dense import Dense
+    from vecmerge.linalg.dense_cut import cut_module
+    from vecmerge.linalg.randsvd import power_iters_for
+
+    D = lowrank_plus_noise(600, 400, 12, 0.3, 1)
+    for k in (8, 50, 51):
+        merged = cut(Dense(D), RankPolicy.parse(str(k)), seed=5)
+        extracted = cut_module(D, RankPolicy.parse_extract(str(k)), seed=5)
+        assert merged.power_iters == extracted.power_iters == power_iters_for(k, 600, 400) == (2 if k <= 50 else 3)
+    small = lowrank_plus_noise(60, 40, 12, 0.3, 1)
+    merged, extracted = cut(Dense(small), RankPolicy.parse("8")), cut_module(small, RankPolicy.parse_extract("8"))
+    assert (merged.method, extracted.svd.method, merged.power_iters, extracted.power_iters) == ("full", "full", None, 0)
+    assert math.isclose(merged.error, extracted.svd.error, rel_tol=1e-12)

@@ -246,7 +246,7 @@ def test_content_sha256_is_weights_and_config(tmp_path):
     """The ledger's key, recomputed with hashlib from the two files; a change to either changes it."""
     import hashlib
 
-    from vecmerge.peft.adapter import folder_content_sha256
+    from vecmerge.peft.content_hash import folder_content_sha256
 
     path = toy_adapter(tmp_path / "a")
     w = hashlib.sha256((path / "adapter_model.safetensors").read_bytes()).hexdigest()
@@ -269,6 +269,33 @@ def test_peft_saved_modules_are_read_under_drop(peft_adapter):
         Adapter(p)
     a = Adapter(p, modules_to_save="drop")
     assert a.saved_keys == ["base_model.model.model.norm.weight"] and len(a.modules) == 2
+
+
+def test_adapters_are_read_through_the_one_checked_safetensors_reader(tmp_path):
+    """The adapter's weights go through ``io.safetensors_read.TensorFile``: a header that reader refuses
+    (tensors overlapping) is an AdapterError naming the file, and a file replaced after opening is refused
+    on the first tensor read too, not only by ``load`` (its header is compared byte for byte with the one
+    checked on opening)."""
+    import struct
+
+    folder = toy_adapter(tmp_path / "a", rank=2)
+    weights = folder / "adapter_model.safetensors"
+    data = weights.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    first, second = [k for k in header if k != "__metadata__"][:2]
+    header[second]["data_offsets"] = [header[first]["data_offsets"][0], header[second]["data_offsets"][1]
+                                      - header[second]["data_offsets"][0] + header[first]["data_offsets"][0]]
+    raw = json.dumps(header).encode()
+    weights.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
+    with pytest.raises(AdapterError, match=r"adapter_model.safetensors: tensors .* overlap"):
+        Adapter(folder)
+    weights.write_bytes(data)
+    a = Adapter(folder)
+    sd = load_file(str(weights))
+    save_file({k: v * 2 for k, v in sd.items() if k != first}, str(weights))
+    with pytest.raises(AdapterError, match=r"adapter_model.safetensors: changed while being read"):
+        a.factors(a.modules[0])
 
 
 def test_load_reads_once_and_hashes_the_bytes_it_reads(tmp_path):

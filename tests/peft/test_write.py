@@ -10,8 +10,9 @@ import warnings
 import pytest
 import torch
 
+from vecmerge.outputs.manifest import MANIFEST_NAME
 from vecmerge.peft.format import LoraConfig
-from vecmerge.peft.write import MANIFEST_NAME, _patterns
+from vecmerge.peft.write import _patterns
 from vecmerge.workspace.names import Workspace
 
 

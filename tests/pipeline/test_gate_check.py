@@ -272,7 +272,7 @@ def test_a_recipe_gate_runs_the_gate_and_overrides_thresholds(gate_ws, run_cli):
 
 def test_a_local_base_model_is_one_model_however_it_is_written(gate_ws, run_cli, tmp_path):
     """``base`` and its absolute path name one folder: the same base; a hub id stays as written."""
-    from vecmerge.pipeline.gate_check import declared_base
+    from vecmerge.workspace.base_model import declared_base
 
     (gate_ws / "base").mkdir()
     _edit_config(gate_ws, "v28", base_model_name_or_path=str(gate_ws / "base"))
@@ -283,6 +283,30 @@ def test_a_local_base_model_is_one_model_however_it_is_written(gate_ws, run_cli,
     assert rows["common base"]["status"] == "PASS" and rows["common base"]["detail"] == "all on base, shapes match"
     assert declared_base("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B" and declared_base(None) is None
     assert declared_base(str(tmp_path)) == str(tmp_path.resolve())
+
+
+def test_a_base_declared_relative_to_the_workspace_is_one_model_from_any_folder(gate_ws, run_cli, tmp_path,
+                                                                              monkeypatch):
+    """Adapters declaring ``base`` (a folder of the workspace) and ``/w/base`` (its absolute path), run from another
+    folder: ``project``'s base-model check and the gate's common-base row both see one base model (one normaliser,
+    ``base_model.canonical``; the gate read ``base`` from the current folder before, so its row failed where
+    ``project`` passed)."""
+    (gate_ws / "base").mkdir()
+    _edit_config(gate_ws, "v28", base_model_name_or_path=str(gate_ws / "base"))
+    for name in ("v51", "v54e2", "v54"):
+        _edit_config(gate_ws, name, base_model_name_or_path="base")
+    record(gate_ws, RUNS)  # the configs changed: record the runs of these weights
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    flag = ["--workspace", str(gate_ws / "vecmerge.yaml")]
+    rows = rows_of(run_cli(*flag, *GATE, "--json"))
+    real = str((gate_ws / "base").resolve())
+    assert rows["common base"]["status"] == "PASS", rows["common base"]
+    assert rows["common base"]["numbers"]["base_models"] == {n: real for n in ("v54", "v51", "v28", "v54e2")}
+    res = run_cli(*flag, "project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--out", "o")
+    assert res.exit_code == 0, res.output
+    assert run_cli(*flag, *PROJECT[:-2], "--out", "o2").exit_code == 0
 
 
 def test_the_closeness_of_x_to_y_is_shown_and_exact(gate_ws, run_cli, dense_updates):

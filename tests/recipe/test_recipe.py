@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from vecmerge.errors import RecipeError
-from vecmerge.recipe.recipe import Recipe, load
+from vecmerge.recipe.load import load
+from vecmerge.recipe.recipe import Recipe
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 

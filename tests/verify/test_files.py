@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from vecmerge.io.parse import short
-from vecmerge.verify.files import FIGURES_RTOL, differences, figures_check, files_check, shape_problems
+from vecmerge.outputs.manifest import shape_problems
+from vecmerge.verify.files import FIGURES_RTOL, differences, figures_check, files_check
 from vecmerge.verify.output import verify_output
 
 

@@ -519,10 +519,12 @@ def test_verify_reports_progress_over_every_module(toy, run_cli):
 
 
 def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli, dense_expr):
-    """verify.compare keeps every module's recomputed update by default (the PEFT checks compare against them):
-    each is ``base_m + alpha dir_m`` of dense float64 from the raw files (alpha from the manifest; rtol 1e-12)."""
-    from vecmerge.recipe.recipe import with_absolute_inputs
-    from vecmerge.verify.output import TOLERANCES, compare, recompute
+    """verify.update.compare_to_recomputed keeps every module's recomputed update by default (the PEFT checks
+    compare against them): each is ``base_m + alpha dir_m`` of dense float64 from the raw files (alpha from
+    the manifest; rtol 1e-12)."""
+    from vecmerge.recipe.load import with_absolute_inputs
+    from vecmerge.verify.output import TOLERANCES, recompute
+    from vecmerge.verify.update import compare_to_recomputed
 
     project(run_cli)
     man = json.loads(Path("out/vecmerge.json").read_text())
@@ -535,14 +537,14 @@ def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli
         seen.append(len(items))
         return items
 
-    checks, expected = compare(out, ev, man, TOLERANCES["fp32"], progress)
+    checks, expected = compare_to_recomputed(out, ev, man, TOLERANCES["fp32"], progress)
     assert seen == [len(out.modules)]  # the bar advances once per compared module
     assert sorted(expected) == sorted(out.modules) and [c["name"] for c in checks] == ["update", "step"]
     alpha = man["resolved"]["alpha"]
     want = dense_expr({"v54": 1.0, "v51": alpha, "v28": -alpha})
     for m, got in expected.items():
         torch.testing.assert_close(got.dense(), want[m], rtol=1e-12, atol=1e-12 * float(want[m].abs().max()))
-    assert compare(out, ev, man, TOLERANCES["fp32"], keep_expected=False)[1] is None
+    assert compare_to_recomputed(out, ev, man, TOLERANCES["fp32"], keep_expected=False)[1] is None
 
 
 def _full_space_ties(out: str) -> Path:
@@ -784,7 +786,7 @@ def test_a_dense_space_merge_is_verified_one_dense_update_at_a_time(toy, monkeyp
     import gc
     import weakref
 
-    import vecmerge.verify.output as verify
+    import vecmerge.verify.update as verify
 
     _full_space_ties("ties")
     monkeypatch.setenv("VECMERGE_THREADS", "1")

@@ -30,7 +30,7 @@ def test_nearest_common_ancestor():
     r = relation("v51", "v58", PARENTS)
     assert (r.kind, r.ancestor) == ("common_ancestor", "v16")
     assert r.text == "common ancestor v16 (v51: 2 generations up, v58: 2 generations up)"
-    assert r.as_dict()["x_chain"] == ["v51", "v28", "v16"]
+    assert r.to_dict()["x_chain"] == ["v51", "v28", "v16"]
 
 
 def test_unrelated_only_between_declared_roots():

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -61,14 +62,62 @@ import torch
 from ..errors import VecmergeError
 from ..expr import parse
 from ..linalg.lowrank import COMPUTE_DTYPE, LowRank, check_magnitude
-from ..workspace.base_model import differ, same_base_model
-from ..workspace.taskvector import TaskVector, align
+from ..results import Result, json_field
+from ..workspace.inputs import open_inputs
+from ..workspace.taskvector import TaskVector
 from .consensus import check_not_zero, measure, summarize
 
 LEVEL = 0.05
 Z_CRIT = 1.959963984540054  # two-sided 5% normal quantile
 SAMPLE_RANK = 32
 SEED = 0
+
+
+@dataclass(frozen=True, eq=False)
+class AuditReport(Result):
+    """``vecmerge audit --ref R --dir D``: per-module agreement (``--json``: ``to_dict()``, schema above).
+
+    Args:
+        ref, direction (str): the two expressions (``direction`` is JSON ``dir``).
+        missing (dict): ``{input: [modules it lacks]}``. summary (dict): counts, cosines, the sign test, the band.
+        rows (list[dict]): one per module (``inner``, ``cosine``, ``agree``, ``mark``, ...).
+        base_models (dict): each input's declared base model. base_models_differ (bool).
+    """
+
+    ref: str
+    direction: str = json_field("dir")
+    missing: dict
+    summary: dict
+    rows: list
+    base_models: dict
+    base_models_differ: bool
+    kind: str = "audit"
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        return {"kind": d.pop("kind"), **d}
+
+
+@dataclass(frozen=True, eq=False)
+class PairwiseReport(Result):
+    """``vecmerge audit A B C...``: global cosines and per-module agreement of every pair (``to_dict()``).
+
+    Args:
+        missing (dict): ``{input: [modules it lacks]}``. pairwise (dict): labels, modules, norms and the
+            cosine / agree / significant / compared matrices. pairs (list[dict]): one row per pair.
+        base_models (dict), base_models_differ (bool): as for ``AuditReport``.
+    """
+
+    missing: dict
+    pairwise: dict
+    pairs: list
+    base_models: dict
+    base_models_differ: bool
+    kind: str = "pairwise"
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        return {"kind": d.pop("kind"), **d}
 
 
 def haar_blocks(n: int, rows: int, cols: int, count: int, gen: torch.Generator,
@@ -165,26 +214,26 @@ def mark_chance(rows: list[dict], spectra: list, samples: int = 200, seed: int =
 
 def _vectors(ws, exprs: list[str], allow_missing: bool, modules_to_save: str = "refuse",
              allow_base_mismatch: bool = False):
-    """Evaluate and align expressions; missing modules become zeros and are listed per adapter name.
+    """Open the adapters (``workspace.inputs.open_inputs``), evaluate and align the expressions; missing modules
+    become zeros and are listed per adapter name.
 
     Returns:
         (task vectors with every module, module names, {adapter: [modules it lacks]},
-        [per expression: the set of modules every adapter of it has]).
+        [per expression: the set of modules every adapter of it has], the opened Inputs).
     """
-    adapters = dict.fromkeys(n for e in exprs for n in parse(e).names())
-    declared = same_base_model({n: ws.adapter(n, modules_to_save) for n in adapters}, allow_base_mismatch,
-                               (ws.home,))
-    vecs = [ws.evaluate(e, allow_missing, modules_to_save) for e in exprs]
+    forms = [parse(e) for e in exprs]
+    inputs = open_inputs(ws, [n for f in forms for n in f.names()], modules_to_save=modules_to_save,
+                         allow_base_mismatch=allow_base_mismatch)
+    vecs, names = inputs.align(list(zip(exprs, forms)), allow_missing)
     for e, v in zip(exprs, vecs):
         for m, x in v.modules.items():
             check_magnitude(m, f"{e!r}", x, "keep the expression's coefficients and the adapters' lora_alpha in a "
                             "sane range")
-    names = align(vecs, exprs, allow_missing)
     shapes = {m: next(v[m].shape for v in vecs if m in v.modules) for m in names}
-    missing = {n: [m for m in names if m not in ws.adapter(n, modules_to_save).specs] for n in adapters}
+    missing = inputs.missing(names)
     full = [TaskVector({m: v.modules.get(m) or LowRank.zeros(shapes[m]) for m in names}, v.specs) for v in vecs]
-    present = [set(names).difference(*(missing[n] for n in parse(e).names())) for e in exprs]
-    return full, names, {n: ms for n, ms in missing.items() if ms}, present, declared
+    present = [set(names).difference(*(missing[n] for n in f.names())) for f in forms]
+    return full, names, {n: ms for n, ms in missing.items() if ms}, present, inputs
 
 
 def pairwise(vectors: list[TaskVector], labels: list[str], names: list[str], progress=None,
@@ -236,7 +285,8 @@ def pairwise(vectors: list[TaskVector], labels: list[str], names: list[str], pro
 
 
 def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False, samples: int = 200,
-                       progress=None, *, modules_to_save: str = "refuse", allow_base_mismatch: bool = False) -> dict:
+                       progress=None, *, modules_to_save: str = "refuse", allow_base_mismatch: bool = False
+                       ) -> AuditReport:
     """``vecmerge audit --ref R --dir D``: per-module agreement of two expressions, against chance.
 
     Args:
@@ -246,12 +296,12 @@ def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False
         modules_to_save (str): refuse | drop adapters' full saved modules.
         allow_base_mismatch (bool): audit adapters whose declared base models differ.
     Returns:
-        A JSON-ready dict (schema in the module docstring).
+        AuditReport (reads as the JSON of the module docstring).
     """
     if samples < 0:
         raise VecmergeError(f"samples={samples}: give 0 (analytic band) or a positive number of draws")
-    (rv, dv), names, missing, _, declared = _vectors(ws, [ref, direction], allow_missing, modules_to_save,
-                                                     allow_base_mismatch)
+    (rv, dv), names, missing, _, inputs = _vectors(ws, [ref, direction], allow_missing, modules_to_save,
+                                                   allow_base_mismatch)
     rows, spectra = measure(rv, dv, names, progress)
     lacking = {n: set(ms) for n, ms in missing.items()}
     for r in rows:
@@ -267,12 +317,11 @@ def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False
                               "agree": sum(bool(r["agree"]) for r in experts), "chance": marks.count("chance"),
                               "agree_significant": marks.count("agree"),
                               "disagree_significant": marks.count("disagree")}
-    return {"kind": "audit", "ref": ref, "dir": direction, "missing": missing, "summary": summary, "rows": rows,
-            "base_models": declared, "base_models_differ": differ(declared, (ws.home,))}
+    return AuditReport(ref, direction, missing, summary, rows, inputs.declared, inputs.base_models_differ)
 
 
 def audit_pairwise(ws, adapters: list[str], allow_missing: bool = False, progress=None, *,
-                   modules_to_save: str = "refuse", allow_base_mismatch: bool = False) -> dict:
+                   modules_to_save: str = "refuse", allow_base_mismatch: bool = False) -> PairwiseReport:
     """``vecmerge audit A B C...``: global cosines and per-module agreement between every pair.
 
     Args:
@@ -280,8 +329,8 @@ def audit_pairwise(ws, adapters: list[str], allow_missing: bool = False, progres
         allow_missing (bool): missing modules read as zero (not compared). progress: optional iterable wrapper.
         modules_to_save (str), allow_base_mismatch (bool): as for ``audit_trajectories``.
     """
-    vecs, names, missing, present, declared = _vectors(ws, list(adapters), allow_missing, modules_to_save,
-                                                       allow_base_mismatch)
+    vecs, names, missing, present, inputs = _vectors(ws, list(adapters), allow_missing, modules_to_save,
+                                                     allow_base_mismatch)
     res = pairwise(vecs, list(adapters), names, progress, present)
-    return {"kind": "pairwise", "missing": missing, "pairwise": {k: v for k, v in res.items() if k != "pairs"},
-            "pairs": res["pairs"], "base_models": declared, "base_models_differ": differ(declared, (ws.home,))}
+    return PairwiseReport(missing, {k: v for k, v in res.items() if k != "pairs"}, res["pairs"], inputs.declared,
+                          inputs.base_models_differ)

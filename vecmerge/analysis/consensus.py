@@ -5,7 +5,7 @@ with norms from the singular values; the module *agrees* when ``inner_m > 0``. A
 either side (exactly, or within round-off: ``||x|| <= EXACT_RTOL * floor``, the rule by which an exact
 rank cut gives it rank 0) has no sign: it is marked ``zero`` and, like a missing one, not compared. ``agree_energy`` is
 the share of ``||dir||^2`` in agreeing modules. ``audit`` adds the chance band to these rows;
-``project``'s consensus gate (``decide``) fails, drops or keeps the disagreeing modules.
+``project``'s consensus gate (``apply_on_disagree``) fails, drops or keeps the disagreeing modules.
 This is the one place consensus is computed: the audit, the gate and the mask all read these rows.
 """
 
@@ -188,8 +188,10 @@ class ConsensusResult:
                 **self.summary, "rows": self.rows}
 
 
-def decide(ref_expr: str, rows: list[dict], on_disagree: str, min_agree: float | None) -> ConsensusResult:
-    """Apply the consensus gate: CheckFailed (exit 1) below ``min_agree`` or on any disagreement with ``fail``.
+def apply_on_disagree(ref_expr: str, rows: list[dict], on_disagree: str,
+                      min_agree: float | None) -> ConsensusResult:
+    """Apply the on-disagree policy (project's consensus gate): CheckFailed (exit 1) below ``min_agree`` or on
+    any disagreement with ``fail``.
 
     ``share = agree / (modules - zero)`` must be at least ``min_agree`` (a module zero on either side has no
     sign and is left out; a missing one counts against); with ``on_disagree: drop`` the

@@ -15,7 +15,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from ..errors import RecipeError
+from ..errors import Problem, RecipeError
 from ..workspace.taskvector import TaskVector
 
 
@@ -75,16 +75,16 @@ def choose_step(base: TaskVector, direction: TaskVector, *, trust: float | None 
         scope (str): ``global`` or ``module`` (module needs ``trust``).
     """
     if trust is None and alpha is None:
-        raise RecipeError(["give trust (a relative step such as 0.0113) or alpha"])
+        raise RecipeError([Problem("give {trust} (a relative step such as 0.0113) or {alpha}")])
     bn, dn = base.module_norms(), direction.module_norms()
     base_norm = math.sqrt(sum(v * v for v in bn.values()))
     dir_norm = math.sqrt(sum(v * v for v in dn.values()))
     clipped = False
     if dir_norm == 0.0:
-        raise RecipeError(["dir: the direction is zero in every module (after mask and mode); nothing to step "
-                           "along (check the expression, e.g. v51 - v28, and --on-disagree)"])
+        raise RecipeError([Problem("{dir}: the direction is zero in every module (after mask and mode); nothing to "
+                                   "step along (check the expression, e.g. v51 - v28, and --on-disagree)")])
     if base_norm == 0.0 and trust is not None:
-        raise RecipeError(["trust: the backbone is zero, so a step relative to it is empty; use --alpha"])
+        raise RecipeError([Problem("{trust}: the backbone is zero, so a step relative to it is empty; use --alpha")])
     if scope == "global":
         a = alpha if alpha is not None else trust_alpha(base_norm, dir_norm, trust)
         if alpha is not None and trust is not None:
@@ -93,7 +93,7 @@ def choose_step(base: TaskVector, direction: TaskVector, *, trust: float | None 
                 a, clipped = math.copysign(bound, alpha), True
         return StepSize(a, {m: a for m in dn}, trust, scope, alpha, clipped, base_norm, dir_norm, bn, dn)
     if trust is None:
-        raise RecipeError(["trust_scope=module needs trust"])
+        raise RecipeError([Problem("{trust_scope=}module needs {trust}")])
     per = {}
     for m in dn:
         bound = trust_alpha(bn[m], dn[m], trust)

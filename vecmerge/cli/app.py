@@ -16,7 +16,7 @@ import warnings
 
 import click
 
-from .. import __version__
+from ..version import __version__
 
 
 class Ctx:

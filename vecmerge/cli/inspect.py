@@ -5,17 +5,15 @@ from __future__ import annotations
 import click
 
 from ..options import (
-    ALLOW_BASE_MISMATCH_HELP,
-    ALLOW_MISSING_HELP,
     AUDIT_SORT_HELP,
     AUDIT_SORTS,
     AUDIT_VIEW_HELP,
     AUDIT_VIEWS,
     MODULES_TO_SAVE,
-    MODULES_TO_SAVE_HELP,
     REPORT_FORMAT_HELP,
     REPORT_FORMATS,
 )
+from ..recipe.keys import KEY
 from .app import Ctx, echo, global_options, handled, main, usage
 
 
@@ -43,12 +41,13 @@ def inspect(obj: Ctx, adapters, as_json):
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="Also write a cosine heatmap PNG, layers x module types (needs matplotlib).")
 @click.option("--force", is_flag=True, help="Replace an existing --plot PNG.")
-@click.option("--allow-missing", is_flag=True, help=ALLOW_MISSING_HELP + " Audits count them apart (not compared).")
+@click.option("--allow-missing", is_flag=True,
+              help=KEY["allow_missing"].describe() + " Audits count them apart (not compared).")
 @click.option("--samples", type=int, default=200, show_default=True,
               help="Random rotations per module for the chance band; 0 for the analytic band 1.96/sqrt(out*in).")
 @click.option("--modules-to-save", type=click.Choice(MODULES_TO_SAVE), default="refuse", show_default=True,
-              help=MODULES_TO_SAVE_HELP)
-@click.option("--allow-base-mismatch", is_flag=True, help=ALLOW_BASE_MISMATCH_HELP)
+              help=KEY["modules_to_save"].describe())
+@click.option("--allow-base-mismatch", is_flag=True, help=KEY["allow_base_mismatch"].describe())
 @global_options
 @click.pass_obj
 @handled

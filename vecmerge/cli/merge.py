@@ -4,89 +4,57 @@ from __future__ import annotations
 
 import click
 
-from .. import methods
-from ..options import (
-    BASE_MODEL_ID_HELP,
-    ON_DISAGREE,
-    ON_DISAGREE_HELP,
-    SCOPE_HELP,
-    SCOPES,
-)
-from ..recipe.recipe import recipe_help
-from .app import Ctx, echo, global_options, handled, main, usage
-from .recipe_flags import merge_options, method_help, method_options, run_recipe, selection_options
+from ..recipe.docs import recipe_help
+from .app import Ctx, handled, main, usage
+from .recipe_flags import method_options, recipe_data, recipe_options, run_mergekit, run_options, run_recipe
 
 
 @main.command()
-@click.option("--base", required=True, help="Backbone expression, e.g. v54 (the adapter you step from).")
-@click.option("--dir", "direction", required=True, help="Direction expression, e.g. 'v51 - v28'.")
-@click.option("--trust", type=float, help="Relative step T: alpha = T*||base||/||dir|| (0.0113 moves 1.13% of the "
-              "backbone's norm).")
-@click.option("--trust-scope", type=click.Choice(SCOPES), default="global", show_default=True, help=SCOPE_HELP)
-@click.option("--alpha", type=float, help="Alpha directly; with --trust, trust is a bound on it.")
-@click.option("--consensus-ref", help="Reference trajectory, e.g. 'v54 - v54e2': each module agrees when "
-              "<ref_m, dir_m> > 0; see --on-disagree.")
-@click.option("--on-disagree", type=click.Choice(ON_DISAGREE), default="fail", show_default=True,
-              help=ON_DISAGREE_HELP)
-@click.option("--min-agree", type=float, help="Fail below this share (0..1) of modules agreeing in sign.")
-@click.option("--mode", type=click.Choice(methods.names(stepped=True)), default="add", show_default=True,
-              help="How each module's direction is shaped before alpha is chosen. " + method_help(stepped=True)
-              + ".")
-@click.option("--dose", help="Comma-separated multiples of alpha, one output each at OUT-x<k>, e.g. 0.5,1,1.456.")
-@click.option("--strict", is_flag=True, help="Fail (exit 1, nothing written) on any warning: less than 99% of the "
-              "step survives, the written update misses it by over 10% of the step, dtype rounding, a step over "
-              "half the backbone's norm, inputs of different base models.")
-@click.option("--gate", "run_gate", is_flag=True, help="Run the seven-condition gate first (see 'vecmerge gate'); "
-              "write nothing unless every condition passes. The output's manifest and card carry its table.")
-@click.option("--metric", help="With --gate: the ledger metric for the backbone and evidence conditions.")
-@selection_options
+@recipe_options("project")
 @method_options(stepped=True)
-@merge_options(stepped=True)
+@run_options()
 @click.pass_obj
 @handled
-def project(obj: Ctx, base, direction, trust, trust_scope, alpha, consensus_ref, on_disagree, min_agree, mode,
-            dose, strict, run_gate, metric, only, exclude, rank, dtype, out, force, allow_missing, modules_to_save,
-            allow_base_mismatch, base_model_id, dry_run, as_json, show_modules, **method_fields):
+def project(obj: Ctx, force, dry_run, as_json, show_modules, **given):
     """A trust-region step BASE + alpha*DIR, gated by consensus, written as a PEFT LoRA.
 
     With --only/--exclude the step is taken in the selected modules only; the others keep the backbone.
 
     Example: vecmerge project --base v54 --dir 'v51 - v28' --trust 0.0113 --consensus-ref 'v54 - v54e2' --out out/v58
     """
-    if metric is not None and not run_gate:
+    if given.get("gate_metric") is not None and not given.get("gate"):
         usage("project: --metric only means something with --gate")
-    cons = None
-    if consensus_ref:
-        cons = {"ref": consensus_ref, "on_disagree": on_disagree, "min_agree": min_agree}
-    data = {"base": base, "dir": direction, "trust": trust, "trust_scope": trust_scope, "alpha": alpha,
-            "consensus": cons, "mode": mode, "rank": rank, "dose": dose, "out": out, "dtype": dtype,
-            "allow_missing": allow_missing, "modules_to_save": modules_to_save, "strict": strict,
-            "allow_base_mismatch": allow_base_mismatch or None, "base_model_id": base_model_id,
-            "gate": ({"metric": metric} if metric else True) if run_gate else None, "only": only, "exclude": exclude,
-            **method_fields}
-    run_recipe(obj, data, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules)
+    run_recipe(obj, recipe_data(given), "project", force=force, dry_run=dry_run, as_json=as_json,
+               show_modules=show_modules)
 
 
 @main.command()
-@click.argument("models", nargs=-1, required=True, metavar="INPUT...")
-@click.option("--method", type=click.Choice(methods.merge_names()), required=True,
-              help="; ".join(f"{m}: {methods.get(m).summary}" for m in methods.merge_names()) + ".")
+@click.argument("models", nargs=-1, metavar="INPUT...")
+@recipe_options("merge")
 @click.option("--weights", help="Comma-separated weights, one per INPUT (default 1 each), e.g. 0.5,0.5.")
-@click.option("--strict", is_flag=True, help="Fail (exit 1, nothing written) when less than 99% of the intended "
-              "merge survives the rank cut.")
-@selection_options
+@click.option("--config", "config", type=click.Path(dir_okay=False),
+              help="A mergekit merge configuration (YAML: merge_method, base_model, models with parameters, "
+                   "parameters, dtype, slices that select layers) whose models are LoRA adapters (workspace names "
+                   "or folders), instead of INPUT... and --method; every key vecmerge does not support is named. "
+                   "docs/METHODS.md says where each method differs from mergekit's.")
 @method_options(stepped=False)
-@merge_options(stepped=False, rank_note="Default exact; svd and --space full need a rank.")
+@run_options()
 @click.pass_obj
 @handled
-def merge(obj: Ctx, models, method, weights, strict, only, exclude, rank, dtype, out, force, allow_missing,
-          modules_to_save, allow_base_mismatch, base_model_id, dry_run, as_json, show_modules, **method_fields):
+def merge(obj: Ctx, models, weights, config, force, dry_run, as_json, show_modules, **given):
     """The classic merges of INPUTs (adapter names or expressions such as 'v51 - v28'), written as a PEFT LoRA.
 
     Each method is applied to the updates scale*B@A themselves, never to the factors, and the output
     verifies like every other (vecmerge verify OUT). Per-model density and per-module multipliers:
-    write a recipe (models: [{model: v28, weight: 0.5, density: 0.3}, ...]) and use vecmerge run.
+    write a recipe (models: [{model: v28, weight: 0.5, density: 0.3}, ...]) and use vecmerge run, or
+    a mergekit configuration (--config merge.yml).
     """
+    if config is not None:
+        typed = [w for w, v in (("INPUT", models), ("--weights", weights)) if v]
+        return run_mergekit(obj, config, recipe_data(given), typed=typed, force=force, dry_run=dry_run,
+                            as_json=as_json, show_modules=show_modules)
+    if not models or given.get("method") is None:
+        usage("merge: needs INPUT... and --method (or --config FILE.yml, a mergekit configuration)")
     ws = [1.0] * len(models)
     if weights is not None:
         try:
@@ -95,45 +63,37 @@ def merge(obj: Ctx, models, method, weights, strict, only, exclude, rank, dtype,
             usage(f"--weights {weights}: comma-separated numbers, one per INPUT, e.g. 0.5,0.5")
         if len(ws) != len(models):
             usage(f"--weights {weights}: {len(ws)} weight(s) for {len(models)} INPUT(s); give one per INPUT")
-    data = {"method": method, "models": [{"model": m, "weight": w} for m, w in zip(models, ws)], "rank": rank,
-            "out": out, "dtype": dtype, "allow_missing": allow_missing, "modules_to_save": modules_to_save,
-            "strict": strict, "only": only, "exclude": exclude, "allow_base_mismatch": allow_base_mismatch or None,
-            "base_model_id": base_model_id, **method_fields}
-    run_recipe(obj, data, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules)
+    data = {**recipe_data(given), "models": [{"model": m, "weight": w} for m, w in zip(models, ws)]}
+    run_recipe(obj, data, "merge", force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules,
+               named={"weights": "--weights"})
 
 
 @main.command()
 @click.argument("expression")
-@merge_options(stepped=False)
+@recipe_options("refactor")
+@run_options()
 @click.pass_obj
 @handled
-def refactor(obj: Ctx, expression, rank, dtype, out, force, allow_missing, modules_to_save, allow_base_mismatch,
-             base_model_id, dry_run, as_json, show_modules):
+def refactor(obj: Ctx, expression, force, dry_run, as_json, show_modules, **given):
     """Any EXPRESSION of adapters, re-factored to a LoRA of the chosen --rank.
 
     Example: vecmerge refactor '0.5*v16 + 0.5*v28' --rank 32 --out out/avg
     """
+    rank = given.get("rank")
     if str(rank).strip().lower() == "keep-base":
         usage("refactor: --rank keep-base keeps a backbone's factors under a step; use 'vecmerge project' for "
-               "that, or --rank exact")
+              "that, or --rank exact")
     if str(rank).strip().lower().startswith("step-energy"):
         usage("refactor: --rank step-energy:E measures a step's energy, and refactor has no step; use --rank "
-               "energy:E (the share of the whole update's energy)")
-    data = {"base": expression, "rank": rank, "out": out, "dtype": dtype, "allow_missing": allow_missing,
-            "modules_to_save": modules_to_save, "allow_base_mismatch": allow_base_mismatch or None,
-            "base_model_id": base_model_id}
-    run_recipe(obj, data, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules)
+              "energy:E (the share of the whole update's energy)")
+    run_recipe(obj, {**recipe_data(given), "base": expression}, "refactor", force=force, dry_run=dry_run,
+               as_json=as_json, show_modules=show_modules, named={"base": "EXPRESSION"})
 
 
 @main.command("run", epilog=recipe_help())
 @click.argument("recipe", type=click.Path(exists=True))
-@click.option("--out", type=click.Path(file_okay=False), help="Override the recipe's out.")
-@click.option("--force", is_flag=True, help="Replace existing outputs.")
-@click.option("--base-model-id", help="Override the recipe's base_model_id. " + BASE_MODEL_ID_HELP)
-@click.option("--dry-run", is_flag=True, help="Print the plan and report; write nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
-@click.option("--modules", "show_modules", is_flag=True, help="Also print the per-module table.")
-@global_options
+@recipe_options("run")
+@run_options(force_help="Replace existing outputs.")
 @click.pass_obj
 @handled
 def run_cmd(obj: Ctx, recipe, out, force, base_model_id, dry_run, as_json, show_modules):
@@ -146,7 +106,8 @@ def run_cmd(obj: Ctx, recipe, out, force, base_model_id, dry_run, as_json, show_
     from .. import commands
     from ..errors import RecipeError
     from ..options import is_hub_id
-    from ..recipe.recipe import load
+    from ..recipe.load import load
+    from .app import echo
 
     _not_a_model_manifest(recipe)
     r = load(recipe)

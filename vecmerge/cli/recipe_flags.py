@@ -1,128 +1,165 @@
-"""Flags that build a Recipe: the options of ``project``, ``merge`` and ``refactor``, generated where they can be.
+"""Flags that build a Recipe: the options of ``project``, ``merge``, ``refactor`` and ``run``, generated.
 
-Choices and method options come from ``options`` and the method registry, so nothing is spelled twice; a
-recipe problem is reworded with the flags the user typed.
+Every recipe key's flag, type, default and help come from the table of keys (``recipe/keys.py``), a
+method's own options from the method registry (``methods.Field``), so nothing is spelled twice. A recipe
+problem names its keys (``errors.Problem``), and is printed with the flags of the command that was typed.
 """
 
 from __future__ import annotations
 
-import re
-
 import click
+from click import ParameterSource
 
 from .. import methods
-from ..options import (
-    ALLOW_BASE_MISMATCH_HELP,
-    ALLOW_MISSING_HELP,
-    BASE_MODEL_ID_HELP,
-    DTYPE_HELP,
-    DTYPE_NAMES,
-    KEEP_BASE_HELP,
-    MODULES_TO_SAVE,
-    MODULES_TO_SAVE_HELP,
-    RANK_HELP,
-    STEP_RANK_HELP,
-)
+from ..recipe.keys import KEYS, Key, offered, words
 from .app import Ctx, echo, global_options
 
+_TYPES = {"number": float, "folder": click.Path(file_okay=False), "model_folder": click.Path(file_okay=False)}
 
-def merge_options(stepped: bool, rank_note: str | None = None):
+
+def recipe_options(command: str):
+    """Click options for the recipe keys ``command`` sets by flag (``keys.offered``), in the table's order.
+
+    A flag not given is left out of the recipe (``recipe_data``): its default, shown in ``--help``, is the
+    recipe's own.
+
+    Args:
+        command (str): project | merge | refactor | run.
+    """
+    flags = flag_words(command)
+
+    def option(key: Key):
+        text = key.describe(command, flags)
+        if command == "run":
+            text = f"Override the recipe's {key.name}. {text}"
+        if key.kind in ("flag", "gate"):
+            return click.option(key.flag, key.param, is_flag=True, help=text)
+        kind = click.Choice(key.allowed()) if key.allowed() else _TYPES.get(key.kind, str)
+        shown = {} if key.default is None else {"default": key.default, "show_default": True}
+        return click.option(key.flag, key.param, type=kind, required=key.required, help=text, **shown)
+
     def deco(fn):
-        rank = (click.option("--rank", default=None, help=RANK_HELP + ". " + rank_note) if rank_note else
-                click.option("--rank", default="exact", show_default=True,
-                             help=RANK_HELP + (STEP_RANK_HELP + KEEP_BASE_HELP if stepped else "") + "."))
-        opts = [
-            rank,
-            click.option("--dtype", type=click.Choice(DTYPE_NAMES), default="fp32", show_default=True,
-                         help=DTYPE_HELP),
-            click.option("--out", type=click.Path(file_okay=False),
-                         help="Output adapter folder (written whole or not at all)."),
-            click.option("--force", is_flag=True, help="Replace an existing --out."),
-            click.option("--allow-missing", is_flag=True, help=ALLOW_MISSING_HELP),
-            click.option("--modules-to-save", type=click.Choice(MODULES_TO_SAVE), default="refuse", show_default=True,
-                         help=MODULES_TO_SAVE_HELP),
-            click.option("--allow-base-mismatch", is_flag=True, help=ALLOW_BASE_MISMATCH_HELP),
-            click.option("--base-model-id", help=BASE_MODEL_ID_HELP),
-            click.option("--dry-run", is_flag=True, help="Print the plan and report; write nothing."),
-            click.option("--json", "as_json", is_flag=True, help="Machine-readable report."),
-            click.option("--modules", "show_modules", is_flag=True, help="Also print the per-module table."),
-        ]
-        for o in reversed(opts):
-            fn = o(fn)
-        return global_options(fn)
-
-    return deco
-
-
-def selection_options(fn):
-    fn = click.option("--exclude", help="Leave out modules whose name matches this regular expression "
-                      r"(re.search), e.g. 'layers\.0\.'.")(fn)
-    return click.option("--only", help="Only modules whose name matches this regular expression (re.search), "
-                        "e.g. 'mlp' or 'q_proj|v_proj'.")(fn)
-
-
-def method_options(stepped: bool):
-    """Click options for the fields of every registered method of this kind (generated, not typed twice)."""
-    def deco(fn):
-        seen = {}
-        for m in methods.names(stepped=stepped):
-            for f in methods.get(m).fields:
-                seen.setdefault(f.name, (f, []))[1].append(m)
-        for f, owners in reversed(list(seen.values())):
-            kind = click.Choice(f.choices) if f.choices else {"float": float, "int": int, "str": str}.get(f.kind)
-            fn = click.option(f.flag, f.name, type=kind, default=None, is_flag=f.kind == "bool" or None,
-                              help=f"{f.help} ({', '.join(owners)}).")(fn)
+        for key in reversed(offered(command)):
+            fn = option(key)(fn)
         return fn
 
     return deco
 
 
-def method_help(stepped: bool) -> str:
-    return "; ".join(f"{m}: {methods.get(m).summary}" for m in methods.names(stepped=stepped))
+def method_options(stepped: bool):
+    """Click options for the fields of every registered method of this kind (generated, not typed twice)."""
+    def deco(fn):
+        for f, owners in reversed(list(_fields(stepped).values())):
+            if f.kind == "bool":  # --x/--no-x: unset (None) unless given, so the method's default applies
+                fn = click.option(f"{f.flag}/--no-{f.flag[2:]}", f.name, default=None,
+                                  help=f"{f.help} ({', '.join(owners)}).")(fn)
+                continue
+            kind = click.Choice(f.choices) if f.choices else {"float": float, "int": int, "str": str}.get(f.kind)
+            fn = click.option(f.flag, f.name, type=kind, default=None, help=f"{f.help} ({', '.join(owners)}).")(fn)
+        return fn
+
+    return deco
 
 
-_RECIPE_KEY_OF = {"direction": "dir", "consensus_ref": "consensus.ref", "on_disagree": "consensus.on_disagree",
-                  "min_agree": "consensus.min_agree"}
+def run_options(force_help: str = "Replace an existing --out."):
+    """What a run does besides its recipe: --force, --dry-run, --json, --modules, and the global options."""
+    def deco(fn):
+        fn = global_options(fn)  # listed last in --help
+        for opt in reversed([
+            click.option("--force", is_flag=True, help=force_help),
+            click.option("--dry-run", is_flag=True, help="Print the plan and report; write nothing."),
+            click.option("--json", "as_json", is_flag=True, help="Machine-readable report."),
+            click.option("--modules", "show_modules", is_flag=True, help="Also print the per-module table."),
+        ]):
+            fn = opt(fn)
+        return fn
+
+    return deco
 
 
-def _flag_names(command: click.Command) -> dict[str, str]:
-    """``{recipe key: what the user typed}`` for a command whose flags build a recipe (``--consensus-ref``...)."""
-    names = {}
-    for prm in command.params:
-        if isinstance(prm, click.Argument):
-            names["base"] = prm.human_readable_name
-        elif prm.expose_value and prm.name:
-            names[_RECIPE_KEY_OF.get(prm.name, prm.name)] = max(prm.opts, key=len)
-    if "mode" in names:
-        names["method"] = names["mode"]
-    return names
+def _fields(stepped: bool) -> dict:
+    """``{field name: (Field, [method names])}`` over the registered methods of this kind."""
+    seen: dict = {}
+    for m in methods.names(stepped=stepped):
+        for f in methods.get(m).fields:
+            seen.setdefault(f.name, (f, []))[1].append(m)
+    return seen
 
 
-def as_flags(problem: str, names: dict[str, str]) -> str:
-    """A recipe problem worded with the flags the user typed: ``mode=onto-ref: needs consensus.ref`` becomes
-    ``--mode onto-ref: needs --consensus-ref``.
+def flag_words(command: str) -> dict[str, str]:
+    """``{recipe key: flag}`` of ``command``: the table's flags and its methods' fields (``--density``)."""
+    out = words(command)
+    if command in ("project", "merge"):
+        out.update({name: f.flag for name, (f, _) in _fields(command == "project").items()})
+    return out
+
+
+def recipe_data(given: dict) -> dict:
+    """The recipe that a command's flags give: each key under its name, those not given left out.
+
+    ``--consensus-ref`` makes the ``consensus`` mapping (with ``--on-disagree`` and ``--min-agree``; without
+    it they are not used); ``--gate`` is ``gate: true``, or ``{metric: ...}`` with ``--metric``.
 
     Args:
-        problem (str): one message naming recipe keys. names (dict[str, str]): recipe key -> flag (``_flag_names``).
+        given (dict): the command's keyword arguments: table keys by ``Key.param``, method fields by name.
     """
-    for key in sorted(names, key=len, reverse=True):
-        k = re.escape(key)
-        problem = re.sub(rf"(?<![\w.-]){k}=", lambda _m, f=names[key]: f + " ", problem)
-        problem = re.sub(rf"(?<![\w.-]){k}(?=:|\s\(|\s+or\b|$)", lambda _m, f=names[key]: f, problem)
-    return re.sub(r"(--[\w-]+): (?=[\d'\"])", r"\1 ", problem)
+    ctx = click.get_current_context(silent=True)
+    typed = {k: v for k, v in given.items()
+             if v is not None and not (ctx and ctx.get_parameter_source(k) is ParameterSource.DEFAULT)}
+    values = dict(typed)
+    data = {}
+    for key in KEYS:
+        v = values.pop(key.param, None)
+        if v is not None and v is not False and "." not in key.name:
+            data[key.name] = v
+    if typed.get("consensus_ref"):
+        data["consensus"] = {k: typed[f"consensus_{k}"] for k in ("ref", "on_disagree", "min_agree")
+                             if f"consensus_{k}" in typed}
+    if data.get("gate") and typed.get("gate_metric"):
+        data["gate"] = {"metric": typed["gate_metric"]}
+    return {**data, **values}
 
 
-def run_recipe(obj: Ctx, data: dict, *, force, dry_run, as_json, show_modules, source="options"):
+def run_recipe(obj: Ctx, data: dict, command: str, *, force, dry_run, as_json, show_modules, source="options",
+               named=None):
+    """Build the Recipe of ``data`` and run it; a recipe problem is worded with ``command``'s flags.
+
+    Args:
+        data (dict): the recipe (``recipe_data``). command (str): project | merge | refactor.
+        named (dict | None): more words of this command, e.g. ``{"base": "EXPRESSION"}`` (an argument).
+    """
     from .. import commands
     from ..errors import RecipeError
     from ..recipe.recipe import Recipe
 
     try:
-        recipe = Recipe.from_dict({k: v for k, v in data.items() if v is not None}, source)
+        recipe = Recipe.from_dict(data, source)
         commands.merge(obj.ws(), recipe, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules,
                        echo=echo, progress=obj.bars())
     except RecipeError as e:
         if e.source not in (source, "recipe"):
             raise
-        names = _flag_names(click.get_current_context().command)
-        raise RecipeError([as_flags(q, names) for q in e.problems], source) from None
+        raise e.worded({**flag_words(command), **(named or {})}, source) from None
+
+
+CONFIG_FLAGS = ("rank", "out", "dtype", "allow_missing", "modules_to_save", "strict", "only", "exclude",
+                "allow_base_mismatch", "base_model_id", "base_model")  # what --config leaves to the flags
+
+
+def run_mergekit(obj: Ctx, path, data: dict, *, typed=(), force, dry_run, as_json, show_modules):
+    """``vecmerge merge --config FILE``: the mergekit configuration as a recipe, the flags' keys over it.
+
+    Args:
+        path (str): the YAML. data (dict): the recipe keys the flags gave (``recipe_data``); only
+            ``CONFIG_FLAGS`` may be among them (the merge itself is the file's).
+        typed (Sequence[str]): other things typed that the file gives instead (INPUT, --weights).
+    """
+    from .. import commands
+    from .app import usage
+
+    words = flag_words("merge")
+    clash = [*typed, *(words.get(k, f"--{k.replace('_', '-')}") for k in data if k not in CONFIG_FLAGS)]
+    if clash:
+        usage(f"merge --config: {', '.join(clash)} come from {path}; edit the file, or leave --config out")
+    commands.merge_config(obj.ws(), path, data, force=force, dry_run=dry_run, as_json=as_json,
+                          show_modules=show_modules, echo=echo, progress=obj.bars())

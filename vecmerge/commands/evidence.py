@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import CheckFailed, UsageError, VecmergeError
 from ..evidence import operations as evidence
 from ..evidence.environment import EnvChoice
 from ..evidence.ledger import Ledger
+from ..io.parse import ParseError, load_json
 from ..io.safe_text import printable
 from ..outputs.transaction import PNG, OutputPolicy, write_file
-from ..pipeline.gate_check import check_gate, declared_base
+from ..peft.format import CONFIG_NAME
+from ..pipeline.gate_check import check_gate
 from ..recipe.recipe import Consensus, Recipe
 from ..report import evidence as report_evidence
 from ..report.format import to_json
+from ..workspace.base_model import declared_base
 from ..workspace.names import Workspace
 from .progress import progress_bar
 
@@ -185,16 +187,17 @@ def evidence_decide(ws: Workspace, a: str, b: str, *, metric: str | None = None,
     return out
 
 
-def _base_model_of(folder: Path) -> str | None:
-    try:
-        return declared_base(json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path"))
-    except (OSError, ValueError, AttributeError, TypeError):
+def _base_model_of(folder: Path, roots=()) -> str | None:
+    try:  # a stranger's file: bounded and strict
+        config = load_json(folder / CONFIG_NAME)
+    except ParseError:
         return None
+    return declared_base(config.get("base_model_name_or_path"), roots) if isinstance(config, dict) else None
 
 
 def gate_dict(check) -> dict:
-    """``GateCheck.as_dict`` with the ledger shown relative to the current folder (the manifest keeps it whole)."""
-    return {**check.as_dict(), "ledger": _show_path(check.ledger)}
+    """``GateCheck.to_dict`` with the ledger shown relative to the current folder (the manifest keeps it whole)."""
+    return {**check.to_dict(), "ledger": _show_path(check.ledger)}
 
 
 def ls(ws: Workspace, *, metric: str | None = None, as_json: bool = False, echo=print) -> list[dict]:
@@ -214,7 +217,7 @@ def ls(ws: Workspace, *, metric: str | None = None, as_json: bool = False, echo=
             sha = ws.content_sha(name)
         except VecmergeError as e:
             sha, problems[name] = None, ("missing" if not folder.exists() else "unreadable", str(e))
-        entries[name] = {"path": _show_path(folder), "sha256": sha, "base_model": _base_model_of(folder),
+        entries[name] = {"path": _show_path(folder), "sha256": sha, "base_model": _base_model_of(folder, (ws.home,)),
                          "parent": parents.get(name)}
     rows = evidence.ls_rows(entries, ledger if ledger.path.exists() else None, metric=metric)
     for r in rows:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import os
 import shlex
 import time
@@ -33,6 +32,7 @@ from pathlib import Path
 
 from .. import commands
 from ..errors import CheckFailed, OutputError, VecmergeError
+from ..outputs.manifest import read_manifest
 from ..outputs.policy import DEMO_MARKER as MARKER
 from ..outputs.policy import OutputPolicy
 from ..outputs.transaction import discard_folder
@@ -78,9 +78,9 @@ def _cwd(path: Path):
 def prepare_folder(out, force: bool) -> Path:
     """Create ``out``; an existing one is replaced only with ``force`` and only if vecmerge made it.
 
-    The rule is every output's (``safe_policy``): an empty folder, a demo folder (its marker file) or
+    The rule is every output's (``outputs.policy``): an empty folder, a demo folder (its marker file) or
     a vecmerge output may be replaced, a folder of the user's never. The old folder is deleted
-    crash-safely (``safe_write.discard_folder``); the demo then builds in place and marks the folder first.
+    crash-safely (``outputs.transaction.discard_folder``); the demo then builds in place and marks the folder first.
     """
     out = Path(out)
     policy = OutputPolicy.for_command(force=force)
@@ -146,7 +146,7 @@ def run_demo(out="demo-out", *, force: bool = False, small: bool = False, quiet:
             echo("\n".join(lines).rstrip())
             seconds[" ".join(args[:2])] = time.perf_counter() - t
     adapter = folder / "out" / "v58"
-    sha = json.loads((adapter / "vecmerge.json").read_text())["output"]["sha256"]
+    sha = read_manifest(adapter)["output"]["sha256"]
     echo(f"\nuploadable adapter: {Path(out) / 'out' / 'v58'}")
     echo(f"sha256 (adapter_model.safetensors): {sha}")
     return {"out": adapter, "sha256": sha, "seconds": seconds}

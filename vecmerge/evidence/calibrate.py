@@ -156,7 +156,7 @@ class Calibration:
     verdict: str
     reasons: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         out = asdict(self)
         for key in ("models", "spearman_ci", "kendall_ci", "reasons"):
             out[key] = None if out[key] is None else list(out[key])

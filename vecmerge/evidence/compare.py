@@ -62,19 +62,18 @@ class Comparison:
     env: dict | None = None
     replicates: ReplicateEvidence | None = None
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         out = {}
         for key, value in self.__dict__.items():
-            out[key] = (value.as_dict() if hasattr(value, "as_dict") else value.to_dict() if hasattr(value, "to_dict")
-                        else list(value) if key == "reasons" else value)
+            out[key] = value.to_dict() if hasattr(value, "to_dict") else list(value) if key == "reasons" else value
         return out
 
 
-def compare(a: str, b: str, records: Iterable[Record], *, metric: str | None = None,
-            higher_is_better: bool | None = None, confidence: float = 0.95, min_runs: int = 2,
-            min_items: int = 2, detect: float | None = None, alpha: float = 0.05,
-            power: float = 0.8, target: str | None = None, margins: float | dict | None = None,
-            margin_source: str = "given", replicates=None, env: dict | None = None) -> Comparison:
+def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | None = None,
+                    higher_is_better: bool | None = None, confidence: float = 0.95, min_runs: int = 2,
+                    min_items: int = 2, detect: float | None = None, alpha: float = 0.05,
+                    power: float = 0.8, target: str | None = None, margins: float | dict | None = None,
+                    margin_source: str = "given", replicates=None, env: dict | None = None) -> Comparison:
     """Compare A and B on one metric; the verdict rule is exact:
 
     1. Tests: ``clustered`` (item-level records of both, with cluster keys, ≥ 2 clusters), ``paired``

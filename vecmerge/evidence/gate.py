@@ -10,7 +10,7 @@ the caller gathers (workspace, ledger, audit, trust):
                          ``max_backbone_sd``, else ``backbone_noise_factor`` x the ledger's pooled noise; with
                          replicates of BASE (``replicate_of:``), its training plus evaluation noise
                          sqrt(σ̂²_b + σ̂²_w) instead of its std (``variance.py``)
-    repeated evidence    X is better than Y beyond eval noise on the metric (compare.compare's verdict); where a
+    repeated evidence    X is better than Y beyond eval noise on the metric (compare.compare_records's verdict); where a
                          plan (``evidence plan``) exists for X vs Y on the metric, its sequential decision instead:
                          stop_better PASS, stop_futile FAIL, continue UNKNOWN; with replicates of X or Y, the
                          test over trainings (training plus evaluation noise, ``replicates.py``) instead of both
@@ -66,7 +66,8 @@ class GateFacts:
         backbone_runs (Sequence[float]): the backbone's current whole-run values on the metric.
         typical_noise (PooledNoise | None): the ledger's pooled within-model noise on the metric, best over
             the OTHER models (``noise.pooled_noise`` of the runs without the backbone).
-        comparison (Comparison | None): ``compare.compare(x, y, ...)`` on the metric with the config's confidence.
+        comparison (Comparison | None): ``compare.compare_records(x, y, ...)`` on the metric with the config's
+            confidence.
         consensus (tuple[int, int] | None): (modules agreeing, modules) in the audit against the reference.
         consensus_ref (str | None): the reference expression (e.g. ``v54 - v54e2``), for the report.
         trust (float | None): the step's relative size ||alpha*(X-Y)|| / ||BASE||.
@@ -109,7 +110,7 @@ class GateRow:
     threshold: str
     source: str
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {"condition": self.condition, "status": self.status, "detail": self.detail, "numbers": self.numbers,
                 "threshold": self.threshold, "source": self.source}
 
@@ -131,8 +132,8 @@ class GateResult:
     def row(self, condition: str) -> GateRow:
         return next(r for r in self.rows if r.condition == condition)
 
-    def as_dict(self) -> dict:
-        return {"passed": self.passed, "rows": [r.as_dict() for r in self.rows]}
+    def to_dict(self) -> dict:
+        return {"passed": self.passed, "rows": [r.to_dict() for r in self.rows]}
 
 
 def _common_base(f: GateFacts) -> GateRow:
@@ -157,7 +158,7 @@ def _common_base(f: GateFacts) -> GateRow:
 
 
 def _common_parent(f: GateFacts) -> GateRow:
-    numbers = {"relation": f.lineage.as_dict() if f.lineage else None, "closeness": dict(f.closeness or {})}
+    numbers = {"relation": f.lineage.to_dict() if f.lineage else None, "closeness": dict(f.closeness or {})}
     args = (numbers, "X and Y on one recorded lineage", "rule")
     if f.lineage is None:
         return GateRow("common parent", UNKNOWN, f"no lineage recorded for {f.x} and {f.y}", *args)
@@ -172,7 +173,7 @@ def _stable_backbone(f: GateFacts, c: GateConfig) -> GateRow:
     s = summarize(runs) if runs else None
     comp = f.backbone_components
     numbers = {"runs": len(runs), "mean": s.mean if s else None, "std": s.std if s else None,
-               "typical_noise": f.typical_noise.as_dict() if f.typical_noise else None,
+               "typical_noise": f.typical_noise.to_dict() if f.typical_noise else None,
                "noise": "training plus evaluation" if comp else "evaluation",
                "components": comp.to_dict() if comp else None}
     if c.max_backbone_sd is not None:
@@ -225,7 +226,7 @@ def _repeated_evidence(f: GateFacts, c: GateConfig) -> GateRow:
         return GateRow("repeated evidence", UNKNOWN, f"no comparison of {f.x} and {f.y}", {}, threshold, source)
     if cmp.confidence != c.confidence:
         raise EvidenceError(f"gate: the comparison used confidence {cmp.confidence}, the gate {c.confidence}")
-    numbers = {**cmp.as_dict(), "noise": "evaluation"}
+    numbers = {**cmp.to_dict(), "noise": "evaluation"}
     text = f"{cmp.verdict} on {cmp.metric}" + (f" ({cmp.decided_by})" if cmp.decided_by else "")
     if cmp.decided_by == "welch" and min(cmp.welch.n) < c.min_evidence_runs:
         return GateRow("repeated evidence", UNKNOWN, f"{text}; runs {cmp.welch.n} < {c.min_evidence_runs} each",
@@ -245,7 +246,7 @@ def _training_evidence(f: GateFacts, c: GateConfig, source: str) -> GateRow:
     reps, d = cmp.replicates, cmp.replicates.test
     threshold = (f"{f.x} better than {f.y} beyond training plus evaluation noise ({c.confidence:.0%} interval "
                  "over trainings excludes 0)")
-    numbers = {**cmp.as_dict(), "noise": "training plus evaluation"}
+    numbers = {**cmp.to_dict(), "noise": "training plus evaluation"}
     if cmp.higher_is_better is None:
         status, said = UNKNOWN, f"no direction recorded for {cmp.metric}"
     elif not d.beyond_noise:
@@ -292,7 +293,7 @@ def _planned_evidence(f: GateFacts) -> GateRow:
     threshold = (f"plan {p.id}: {f.x} better than {f.y}, anytime-valid ({p.test}, alpha {p.alpha:g}, "
                  f"D {p.min_effect:g}, <= {p.max_runs} runs each)")
     text = f"{d.decision} after {d.runs[0]} + {d.runs[1]} planned runs: {d.reason}"
-    return GateRow("repeated evidence", status, text, {"plan": p.as_dict(), "decision": d.as_dict(replay=False)},
+    return GateRow("repeated evidence", status, text, {"plan": p.to_dict(), "decision": d.to_dict(replay=False)},
                    threshold, f"evidence plan {p.id} ({p.created})")
 
 
@@ -308,7 +309,7 @@ def _no_regression(f: GateFacts, c: GateConfig) -> GateRow:
                        threshold, source)
     if (s.a, s.b) != (f.x, f.y):
         raise EvidenceError(f"gate: the sub-score comparison is {s.a} vs {s.b}, the step is {f.x} - {f.y}")
-    numbers = s.as_dict()
+    numbers = s.to_dict()
     if not s.rows:
         return GateRow("no sub-score regresses", PASS, f"no sub-scores recorded for {f.x} or {f.y} on {s.metric}: "
                        "none to protect", numbers, threshold, source)

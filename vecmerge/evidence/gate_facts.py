@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .compare import compare
+from .compare import compare_records
 from .environment import EnvChoice, records_of_one_environment
 from .gate import GateConfig
 from .ledger import Ledger
@@ -60,8 +60,8 @@ def gate_evidence(ledger: Ledger, backbone: str, x: str, y: str, metric: str, *,
             "backbone_components": components(backbone, replicates, runs, metric=metric, env=env_id,
                                               confidence=c.confidence),
             "typical_noise": pooled_noise({m: v for m, v in runs.items() if m not in group}),
-            "comparison": compare(x, y, records, metric=metric, higher_is_better=direction, confidence=c.confidence,
-                                  min_runs=c.min_evidence_runs, replicates=replicates,
-                                  env=chosen.to_dict() if chosen else None),
+            "comparison": compare_records(x, y, records, metric=metric, higher_is_better=direction,
+                                          confidence=c.confidence, min_runs=c.min_evidence_runs,
+                                          replicates=replicates, env=chosen.to_dict() if chosen else None),
             "subscores": subs, "plan": latest, "plan_decision": decision,
             "env": chosen.to_dict() if chosen else None}

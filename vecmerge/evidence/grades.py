@@ -59,7 +59,7 @@ class Grid:
         """True when |diff| is less than one grade (by more than the values' rounding, 2 tol)."""
         return abs(diff) < self.step - 2 * self.tolerance
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {**asdict(self), "levels": list(self.levels), "grades": list(self.grades)}
 
 

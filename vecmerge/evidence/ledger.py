@@ -323,8 +323,8 @@ class Ledger:
         return [r[0] for r in self._read("SELECT DISTINCT model FROM records ORDER BY model")]
 
     def export(self, current_sha: Mapping[str, str | None] | None = None) -> list[dict]:
-        """Every record (stale ones included, flagged) as flat JSON-ready dicts (see ``Record.as_dict``)."""
-        return [r.as_dict() for r in self.records(current_sha=current_sha, include_stale=True)]
+        """Every record (stale ones included, flagged) as flat JSON-ready dicts (see ``Record.to_dict``)."""
+        return [r.to_dict() for r in self.records(current_sha=current_sha, include_stale=True)]
 
     # -- plans -------------------------------------------------------------------------------------
     def add_plan(self, plan: Plan) -> Plan:

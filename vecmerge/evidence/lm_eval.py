@@ -17,28 +17,34 @@ real lm-eval 0.4.13 output in tests/fixtures/lm_eval.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from ..io.parse import ParseError, load_json, parse_json, read_text
 from . import EvidenceError
 from .environment import canonical_fields
 from .parsing import Parsed, Problems, parse_number
 from .records import Entry
 
+SAMPLES_MAX_BYTES = 1 << 30  # a --log_samples file holds every document: larger than any results file
 _RESULT_SKIP = ("alias", "name", "sample_len", "samples")
 _SAMPLES_NAME = re.compile(r"samples_(?P<task>.+?)(?:_\d{4}-\d{2}-\d{2}T[\d.:\-]+)?\.jsonl$")
 
 
+def _problem(err: ParseError) -> str:
+    """What the bounded parser found, without its advice (the importer's is: nothing was recorded)."""
+    return err.problem.split("; ")[0]
+
+
 def _load_json(path: Path):
+    """A results file, read through ``io.parse`` (bounded, strict: a stranger wrote it)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise EvidenceError(f"{path}: line {err.lineno}: not valid JSON ({err.msg}); nothing was recorded") from err
-    except (OSError, UnicodeDecodeError) as err:
-        raise EvidenceError(f"{path}: cannot read the file ({err}); nothing was recorded") from err
+        return load_json(path)
+    except ParseError as err:
+        where = f"{path}: line {err.line}" if err.line else str(path)
+        raise EvidenceError(f"{where}: {_problem(err)}; nothing was recorded") from None
 
 
 def _model_args(config) -> dict:
@@ -269,17 +275,17 @@ def parse_lm_eval_samples(path: str | Path, model: str | None, *, task: str | No
     source = f"lm-eval:{path}"
     entries = []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise EvidenceError(f"{path}: cannot read the file ({err}); nothing was recorded") from err
+        lines = read_text(path, max_bytes=SAMPLES_MAX_BYTES).splitlines()
+    except ParseError as err:
+        raise EvidenceError(f"{path}: {_problem(err)}; nothing was recorded") from None
     for n, line in enumerate(lines, start=1):
         where = f"line {n}"
         if not line.strip():
             continue
         try:
-            sample = json.loads(line)
-        except json.JSONDecodeError as err:
-            problems.add(where, None, f"not valid JSON ({err.msg})")
+            sample = parse_json(line, path)
+        except ParseError as err:
+            problems.add(where, None, _problem(err))
             continue
         if not isinstance(sample, dict):
             problems.add(where, None, "expected a JSON object")

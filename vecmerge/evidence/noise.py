@@ -25,7 +25,7 @@ class PooledNoise:
     df: int
     models: tuple[str, ...]
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {**asdict(self), "models": list(self.models)}
 
 

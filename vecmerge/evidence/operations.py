@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from . import EvidenceError
 from .calibrate import calibrate_records
-from .compare import compare
+from .compare import compare_records
 from .environment import EnvChoice, canonical_fields, environments, one_environment, records_of_one_environment
 from .grades import detect_grid
 from .importers import export_csv_text, import_files
@@ -112,7 +112,7 @@ def show(ledger: Ledger, names: Sequence[str] | None = None, metric: str | None 
     sub-score and eval environment (never pooled across environments).
 
     Returns:
-        dict: ``{"summaries": [Summary.as_dict()...] (each with its ``env`` id), "environments": [{"id", "fields",
+        dict: ``{"summaries": [Summary.to_dict()...] (each with its ``env`` id), "environments": [{"id", "fields",
         "records", "models", "metrics"}], "by", "stale": [{"model", "metric", "records", "sha256s"}],
         "item_level": [{"model", "metric", "items", "records"}], "grids": [{"metric", "sub", "env", **Grid}],
         "replicates": [VarianceComponents.to_dict()], "directions": {...}, "include_stale"}``. Stale records are
@@ -138,7 +138,7 @@ def show(ledger: Ledger, names: Sequence[str] | None = None, metric: str | None 
             items.setdefault((r.model, r.metric), []).append(r.item)
     envs = environments(used)
     return {
-        "summaries": [s.as_dict() for s in summarize_records(used, confidence=confidence)],
+        "summaries": [s.to_dict() for s in summarize_records(used, confidence=confidence)],
         "environments": [{**e.to_dict(), "records": len(rs), "models": sorted({r.model for r in rs}),
                           "metrics": sorted({r.metric for r in rs})} for e, rs in envs.values()],
         "by": by,
@@ -163,7 +163,7 @@ def _grids(records, env_id: str) -> list[dict]:
         for sub, values in series.items():
             grid = detect_grid(values)
             if grid is not None:
-                out.append({"metric": metric, "sub": sub, "env": env_id, **grid.as_dict()})
+                out.append({"metric": metric, "sub": sub, "env": env_id, **grid.to_dict()})
     return out
 
 
@@ -208,12 +208,12 @@ def compare_models(ledger: Ledger, a: str, b: str, metric: str | None = None, *,
                    target: str | None = None, margin: float | None = None, env: EnvChoice | None = None,
                    replicates: Mapping[str, Sequence[str]] | None = None) -> dict:
     """``vecmerge evidence compare A B [--metric M] [--detect D] [--target K] [--margin M] [--env ID|K=V]``:
-    ``compare.compare`` over the ledger, every sub-score included (``target``: the one being raised; ``margin``:
+    ``compare.compare_records`` over the ledger, every sub-score included (``target``: the one being raised; ``margin``:
     for all), in ONE eval environment: A's and B's records (their replicates' too) must share one, or ``env``
     must pick it, else "not the same measurement" naming the fields that differ.
 
     The pooled noise is over every model's current runs of the metric in that environment. Returns
-    ``Comparison.as_dict()``.
+    ``Comparison.to_dict()``.
     """
     _check_known(ledger, [a, b], metric)
     metric = _one_metric(ledger, [a, b], metric, current_sha)
@@ -230,9 +230,10 @@ def compare_models(ledger: Ledger, a: str, b: str, metric: str | None = None, *,
     if target is not None and target not in (known := sub_keys(records, [a, b])):
         raise EvidenceError(f"--target {target}: {a} and {b} recorded no such sub-score of {metric}; known: "
                             f"{', '.join(known) or 'none'}")
-    out = compare(a, b, records, metric=metric, higher_is_better=ledger.direction(metric), confidence=confidence,
-                  detect=detect, min_runs=min_runs, target=target, margins=margin, margin_source="--margin",
-                  replicates=replicates, env=chosen.to_dict() if chosen else None).as_dict()
+    out = compare_records(a, b, records, metric=metric, higher_is_better=ledger.direction(metric),
+                          confidence=confidence, detect=detect, min_runs=min_runs, target=target, margins=margin,
+                          margin_source="--margin", replicates=replicates,
+                          env=chosen.to_dict() if chosen else None).to_dict()
     out["reasons"] += [f"{n}: its {stale[n]} record(s) on {metric} are stale (they measured other weights; --stale "
                        "shows them)" for n in gone]
     return out
@@ -242,7 +243,7 @@ def calibrate_metrics(ledger: Ledger, proxy: str, target: str, *,
                       current_sha: Mapping[str, str | None] | None = None, env: EnvChoice | None = None,
                       **options) -> dict:
     """``vecmerge evidence calibrate --proxy P --target T [--min-models N] [--env ID|K=V ...]``:
-    ``Calibration.as_dict()`` with ``environments`` (proxy and target: the one environment each was measured
+    ``Calibration.to_dict()`` with ``environments`` (proxy and target: the one environment each was measured
     under; several for one metric are refused, naming the fields: ``--env`` picks, an id per metric)."""
     _check_known(ledger, [], proxy)
     _check_known(ledger, [], target)
@@ -252,7 +253,7 @@ def calibrate_metrics(ledger: Ledger, proxy: str, target: str, *,
         e, recs = one_environment([r for r in records if r.metric == metric], env, f"calibrate: {metric}")
         used += recs
         chosen[metric] = e.to_dict() if e else None
-    out = calibrate_records(used, proxy, target, directions=ledger.directions(), **options).as_dict()
+    out = calibrate_records(used, proxy, target, directions=ledger.directions(), **options).to_dict()
     return {**out, "environments": chosen}
 
 
@@ -293,7 +294,7 @@ def plan(ledger: Ledger, a: str, b: str, *, metric: str, min_effect: float, max_
 
     The metric's direction must be declared; the ledger's pooled noise now sets the prior scale (D / sd), over
     the eval environment of A's and B's runs (pooled over all models' runs only where one environment holds all).
-    Returns ``{"plan": Plan.as_dict(), "looks_from": record id}``: runs recorded after it are its looks.
+    Returns ``{"plan": Plan.to_dict(), "looks_from": record id}``: runs recorded after it are its looks.
     """
     direction = ledger.direction(metric)
     if direction is None:
@@ -309,7 +310,7 @@ def plan(ledger: Ledger, a: str, b: str, *, metric: str, min_effect: float, max_
     sd = noise.sd if noise is not None and noise.sd > 0 else None
     made = ledger.add_plan(Plan(0, a, b, metric, current.get(a), current.get(b), min_effect, max_runs, alpha,
                                 direction, sd, min_effect / sd if sd else 1.0, TEST))
-    return {"plan": made.as_dict(), "looks_from": made.after_record + 1}
+    return {"plan": made.to_dict(), "looks_from": made.after_record + 1}
 
 
 def check_plan_weights(p: Plan, current_sha) -> None:
@@ -336,8 +337,8 @@ def decide(ledger: Ledger, a: str, b: str, metric: str | None = None, *,
     decision over its looks, in one eval environment.
 
     Returns:
-        dict: ``{"decision": stop_better | stop_futile | continue, "plan": Plan.as_dict(), "reason", "runs",
-        "after_stop", "beyond_max", "more_runs", "last": Look.as_dict(), "looks": [...] (replay only)}``.
+        dict: ``{"decision": stop_better | stop_futile | continue, "plan": Plan.to_dict(), "reason", "runs",
+        "after_stop", "beyond_max", "more_runs", "last": Look.to_dict(), "looks": [...] (replay only)}``.
     """
     plans = ledger.plans(a, b, metric)
     if not plans:
@@ -351,5 +352,5 @@ def decide(ledger: Ledger, a: str, b: str, metric: str | None = None, *,
     check_plan_weights(latest, current_sha)
     looks = plan_looks(latest, ledger.records([a, b], latest.metric, include_stale=True), env)
     decision = decide_plan(latest, looks)
-    return {"decision": decision.decision, "plan": latest.as_dict(), "plans": len(plans),
-            **{k: v for k, v in decision.as_dict(replay).items() if k != "decision"}}
+    return {"decision": decision.decision, "plan": latest.to_dict(), "plans": len(plans),
+            **{k: v for k, v in decision.to_dict(replay).items() if k != "decision"}}

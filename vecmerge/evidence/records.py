@@ -167,7 +167,7 @@ class Record:
         """True for an item-level record (one document), False for a whole run."""
         return self.item is not None
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """A flat JSON-ready dict: the columns, ``env_id``, then ``sub.KEY`` for each sub-score and ``env.KEY``
         for each environment field."""
         out = {"id": self.id, "model": self.model, "sha256": self.sha256, "metric": self.metric,
@@ -261,6 +261,6 @@ class Plan:
             out.append(f"higher_is_better: {self.higher_is_better!r} must be true or false")
         return out
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """The plan's fields as a JSON-ready dict."""
         return dict(self.__dict__)

@@ -85,8 +85,8 @@ class ReplicateEvidence:
 
     def to_dict(self) -> dict:
         return {"a": self.a, "b": self.b, "groups": [g.to_dict() for g in self.groups],
-                "noise": self.noise.as_dict() if self.noise else None,
-                "test": self.test.as_dict() if self.test else None,
+                "noise": self.noise.to_dict() if self.noise else None,
+                "test": self.test.to_dict() if self.test else None,
                 "trainings": [list(t) for t in self.trainings], "reason": self.reason}
 
 

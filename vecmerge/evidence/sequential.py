@@ -95,7 +95,7 @@ class Look:
     decision: str
     more_runs: int | None
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
@@ -126,12 +126,12 @@ class SequentialDecision:
     def last(self) -> Look | None:
         return self.looks[-1] if self.looks else None
 
-    def as_dict(self, replay: bool = True) -> dict:
+    def to_dict(self, replay: bool = True) -> dict:
         out = {"decision": self.decision, "reason": self.reason, "runs": list(self.runs),
                "after_stop": self.after_stop, "beyond_max": self.beyond_max, "more_runs": self.more_runs,
-               "last": self.last.as_dict() if self.last else None}
+               "last": self.last.to_dict() if self.last else None}
         if replay:
-            out["looks"] = [x.as_dict() for x in self.looks]
+            out["looks"] = [x.to_dict() for x in self.looks]
         return out
 
 

@@ -68,7 +68,7 @@ class Summary:
     confidence: float = 0.95
     env: str | None = None
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
@@ -144,7 +144,7 @@ class DiffResult:
         """True when the interval excludes 0 (equivalently p < 1 - confidence)."""
         return self.ci_low > 0 or self.ci_high < 0
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {**asdict(self), "n": list(self.n), "beyond_noise": self.beyond_noise}
 
 

@@ -62,10 +62,29 @@ def schema_version(rows: list[tuple], path: Path, newest: int) -> int:
     return version
 
 
+def _shown(name) -> str:
+    """A stored name as a message shows it: as it is when it is a plain name, else quoted and shortened."""
+    return name if name_problem(name, "name") is None and len(name) <= 60 else short(name, 30)
+
+
+def _stored_subs(path: Path, what: str, text) -> tuple[tuple[str, float], ...]:
+    """A record's stored sub-scores as sorted pairs; refused unless a JSON object of finite numbers."""
+    try:
+        subs = parse_json(text, path, max_depth=STORED_JSON_DEPTH, max_chars=STORED_JSON_CHARS) if isinstance(
+            text, str) else None
+    except ParseError as e:
+        subs, why = None, e.problem.split("; ")[0]
+    else:
+        why = "not a JSON object of numbers" if isinstance(text, str) else "not a JSON object"
+    if isinstance(subs, dict) and all(_real(v) and name_problem(k, "key") is None for k, v in subs.items()):
+        return tuple(sorted((k, float(v)) for k, v in subs.items()))
+    raise EvidenceError(f"{path}: {what}: its stored sub-scores {short(text, 60)} are unreadable ({why}); {_FIX}")
+
+
 def record_from_row(row: tuple, path: Path) -> Record:
     """A Record from one ``schema.RECORD_COLUMNS`` row, every cell checked (module docstring)."""
     rid, model, sha, metric, value, subs, stderr, item, cluster, source, note, created, subscore, env = row
-    what = f"record {short(rid, 20)} ({short(model, 30)}, {short(metric, 30)})"
+    what = f"record {short(rid, 20)} ({_shown(model)}, {_shown(metric)})"
     if isinstance(rid, bool) or not isinstance(rid, int):
         raise _changed(path, what, "id", rid, "is not an integer")
     for column, text in (("model", model), ("metric", metric), ("source", source)):
@@ -84,9 +103,7 @@ def record_from_row(row: tuple, path: Path) -> Record:
         raise _changed(path, what, "note", note, "is not text")
     if not isinstance(created, str):
         raise _changed(path, what, "created", created, "is not a time")
-    parsed = _json(path, what, "subs", subs)
-    if not isinstance(parsed, dict) or not all(_real(v) and name_problem(k, "key") is None for k, v in parsed.items()):
-        raise _changed(path, what, "subs", subs, "is not a JSON object of sub-score names and finite numbers")
+    pairs = _stored_subs(path, what, subs)
     fields: tuple = ()
     if env is not None:
         stored = _json(path, what, "env", env)
@@ -98,8 +115,8 @@ def record_from_row(row: tuple, path: Path) -> Record:
             raise _changed(path, what, "env", env, f"is not an environment ({err})") from None
         if fields != tuple(sorted(stored.items())):
             raise _changed(path, what, "env", env, "is not in canonical form")
-    return Record(rid, model, sha, metric, float(value), tuple(sorted((k, float(v)) for k, v in parsed.items())),
-                  None if stderr is None else float(stderr), item, cluster, source, note, created, subscore, fields)
+    return Record(rid, model, sha, metric, float(value), pairs, None if stderr is None else float(stderr), item,
+                  cluster, source, note, created, subscore, fields)
 
 
 def direction_from_row(metric, higher, path: Path) -> tuple[str, bool]:

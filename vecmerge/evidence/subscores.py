@@ -73,10 +73,10 @@ class SubScoreRow:
     more_runs: int | None
     target: bool = False
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         out = dict(self.__dict__)
         for key in ("a_summary", "b_summary", "test", "grid"):
-            out[key] = None if out[key] is None else out[key].as_dict()
+            out[key] = None if out[key] is None else out[key].to_dict()
         out["kind"] = self.test.kind if self.test else ("exact" if self.zero_variance else None)
         return out
 
@@ -101,10 +101,10 @@ class SubScoreComparison:
         """The sub-scores other than the target with this status."""
         return [r.key for r in self.rows if r.status == status and not r.target]
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {"a": self.a, "b": self.b, "metric": self.metric, "higher_is_better": self.higher_is_better,
                 "confidence": self.confidence, "target": self.target, "family": list(self.family),
-                "subscores": {r.key: r.as_dict() for r in self.rows},
+                "subscores": {r.key: r.to_dict() for r in self.rows},
                 "cost": {"worse": self.keys(WORSE), "not_worse": self.keys(NOT_WORSE),
                          "unknown": self.keys(UNKNOWN)}}
 

@@ -1,79 +1,46 @@
-"""A transformers model folder's safetensors, read one tensor at a time (``modelwrite`` writes them).
+"""The one safetensors reader: a file's header checked before any tensor is read, then tensors one at a time.
 
-A model folder holds ``config.json`` and either ``model.safetensors`` or ``model.safetensors.index.json``
-with the shards its ``weight_map`` names (plain file names in the folder). A safetensors file is an 8-byte
-little-endian header length N, N bytes of JSON (``{name: {dtype, shape, data_offsets: [b, e]}}`` and an
-optional ``"__metadata__"`` of strings), then the data: tensor bytes at ``8 + N + b .. 8 + N + e``.
+A safetensors file is an 8-byte little-endian header length N, N bytes of JSON (``{name: {dtype, shape,
+data_offsets: [b, e]}}`` and an optional ``"__metadata__"`` of strings), then the data: tensor bytes at
+``8 + N + b .. 8 + N + e``. ``TensorFile`` checks the header (bounded size, strict JSON through
+``io.parse``, known dtypes, ``prod(shape) * itemsize == e - b``, offsets inside the file and not
+overlapping) and then reads one tensor's bytes at a time (no mmap: memory holds the tensors in use, not
+the file's pages). Two ways to read, one header check:
 
-Reading (``ModelFolder``): every header is checked before any tensor is read (bounded size, known dtypes,
-``prod(shape) * itemsize == e - b``, offsets inside the file and not overlapping, the index's map equal to
-the shards' contents); ``read(name)`` reads one tensor's bytes into memory (no mmap, so memory is one
-tensor, not the file); each file's sha256 is taken on the fly while reads run in file order, and by a
-separate pass only for files read out of order (``sha256s``).
+- tensor by tensor from the file (``read_bytes``, ``read_chunks``): the file's sha256 is taken on the fly
+  while reads go in file order (``BackgroundSha256``), by a separate pass otherwise (``sha256``). Held
+  open (a model folder's shards, closed with the folder) or, with ``keep_open=False``, opened per read
+  (an adapter, never closed), its header read again once and compared, so a replaced file is refused;
+- ``load``: the whole file read once into memory in ``LOAD_CHUNK`` pieces, each hashed on a second thread
+  while the next is read; tensors are then views of those bytes, so the recorded sha256 is exactly that
+  of what is used (a file replaced meanwhile cannot slip in: its header must equal the one checked).
+
+Model folders (``config.json`` and shards) are read by ``io.model_folder.ModelFolder`` through this class.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
+import mmap
 import os
-import queue
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..errors import ModelError, few
-from .parse import ParseError, load_json, parse_json
+from ..errors import ModelError
+from .hashing import BackgroundSha256
+from .parse import ParseError, parse_json
 
-CONFIG = "config.json"
-INDEX_NAME = "model.safetensors.index.json"
-SINGLE_NAME = "model.safetensors"
 HEADER_MAX = 100 << 20          # the safetensors library's own bound
 CHUNK_BYTES = 64 << 20          # pieces in which large tensors are compared and copied
+LOAD_CHUNK = 1 << 24            # bytes read (and hashed) at a time by TensorFile.load
 ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
              "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
 DTYPE_CODES = {v: k for k, v in ST_DTYPES.items()}
 FLOAT_CODES = ("F64", "F32", "F16", "BF16")
-# Files of a model folder that are weights (never copied as "the base's other files").
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".msgpack", ".h5", ".onnx")
-
-
-class BackgroundSha256:
-    """sha256 of a stream whose pieces are hashed by a thread (hashlib releases the GIL on large buffers).
-
-    ``update`` queues a buffer, which the caller must never modify afterwards (tensors read from a file
-    share its memory: compute on copies); ``hexdigest`` waits for the rest.
-    """
-
-    def __init__(self, head: bytes = b""):
-        self._h = hashlib.sha256(head)
-        self._q: queue.Queue | None = None
-        self._thread: threading.Thread | None = None
-
-    def _drain(self) -> None:
-        while (item := self._q.get()) is not None:
-            self._h.update(item)
-
-    def update(self, buf) -> None:
-        if self._thread is None:
-            self._q = queue.Queue(maxsize=4)
-            self._thread = threading.Thread(target=self._drain, daemon=True)
-            self._thread.start()
-        self._q.put(buf)
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._q.put(None)
-            self._thread.join()
-            self._thread = None
-
-    def hexdigest(self) -> str:
-        self.stop()
-        return self._h.hexdigest()
 
 
 def itemsize(code: str) -> int:
@@ -100,21 +67,39 @@ class TensorInfo:
         return self.dtype in FLOAT_CODES
 
 
+def _read_buffer(size: int) -> np.ndarray:
+    """``size`` bytes to read a file into: an anonymous mapping with transparent huge pages where the kernel
+    offers them (a first touch of fresh memory costs a page fault per 4 KiB, which is most of the cost of
+    reading a file from the page cache), else plain memory; never zero-filled before the read."""
+    if size > 0 and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            m = mmap.mmap(-1, size)
+            m.madvise(mmap.MADV_HUGEPAGE)
+            return np.frombuffer(m, dtype=np.uint8)
+        except (OSError, ValueError):
+            pass
+    return np.empty(size, dtype=np.uint8)
+
+
 class TensorFile:
     """One safetensors file opened for reading; its header checked, its sha256 taken as reads go in order.
 
     Args:
         path (Path): the file. index (int): its position among the folder's shards.
+        keep_open (bool): hold the file open until ``close`` (else it is opened for each read).
     """
 
-    def __init__(self, path: Path, index: int = 0):
+    def __init__(self, path: Path, index: int = 0, *, keep_open: bool = True):
         self.path, self.index = Path(path), index
-        self._f = None
+        self._f, self._buf, self._checked = None, None, keep_open
         try:
             self._parse()
         except BaseException:
             self.close()
             raise
+        if not keep_open:
+            self._f.close()
+            self._f = None
 
     def _parse(self) -> None:
         try:
@@ -124,11 +109,12 @@ class TensorFile:
             n = int.from_bytes(head, "little") if len(head) == 8 else -1
             if n < 2 or n > HEADER_MAX or 8 + n > self.size:
                 raise ModelError(f"{self.path}: not a safetensors file (header length {n}, file {self.size} "
-                                 "bytes); the file is truncated or of another format, copy it again")
+                                 "bytes); the file is truncated or corrupt (or of another format), copy it again")
             raw = self._f.read(n)
         except OSError as e:
             raise ModelError(f"{self.path}: cannot read it ({e.strerror or e}); check the path") from None
-        self._sha = BackgroundSha256(head + raw)
+        self._head = head + raw
+        self._sha = BackgroundSha256(self._head)
         self._pos, self._ordered, self._digest = 8 + n, True, None
         self.data_start = 8 + n
         try:
@@ -168,8 +154,48 @@ class TensorFile:
                              f"{self.size}-byte file; the file is truncated or corrupt, copy it again")
         return TensorInfo(name, code, tuple(shape), self.index, start, end)
 
+    def _changed(self) -> ModelError:
+        return ModelError(f"{self.path}: changed while being read (its header no longer matches); run again")
+
+    def load(self) -> str:
+        """Read the whole file into memory once, hashing it in the same pass; later reads come from there.
+
+        The file is read sequentially in ``LOAD_CHUNK`` pieces, each hashed on a second thread while the next
+        is read (while it is still in cache). Returns the sha256 of the bytes read; ModelError when the file
+        no longer has the size and header it was opened with.
+        """
+        if self._buf is not None:
+            return self._digest
+        buf = _read_buffer(self.size)
+        view, sha, pos = memoryview(buf), BackgroundSha256(), 0
+        try:
+            with open(self.path, "rb") as f:
+                if os.fstat(f.fileno()).st_size != self.size:
+                    raise self._changed()
+                while pos < self.size:
+                    n = f.readinto(view[pos:pos + LOAD_CHUNK])
+                    if not n:
+                        raise ModelError(f"{self.path}: ended after {pos} of {self.size} bytes while being read; "
+                                         "copy it again")
+                    sha.update(view[pos:pos + n])
+                    pos += n
+        except OSError as e:
+            raise ModelError(f"{self.path}: cannot read it ({e.strerror or e}); copy it again") from None
+        finally:
+            digest = sha.hexdigest()
+        if bytes(buf[:len(self._head)]) != self._head:
+            raise self._changed()
+        self._buf, self._digest = buf, digest
+        return digest
+
+    @property
+    def loaded(self) -> bool:
+        return self._buf is not None
+
     def read_bytes(self, info: TensorInfo, feed_hash: bool = True) -> np.ndarray:
         """The raw bytes of one tensor as a uint8 array (the file's sha256 is fed when such reads go in order).
+
+        After ``load`` the array is a view of the loaded bytes (never modify it).
 
         Args:
             info (TensorInfo): a tensor of this file. feed_hash (bool): False for a read outside the hashing pass.
@@ -182,11 +208,20 @@ class TensorFile:
         for s in range(info.start, info.end, size):
             yield self._read(info, s, min(s + size, info.end), feed_hash)
 
+    def tensor(self, name: str) -> torch.Tensor:
+        """The tensor ``name`` in its stored dtype and shape (a view of the loaded bytes where they are aligned)."""
+        info = self.tensors[name]
+        buf = self.read_bytes(info, feed_hash=False)
+        if self._buf is not None and info.start % max(itemsize(info.dtype), 1):
+            buf = buf.copy()  # an unaligned tensor (allowed by the format): copied out
+        return to_tensor(buf, info)
+
     def _read(self, info: TensorInfo, start: int, end: int, feed_hash: bool) -> np.ndarray:
+        if self._buf is not None:
+            return self._buf[start:end]
         buf = np.empty(end - start, dtype=np.uint8)  # not zero-filled: the read fills it
         try:
-            self._f.seek(start)
-            got = self._f.readinto(memoryview(buf)) if end > start else 0
+            got = self._read_into(buf, start) if end > start else 0
         except OSError as e:
             raise ModelError(f"{self.path}: cannot read tensor {info.name} ({e.strerror or e}); copy it again"
                              ) from None
@@ -201,15 +236,32 @@ class TensorFile:
             self._ordered = False
         return buf
 
+    def _read_into(self, buf: np.ndarray, start: int) -> int:
+        if self._f is not None:
+            self._f.seek(start)
+            return self._f.readinto(memoryview(buf))
+        with open(self.path, "rb", buffering=0) as f:
+            if not self._checked:  # the first read since opening: still the file whose header was checked?
+                if os.fstat(f.fileno()).st_size != self.size or f.read(len(self._head)) != self._head:
+                    raise self._changed()
+                self._checked = True
+            f.seek(start)
+            return f.readinto(memoryview(buf))
+
     def sha256(self) -> str:
-        """The file's sha256: from the reads if they covered it in order, else by reading it again."""
+        """The file's sha256: from ``load`` or the reads if they covered it in order, else by reading it again."""
         if self._digest is None:
             if not (self._ordered and self._pos == self.size):
                 self._sha.stop()
                 self._sha, self._pos = BackgroundSha256(), 0
-                self._f.seek(0)
-                for chunk in iter(lambda: self._f.read(1 << 22), b""):
-                    self._sha.update(chunk)
+                f = self._f if self._f is not None else open(self.path, "rb")
+                try:
+                    f.seek(0)
+                    for chunk in iter(lambda: f.read(1 << 22), b""):
+                        self._sha.update(chunk)
+                finally:
+                    if f is not self._f:
+                        f.close()
                 self._pos = self.size
             self._digest = self._sha.hexdigest()
         return self._digest
@@ -217,6 +269,7 @@ class TensorFile:
     def close(self) -> None:
         if self._f is not None:
             self._f.close()
+            self._f = None
         if getattr(self, "_sha", None) is not None:
             self._sha.stop()
 
@@ -226,145 +279,3 @@ def to_tensor(buf, info: TensorInfo) -> torch.Tensor:
     if not info.nbytes:
         return torch.empty(info.shape, dtype=ST_DTYPES[info.dtype])
     return torch.frombuffer(buf, dtype=ST_DTYPES[info.dtype]).reshape(info.shape)
-
-
-def _plain_name(name, index: Path) -> str:
-    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", "..") or \
-            name.startswith("."):
-        raise ModelError(f"{index}: weight_map names {name!r}, not a plain file name in the folder; fix the index")
-    return name
-
-
-class ModelFolder:
-    """A transformers model folder opened for reading, one tensor at a time (see the module docstring).
-
-    Args:
-        path (str | Path): the folder. flag (str): the option that named it, for messages.
-    """
-
-    def __init__(self, path, flag: str = "--base-model"):
-        self.path, self.flag = Path(path), flag
-        if not self.path.is_dir():
-            raise ModelError(f"{flag} {self.path}: no such folder; give a local transformers model folder")
-        try:
-            self.config = load_json(self.path / CONFIG) if (self.path / CONFIG).is_file() else None
-        except ParseError as e:
-            raise ModelError(f"{flag}: {e}") from None
-        if not isinstance(self.config, dict):
-            raise ModelError(f"{flag} {self.path}: no {CONFIG} (a JSON object); point at a folder saved with "
-                             "save_pretrained")
-        names, wmap = self._shard_names()
-        self.files: list[TensorFile] = []
-        self.tensors: dict[str, TensorInfo] = {}
-        try:
-            for i, n in enumerate(names):
-                self.files.append(TensorFile(self.path / n, i))
-            self._index(wmap)
-        except BaseException:
-            self.close()
-            raise
-        self.sharded = wmap is not None
-
-    def _index(self, wmap: dict | None) -> None:
-        for f in self.files:
-            for k, t in f.tensors.items():
-                if k in self.tensors:
-                    raise ModelError(f"{f.path}: tensor {k} also lies in {self.files[self.tensors[k].file].path.name};"
-                                     " the shards are from different saves, copy the model again")
-                if wmap is not None and wmap.get(k) != f.path.name:
-                    raise ModelError(f"{self.path / INDEX_NAME}: maps {k} to {wmap.get(k)!r}, but it lies in "
-                                     f"{f.path.name}; the index and the shards disagree, copy the model again")
-                self.tensors[k] = t
-        if wmap is not None and set(wmap) - set(self.tensors):
-            raise ModelError(f"{self.path / INDEX_NAME}: names {few(sorted(set(wmap) - set(self.tensors)))}, which "
-                             "no shard holds; copy the model again")
-
-    def _shard_names(self) -> tuple[list[str], dict | None]:
-        index = self.path / INDEX_NAME
-        if index.is_file():
-            try:
-                data = load_json(index)
-            except ParseError as e:
-                raise ModelError(f"{self.flag}: {e}") from None
-            wmap = data.get("weight_map") if isinstance(data, dict) else None
-            if not isinstance(wmap, dict) or not wmap:
-                raise ModelError(f"{index}: no weight_map; the index is damaged, copy the model again")
-            names = sorted({_plain_name(v, index) for v in wmap.values()})
-            missing = [n for n in names if not (self.path / n).is_file()]
-            if missing:
-                raise ModelError(f"{index}: shard {few(missing)} is missing; copy the model again")
-            return names, {str(k): v for k, v in wmap.items()}
-        if (self.path / SINGLE_NAME).is_file():
-            return [SINGLE_NAME], None
-        others = sorted(p.name for p in self.path.glob("*.safetensors"))
-        if len(others) == 1:
-            return others, None
-        bins = sorted(p.name for p in self.path.iterdir() if p.suffix in (".bin", ".pt", ".pth"))
-        hint = (f" (it holds {few(bins)}: load it with transformers and save_pretrained it again, which writes "
-                "safetensors)" if bins else "")
-        raise ModelError(f"{self.flag} {self.path}: no {SINGLE_NAME} or {INDEX_NAME}{hint}; vecmerge reads "
-                         "safetensors checkpoints")
-
-    @property
-    def model_type(self) -> str:
-        return str(self.config.get("model_type", ""))
-
-    def info(self, name: str) -> TensorInfo:
-        return self.tensors[name]
-
-    def read_bytes(self, name: str) -> np.ndarray:
-        t = self.tensors[name]
-        return self.files[t.file].read_bytes(t)
-
-    def read_chunks(self, name: str, chunk_bytes: int = CHUNK_BYTES, feed_hash: bool = True):
-        """``TensorFile.read_chunks`` of the tensor ``name``."""
-        t = self.tensors[name]
-        return self.files[t.file].read_chunks(t, chunk_bytes, feed_hash)
-
-    def read(self, name: str) -> torch.Tensor:
-        """One tensor, in its stored dtype (its own memory)."""
-        t = self.tensors[name]
-        return to_tensor(self.read_bytes(name), t)
-
-    def in_file_order(self) -> list[str]:
-        """Tensor names ordered by shard, then by position in the shard (reads in this order hash on the fly)."""
-        return sorted(self.tensors, key=lambda k: (self.tensors[k].file, self.tensors[k].start))
-
-    def weight_files(self) -> list[str]:
-        return [f.path.name for f in self.files] + ([INDEX_NAME] if self.sharded else [])
-
-    def sha256s(self) -> dict:
-        """``{file name: sha256}`` of config.json, the index and every shard."""
-        out = {CONFIG: sha256_file(self.path / CONFIG)}
-        if self.sharded:
-            out[INDEX_NAME] = sha256_file(self.path / INDEX_NAME)
-        out.update({f.path.name: f.sha256() for f in self.files})
-        return out
-
-    def other_files(self) -> list[str]:
-        """Top-level regular files (symbolic links followed) that are not weights, the index or hidden."""
-        out = []
-        for p in sorted(self.path.iterdir()):
-            if p.name.startswith(".") or p.name == INDEX_NAME or p.suffix in WEIGHT_SUFFIXES or not p.is_file():
-                continue
-            out.append(p.name)
-        return out
-
-    def close(self) -> None:
-        for f in self.files:
-            f.close()
-
-    def __enter__(self) -> ModelFolder:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 4 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()

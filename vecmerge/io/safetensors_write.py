@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .safetensors_read import DTYPE_CODES, ModelError, itemsize
+from ..errors import ModelError
+from .safetensors_read import DTYPE_CODES, itemsize
 
 
 def tensor_bytes(t: torch.Tensor):

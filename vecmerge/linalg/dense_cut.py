@@ -4,8 +4,9 @@
 The range finder works on a float32 copy (``randsvd.truncated_svd`` with an operator); the final
 projection ``B = Q^T D`` and ``||D||_F^2`` are float64 on D itself, so every cut's dropped energy
 ``||D||^2 - sum S_k^2`` is exact. Where ``randsvd.use_full_svd`` holds (small matrices) a full float64
-SVD of D gives the optimal cut. Power iterations: 2 while ``8 k <= min(out, in)``, else 3 (within 1% of
-the optimal error either side of that line, see ``randsvd``). Policies:
+SVD of D gives the optimal cut. Every rank-k cut is ``randsvd.rank_k_cut`` (power iterations by
+``randsvd.power_iters_for``: 2 while ``8 k <= min(out, in)``, else 3, within 1% of the optimal error either
+side of that line). Policies (``rank_policy.RankPolicy.parse_extract``):
 
 - ``N``: the rank-N cut (N clamped to min(out, in)).
 - ``energy:E``: the smallest rank whose cut keeps a share E of ``||D||^2``, found by doubling the sketch
@@ -33,42 +34,13 @@ import torch
 
 from ..errors import RecipeError
 from .lowrank import EXACT_RTOL
-from .randsvd import MatrixOperator, TruncatedSVD, default_oversample, truncated_svd, use_full_svd
+from .randsvd import MatrixOperator, TruncatedSVD, default_oversample, power_iters_for, rank_k_cut, use_full_svd
+from .rank_policy import EXTRACT_KINDS, RankPolicy
 
 F64 = torch.float64
 START_RANK = 16
 ENERGY_SLACK = 1e-12
 AUTO_ITERATIONS = 50
-RANK_KINDS = ("fixed", "energy", "auto")
-RANK_HELP = ("N (the rank-N cut of each module's difference), energy:E (each module's smallest rank keeping share E "
-             "of its squared norm; ranks go to rank_pattern), or auto (singular values above a noise threshold)")
-
-
-@dataclass(frozen=True)
-class ExtractRank:
-    """The rank rule of ``vecmerge extract``: ``fixed`` (value = N), ``energy`` (value = E) or ``auto``."""
-
-    kind: str
-    value: float = 0.0
-
-    @classmethod
-    def parse(cls, text) -> ExtractRank:
-        s = str(text).strip().lower()
-        if s == "auto":
-            return cls("auto")
-        if s.isdigit() and int(s) >= 1:
-            return cls("fixed", int(s))
-        if s.startswith("energy:"):
-            try:
-                e = float(s.split(":", 1)[1])
-            except ValueError:
-                e = -1.0
-            if 0.0 < e <= 1.0:
-                return cls("energy", e)
-        raise RecipeError([f"--rank {text!r}: use a positive integer N, energy:E with 0 < E <= 1, or auto"], "extract")
-
-    def __str__(self) -> str:
-        return {"fixed": f"{int(self.value)}", "energy": f"energy:{self.value:g}", "auto": "auto"}[self.kind]
 
 
 @dataclass(frozen=True)
@@ -97,11 +69,6 @@ class ModuleCut:
         return self.rank_lower_bound == self.rank
 
 
-def power_iters_for(k: int, rows: int, cols: int) -> int:
-    """2 subspace iterations while ``8 k <= min(rows, cols)``, else 3."""
-    return 2 if 8 * k <= min(rows, cols) else 3
-
-
 def difference_operator(D: torch.Tensor, total: float) -> MatrixOperator:
     """D (float64) as an operator: float32 products for the range finder, float64 for float64 inputs."""
     D32 = D.to(torch.float32)
@@ -112,14 +79,13 @@ def difference_operator(D: torch.Tensor, total: float) -> MatrixOperator:
 
 
 def _cut(D: torch.Tensor, op_cache: list, k: int, total: float, seed: int) -> tuple[TruncatedSVD, int]:
-    rows, cols = D.shape
-    k = min(k, rows, cols)
-    if use_full_svd(rows, cols, k):
-        return truncated_svd(D, k), 0
-    if not op_cache:
-        op_cache.append(difference_operator(D, total))
-    q = power_iters_for(k, rows, cols)
-    return truncated_svd(op_cache[0], k, power_iters=q, seed=seed), q
+    """``rank_k_cut`` of D, the randomized path on D's float32 operator (made once per module, kept in ``op_cache``)."""
+    def sketch() -> MatrixOperator:
+        if not op_cache:
+            op_cache.append(difference_operator(D, total))
+        return op_cache[0]
+
+    return rank_k_cut(D, k, seed=seed, sketch=sketch)
 
 
 def gavish_donoho(beta: float) -> float:
@@ -150,13 +116,15 @@ def auto_rank(S: torch.Tensor, total: float, rows: int, cols: int) -> tuple[int,
     return r, sigma, tau
 
 
-def cut_module(D: torch.Tensor, policy: ExtractRank, seed: int = 0, total: float | None = None) -> ModuleCut:
+def cut_module(D: torch.Tensor, policy: RankPolicy, seed: int = 0, total: float | None = None) -> ModuleCut:
     """The cut of one difference D (float64, (out, in)) under ``policy`` (see the module docstring).
 
     Args:
-        D (Tensor): (out, in) float64. policy (ExtractRank). seed (int): the sketch's seed.
-        total (float | None): ``||D||_F^2`` if already known (computed in float64 otherwise).
+        D (Tensor): (out, in) float64. policy (RankPolicy): of ``EXTRACT_KINDS`` (``parse_extract``).
+        seed (int): the sketch's seed. total (float | None): ``||D||_F^2`` if already known (else float64).
     """
+    if policy.kind not in EXTRACT_KINDS:
+        raise RecipeError([f"--rank {policy}: use a positive integer N, energy:E with 0 < E <= 1, or auto"], "extract")
     rows, cols = D.shape
     total = float((D * D).sum()) if total is None else total
     if not math.isfinite(total):
@@ -197,5 +165,4 @@ def _truncate(s: TruncatedSVD, k: int) -> TruncatedSVD:
     return TruncatedSVD(s.U[:, :k], S, s.Vh[:k], s.total_energy, dropped, s.method, optimal)
 
 
-__all__ = ["ExtractRank", "ModuleCut", "cut_module", "auto_rank", "gavish_donoho", "power_iters_for",
-           "default_oversample"]
+__all__ = ["ModuleCut", "cut_module", "auto_rank", "gavish_donoho", "power_iters_for", "default_oversample"]

@@ -21,7 +21,10 @@ cheap there); its result also carries the optimal dropped energy.
 
 Oversampling defaults to ``max(10, k // 2)`` with 2 power iterations. Measured on a flat (pure noise)
 tail, the hardest case, at 3072 x 1024: the cut's error is 0.3% above optimal at k=32 and 0.7% at
-k=64, but 1.1% at k=128 (0.6% with 3 power iterations); decaying spectra stay below 0.3%.
+k=64, but 1.1% at k=128 (0.6% with 3 power iterations); decaying spectra stay below 0.3%. Hence the one
+power-iteration rule of a rank-k cut (``power_iters_for``): ``POWER_ITERS`` (2) while ``8 k <= min(rows,
+cols)``, one more above; ``rank_k_cut`` is the one rank-k cut of a dense matrix under that rule (the
+rank cut's ``N`` on a dense update, extract's cuts of a fine-tune's difference).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from .lowrank import LowRank
 F64 = torch.float64
 BLOCK_BYTES = 64 * 2**20  # float64 column block of D converted at a time
 ENERGY_SLACK = 1e-12  # a share of the total: "reaches E" means captured >= (E - slack) * total
+POWER_ITERS = 2  # power iterations of a rank-k cut up to rank min(rows, cols) / 8, one more above
 
 
 @dataclass(frozen=True)
@@ -272,6 +276,32 @@ def truncated_svd(D: torch.Tensor | MatrixOperator, k: int, *, power_iters: int 
     Ub, S, Vh = torch.linalg.svd(B, full_matrices=False)
     outside = _outside(D, Q, B, total, float((S**2).sum()))
     return _cut(Q @ Ub, S, Vh, total, k, "randomized", outside)
+
+
+def power_iters_for(k: int, rows: int, cols: int) -> int:
+    """The power iterations of a rank-k cut: ``POWER_ITERS`` (2) while ``8 k <= min(rows, cols)``, else 3."""
+    return POWER_ITERS if 8 * k <= min(rows, cols) else POWER_ITERS + 1
+
+
+def rank_k_cut(D: torch.Tensor, k: int, *, seed: int = 0,
+               sketch: Callable[[], MatrixOperator] | None = None) -> tuple[TruncatedSVD, int]:
+    """The rank-k cut of a dense D: the full float64 SVD where ``use_full_svd`` holds, else ``truncated_svd``
+    with ``power_iters_for(k, rows, cols)`` power iterations; the error exact either way.
+
+    Args:
+        D (Tensor): (rows, cols). k (int): the rank (clamped to min(rows, cols)). seed (int): the sketch's seed.
+        sketch (Callable[[], MatrixOperator] | None): makes what the randomized path multiplies by instead of
+            D (extract's float32 copy with float64 projections); called only on that path.
+
+    Returns:
+        (the cut, the power iterations it ran: 0 on the full path).
+    """
+    rows, cols = D.shape
+    k = min(k, rows, cols)
+    if use_full_svd(rows, cols, k):
+        return truncated_svd(D, k), 0
+    q = power_iters_for(k, rows, cols)
+    return truncated_svd(D if sketch is None else sketch(), k, power_iters=q, seed=seed), q
 
 
 @dataclass(frozen=True)

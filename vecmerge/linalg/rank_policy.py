@@ -1,7 +1,9 @@
 """The one rank rule: how many singular directions each written module keeps (torch-free until it chooses).
 
-``RankPolicy.parse`` reads what users type (``exact``, ``N``, ``energy:E``, ``step-energy:E``, ``keep-base``)
-without importing torch, so the recipe and the CLI can validate it; ``choose`` imports the float64 kernels.
+``RankPolicy.parse`` reads what users type for a merge or a recipe (``exact``, ``N``, ``energy:E``,
+``step-energy:E``, ``keep-base``), ``RankPolicy.parse_extract`` what ``vecmerge extract --rank`` takes
+(``N``, ``energy:E``, ``auto``: the Gavish-Donoho threshold, see ``linalg.dense_cut``), both without
+importing torch, so the recipe and the CLI can validate them; ``choose`` imports the float64 kernels.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from dataclasses import dataclass
 
 from ..errors import RecipeError
 
-RANK_KINDS = ("exact", "fixed", "energy", "step-energy", "keep-base")
+RANK_KINDS = ("exact", "fixed", "energy", "step-energy", "keep-base")  # a merge's, a recipe's
+EXTRACT_KINDS = ("fixed", "energy", "auto")  # extract's (a fine-tune's difference: no step, no backbone)
 
 
 @dataclass(frozen=True)
@@ -21,8 +24,9 @@ class RankPolicy:
         kind (str): ``exact``, ``fixed`` (the best rank-``value`` cut), ``energy`` (smallest rank keeping
             share ``value`` of the squared norm of the written update, backbone included),
             ``step-energy`` (smallest rank whose cut loses at most ``1 - value`` of the *step's* squared
-            norm; only with a step) or ``keep-base`` (the backbone's factors kept, the step's exact
-            factors appended; only for a step from one backbone adapter).
+            norm; only with a step), ``keep-base`` (the backbone's factors kept, the step's exact
+            factors appended; only for a step from one backbone adapter) or ``auto`` (extract only: the
+            singular values above a noise threshold, ``linalg.dense_cut``).
         value (float): the rank for ``fixed``, the energy share for ``energy`` and ``step-energy``.
     """
 
@@ -30,10 +34,11 @@ class RankPolicy:
     value: float = 0.0
 
     @classmethod
-    def parse(cls, text) -> RankPolicy:
-        """``exact`` | ``N`` | ``energy:E`` | ``step-energy:E`` (0 < E <= 1) | ``keep-base``."""
+    def _read(cls, text) -> RankPolicy | None:
+        """Any kind from its text (``auto`` | ``exact`` | ``keep-base`` | ``N`` | ``energy:E`` | ``step-energy:E``,
+        0 < E <= 1), or None."""
         s = str(text).strip().lower()
-        if s in ("exact", "keep-base"):
+        if s in ("exact", "keep-base", "auto"):
             return cls(s)
         if s.isdigit() and int(s) >= 1:
             return cls("fixed", int(s))
@@ -45,8 +50,26 @@ class RankPolicy:
                     e = -1.0
                 if 0.0 < e <= 1.0:
                     return cls(kind, e)
-        raise RecipeError([f"rank={text!r}: use 'exact', a positive integer, 'energy:E' or 'step-energy:E' with "
-                           "0 < E <= 1, or 'keep-base'"])
+        return None
+
+    @classmethod
+    def parse(cls, text) -> RankPolicy:
+        """A merge's or a recipe's rank: ``exact`` | ``N`` | ``energy:E`` | ``step-energy:E`` (0 < E <= 1) |
+        ``keep-base``."""
+        policy = cls._read(text)
+        if policy is None or policy.kind not in RANK_KINDS:
+            raise RecipeError([f"rank={text!r}: use 'exact', a positive integer, 'energy:E' or 'step-energy:E' "
+                               "with 0 < E <= 1, or 'keep-base'"])
+        return policy
+
+    @classmethod
+    def parse_extract(cls, text) -> RankPolicy:
+        """``vecmerge extract --rank``: ``N`` | ``energy:E`` (0 < E <= 1) | ``auto``."""
+        policy = cls._read(text)
+        if policy is None or policy.kind not in EXTRACT_KINDS:
+            raise RecipeError([f"--rank {text!r}: use a positive integer N, energy:E with 0 < E <= 1, or auto"],
+                              "extract")
+        return policy
 
     @property
     def lossless(self) -> bool:
@@ -71,6 +94,9 @@ class RankPolicy:
 
         if self.kind == "keep-base":
             raise RecipeError(["rank=keep-base keeps the backbone's factors; it has no cut to choose"])
+        if self.kind == "auto":
+            raise RecipeError(["rank=auto is extract's noise threshold (linalg.dense_cut.cut_module); a merge "
+                               "takes exact, N, energy:E, step-energy:E or keep-base"])
         exact = rank_for_error(S, EXACT_RTOL, floor)
         if self.kind == "exact":
             return exact, exact
@@ -85,4 +111,4 @@ class RankPolicy:
 
     def __str__(self) -> str:
         return {"exact": "exact", "fixed": f"{int(self.value)}", "energy": f"energy:{self.value:g}",
-                "step-energy": f"step-energy:{self.value:g}", "keep-base": "keep-base"}[self.kind]
+                "step-energy": f"step-energy:{self.value:g}", "keep-base": "keep-base", "auto": "auto"}[self.kind]

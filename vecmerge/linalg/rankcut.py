@@ -21,9 +21,10 @@ For an update with thin SVD ``U S V^T`` (from its small core: ``C = Uc S Vh``, `
 stored rank, see ``pipeline.experts``): the cut keeps ``min(k, exact)`` directions and pads with zero
 directions up to k (keep-base pads its appended factors). A dense update (``dense.Dense``, from the dense-
 space merge methods) is cut by a randomized truncated SVD (``randsvd``, Halko-Martinsson-Tropp subspace
-iteration, seeded) whose error is still exact: ``||D||^2 - sum_{i<k} S_i^2`` computed from D. ``N`` uses
-``POWER_ITERS`` power iterations, one more when N exceeds ``min(out, in) / 8`` (measured: within 1% of the
-optimal cut then); ``energy:E`` finds the smallest rank reaching E by doubling; ``exact`` runs the full SVD
+iteration, seeded) whose error is still exact: ``||D||^2 - sum_{i<k} S_i^2`` computed from D. ``N`` is
+``randsvd.rank_k_cut`` (the one rank-k cut: ``POWER_ITERS`` power iterations, one more when N exceeds
+``min(out, in) / 8``, measured within 1% of the optimal cut then; extract cuts by it too); ``energy:E``
+finds the smallest rank reaching E by doubling (``POWER_ITERS`` each round); ``exact`` runs the full SVD
 (the result of an element-wise merge usually has full rank: a large adapter).
 """
 
@@ -37,10 +38,8 @@ import torch
 from ..errors import RecipeError
 from .dense import Dense
 from .lowrank import EXACT_RTOL, LowRank, f64
-from .randsvd import truncated_svd, truncated_svd_energy
+from .randsvd import POWER_ITERS, rank_k_cut, truncated_svd_energy
 from .rank_policy import RankPolicy
-
-POWER_ITERS = 2  # randomized cut: power iterations up to rank min(out, in) / 8, one more above
 
 __all__ = ["RankPolicy", "Cut", "cut"]
 
@@ -144,11 +143,8 @@ def _dense_cut(x: Dense, policy: RankPolicy, seed: int) -> Cut:
         k, exact = policy.choose(S)
         err = float(torch.sqrt((S[k:] ** 2).sum()))
         return Cut(_split(U, S, Vh, k), k, exact, err, float(torch.linalg.vector_norm(S)), method="full")
-    iters = None
     if policy.kind == "fixed":
-        k = min(int(policy.value), *D.shape)
-        iters = POWER_ITERS + (1 if 8 * k > min(D.shape) else 0)
-        t = truncated_svd(D, k, power_iters=iters, seed=seed)
+        t, iters = rank_k_cut(D, int(policy.value), seed=seed)
     else:
         iters = POWER_ITERS
         t = truncated_svd_energy(D, policy.value, power_iters=iters, seed=seed).svd

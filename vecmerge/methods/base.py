@@ -116,8 +116,10 @@ class Method:
     fields: ClassVar[tuple] = ()
     zero_reason: ClassVar[str] = ""
 
-    def validate(self, recipe) -> list[str]:
-        """Problems with ``recipe`` beyond its fields' own checks (all of them; empty when fine).
+    def validate(self, recipe) -> list:
+        """Problems with ``recipe`` beyond its fields' own checks (all of them; empty when fine): each an
+        ``errors.Problem`` naming its keys (``Problem("{method=}x: needs {rank}")``: ``--rank`` on the
+        command line, ``rank`` in a recipe), or plain text (shown as it is either way).
 
         Args:
             recipe (Recipe): the whole recipe, its method's fields in ``recipe.params``.

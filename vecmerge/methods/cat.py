@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import Problem
 from .base import Method
 from .linear import weighted_sum
 from .registry import register
@@ -17,8 +18,8 @@ class Cat(Method):
 
     def validate(self, recipe):
         if recipe.rank != "exact":
-            return [f"method=cat: writes the models' factors as they are (rank = the sum of their ranks), "
-                    f"so rank={recipe.rank!r} does not apply; use method linear or svd to cut"]
+            return [Problem("{method=}cat: writes the models' factors as they are (rank = the sum of their ranks), "
+                            "so {rank=}{} does not apply; use method linear or svd to cut", repr(recipe.rank))]
         return []
 
     def module(self, x, params):

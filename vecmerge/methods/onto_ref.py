@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import Problem
 from .base import Method
 from .registry import register
 
@@ -25,7 +26,8 @@ class OntoRef(Method):
                    "only a positive component along ref_m")
 
     def validate(self, recipe):
-        return [] if recipe.consensus else ["mode=onto-ref: needs consensus.ref (the reference trajectory)"]
+        return [] if recipe.consensus else [Problem("{mode=}onto-ref: needs {consensus.ref} (the reference "
+                                                    "trajectory)")]
 
     def module(self, x, params):
         c = along(x.dir, x.ref)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from ..errors import Problem
 from .base import Field, Method
 from .registry import register
 
@@ -39,13 +40,13 @@ class Slerp(Method):
         p = []
         models = recipe.models or []
         if len(models) != 2:
-            p.append(f"method=slerp: interpolates between exactly two models, got {len(models)}")
+            p.append(Problem("{method=}slerp: interpolates between exactly two models, got {}", len(models)))
         if recipe.params.get("t") is None and "t" not in recipe.given:
-            p.append("method=slerp: needs t (e.g. --t 0.5: halfway along the arc)")
+            p.append(Problem("{method=}slerp: needs {t} (e.g. --t 0.5: halfway along the arc)"))
         if any(e.get("weight", 1.0) != 1.0 for e in models):
-            p.append("method=slerp: takes t, not weights; drop the weights")
+            p.append(Problem("{method=}slerp: takes t, not weights; drop the {weights}"))
         if any(e.get("density") is not None for e in models):
-            p.append("method=slerp: takes no density; drop it from models")
+            p.append(Problem("{method=}slerp: takes no density; drop it from models"))
         return p
 
     def warnings(self, params):

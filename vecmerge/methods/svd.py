@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import Problem
 from .base import Method
 from .linear import weighted_sum
 from .registry import register
@@ -17,8 +18,8 @@ class Svd(Method):
 
     def validate(self, recipe):
         if "rank" not in recipe.given:
-            return ["method=svd: needs rank (e.g. --rank 32; PEFT's svd uses the largest input rank), or use "
-                    "method linear for the exact sum"]
+            return [Problem("{method=}svd: needs {rank} (e.g. --rank 32; PEFT's svd uses the largest input rank), "
+                            "or use method linear for the exact sum")]
         return []
 
     def module(self, x, params):

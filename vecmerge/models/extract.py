@@ -1,9 +1,9 @@
 """``vecmerge extract``: a full fine-tune as a LoRA, module by module, with the exact error of every cut.
 
 For every targeted module m (``modelparts``): ``D_m = W_tuned - W_base`` in float64 and the LoRA layout
-(out, in) (the weight transposed for Conv1D and embeddings), cut by ``extract_rank.cut_module`` into
+(out, in) (the weight transposed for Conv1D and embeddings), cut by ``linalg.dense_cut.cut_module`` into
 ``B = U sqrt(S)``, ``A = sqrt(S) Vh`` (scale 1: ``lora_alpha = r``) with the exact dropped energy
-``||D_m||^2 - sum S^2``. Both models are read one tensor at a time (``modelfiles``): memory holds one
+``||D_m||^2 - sum S^2``. Both models are read one tensor at a time (``io.model_folder``): memory holds one
 module's tensors and work, never a model; the factors go to a scratch file as they are made.
 
 Every other tensor that differs (norms, biases, untargeted matrices, a resized vocabulary, tensors only
@@ -25,9 +25,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import UsageError, few
-from ..io.safetensors_read import CHUNK_BYTES, ModelError, ModelFolder, TensorInfo, itemsize, to_tensor
-from ..linalg.dense_cut import ExtractRank, cut_module
+from ..errors import ModelError, UsageError, few
+from ..io.model_folder import ModelFolder
+from ..io.safetensors_read import CHUNK_BYTES, TensorInfo, itemsize, to_tensor
+from ..linalg.dense_cut import cut_module
+from ..linalg.rank_policy import RankPolicy
 from ..options import EXTRACT_OTHERS
 from .parts import ALL_LINEAR, Part, module_of, parts, select
 
@@ -55,7 +57,7 @@ class Extraction:
     """What the scan and the cuts found (no files yet).
 
     Args:
-        base, tuned (ModelFolder). targets (dict[str, Part]). policy (ExtractRank). others (list[Other]).
+        base, tuned (ModelFolder). targets (dict[str, Part]). policy (RankPolicy). others (list[Other]).
         others_policy (str | None). saved_modules (list[str]): modules_to_save.
         saved_tensors (dict[str, str]): tensor name in the adapter -> the fine-tune's tensor it holds (the
             same name, but for a tied head: ``lm_head.weight`` -> the token embedding).
@@ -65,7 +67,7 @@ class Extraction:
     base: ModelFolder
     tuned: ModelFolder
     targets: dict
-    policy: ExtractRank
+    policy: RankPolicy
     others: list
     others_policy: str | None
     seed: int = 0
@@ -98,7 +100,7 @@ def lora_difference(base_t: torch.Tensor, tuned_t: torch.Tensor, part: Part) -> 
     return D.T if part.transposed else D
 
 
-def compare(base: ModelFolder, tuned: ModelFolder, name: str) -> float | None:
+def relative_change(base: ModelFolder, tuned: ModelFolder, name: str) -> float | None:
     """None if tensor ``name`` holds the same values in both models, else ``||t - b|| / ||b||`` (float64;
     integer tensors too, by value).
 
@@ -148,7 +150,7 @@ def find_others(base: ModelFolder, tuned: ModelFolder, target_weights: set) -> l
         if b.shape != t.shape:
             out.append(Other(name, "resized", b.shape, t.shape))
             continue
-        rel = compare(base, tuned, name)
+        rel = relative_change(base, tuned, name)
         if rel is not None:
             out.append(Other(name, "changed", b.shape, t.shape, rel))
     out += [Other(n, "removed", base.info(n).shape, None) for n in base.in_file_order()
@@ -224,7 +226,7 @@ def open_extraction(base_path, tuned_path, *, rank: str, targets=(ALL_LINEAR,), 
         targets (Iterable[str]): module names (PEFT's suffix rule) or ``all-linear``.
         others (str | None): save | drop | None (refuse when anything differs). seed (int): sketch seed.
     """
-    policy = ExtractRank.parse(rank)
+    policy = RankPolicy.parse_extract(rank)
     if others not in (None, *OTHERS):
         raise UsageError(f"--others {others!r}: use save or drop")
     base = ModelFolder(base_path, "--base-model")
@@ -241,7 +243,7 @@ def open_extraction(base_path, tuned_path, *, rank: str, targets=(ALL_LINEAR,), 
         raise
 
 
-def _scan(base: ModelFolder, tuned: ModelFolder, policy: ExtractRank, targets, others, seed: int) -> Extraction:
+def _scan(base: ModelFolder, tuned: ModelFolder, policy: RankPolicy, targets, others, seed: int) -> Extraction:
     if base.model_type != tuned.model_type:
         raise ModelError(f"--tuned {tuned.path}: model_type {tuned.model_type!r} differs from the base's "
                          f"{base.model_type!r}; extract from a fine-tune of --base-model")

@@ -1,31 +1,33 @@
 """Writing ``vecmerge extract``'s PEFT folder: factors, saved modules, config, manifest and model card.
 
-The folder is built by ``safe_write.OutputTransaction`` (staged beside the target, fsynced, moved in
+The folder is built by ``outputs.transaction.OutputTransaction`` (staged beside the target, fsynced, moved in
 atomically; an existing ``--out`` is replaced only with ``--force`` and only if vecmerge wrote it).
-Each module's factors are rounded to ``dtype`` by ``export.prepare_modules`` as soon as the module is cut
+Each module's factors are rounded to ``dtype`` by ``peft.write.prepare_modules`` as soon as the module is cut
 and appended to a scratch file in the staging folder, so memory never holds more than one module; the
 safetensors file is then streamed from the scratch file and, for ``modules_to_save``, from the fine-tune.
 
 ``vecmerge.json`` (``kind: extract``) records both models' file hashes, the settings, every module's
 rank, method, total and dropped energy, kept share and relative error, every other differing tensor and
-what was done with it; ``vecmerge verify`` re-derives the output from it (``verify_model``).
+what was done with it (the common part through ``outputs.manifest``); ``vecmerge verify`` re-derives the
+output from it (``verify.models``).
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import shutil
 import time
 from pathlib import Path
 
-from .. import __version__
-from ..io.safetensors_read import DTYPE_CODES, ModelFolder, sha256_file
+from ..io.model_folder import ModelFolder
+from ..io.safetensors_read import DTYPE_CODES
 from ..io.safetensors_write import SafetensorsWriter, tensor_bytes
+from ..outputs.card import CARD_NAME, model_card
+from ..outputs.manifest import MANIFEST_NAME, adapter_files, finish, stamp, write_manifest
 from ..outputs.transaction import OutputPolicy, OutputTransaction
-from ..peft.adapter import ModuleSpec
 from ..peft.format import CONFIG_NAME, DTYPES, PREFIX, SAFETENSORS_NAME
-from ..peft.write import CARD_NAME, MANIFEST_NAME, build_config, jsonable, model_card, prepare_modules
+from ..peft.spec import ModuleSpec
+from ..peft.write import build_config, prepare_modules
 from .extract import Extraction, cut_all, open_extraction
 from .parts import ALL_LINEAR
 
@@ -88,10 +90,9 @@ def _config(ex: Extraction, fac: _Factors) -> dict:
 
 
 def manifest_for(ex: Extraction, fac: _Factors, settings: dict, seconds: float) -> dict:
-    """The ``vecmerge.json`` of an extraction (``output`` is added once the files exist)."""
+    """The ``vecmerge.json`` of an extraction (``outputs.manifest.finish`` closes it once the files exist)."""
     mods = {m: {**rec, "alpha": fac.written[m][1], "written_rank": fac.written[m][0]} for m, rec in ex.modules.items()}
-    return {"tool": "vecmerge", "kind": "extract", "vecmerge_version": __version__,
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    return {**stamp("extract"),
             "inputs": {"base": {"path": str(ex.base.path.resolve()), "files": ex.base.sha256s()},
                        "tuned": {"path": str(ex.tuned.path.resolve()), "files": ex.tuned.sha256s()}},
             "settings": settings, "figures": {**ex.figures(), "seconds": seconds}, "modules": mods,
@@ -159,11 +160,10 @@ def extract(base_model, tuned, out, *, rank: str, targets=(ALL_LINEAR,), others:
                 for name in ex.tuned.other_files():
                     if name in TOKENIZER_FILES:
                         shutil.copyfile(ex.tuned.path / name, tmp / name)
-            man["output"] = {"weights": SAFETENSORS_NAME, "sha256": sha256_file(tmp / SAFETENSORS_NAME),
-                             "config_sha256": sha256_file(tmp / CONFIG_NAME), "dtype": dtype,
-                             "modules": len(fac.written), "files": sorted(p.name for p in tmp.iterdir())
-                             + [MANIFEST_NAME, CARD_NAME]}
-            (tmp / MANIFEST_NAME).write_text(json.dumps(jsonable(man), indent=2, allow_nan=False) + "\n")
+            man = finish(man, {**adapter_files(tmp, SAFETENSORS_NAME, CONFIG_NAME), "dtype": dtype,
+                               "modules": len(fac.written), "files": sorted(p.name for p in tmp.iterdir())
+                               + [MANIFEST_NAME, CARD_NAME]})
+            write_manifest(tmp, man)
             # a local path is not a hub id: the card's front matter names no base model (as project's without
             # --base-model-id); the body names both folders
             (tmp / CARD_NAME).write_text(model_card(None, f"LoRA extracted from {ex.tuned.path.name}", card_body(man)))

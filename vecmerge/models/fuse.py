@@ -15,12 +15,13 @@ files (config, generation config, tokenizer, license; the base's README.md and v
 the adapter's hashes, every written weight shard's sha256 (other files are listed; verify compares them
 with the base's), and per module ``||D||`` and how far rounding moved the
 update: ``rounding_rel = ||fused - (W + D)|| / ||D||`` (in bf16 a small update next to a large weight
-loses much of itself: this says how much). Written atomically by ``safe_write.OutputTransaction``.
+loses much of itself: this says how much). Written atomically by ``outputs.transaction.OutputTransaction``;
+the adapter's tensors are read through ``Adapter`` (the one checked safetensors reader), the manifest's common
+part through ``outputs.manifest``.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import math
 import re
@@ -30,23 +31,15 @@ from pathlib import Path
 
 import torch
 
-from .. import __version__
-from ..errors import UsageError
-from ..io.safetensors_read import (
-    CONFIG,
-    DTYPE_CODES,
-    INDEX_NAME,
-    ST_DTYPES,
-    ModelError,
-    ModelFolder,
-    itemsize,
-    to_tensor,
-)
+from ..errors import ModelError, UsageError
+from ..io.model_folder import CONFIG, INDEX_NAME, ModelFolder
+from ..io.safetensors_read import DTYPE_CODES, ST_DTYPES, itemsize, to_tensor
 from ..io.safetensors_write import SafetensorsWriter, tensor_bytes, write_index
+from ..outputs.card import CARD_NAME, model_card
+from ..outputs.manifest import MANIFEST_NAME, finish, stamp, write_manifest
 from ..outputs.transaction import OutputPolicy, OutputTransaction
 from ..peft.adapter import Adapter
 from ..peft.format import DTYPES, PREFIX
-from ..peft.write import CARD_NAME, MANIFEST_NAME, jsonable, model_card
 from .extract import TIED_HEAD, tied_embedding
 
 BLOCK_BYTES = 64 << 20
@@ -122,12 +115,9 @@ def _saved_tensors(a: Adapter, base: ModelFolder) -> tuple[dict, list]:
                              "was trained on another model")
         out[name] = key
     if tied:
-        from safetensors import safe_open
-
-        with safe_open(str(a.weights_path), framework="pt") as f:
-            if emb not in out or not torch.equal(f.get_tensor(tied[0]), f.get_tensor(out[emb])):
-                raise ModelError(f"{a.weights_path}: saves a head {tied[0]} other than its embedding, but the base "
-                                 f"ties the head to {emb}; a fused model cannot hold both")
+        if emb not in out or not torch.equal(a.tensor(tied[0]), a.tensor(out[emb])):
+            raise ModelError(f"{a.weights_path}: saves a head {tied[0]} other than its embedding, but the base "
+                             f"ties the head to {emb}; a fused model cannot hold both")
     return out, tied
 
 
@@ -167,12 +157,13 @@ def fuse(adapter, base_model, out, *, dtype: str | None = None, force: bool = Fa
     base = ModelFolder(base_model)
     try:
         mods, saved = plan(a, base)
-        saved_src = _open_saved(a) if saved else None
+        if saved:
+            _check_saved_format(a)
         with OutputTransaction(policy) as txn:
             tmp = txn.folder(out)
-            man = _write(tmp, a, base, mods, saved, saved_src, dtype, progress)
+            man = _write(tmp, a, base, mods, saved, dtype, progress)
             man["figures"]["seconds"] = time.perf_counter() - t0
-            (tmp / MANIFEST_NAME).write_text(json.dumps(jsonable(man), indent=2, allow_nan=False) + "\n")
+            write_manifest(tmp, man)
             (tmp / CARD_NAME).write_text(model_card(None, f"{base.path.name} with {a.path.name} fused in",
                                                     card_body(man)))
             txn.commit()
@@ -187,12 +178,9 @@ def _piece(info, nbytes: int):
     return type(info)(info.name, info.dtype, (nbytes // itemsize(info.dtype),), info.file, 0, nbytes)
 
 
-def _open_saved(a: Adapter):
+def _check_saved_format(a: Adapter) -> None:
     if a.weights_path.suffix != ".safetensors":
         raise ModelError(f"{a.weights_path}: modules_to_save in a .bin adapter; save the adapter as safetensors")
-    from safetensors import safe_open
-
-    return safe_open(str(a.weights_path), framework="pt")
 
 
 def _out_code(code: str, dtype: str | None) -> str:
@@ -201,7 +189,7 @@ def _out_code(code: str, dtype: str | None) -> str:
     return DTYPE_CODES[DTYPES[dtype]]
 
 
-def _write(tmp: Path, a: Adapter, base: ModelFolder, mods: dict, saved: dict, saved_src, dtype, progress) -> dict:
+def _write(tmp: Path, a: Adapter, base: ModelFolder, mods: dict, saved: dict, dtype, progress) -> dict:
     files, modules = {}, {}
     copied = converted = 0
     total_size, wmap = 0, {}
@@ -224,7 +212,7 @@ def _write(tmp: Path, a: Adapter, base: ModelFolder, mods: dict, saved: dict, sa
                                   "rounding_rel": math.sqrt(e_sq / d_sq) if d_sq > 0 else math.sqrt(e_sq)}
                     w.write(n, fused)
                 elif n in saved:
-                    t = saved_src.get_tensor(saved[n])
+                    t = a.tensor(saved[n])
                     if tuple(t.shape) != tuple(info.shape):
                         raise ModelError(f"{a.weights_path}: saved {saved[n]} is {tuple(t.shape)}, the base's {n} is "
                                          f"{info.shape} (a resized vocabulary?); resize the base model's embeddings, "
@@ -250,17 +238,15 @@ def _write(tmp: Path, a: Adapter, base: ModelFolder, mods: dict, saved: dict, sa
     rel = [r["rounding_rel"] for r in modules.values()]
     d_all = sum(r["delta_norm"] ** 2 for r in modules.values())
     e_all = sum((r["rounding_rel"] * r["delta_norm"]) ** 2 for r in modules.values())
-    return {"tool": "vecmerge", "kind": "fuse", "vecmerge_version": __version__,
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "inputs": {"base": {"path": str(base.path.resolve()), "files": base.sha256s()},
+    body = {"inputs": {"base": {"path": str(base.path.resolve()), "files": base.sha256s()},
                        "adapter": {"path": str(a.path.resolve()), "sha256": a.sha256,
                                    "config_sha256": a.config_sha256}},
             "settings": {"dtype": dtype}, "modules": modules, "saved": {n: k for n, k in saved.items()},
             "figures": {"modules": len(modules), "saved": len(saved), "copied": copied, "converted": converted,
                         "tensors": len(base.tensors), "max_rounding_rel": max(rel, default=0.0),
-                        "rounding_rel": math.sqrt(e_all / d_all) if d_all > 0 else 0.0},
-            "output": {"files": files, "dtype": dtype, "copied_files": edits["copied"],
-                       "config_edits": edits["config_edits"]}}
+                        "rounding_rel": math.sqrt(e_all / d_all) if d_all > 0 else 0.0}}
+    return finish({**stamp("fuse"), **body}, {"files": files, "dtype": dtype, "copied_files": edits["copied"],
+                                              "config_edits": edits["config_edits"]})
 
 
 def _copy_others(tmp: Path, base: ModelFolder, dtype: str | None) -> dict:

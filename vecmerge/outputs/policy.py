@@ -35,14 +35,13 @@ from pathlib import Path
 
 from ..errors import OutputError, few
 from ..io.parse import ParseError, load_json
+from .manifest import MANIFEST_MAX_BYTES, MANIFEST_NAME, written_by_vecmerge
 
-MANIFEST_NAME = "vecmerge.json"
 DEMO_MARKER = ".vecmerge-demo"
 OWNER_MARKERS = (DEMO_MARKER,)
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", MANIFEST_NAME)
 MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
-MANIFEST_MAX_BYTES = 64 << 20
 SNIFF_BYTES = 1 << 16
 
 
@@ -225,7 +224,7 @@ def why_not_ours(folder: Path, expected_entries: Iterable[str] | None = None) ->
         data = load_json(manifest, max_bytes=MANIFEST_MAX_BYTES)
     except ParseError as e:
         return f"its {manifest_name} is not readable ({e.problem})"
-    if not isinstance(data, dict) or data.get("tool") != "vecmerge":
+    if not written_by_vecmerge(data):
         return f"its {manifest_name} was not written by vecmerge"
     if expected_entries is not None:
         extra = sorted(set(entries) - set(expected_entries))

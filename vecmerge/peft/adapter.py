@@ -3,34 +3,32 @@
 A module's update is ``scale * B @ A`` in the LoRA layout (B = ``lora_B`` (out, r), A = ``lora_A``
 (r, in)). Where the base weight is stored the other way round (``fan_in_fan_out``, and embedding
 LoRA whose ``lora_embedding_B @ lora_embedding_A`` is (dim, vocab)), ``ModuleSpec.transposed`` says
-so; the algebra does not care, ``weight_delta`` applies it. This is the only module that reads
-tensor files; the names and rules of the format live in ``peft_format``.
+so; the algebra does not care, ``weight_delta`` applies it. Tensors are read through the one checked
+safetensors reader (``io.safetensors_read.TensorFile``: the header checked on opening, ``load`` reading the
+file once into memory, hashed in the same pass); the names and rules of the format live in ``peft.format``,
+the content hash the ledger keys on in ``peft.content_hash``.
 
 Parameters adapted through ``target_parameters`` (PEFT's ``ParamWrapper``) are read as modules too: a
 2-D one (a router's ``weight``) as one module named after its module, a 3-D one (fused MoE experts)
 as one module per expert, ``<module>.<parameter>.<e>``, each ``scale * B_e @ A_e`` of shape (out, in)
 with the parameter's r and scale (``ModuleSpec.param``, ``expert``, ``experts``, ``holder``). Every
-expression, audit, method and rank cut then sees plain modules; ``export`` groups the experts back.
+expression, audit, method and rank cut then sees plain modules; ``peft.write.pack_params`` groups the
+experts back.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-import mmap
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from ..errors import AdapterError
+from ..errors import AdapterError, ModelError
+from ..io.hashing import sha256_file
 from ..io.parse import short
-from ..io.safetensors_read import ST_DTYPES, sha256_file
+from ..io.safetensors_read import TensorFile
 from ..linalg.lowrank import LowRank
+from .content_hash import content_sha256, weights_file
 from .format import (
     BIN_NAME,
     CONFIG_NAME,
@@ -48,97 +46,7 @@ from .format import (
     targeted,
     unwrap,
 )
-
-LOAD_CHUNK = 1 << 24  # bytes read (and hashed) at a time by Adapter.load
-HEADER_MAX = 100 << 20  # safetensors' own limit on a header's size
-
-
-def _read_buffer(size: int) -> np.ndarray:
-    """``size`` bytes to read a file into: an anonymous mapping with transparent huge pages where the kernel
-    offers them (a first touch of fresh memory costs a page fault per 4 KiB, which is most of the cost of
-    reading a file from the page cache), else plain memory; never zero-filled before the read."""
-    if size > 0 and hasattr(mmap, "MADV_HUGEPAGE"):
-        try:
-            m = mmap.mmap(-1, size)
-            m.madvise(mmap.MADV_HUGEPAGE)
-            return np.frombuffer(m, dtype=np.uint8)
-        except (OSError, ValueError):
-            pass
-    return np.empty(size, dtype=np.uint8)
-
-
-def content_sha256(weights_sha256: str, config_sha256: str) -> str:
-    """The content hash of an adapter: what the evidence ledger ties a score to.
-
-    ``sha256("weights <hex>\nconfig <hex>\n")`` over the sha256 of the weights file and of
-    ``adapter_config.json``: other weights, or the same weights under another config (scale, targets),
-    give another hash.
-    """
-    return hashlib.sha256(f"weights {weights_sha256}\nconfig {config_sha256}\n".encode()).hexdigest()
-
-
-def weights_file(folder: Path) -> Path | None:
-    """The adapter's weights file in ``folder`` (safetensors first, as PEFT loads it), or None."""
-    for name in (SAFETENSORS_NAME, BIN_NAME):
-        if (Path(folder) / name).is_file():
-            return Path(folder) / name
-    return None
-
-
-def folder_content_sha256(folder) -> str:
-    """``content_sha256`` of an adapter folder, read from its files without validating the LoRA.
-
-    Equal to ``Adapter(folder).content_sha256``; works for adapters vecmerge refuses to merge (DoRA,
-    modules_to_save), whose scores the ledger may still keep. Raises AdapterError when the config or
-    the weights file is missing.
-    """
-    folder = Path(folder)
-    weights = weights_file(folder)
-    if not (folder / CONFIG_NAME).is_file() or weights is None:
-        what = CONFIG_NAME if not (folder / CONFIG_NAME).is_file() else f"{SAFETENSORS_NAME} or {BIN_NAME}"
-        raise AdapterError(f"{folder}: no {what}, so its content sha256 (what evidence is tied to) cannot be "
-                           "computed; fix the path in vecmerge.yaml")
-    return content_sha256(sha256_file(weights), sha256_file(folder / CONFIG_NAME))
-
-
-@dataclass(frozen=True)
-class ModuleSpec:
-    """What a module is, without its tensors.
-
-    Args:
-        name (str): module path in the model, e.g. ``model.layers.0.self_attn.q_proj``; for an expert
-            ``<module>.<parameter>.<e>``, e.g. ``model.layers.0.mlp.experts.gate_up_proj.3``.
-        kind (str): ``linear``, ``embedding`` or ``expert`` (how it is stored).
-        shape (tuple[int, int]): (out, in) of ``B @ A``. rank (int): stored r (per expert). scale (float).
-        transposed (bool): the base weight holds ``(B @ A).T``.
-        dtype (str): fp32, fp16 or bf16. keys (tuple[str, str]): the file keys of A and B (an expert's
-            are its parameter's, shared by all its experts).
-        param (str | None): the ``nn.Parameter`` adapted through ``target_parameters`` (None: a module
-            adapted through ``target_modules``). holder (str | None): the module holding it.
-        expert (int | None): the expert index in a 3-D parameter. experts (int): E of that parameter.
-    """
-
-    name: str
-    kind: str
-    shape: tuple
-    rank: int
-    scale: float
-    transposed: bool
-    dtype: str
-    keys: tuple
-    param: str | None = None
-    expert: int | None = None
-    experts: int = 1
-    holder: str | None = None
-
-    @property
-    def weight_shape(self) -> tuple[int, int]:
-        return (self.shape[1], self.shape[0]) if self.transposed else self.shape
-
-    @property
-    def target(self) -> str:
-        """The name PEFT resolves r and alpha on: ``<module>.<parameter>`` for a wrapped parameter."""
-        return f"{self.holder}.{self.param}" if self.param else self.name
+from .spec import ModuleSpec
 
 
 class Adapter:
@@ -150,17 +58,17 @@ class Adapter:
             ``drop`` them (the result then carries none of them: they are not a LoRA update).
     """
 
-    def __init__(self, path, modules_to_save: str = "refuse"):
+    def __init__(self, path, modules_to_save: str = "refuse", dora: bool = False):
         self.path = Path(path)
         if not self.path.is_dir():
             raise AdapterError(f"{self.path}: no such adapter folder; check the path or the name in vecmerge.yaml")
-        self.config = LoraConfig.read(self.path / CONFIG_NAME)
+        self.config = LoraConfig.read(self.path / CONFIG_NAME, dora=dora)
+        self.magnitude_keys: dict[str, str] = {}  # DoRA: module -> its lora_magnitude_vector's key
         self.modules_to_save_policy = modules_to_save
         self.weights_path = self._find_weights()
-        self._tensors = self._open()
-        self._loaded = None  # (buffer, {key: header entry}, data start) once ``load`` read the file
-        self._st_header = None  # ({key: header entry}, data start), read on the first tensor read
-        saved = [k for k in self._tensors[0] if "modules_to_save" in k]
+        self._file, self._state = self._open()  # a checked safetensors file, or a .bin's tensors
+        self._experts = None  # (keys, A, B): the last wrapped parameter read whole from the file, for its experts
+        saved = [k for k in self.tensor_keys if "modules_to_save" in k]
         if (self.config.modules_to_save or saved) and modules_to_save != "drop":
             what = self.config.modules_to_save or sorted({k.split(".modules_to_save")[0] for k in saved})
             raise AdapterError(
@@ -192,16 +100,18 @@ class Adapter:
             return found
         raise AdapterError(f"{self.path}: no {SAFETENSORS_NAME} or {BIN_NAME}; copy the weights next to the config")
 
-    def _open(self):
+    def _open(self) -> tuple[TensorFile | None, dict | None]:
+        """``(TensorFile, None)`` for safetensors (its header checked, through ``io.safetensors_read``), or
+        ``(None, {key: tensor})`` for a ``.bin`` file (loaded with ``weights_only``)."""
         p = self.weights_path
+        if p.suffix == ".safetensors":
+            try:
+                return TensorFile(p, keep_open=False), None
+            except ModelError as e:
+                raise AdapterError(str(e)) from None
         try:
-            if p.suffix == ".safetensors":
-                from safetensors import safe_open
-
-                handle = safe_open(str(p), framework="pt")
-                return {k: handle.get_slice(k) for k in handle.keys()}, handle
             sd = torch.load(str(p), map_location="cpu", weights_only=True)
-        except Exception as e:  # safetensors raises its own types for truncated/corrupt headers
+        except Exception as e:  # torch raises many types for truncated or hostile pickles
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             if "Weights only load failed" in msg:
                 raise AdapterError(f"{p}: holds objects other than tensors, which vecmerge does not unpickle; "
@@ -214,22 +124,31 @@ class Adapter:
              for k, v in sd.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)), None)
         if bad:
             raise AdapterError(f"{p}: {bad}; save the adapter with PEFT's save_pretrained")
-        return sd, None
+        return None, sd
+
+    @property
+    def tensor_keys(self) -> list[str]:
+        """Every tensor name the weights file holds (sorted for safetensors, as stored for ``.bin``)."""
+        return sorted(self._file.tensors) if self._file is not None else list(self._state)
 
     def _shape(self, key) -> tuple:
-        t = self._tensors[0][key]
-        return tuple(t.get_shape()) if self._tensors[1] is not None else tuple(t.shape)
+        return tuple(self._file.tensors[key].shape) if self._file is not None else tuple(self._state[key].shape)
 
     def _dtype(self, key) -> str:
-        t = self._tensors[0][key]
-        if self._tensors[1] is None:
+        if self._file is None:
+            t = self._state[key]
             return STORED_DTYPES.get(t.dtype, str(t.dtype))
-        return SAFETENSORS_DTYPES.get(t.get_dtype(), t.get_dtype())
+        code = self._file.tensors[key].dtype
+        return SAFETENSORS_DTYPES.get(code, code)
 
     def _index(self) -> dict[str, ModuleSpec]:
         parts: dict[str, dict[str, str]] = {}
-        for key in self._tensors[0]:
+        for key in self.tensor_keys:
             m = KEY.match(key)
+            if m is None and self.config.use_dora and ".lora_magnitude_vector" in key:
+                mod = key.removeprefix(PREFIX).split(".lora_magnitude_vector")[0]
+                self.magnitude_keys[mod] = key
+                continue
             if m is None:
                 if self._is_saved_module(key):
                     self.saved_modules.append(key)  # refused in __init__ unless the policy is drop
@@ -266,7 +185,23 @@ class Adapter:
                 specs[holder] = self._spec(holder, levels[0][1])
         if not specs:
             raise AdapterError(f"{self.weights_path}: no LoRA tensors found; is this a LoRA adapter?")
+        if self.config.use_dora:
+            odd = [m for m, s in specs.items() if s.kind != "linear" or m not in self.magnitude_keys]
+            if odd:
+                raise AdapterError(f"{self.weights_path}: DoRA module(s) {', '.join(odd[:3])} are not linear layers "
+                                   "with a lora_magnitude_vector; vecmerge reads DoRA on linear layers only")
         return specs
+
+    def magnitude(self, module: str) -> torch.Tensor:
+        """A DoRA module's learned magnitude vector ``m`` (out,), float64 (AdapterError if absent or not finite)."""
+        key = self.magnitude_keys.get(module)
+        if key is None:
+            raise AdapterError(f"{self.weights_path}: module {module} has no lora_magnitude_vector")
+        v = self.tensor(key).to(torch.float64)
+        if v.shape != (self.specs[module].shape[0],) or not bool(torch.isfinite(v).all()):
+            raise AdapterError(f"{self.weights_path}: {key}: shape {tuple(v.shape)} or non-finite values; expected "
+                               f"({self.specs[module].shape[0]},) finite magnitudes, save the adapter again")
+        return v
 
     def _factor_shapes(self, where: str, entry: dict) -> tuple[tuple, tuple, str]:
         """lora_A and lora_B shapes and the stored dtype(s), validated: matrices agreeing on the rank."""
@@ -365,84 +300,35 @@ class Adapter:
         """Read the safetensors weights file into memory once, hashing it in the same pass (``sha256``).
 
         The tensors then come from these bytes, so the recorded sha256 is exactly that of what was merged
-        (a file replaced while vecmerge runs cannot slip in), and the file is read once, sequentially, in
-        16 MiB pieces while each piece is still in cache. A no-op for ``.bin`` files (already in memory).
+        (a file replaced while vecmerge runs cannot slip in: ``TensorFile.load``), and the file is read once,
+        sequentially, while each piece is still in cache. A no-op for ``.bin`` files (already in memory).
         """
-        if self._loaded is not None or self._tensors[1] is None:
+        if self._file is None or self._file.loaded:
             return
-        p = self.weights_path
-        size = p.stat().st_size
-        buf = _read_buffer(size)
-        view, h, pos = memoryview(buf), hashlib.sha256(), 0
-        # a second thread hashes each piece while the next one is read (hashlib releases the GIL)
-        with open(p, "rb") as f, ThreadPoolExecutor(1, thread_name_prefix="vecmerge-sha256") as pool:
-            hashed = None
-            while pos < size:
-                n = f.readinto(view[pos:pos + LOAD_CHUNK])
-                if not n:
-                    raise AdapterError(f"{p}: ended after {pos} of {size} bytes while being read; copy it again")
-                if hashed is not None:
-                    hashed.result()
-                hashed = pool.submit(h.update, view[pos:pos + n])
-                pos += n
-            if hashed is not None:
-                hashed.result()
-        n = int.from_bytes(bytes(buf[:8]), "little")
         try:
-            header = json.loads(bytes(buf[8:8 + n])) if 8 + n <= size else None
-        except (ValueError, RecursionError):
-            header = None
-        if not isinstance(header, dict) or set(header) - {"__metadata__"} != set(self._tensors[0]):
-            raise AdapterError(f"{p}: changed while being read (its header no longer matches); run again")
-        self._loaded = (buf, header, 8 + n)
-        self.__dict__["sha256"] = h.hexdigest()
+            self.__dict__["sha256"] = self._file.load()
+        except ModelError as e:
+            raise AdapterError(str(e)) from None
+        self._experts = None
 
-    def _header(self) -> tuple[dict, int]:
-        """``(header, data start)`` of the safetensors file, from ``load``'s bytes or read from the file once."""
-        if self._loaded is not None:
-            return self._loaded[1], self._loaded[2]
-        if self._st_header is None:
-            with open(self.weights_path, "rb") as f:
-                n = int.from_bytes(f.read(8), "little")
-                raw = f.read(n) if n <= HEADER_MAX else b""
-            try:
-                header = json.loads(raw)
-            except (ValueError, RecursionError):
-                header = None
-            if not isinstance(header, dict) or set(header) - {"__metadata__"} != set(self._tensors[0]):
-                raise AdapterError(f"{self.weights_path}: changed while being read (its header no longer matches); "
-                                   "run again")
-            self._st_header = (header, 8 + n)
-        return self._st_header
+    def tensor(self, key: str) -> torch.Tensor:
+        """One stored tensor by its file key: from ``load``'s bytes (shared), else read from the file (its own
+        memory; the file is not mapped, so memory holds only the tensors in use)."""
+        if self._file is None:
+            return self._state[key]
+        try:
+            return self._file.tensor(key)
+        except ModelError as e:
+            raise AdapterError(str(e)) from None
 
-    def _read(self, key) -> torch.Tensor:
-        """One stored tensor: from ``load``'s bytes, else read from the file (not mapped, so memory holds
-        only the tensors in use, never the pages of the whole file)."""
-        if self._tensors[1] is None:
-            return self._tensors[0][key]
-        header, start = self._header()
-        entry = header[key] if isinstance(header.get(key), dict) else {}
-        dtype, shape = ST_DTYPES.get(entry.get("dtype")), entry.get("shape")
-        lo, hi = (entry.get("data_offsets") or (0, -1))[:2]
-        n = math.prod(shape) if isinstance(shape, list) and all(isinstance(d, int) for d in shape) else -1
-        size = len(self._loaded[0]) if self._loaded is not None else self.weights_path.stat().st_size
-        if dtype is None or n < 0 or not 0 <= lo <= hi or start + hi > size or (hi - lo) != n * dtype.itemsize:
-            raise AdapterError(f"{self.weights_path}: {key}: its header entry changed while being read; run again")
-        if n == 0:
-            return torch.empty(shape, dtype=dtype)
-        off = start + lo
-        if self._loaded is None:
-            data = bytearray(hi - lo)
-            with open(self.weights_path, "rb", buffering=0) as f:
-                f.seek(off)
-                got = f.readinto(data)
-            if got != hi - lo:
-                raise AdapterError(f"{self.weights_path}: {key}: the file ended early; copy it again")
-            return torch.frombuffer(data, dtype=dtype).view(shape)
-        buf = self._loaded[0]
-        if off % dtype.itemsize:  # an unaligned tensor (allowed by the format): copy it out
-            return torch.frombuffer(bytearray(buf[off:off + hi - lo]), dtype=dtype).view(shape)
-        return torch.frombuffer(buf, dtype=dtype, count=n, offset=off).view(shape)
+    def _expert_factors(self, spec: ModuleSpec) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B_e, A_e)`` of an expert, views of its parameter's factors (read whole once for all its experts;
+        modules are read on worker threads, so the cache is replaced, never changed)."""
+        cached = self._experts
+        if cached is None or cached[0] != spec.keys:
+            cached = (spec.keys, self.tensor(spec.keys[0]), self.tensor(spec.keys[1]))
+            self._experts = cached
+        return expert_factors(cached[1], cached[2], spec.rank, spec.experts, spec.expert)
 
     def factors(self, module: str, device=None) -> LowRank:
         """Read one module as ``LowRank(lora_B, lora_A, scale)`` in its stored dtype, on ``device``.
@@ -452,10 +338,9 @@ class Adapter:
         spec = self.specs[module]
         try:
             if spec.kind == "expert":
-                B, A = expert_factors(self._tensors[0][spec.keys[0]], self._tensors[0][spec.keys[1]],
-                                      spec.rank, spec.experts, spec.expert)
+                B, A = self._expert_factors(spec)
             else:
-                A, B = self._read(spec.keys[0]), self._read(spec.keys[1])
+                A, B = self.tensor(spec.keys[0]), self.tensor(spec.keys[1])
         except Exception as e:
             raise AdapterError(f"{self.weights_path}: module {module}: cannot read tensors ({e}); "
                                "the file is truncated or corrupt, copy it again") from None

@@ -1,11 +1,12 @@
-"""Writing a PEFT LoRA folder, with its manifest (``vecmerge.json``) and model card.
+"""Writing a PEFT LoRA folder: the factors, ``adapter_config.json``, and the manifest and card it is given.
 
 Every module is written with its scale folded so that PEFT's own ``lora_alpha / r`` reproduces the
 update: ranks that differ from the default go through ``rank_pattern`` and ``alpha_pattern``, whose
 keys are checked to resolve (by PEFT's rule) to exactly the intended rank and alpha.
-``write_adapter`` fills a folder staged by ``safe_write.OutputTransaction``, which decides what may be
-replaced and moves every output of a run into place together (all or none); inputs are never opened
-for writing.
+``write_adapter`` fills a folder staged by ``outputs.transaction.OutputTransaction``, which decides what
+may be replaced and moves every output of a run into place together (all or none); inputs are never
+opened for writing. The manifest's common part and the model card's front matter come from
+``outputs.manifest`` and ``outputs.card``.
 
 Parameters adapted through ``target_parameters`` are written back in PEFT's layout: the experts of a
 3-D parameter stacked into one lora_A (E*r, in) and lora_B (out, r*E) under PEFT's nested wrapper
@@ -23,13 +24,13 @@ from pathlib import Path
 
 import torch
 
-from .. import __version__
 from ..errors import OutputError
-from ..io.parse import ParseError, load_json
-from ..io.safetensors_read import DTYPE_CODES, sha256_file
+from ..io.hashing import sha256_file
+from ..io.safetensors_read import DTYPE_CODES
 from ..io.safetensors_write import SafetensorsStream
 from ..linalg.lowrank import COMPUTE_DTYPE, LowRank
-from .adapter import ModuleSpec
+from ..outputs.card import CARD_NAME
+from ..outputs.manifest import MANIFEST_NAME, adapter_files, finish, write_manifest
 from .format import (
     CONFIG_NAME,
     DTYPES,
@@ -40,11 +41,9 @@ from .format import (
     stack_experts,
     wrapped_keys,
 )
+from .spec import ModuleSpec
 
-MANIFEST_NAME = "vecmerge.json"
-CARD_NAME = "README.md"
 OUTPUT_FILES = (CONFIG_NAME, SAFETENSORS_NAME, MANIFEST_NAME, CARD_NAME)  # all an output folder holds
-MANIFEST_MAX_BYTES = 64 << 20
 # Config keys copied from the template only when the module set is the template's own.
 _COVERAGE_KEYS = ("target_modules", "layers_to_transform", "layers_pattern", "exclude_modules")
 
@@ -117,35 +116,6 @@ def build_config(template: LoraConfig | None, specs: dict, ranks: dict, alphas: 
         if wrapped or raw.get("target_parameters"):
             raw["target_parameters"] = wrapped or None
     return raw
-
-
-def model_card(base_model: str | None, title: str, body: str) -> str:
-    """A Hugging Face model card with ``library_name: peft`` front matter.
-
-    ``base_model`` comes from an input's config (a stranger's text): anything but a plain model id is
-    written as a quoted YAML string, so a newline cannot add keys to the front matter; the title is
-    kept on one line.
-    """
-    front = ["---", "library_name: peft"]
-    if base_model:
-        front.append(f"base_model: {yaml_scalar(base_model)}")
-    front += ["tags:", "- lora", "- vecmerge", "---", ""]
-    title = re.sub(r"[\x00-\x1f\x7f]+", " ", title)
-    return "\n".join(front) + f"# {title}\n\n{body.rstrip()}\n"
-
-
-def yaml_scalar(text: str) -> str:
-    """``text`` as YAML: plain when it is a simple id (``Qwen/Qwen3-0.6B``), else a double-quoted string.
-
-    JSON's string syntax is YAML's double-quoted style, with every control character and quote escaped.
-    """
-    plain = re.fullmatch(r"[A-Za-z0-9_./][A-Za-z0-9_./+=@-]*", text)
-    if plain and text.lower() not in _YAML_WORDS and not re.fullmatch(r"[0-9._+eE-]+", text):
-        return text
-    return json.dumps(text)
-
-
-_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
 
 
 def prepare_modules(modules: dict, specs: dict, dtype: str = "fp32", keep_factors: tuple = ()):
@@ -268,7 +238,8 @@ def write_adapter(folder, written: dict, specs: dict, *, weights_sha256: str | N
         weights_sha256 (str | None): the sha256 of ``adapter_model.safetensors`` already streamed into
             ``folder`` (``weights_stream``); else ``tensors`` (dict[str, Tensor]) are written here.
         template (LoraConfig | None): config to start from (base model, task type, coverage).
-        manifest (dict): written as ``vecmerge.json`` with ``output`` (sha256s of the files, dtype) added.
+        manifest (dict): written as ``vecmerge.json``, closed by ``outputs.manifest.finish`` (``vecmerge_version``
+            and ``output``: the files' sha256s, the dtype, the module count).
         card (str): the README.md model card.
         dtype (str): the dtype the factors were rounded to (recorded in the manifest).
         same_modules (bool): the module set equals the template's (keep its target_modules).
@@ -285,38 +256,7 @@ def write_adapter(folder, written: dict, specs: dict, *, weights_sha256: str | N
     sha = weights_sha256 if weights_sha256 is not None else write_tensors(folder / SAFETENSORS_NAME, tensors)
     (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     (folder / CARD_NAME).write_text(card)
-    manifest = dict(manifest)
-    manifest["vecmerge_version"] = __version__
-    manifest["output"] = {"weights": SAFETENSORS_NAME, "sha256": sha,
-                          "config_sha256": sha256_file(folder / CONFIG_NAME),
-                          "card_sha256": sha256_file(folder / CARD_NAME), "dtype": dtype,
-                          "modules": len(written)}
-    (folder / MANIFEST_NAME).write_text(json.dumps(jsonable(manifest), indent=2, allow_nan=False) + "\n")
+    output = {**adapter_files(folder, SAFETENSORS_NAME, CONFIG_NAME, sha),
+              "card_sha256": sha256_file(folder / CARD_NAME), "dtype": dtype, "modules": len(written)}
+    write_manifest(folder, finish(manifest, output))
     return {"sha256": sha, "config": config}
-
-
-def jsonable(x):
-    """``x`` as strict JSON data: non-finite floats as null, keys and unknown objects (Paths) as strings."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, (str, int, bool)) or x is None:
-        return x
-    return str(x)
-
-
-def read_manifest(folder) -> dict:
-    """The ``vecmerge.json`` of an output folder, read strictly (no NaN, bounded size and depth)."""
-    p = Path(folder) / MANIFEST_NAME
-    if not Path(folder).is_dir():
-        raise OutputError(f"{folder}: no such folder; give the --out folder of a vecmerge command")
-    if not p.is_file():
-        raise OutputError(f"{folder}: no {MANIFEST_NAME}; was it written by vecmerge? "
-                          "use 'vecmerge verify --identities' for other adapters")
-    try:
-        return load_json(p, max_bytes=MANIFEST_MAX_BYTES)
-    except ParseError as e:
-        raise OutputError(f"{e} (the manifest was edited or truncated)") from None

@@ -22,18 +22,18 @@ import re
 from dataclasses import dataclass, field, replace
 
 from .. import methods
-from ..analysis.consensus import ConsensusResult, agreement_rows, decide
+from ..analysis.consensus import ConsensusResult, agreement_rows, apply_on_disagree
 from ..analysis.step import StepSize, choose_step
-from ..errors import RecipeError, few
+from ..errors import Problem, RecipeError, few
 from ..expr import parse
-from ..linalg.lowrank import check_magnitude
+from ..linalg.lowrank import LowRank, check_magnitude
 from ..linalg.subspace import InSpan, Subspace
 from ..linalg.threads import map_modules
 from ..methods.base import Method, ModuleOperands
 from ..peft.adapter import Adapter
 from ..recipe.recipe import Recipe
 from ..workspace.names import Workspace
-from ..workspace.taskvector import TaskVector, align
+from ..workspace.taskvector import TaskVector
 from .inputs import open_inputs
 
 BASES_BUDGET = 1 << 30  # bytes of float64 bases kept across modules (see evaluate)
@@ -138,8 +138,9 @@ def select(recipe: Recipe, names: list[str]) -> tuple[list[str], tuple, dict]:
     excl = re.compile(recipe.exclude) if recipe.exclude is not None else None
     selected = [m for m in names if (only is None or only.search(m)) and not (excl and excl.search(m))]
     if not selected:
-        flags = " and ".join(f"{k}={v!r}" for k, v in (("only", recipe.only), ("exclude", recipe.exclude)) if v)
-        raise RecipeError([f"{flags}: selects none of the {len(names)} modules ({few(names, 3)})"])
+        given = [(k, repr(v)) for k, v in (("only", recipe.only), ("exclude", recipe.exclude)) if v]
+        raise RecipeError([Problem(" and ".join("{" + k + "=}{}" for k, _ in given) + ": selects none of the {} "
+                                   "modules ({})", *(v for _, v in given), len(names), few(names, 3))])
     mult, used = {}, set()
     pats = [(re.compile(k), k, v) for k, v in (recipe.multipliers or {}).items()]
     for m in selected:
@@ -150,8 +151,8 @@ def select(recipe: Recipe, names: list[str]) -> tuple[list[str], tuple, dict]:
                 break
     unused = [k for _, k, _ in pats if k not in used]
     if unused:
-        raise RecipeError([f"multipliers.{k}: applies to none of the {len(selected)} selected modules (no match, "
-                           "or an earlier pattern matches first)" for k in unused])
+        raise RecipeError([Problem("{multipliers}.{}: applies to none of the {} selected modules (no match, or an "
+                                   "earlier pattern matches first)", k, len(selected)) for k in unused])
     keep = set(selected)
     return selected, tuple(m for m in names if m not in keep), mult
 
@@ -182,13 +183,12 @@ def evaluate_cores(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
     method = methods.get(recipe.method)
     forms = operand_forms(recipe, method)
     order = list(dict.fromkeys(n for form in forms.values() for n in form.names()))
-    ws, inputs = open_inputs(recipe, ws, order)
-    vecs = {name: ws.vector(name, recipe.modules_to_save) for name in order}
-    names = align(list(vecs.values()), list(vecs), recipe.allow_missing)
+    ws, inputs, opened = open_inputs(recipe, ws, order)
+    vecs, names = opened.vectors, opened.align(allow_missing=recipe.allow_missing)[1]
     selected, left_out, mult = select(recipe, names)
     if not method.stepped:
         names = selected  # a merge (or refactor) writes the selected modules only
-    missing = {n: [m for m in names if m not in v.modules] for n, v in vecs.items()}
+    missing = opened.missing(names)
     specs = {m: next(v.specs[m] for v in vecs.values() if m in v.specs) for m in names}
 
     # Keep every module's bases when they fit in BASES_BUDGET (saves forming them twice); else
@@ -248,7 +248,8 @@ def complete(ev: Evaluation, rows: list[dict] | None = None) -> Evaluation:
     sel = set(names) - set(ev.unselected)
     if recipe.consensus:
         c = recipe.consensus
-        consensus = decide(c.ref, rows if rows is not None else consensus_rows(ev), c.on_disagree, c.min_agree)
+        consensus = apply_on_disagree(c.ref, rows if rows is not None else consensus_rows(ev), c.on_disagree,
+                                      c.min_agree)
     drop = set(consensus.dropped if consensus else ())
     params = recipe.params
 
@@ -294,8 +295,9 @@ def method_params(ev: Evaluation) -> dict:
 def intended_core(ev: Evaluation, m: str, multiple: float):
     """``(intended_m, step_m)``: ``base_m + multiple * alpha_m * dir'_m`` and the step (None without one).
 
-    Without a step, the method's update times the module's multiplier: a core (InSpan), or a ``Dense``
-    matrix for a dense-space merge (formed here, one module at a time).
+    Without a step, the method's update times the module's multiplier: a core (InSpan), a ``Dense``
+    matrix for a dense-space merge (formed here, one module at a time), or factors (``LowRank``) for a
+    merge whose result lies outside the module's basis.
 
     Both are checked to lie in float64's safe range (``lowrank.check_magnitude``: NumericError otherwise).
 
@@ -306,8 +308,10 @@ def intended_core(ev: Evaluation, m: str, multiple: float):
         target = ev.method.module(module_operands(ev, m), method_params(ev))
         k = ev.multipliers.get(m, 1.0)
         target = target * k if k != 1.0 else target
-        check_magnitude(m, "the intended update", target.C if isinstance(target, InSpan) else target.D,
-                        "use smaller coefficients")
+        values = target.C if isinstance(target, InSpan) else target.D if hasattr(target, "D") else target.B
+        check_magnitude(m, "the intended update", values, "use smaller coefficients")
+        if isinstance(target, LowRank):
+            check_magnitude(m, "the intended update", target.A, "use smaller coefficients")
         return target, None
     step_m = ev.direction[m] * (ev.step.module_alpha[m] * multiple)
     check_magnitude(m, "the step (alpha * dir)", step_m.C, "use an --alpha (or --trust) of a sane size")

@@ -25,12 +25,6 @@ from ..errors import NumericError
 from ..linalg.lowrank import LowRank, f64
 from ..linalg.subspace import Subspace
 
-# What `vecmerge verify` accepts (see verify.py for why): the pipeline refuses to write an output that
-# its own figures say would fail these.
-TOLERANCES = {"fp32": {"update": 1e-5, "survival": 1e-4, "logits": 1e-4},
-              "fp16": {"update": 5e-3, "survival": 2e-2, "logits": 2e-2},
-              "bf16": {"update": 3e-2, "survival": 5e-2, "logits": 1e-1}}
-
 
 def check_figures(fig: dict) -> None:
     """NumericError naming the first module whose figures are not finite (a safety net: nothing passes on NaN)."""

@@ -4,7 +4,8 @@ The facts come from the workspace, the evidence ledger and this pipeline's own c
 from a second implementation:
 
     common base         each named adapter's declared base model (adapter_config.json; a local folder by its
-                        real path) and module shapes
+                        real path, a relative one read from the workspace too: ``base_model.declared_base``,
+                        the normaliser ``project``'s check uses) and module shapes
     common parent       ``Workspace.lineage`` (``parent:`` keys, vecmerge manifests) -> ``evidence.lineage``;
                         supporting figures: cos(X, Y) and ||X - Y|| / ||Y|| (factored, exact)
     stable backbone,    the ledger at ``Workspace.ledger_path``, current records only (each adapter's
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..analysis.consensus import summarize as summarize_consensus
 from ..errors import CheckFailed, RecipeError, UsageError, VecmergeError, shown
@@ -32,6 +32,7 @@ from ..evidence.gate_facts import gate_evidence
 from ..evidence.ledger import Ledger
 from ..expr import parse
 from ..recipe.recipe import Recipe
+from ..workspace.base_model import declared_base
 from ..workspace.lineage import relation
 from ..workspace.names import Workspace
 from .evaluation import Evaluation, complete, consensus_rows, evaluate_cores
@@ -76,11 +77,11 @@ class GateCheck:
     def passed(self) -> bool:
         return self.result.passed
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """What reports and manifests carry: the verdict, the step, the metric, the ledger and the rows."""
         return {"passed": self.passed, "backbone": self.backbone, "x": self.x, "y": self.y, "metric": self.metric,
                 "ledger": self.ledger, **({"env": self.env} if self.env and self.env.get("fields") else {}),
-                "rows": [r.as_dict() for r in self.result.rows]}
+                "rows": [r.to_dict() for r in self.result.rows]}
 
 
 def step_names(recipe: Recipe) -> tuple[str, str, str]:
@@ -122,20 +123,6 @@ def gate_metric(config: GateConfig, ws: Workspace, ledger: Ledger) -> str | None
     if known and metric not in known:
         raise UsageError(f"gate: metric {metric!r} has no records in {ledger.path}; known: {', '.join(known)}")
     return metric
-
-
-def declared_base(value: str | None) -> str | None:
-    """A declared base model as compared and shown: a local folder by its real path (relative to the current
-    folder when below it, so ``base`` and ``/abs/demo/base`` are one model), anything else (a hub id) as it is."""
-    if not value:
-        return None
-    if not isinstance(value, str) or not Path(value).exists():
-        return str(value)
-    real = Path(value).resolve()
-    try:
-        return str(real.relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(real)
 
 
 def shape_mismatches(adapters: dict) -> list[str]:
@@ -209,7 +196,8 @@ def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
                 trust = max(ev.step.realized(k)["global"] for k in multiples)
             except CheckFailed as e:  # the consensus decision: the gate's table shows why first
                 error = e
-    facts = GateFacts(backbone, x, y, base_models={n: declared_base(a.config.base_model) for n, a in adapters.items()},
+    base_models = {n: declared_base(a.config.base_model, (pinned.home,)) for n, a in adapters.items()}
+    facts = GateFacts(backbone, x, y, base_models=base_models,
                       shape_mismatches=mismatches, lineage=relation(x, y, parents, roots=roots),
                       closeness=closeness, consensus=consensus,
                       consensus_ref=recipe.consensus.ref if recipe.consensus else None, trust=trust, **evidence)

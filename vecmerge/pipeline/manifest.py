@@ -1,4 +1,4 @@
-"""``vecmerge.json`` and the model card of one output: the resolved recipe, its inputs, its figures.
+"""What a pipeline output's ``vecmerge.json`` and model card say: the resolved recipe, its inputs, its figures.
 
 The manifest is what makes an output re-derivable: ``vecmerge verify`` re-evaluates its ``recipe``
 from its pinned ``inputs`` and compares the result with the stored weights and these figures.
@@ -7,14 +7,18 @@ Local paths stay portable: ``workspace`` is the workspace folder relative to the
 every input path (and an input's declared base model, when it is a folder inside the workspace) is
 relative to that workspace (absolute only outside it), so the workspace can move or be shared with
 its outputs (``recipe.manifest_root`` reads them back).
+
+The parts every manifest shares (``tool``, ``created``, ``kind`` first; ``vecmerge_version`` and ``output``
+last), the file name, its schema and ``verify``'s tolerances are ``outputs.manifest``'s; this module builds
+the merge-specific middle.
 """
 
 from __future__ import annotations
 
-import datetime
 import os
 from pathlib import Path
 
+from ..outputs.manifest import stamp
 from .build import CUT_SEED, BuiltOutput
 from .evaluation import Evaluation
 
@@ -37,13 +41,14 @@ def _portable_base(name, home: Path):
 
 
 def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Path | None = None,
-                 gate: dict | None = None) -> dict:
-    """The ``vecmerge.json`` content for one output (``export.write_adapter`` adds ``output``).
+                 gate: dict | None = None, source: dict | None = None) -> dict:
+    """The ``vecmerge.json`` content for one output (``peft.write.write_adapter`` closes it with ``output``).
 
     Args:
         ev (Evaluation): the evaluated recipe. built (BuiltOutput): this output. path (str | None): its folder.
         home (Path | None): the workspace folder (``Workspace.home``); input paths are written relative to it.
-        gate (dict | None): the gate it passed (``GateCheck.as_dict``), kept as ``gate``.
+        gate (dict | None): the gate it passed (``GateCheck.to_dict``), kept as ``gate``.
+        source (dict | None): the configuration file the recipe came from (``merge --config``), kept as ``config``.
     """
     recipe = ev.recipe
     d = recipe.to_dict()
@@ -60,12 +65,13 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
         inputs = {n: {**i, "path": portable(i["path"], home), "base_model": _portable_base(i["base_model"], home)}
                   for n, i in inputs.items()}
     d["inputs"] = inputs
+    if d.get("base_model") is not None and home is not None:
+        d["base_model"] = portable(d["base_model"], Path(home).resolve())
     resolved = resolved_for(ev, built.multiple, built.figures["modules"])
     figures, modules = manifest_figures(built.figures)
-    return {"tool": "vecmerge", "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "kind": recipe.kind, "method": ev.method.name, **where, "recipe": d, "resolved": resolved,
+    return {**stamp(recipe.kind), "method": ev.method.name, **where, "recipe": d, "resolved": resolved,
             "inputs": inputs, "missing_modules": ev.missing, "figures": figures, "modules": modules,
-            **({} if gate is None else {"gate": gate})}
+            **({} if gate is None else {"gate": gate}), **({} if source is None else {"config": source})}
 
 
 MODULE_KEYS = ("rank", "exact_rank", "rel_error", "survival", "cut", "power_iters")
@@ -153,7 +159,7 @@ def card_body(manifest: dict) -> str:
 
 
 def gate_markdown(gate: dict) -> list[str]:
-    """The gate's table as markdown lines, for the model card (``GateCheck.as_dict``)."""
+    """The gate's table as markdown lines, for the model card (``GateCheck.to_dict``)."""
     def cell(text) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 

@@ -18,18 +18,21 @@ from pathlib import Path
 
 import torch
 
-from .. import __version__, methods
-from ..errors import CheckFailed, RecipeError, few, shown
+from .. import methods
+from ..errors import CheckFailed, Problem, RecipeError, few, shown
 from ..options import is_hub_id
+from ..outputs.card import model_card
+from ..outputs.manifest import MANIFEST_NAME, TOLERANCES
 from ..outputs.transaction import OutputTransaction
 from ..peft.format import DTYPES, SAFETENSORS_NAME, factor_keys
-from ..peft.write import MANIFEST_NAME, OUTPUT_FILES, model_card, weights_stream, write_adapter
+from ..peft.write import OUTPUT_FILES, weights_stream, write_adapter
 from ..recipe.recipe import Recipe
+from ..version import __version__
 from ..workspace.base_model import canonical, differ, mismatch_text
 from ..workspace.names import Workspace
 from .build import BuiltOutput, build_output
 from .evaluation import Evaluation, evaluate, operand_forms
-from .figures import TOLERANCES, module_figures
+from .figures import module_figures
 from .gate_check import GateCheck, GateFailed, check_gate
 from .inputs import output_plan, output_policy
 from .manifest import card_body, manifest_for
@@ -125,7 +128,7 @@ class RunReport:
         if ev.step is not None:
             d["step"] = self.step_dict()
         if self.gate is not None:
-            d["gate"] = self.gate.as_dict()
+            d["gate"] = self.gate.to_dict()
         if ev.selection() is not None:
             d["selection"] = ev.selection()
         if ev.multipliers:
@@ -141,7 +144,7 @@ class RunReport:
 def warnings_for(ev: Evaluation, built: BuiltOutput, roots=()) -> list[str]:
     """Plain-words warnings about one output: little of the step survived, dtype rounding, idle modules,
     a step far outside a trust region, an all-zero update, inputs of different base models (``roots``:
-    where their relative declared paths start, see ``basemodel.canonical``)."""
+    where their relative declared paths start, see ``workspace.base_model.canonical``)."""
     recipe, fig, st = ev.recipe, built.figures, ev.step
     out = []
     if "survival" in fig and fig["survival"] < SURVIVAL_WARN and st is None:
@@ -278,7 +281,7 @@ def _build(ev: Evaluation, ws: Workspace, multiple: float, path, progress, folde
     """One output built and checked: ``(BuiltOutput, OutputReport, weights sha256 | None)``.
 
     With ``folder`` (a staged output folder) the weights are streamed into it as the modules are made
-    (``export.weights_stream``; not for ``target_parameters`` adapters, whose tensors come back in
+    (``peft.write.weights_stream``; not for ``target_parameters`` adapters, whose tensors come back in
     ``BuiltOutput.tensors``). Raises CheckFailed for a lossless output that verify would refuse, or any
     warning under ``--strict``.
     """
@@ -309,13 +312,15 @@ def _build(ev: Evaluation, ws: Workspace, multiple: float, path, progress, folde
 
 
 def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, force: bool = False,
-        progress=None) -> RunReport:
+        progress=None, source: dict | None = None) -> RunReport:
     """Evaluate, gate, step, re-factor and (unless ``dry_run``) write every output.
 
     Args:
         recipe (Recipe): what to do. ws (Workspace | None): name resolution (default: cwd).
         dry_run (bool): compute the full report, write nothing. force (bool): replace outputs.
         progress: optional callable wrapping iterables (tqdm) for long loops.
+        source (dict | None): the file the recipe was translated from (``merge --config``: its format, path
+            and sha256), kept in each manifest as ``config``.
 
     Returns:
         RunReport; raises CheckFailed (exit 1) for a failed consensus gate or ``--strict``, and GateFailed
@@ -328,7 +333,7 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     policy = None
     if not dry_run:  # refuse a bad --out before any work: the commit checks every target again
         if any(p is None for _, p in plan):
-            raise RecipeError(["out: missing (where to write the adapter), or use --dry-run"])
+            raise RecipeError([Problem("{out}: missing (where to write the adapter), or use --dry-run")])
         names = list(dict.fromkeys(n for form in operand_forms(recipe, methods.get(recipe.method)).values()
                                    for n in form.names()))
         policy = output_policy(recipe, ws, names, force)
@@ -360,7 +365,8 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
         for multiple, path in plan:
             folder = txn.folder(path, expected_entries=OUTPUT_FILES)
             b, entry, sha = _build(ev, ws, multiple, path, progress, folder)
-            manifest = manifest_for(ev, b, entry.path, ws.home, gate=None if gate is None else gate.as_dict())
+            manifest = manifest_for(ev, b, entry.path, ws.home, gate=None if gate is None else gate.to_dict(),
+                                    source=source)
             title = recipe.name or Path(entry.path).name
             card = model_card(base_model if not notes else None, title, card_body(manifest))
             res = write_adapter(folder, b.written, ev.specs, weights_sha256=sha, tensors=b.tensors if sha is None

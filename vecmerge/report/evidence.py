@@ -138,7 +138,7 @@ def _p(p, holm) -> str:
 
 def render_subscores(s: dict) -> list[str]:
     """``compare``'s sub-score table, the grades, the undecided ones' reasons and the cost summary
-    (``SubScoreComparison.as_dict()``)."""
+    (``SubScoreComparison.to_dict()``)."""
     a, b, conf = s["a"], s["b"], f"{s['confidence']:.0%}"
     rows, notes = [], []
     for key, r in s["subscores"].items():
@@ -326,7 +326,7 @@ def render_gate(d: dict) -> str:
     """``vecmerge gate``: one row per condition with PASS / FAIL / UNKNOWN, the numbers, the threshold, its source.
 
     Args:
-        d (dict): ``pipeline.gate.GateCheck.as_dict()``.
+        d (dict): ``pipeline.gate.GateCheck.to_dict()``.
     """
     rows = [[r["condition"], r["status"], _wrap(_detail(r, d), 52), _wrap(r["threshold"], 36),
              _wrap(r["source"], 22)] for r in d["rows"]]
@@ -343,8 +343,8 @@ def plot_show(d: dict, f) -> None:
     Single runs are drawn as hollow points without a bar (one run has no spread). One panel per metric.
 
     Args:
-        d (dict): ``evidence.commands.show``'s result. f (BinaryIO): where the PNG goes (``safe_write.write_file``
-            stages it and moves it into place).
+        d (dict): ``evidence.operations.show``'s result. f (BinaryIO): where the PNG goes
+            (``outputs.transaction.write_file`` stages it and moves it into place).
     """
     try:
         import matplotlib

@@ -6,7 +6,7 @@ import json
 
 from tabulate import tabulate
 
-from ..peft.write import jsonable
+from ..outputs.manifest import jsonable
 
 
 def table(rows: list, headers: list, fmt: str = "simple") -> str:
@@ -17,7 +17,7 @@ def table(rows: list, headers: list, fmt: str = "simple") -> str:
 
 
 def to_json(obj) -> str:
-    """JSON with Paths and other objects stringified; NaN written as null (``export.jsonable``)."""
+    """JSON with Paths and other objects stringified; NaN written as null (``outputs.manifest.jsonable``)."""
     return json.dumps(jsonable(obj), indent=2, allow_nan=False)
 
 

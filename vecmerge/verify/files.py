@@ -5,7 +5,7 @@
   the one the manifest pins. Anything else fails by name: a later tool or person may load what sits
   beside the weights (``adapter_model.bin``, ``evil.py``).
 - ``figures``: every number of the manifest's ``figures`` and ``modules`` recomputed from the written
-  weights and the re-evaluated recipe (``verify.compare``): ranks, exact ranks, relative errors,
+  weights and the re-evaluated recipe (``output.rebuilt_figures``): ranks, exact ranks, relative errors,
   survival, residual, dtype effect. Within ``FIGURES_RTOL`` relative (``checks.close``; nothing passes
   on NaN); ranks exactly.
 - ``manifest``: every other field: ``tool``, ``kind``, ``method``, ``resolved`` (alpha, realized step,
@@ -25,59 +25,19 @@ import stat
 from pathlib import Path
 
 from ..errors import few
+from ..io.hashing import sha256_file
 from ..io.parse import short
-from ..io.safetensors_read import sha256_file
+from ..outputs.card import CARD_NAME
+from ..outputs.manifest import CONFIG_KEYS, MANIFEST_KEYS, MANIFEST_NAME, OPTIONAL_KEYS, OUTPUT_KEYS, jsonable
 from ..peft.adapter import Adapter
 from ..peft.format import SAFETENSORS_NAME
-from ..peft.write import CARD_NAME, MANIFEST_NAME, OUTPUT_FILES, jsonable
+from ..peft.write import OUTPUT_FILES
 from .checks import check, close
 
 FIGURES_RTOL = 1e-6  # recorded figures reproduce: same formulas on the same stored weights
 RESOLVED_RTOL = 1e-9  # alpha and the realized step are ratios of float64 norms: they reproduce to round-off
-MANIFEST_KEYS = ("tool", "created", "kind", "method", "recipe", "resolved", "inputs", "missing_modules", "figures",
-                 "modules", "vecmerge_version", "output")
-OPTIONAL_KEYS = ("workspace", "gate")  # where the inputs' relative paths start; the gate's table when one ran
-OUTPUT_KEYS = ("weights", "sha256", "config_sha256", "card_sha256", "dtype", "modules")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 SHOWN = 4  # differences named in a detail line
-
-
-def shape_problems(manifest) -> list[str]:
-    """Where ``manifest`` does not have the shape vecmerge writes (sections, per-module entries, hashes).
-
-    ``verify`` reads the manifest only once it has this shape, so an edit of a type is one clear line
-    (exit 2) and an edit of a value is a failed check, never a crash.
-    """
-    if not isinstance(manifest, dict):
-        return [f"is {short(manifest, 40)}, not a mapping"]
-    out = []
-    for key in ("recipe", "output", "resolved", "inputs", "missing_modules", "figures", "modules"):
-        if key in manifest and not isinstance(manifest[key], dict):
-            out.append(f"{key} is {short(manifest[key], 40)}, not a mapping")
-    for key in ("recipe", "output"):
-        if key not in manifest:
-            out.append(f"{key} is missing")
-    if not out and manifest["recipe"].get("inputs") is not None and not isinstance(manifest["recipe"]["inputs"], dict):
-        out.append(f"recipe.inputs is {short(manifest['recipe']['inputs'], 40)}, not a mapping")
-    if out:
-        return out
-    for section in ("modules", "inputs"):
-        out += [f"{section}[{short(k, 60)}] is {short(v, 40)}, not a mapping"
-                for k, v in manifest.get(section, {}).items() if not isinstance(v, dict)]
-    pins = [*((f"inputs.{n}", e) for n, e in manifest.get("inputs", {}).items()),
-            *((f"recipe.inputs.{n}", e) for n, e in (manifest["recipe"].get("inputs") or {}).items()
-              if isinstance(e, dict))]
-    out += [f"{where}.{k} is {short(e[k], 40)}, not a string" for where, e in pins if isinstance(e, dict)
-            for k in ("sha256", "config_sha256") if e.get(k) is not None and not isinstance(e[k], str)]
-    out += [f"output.{k} is {short(v, 40)}, not a string" for k, v in manifest["output"].items()
-            if k in ("weights", "sha256", "config_sha256", "card_sha256", "dtype") and not isinstance(v, str)]
-    res = manifest.get("resolved", {})
-    out += [f"resolved.{k} is {short(res[k], 40)}, not a list"
-            for k in ("dropped", "zeroed", "dropped_by_consensus", "zeroed_by_method")
-            if k in res and not isinstance(res[k], list)]
-    out += [f"resolved.{k} is {short(res[k], 40)}, not a mapping" for k in ("module_alpha", "realized")
-            if k in res and not isinstance(res[k], dict)]
-    return out
 
 
 def files_check(path: Path, manifest: dict) -> dict:
@@ -157,10 +117,23 @@ def manifest_check(manifest: dict, ev, out: Adapter | None, resolved: dict) -> d
             pinned = (manifest["recipe"].get("inputs") or {}).get(n)
             off += differences(pinned, copy[n], f"inputs.{n}") if pinned != copy[n] else []
     off += _output_fields(manifest.get("output"), recipe.dtype, out)
+    if "config" in manifest:
+        off += _config_fields(manifest["config"])
     return check("manifest", not off, "; ".join(off[:SHOWN]) + (f" and {len(off) - SHOWN} more" if len(off) > SHOWN
                                                                 else "") if off else
                  f"every field of {MANIFEST_NAME} (resolved, missing_modules, inputs, output) recomputes",
                  {"differing": off[:20]})
+
+
+def _config_fields(config) -> list[str]:
+    """Problems with the record of the configuration file a recipe was translated from (``merge --config``)."""
+    if not isinstance(config, dict):
+        return [f"config is {short(config, 40)}, not a mapping"]
+    off = [f"config.{k} is not a field vecmerge writes" for k in config if k not in CONFIG_KEYS]
+    off += [f"config.{k} is missing" for k in ("format", "path", "sha256") if k not in config]
+    if "sha256" in config and not (isinstance(config["sha256"], str) and _HEX64.fullmatch(config["sha256"])):
+        off.append(f"config.sha256 is {short(config['sha256'], 20)}, not a sha256")
+    return off
 
 
 def _output_fields(output, dtype: str, out: Adapter | None) -> list[str]:

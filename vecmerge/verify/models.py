@@ -8,7 +8,7 @@ re-read from both models (float64, LoRA layout) and ``W_m = scale * B @ A`` read
 - config: base_model_name_or_path, target_modules covering every module, modules_to_save equal to the
   recorded saved modules, fan_in_fan_out as the layouts need, no rsLoRA; each module's (r, alpha) as
   PEFT resolves it equal to the stored rank and recorded alpha; the key set equal to the manifest's;
-- update: ``| ||D_m - W_m|| / ||D_m|| - recorded rel_error | <= tol`` (``verify.TOLERANCES[dtype]
+- update: ``| ||D_m - W_m|| / ||D_m|| - recorded rel_error | <= tol`` (``outputs.manifest.TOLERANCES[dtype]
   ["update"]``: the recorded error is the cut's, before the factors were rounded to the output dtype);
 - saved: every saved tensor equal, bit for bit, to the fine-tune's;
 - others: the differing tensors outside the targets, listed again from both models, equal the
@@ -26,14 +26,16 @@ Fuse output OUT (``kind: fuse``), every tensor against the base and the adapter:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from ..errors import VecmergeError, few
-from ..io.safetensors_read import CONFIG, ModelFolder, to_tensor
-from ..peft.adapter import Adapter, sha256_file
+from ..io.hashing import sha256_file
+from ..io.model_folder import CONFIG, ModelFolder
+from ..io.parse import ParseError, load_json
+from ..io.safetensors_read import to_tensor
+from ..peft.adapter import Adapter
 from ..peft.format import CONFIG_NAME, PREFIX, targeted
 from .checks import check, result, within
 
@@ -133,20 +135,17 @@ def _extract_update(out: Adapter, base: ModelFolder, tuned: ModelFolder, man: di
 
 
 def _extract_saved(out: Adapter, tuned: ModelFolder, man: dict) -> dict:
-    from safetensors import safe_open
-
     bad = []
     names = (man.get("others") or {}).get("saved_tensors") or {}
-    with safe_open(str(out.weights_path), framework="pt") as f:
-        keys = set(f.keys())
-        for n, src in names.items():
-            if PREFIX + n not in keys or src not in tuned.tensors:
-                bad.append(n)
-                continue
-            info = tuned.info(src)
-            want = to_tensor(tuned.files[info.file].read_bytes(info, False), info)
-            if not torch.equal(f.get_tensor(PREFIX + n), want):
-                bad.append(n)
+    keys = set(out.tensor_keys)
+    for n, src in names.items():
+        if PREFIX + n not in keys or src not in tuned.tensors:
+            bad.append(n)
+            continue
+        info = tuned.info(src)
+        want = to_tensor(tuned.files[info.file].read_bytes(info, False), info)
+        if not torch.equal(out.tensor(PREFIX + n), want):
+            bad.append(n)
     return check("saved", not bad, f"{few(bad)} differ from the fine-tune's tensors" if bad else
                  f"{len(names)} saved tensors equal the fine-tune's bit for bit", {"bad_modules": bad})
 
@@ -237,9 +236,6 @@ def verify_fuse(path: Path, man: dict, tol: dict, progress=None) -> dict:
     mods = {r["tensor"]: m for m, r in (man.get("modules") or {}).items()}
     saved = man.get("saved") or {}
     ulps, bad, order = {}, [], outm.in_file_order()
-    from safetensors import safe_open
-
-    src = safe_open(str(a.weights_path), framework="pt") if saved else None
     if set(outm.tensors) != set(base.tensors):
         bad.append(f"tensor names differ from the base's: {few(sorted(set(outm.tensors) ^ set(base.tensors)))}")
     for n in progress(order) if progress else order:
@@ -253,7 +249,7 @@ def verify_fuse(path: Path, man: dict, tol: dict, progress=None) -> dict:
             if not within(ulps[m], 1.0):
                 bad.append(f"{n}: {ulps[m]:.3g} ulp from W + D")
         elif n in saved:
-            if not torch.equal(got, src.get_tensor(saved[n]).to(got.dtype)):
+            if not torch.equal(got, a.tensor(saved[n]).to(got.dtype)):
                 bad.append(f"{n}: not the adapter's saved tensor")
         else:
             b = base.read(n)
@@ -283,7 +279,11 @@ def _fuse_files(path: Path, base: ModelFolder, man: dict) -> dict:
         if not (path / name).is_file():
             bad.append(f"{name}: missing")
         elif name == CONFIG and edits:
-            cfg = json.loads((path / name).read_text())
+            try:
+                cfg = load_json(path / name)
+            except ParseError as e:
+                bad.append(f"{name}: not readable ({e.problem})")
+                continue
             want = {**base.config, **{k: v[1] for k, v in edits.items()}}
             if cfg != want:
                 bad.append(f"{name}: differs from the base's beyond the dtype edit")

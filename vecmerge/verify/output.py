@@ -13,7 +13,8 @@ from the inputs in factored float64 (``pipeline.intended``, through the recipe's
 - update: ``||W_m - I_m|| / ||I_m|| <= TOLERANCES[dtype]["update"]``; a rank-cut output (rank not
   ``exact``) instead reproduces its recorded per-module error within that tolerance;
 - step: ``survival = sum_m <W_m - base_m, step_m> / ||step||^2`` within ``TOLERANCES[dtype]["survival"]``
-  of 1 (of the recorded value for a rank-cut output); it fails when no module could be compared;
+  of 1 (of the recorded value for a rank-cut output); it fails when no module could be compared
+  (both in ``update.compare_to_recomputed``);
 - files, figures, manifest (``verify_manifest``): the folder holds only what vecmerge writes and the
   model card as pinned; every figure and field of the manifest recomputes (``FIGURES_RTOL``), so an
   edited ``figures.dtype_effect``, ``modules[m].survival`` or ``resolved.realized`` fails by name.
@@ -34,29 +35,24 @@ through ``pipeline.evaluate`` and the very method object the output's recipe nam
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 from ..errors import OutputError, UsageError, VecmergeError, few, shown
-from ..linalg.dense import Dense
-from ..linalg.lowrank import LowRank
-from ..linalg.subspace import InSpan
-from ..linalg.threads import map_modules
+from ..outputs.manifest import TOLERANCES, read_manifest, shape_problems
 from ..peft.adapter import Adapter
 from ..peft.format import CONFIG_NAME, LoraConfig
-from ..peft.write import read_manifest
 from ..pipeline import evaluate
 from ..pipeline.build import build_output
-from ..pipeline.evaluation import intended_core
-from ..pipeline.figures import TOLERANCES
 from ..pipeline.manifest import manifest_figures, merge_formula, resolved_for
-from ..recipe.recipe import Recipe, manifest_root, with_absolute_inputs
+from ..recipe.load import manifest_root, with_absolute_inputs
+from ..recipe.recipe import Recipe
 from ..workspace.base_model import folder_is, model_folder_problem
 from ..workspace.names import Workspace
 from .adapter import config_checks, identity_checks, open_output
-from .checks import check, close, not_run, result, within
-from .files import figures_check, files_check, manifest_check, shape_problems
+from .checks import check, close, not_run, result
+from .files import figures_check, files_check, manifest_check
 from .peft_load import peft_checks
+from .update import compare_to_recomputed
 
 ALPHA_RTOL = 1e-9       # alpha is a ratio of float64 norms: reproduces to round-off
 
@@ -79,7 +75,8 @@ def input_check(manifest: dict) -> dict:
             continue
         p = Path(entry["path"]).resolve()
         try:
-            a = Adapter(p, modules_to_save=manifest["recipe"].get("modules_to_save", "refuse"))
+            a = Adapter(p, modules_to_save=manifest["recipe"].get("modules_to_save", "refuse"),
+                        dora=manifest["recipe"].get("base_model") is not None)  # DoRA inputs read against it
         except VecmergeError as e:
             problems.append(f"input {name} is missing or unreadable: {e}")
             continue
@@ -137,132 +134,6 @@ def recompute(manifest: dict, root: Path, progress=None) -> tuple[dict, dict]:
                         f"{what} as recorded (rel {ALPHA_RTOL:g})", figs)
 
 
-# -- the written update against the recomputed one ------------------------------------------------
-def _inner(W: LowRank, target) -> float:
-    """``<W, target>`` for a LowRank or Dense target."""
-    return target.inner(W) if isinstance(target, Dense) else W.inner(target)
-
-
-def _distance(W: LowRank, target) -> float:
-    """``||W - target||_F`` for a LowRank or Dense target."""
-    return target.distance(W) if isinstance(target, Dense) else (W - target).norm()
-
-
-def _scale_hint(W: LowRank, target, tol: float) -> float | None:
-    """``c`` when ``W = c * target`` within ``tol`` (a changed scale), else None."""
-    tn = target.norm()
-    if tn == 0.0:
-        return None
-    c = _inner(W, target) / (tn * tn)
-    return c if c != 0.0 and _distance(W * (1.0 / c), target) <= tol * tn else None
-
-
-def compare(out: Adapter, ev, manifest: dict, tol: dict, progress=None, keep_expected: bool = True
-            ) -> tuple[list[dict], dict | None]:
-    """Per module ``||W_m - I_m|| / ||I_m||`` and the step's survival; returns (checks, {m: I_m} or None).
-
-    A dense-space merge's ``I_m`` is a dense matrix: formed, compared and released one module at a time
-    (kept only with ``keep_expected``, for the PEFT checks of a lossless output).
-
-    Args:
-        out (Adapter): the written output. ev (Evaluation): the manifest's recipe re-evaluated.
-        manifest (dict): vecmerge.json. tol (dict): ``TOLERANCES[dtype]``.
-        keep_expected (bool): return every module's recomputed update.
-    """
-    recipe = ev.recipe
-    cut = not recipe.rank_policy.lossless
-    rec = manifest.get("modules") or {}
-    base = ev.operands.get("base")
-    rows, expected, shape_bad, hints = {}, {}, [], {}
-    err_sq = tgt_sq = step_sq = moved = 0.0
-    tu = tol["update"]
-
-    def off(m, r):
-        if not cut:
-            return not within(r["rel_error"], tu)
-        want = rec.get(m, {}).get("rel_error")
-        return not isinstance(want, (int, float)) or not within(abs(r["rel_error"] - want), tu)
-
-    def one(m: str) -> dict:
-        """Module m measured alone (worker threads): its figures, or why it could not be compared."""
-        core, step_core = intended_core(ev, m, recipe.multiple)  # norms and <base, step> from the cores
-        target = core.lowrank() if isinstance(core, InSpan) else core
-        step_m = None if step_core is None else step_core.lowrank()
-        if isinstance(core, InSpan):
-            core.space.release()  # the lifts above formed full-size arrays: one module's at a time
-        got = {"target": target if keep_expected else None}
-        if m not in out.specs:
-            return {**got, "bad": f"{m}: recomputed but not written"}
-        if out.specs[m].shape != target.shape:
-            return {**got, "bad": f"{m}: {out.specs[m].shape} written, {target.shape} expected"}
-        try:
-            W = out.factors(m)
-        except VecmergeError:
-            return {**got, "bad": f"{m}: unreadable or non-finite factors"}  # also reported by the finite check
-        err, tn = _distance(W, target), core.norm()
-        got.update(err=err, tn=tn, row={"rel_error": err / tn if tn > 0 else err})
-        if off(m, got["row"]):
-            got["hint"] = _scale_hint(W, target, tu)
-        if step_m is not None:  # <W - base, step> = <W, step> - <base, step> (the latter from the cores)
-            sn = step_core.norm()
-            got.update(sn=sn, mv=W.inner(step_m) - base[m].inner(step_core))
-        return got
-
-    for m, got in map_modules(one, list(ev.names), progress).items():  # summed in module order
-        if keep_expected:
-            expected[m] = got["target"]
-        if "bad" in got:
-            shape_bad.append(got["bad"])
-            continue
-        err, tn = got["err"], got["tn"]
-        err_sq, tgt_sq = err_sq + err * err, tgt_sq + tn * tn
-        rows[m] = got["row"]
-        if "hint" in got:
-            hints[m] = got["hint"]
-        if "sn" in got:
-            sn, mv = got["sn"], got["mv"]
-            step_sq, moved = step_sq + sn * sn, moved + mv
-    bad = list(hints)
-    worst = max(rows, key=lambda m: rows[m]["rel_error"], default=None)
-    figs = {"max_rel_error": rows[worst]["rel_error"] if worst else None, "worst_module": worst,
-            "rel_error": math.sqrt(err_sq / tgt_sq) if tgt_sq > 0 else math.sqrt(err_sq), "tolerance": tu,
-            "compared_to": "recorded rank-cut error" if cut else "recomputed update"}
-    if bad or shape_bad:
-        m0 = bad[0] if bad else None
-        detail = few(shape_bad, 3, "; ") if shape_bad else (
-            f"{len(bad)}/{len(rows)} modules differ from the recomputed update, e.g. {m0}: relative error "
-            f"{rows[m0]['rel_error']:.3e} > {tu:g}" + (f" (recorded {rec.get(m0, {}).get('rel_error')!r})" if cut
-                                                        else ""))
-        scaled = f"scaled by {few(sorted({f'{h:.6g}' for h in hints.values() if h is not None}))}"
-        config_changed = out.config_sha256 != (manifest.get("output") or {}).get("config_sha256")
-        if bad and config_changed and all(h is not None for h in hints.values()):
-            detail += (f"; the update is {scaled}: the scale PEFT applies (lora_alpha, r, alpha_pattern in "
-                       f"{CONFIG_NAME}) changed")
-        elif bad:
-            detail += (f"; tensors of {few(bad)} in {out.weights_path.name} do not hold the recomputed factors"
-                       + (f" ({scaled})" if all(h is not None for h in hints.values()) else ""))
-        checks = [check("update", False, detail, {**figs, "bad_modules": bad})]
-    else:
-        checks = [check("update", True, f"every module within {tu:g} of the "
-                        + ("recorded rank-cut error" if cut else "recomputed update (relative Frobenius)"), figs)]
-    if ev.step is not None and not rows:  # every module unreadable or misshapen: nothing to measure the step on
-        checks.append(check("step", False, f"no module was compared ({len(shape_bad)} could not be): the step's "
-                            "survival is not measured", {"survival": None, "residual": None,
-                                                         "tolerance": tol["survival"], "step_norm": None}))
-    elif ev.step is not None:
-        surv = moved / step_sq if step_sq > 0 else 1.0
-        want = (manifest.get("figures") or {}).get("survival") if cut else 1.0
-        if isinstance(want, bool) or not isinstance(want, (int, float)):
-            want = math.nan  # an edited or removed figure: the check fails (and 'figures' names it)
-        ts = tol["survival"]
-        resid = math.sqrt(err_sq / step_sq) if step_sq > 0 else 0.0
-        checks.append(check("step", within(abs(surv - want), ts),
-                            f"survival {surv:.8f} (||W - I|| / ||step|| = {resid:.3e}), expected {want:.8f} "
-                            f"within {ts:g}", {"survival": surv, "residual": resid, "tolerance": ts,
-                                               "step_norm": math.sqrt(step_sq)}))
-    return checks, expected if keep_expected else None
-
-
 def rebuilt_figures(ev) -> dict:
     """``{"figures", "modules"}`` as the pipeline writes them into the manifest, rebuilt from the recomputed
     recipe (the same cut and rounding, so every key is accounted for: merges, experts, cuts). Each module's
@@ -279,7 +150,7 @@ def _discard(module: str, tensors: dict) -> None:
 def base_model_check(base_model: Path, out: Adapter | None, manifest: dict, allow: bool = False,
                      aliases: dict | None = None, root: Path | None = None) -> dict:
     """``--base-model`` is the model the output declares: the output's ``base_model_name_or_path``, or
-    the base model one of its inputs declares (``basemodel.folder_is``).
+    the base model one of its inputs declares (``workspace.base_model.folder_is``).
 
     Args:
         base_model (Path): the local model folder given. out (Adapter | None): the output, opened.
@@ -363,14 +234,15 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
     else:
         base_cfg = None
         if ev is not None:
-            base_cfg = LoraConfig.read(Path(ev.inputs[ev.base_name].path) / CONFIG_NAME)
+            base_cfg = LoraConfig.read(Path(ev.inputs[ev.base_name].path) / CONFIG_NAME,
+                                       dora=ev.recipe.base_model is not None)
             if ev.recipe.base_model_id:  # the output names the base model by this hub id
                 base_cfg = dataclasses.replace(base_cfg, base_model=ev.recipe.base_model_id)
         checks += config_checks(out, manifest, base_cfg)
         if ev is not None:
             keep = base_model is not None and ev.recipe.rank_policy.lossless
             try:
-                more, expected = compare(out, ev, manifest, tol, progress, keep_expected=keep)
+                more, expected = compare_to_recomputed(out, ev, manifest, tol, progress, keep_expected=keep)
                 more.append(figures_check(manifest, rebuilt_figures(ev)))
             except VecmergeError as e:  # the recomputation leaves float64's range (an edited trust, alpha...)
                 more = [check("update", False, f"the recipe does not recompute: {e}"),

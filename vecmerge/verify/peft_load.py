@@ -12,7 +12,7 @@ formed densely only here):
   for an exact output also against ``W_m + E_m``, within ``LOGITS_RTOL + TOLERANCES[dtype]["logits"]
   * effect``, where effect is how far the adapter moves the logits (``max|l - l_base| / max|l|``):
   the written factors are E rounded to the output dtype, and that rounding reaches the logits as a
-  share of the adapter's own effect (see ``verify.TOLERANCES``);
+  share of the adapter's own effect (see ``outputs.manifest.TOLERANCES``);
 - merge round trip: ``merge_and_unload`` leaves ``W_m + D_m``: ``||merged - (W + D)|| / ||W + D||
   <= MERGE_RTOL`` (1e-6: float32 rounding of the sum, u = 6e-8).
 
@@ -183,7 +183,7 @@ def peft_checks(path: Path, out: Adapter, base_model: Path, expected: dict | Non
         path (Path): the output folder. out (Adapter): it, opened. base_model (Path): a local
             ``transformers`` model folder. expected (dict[str, LowRank] | None): the recomputed
             intended update per module (None for a rank-cut output or when it could not be recomputed).
-        tol (dict): ``verify.TOLERANCES[dtype]``. progress: optional iterable wrapper.
+        tol (dict): ``outputs.manifest.TOLERANCES[dtype]``. progress: optional iterable wrapper.
     """
     try:
         model, caught = _load(base_model, path)

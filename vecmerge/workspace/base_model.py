@@ -5,9 +5,13 @@ PEFT records the model an adapter was trained on in ``adapter_config.json`` as
 different models can have equal shapes (a Llama and a Mistral of one size), so shapes alone do not
 show that a sum of them means anything; the declared names must agree too:
 
-- ``canonical(name)``: a local folder becomes its resolved absolute path (an absolute path, or a
-  relative one that exists from the current directory); anything else is the text itself, trailing
-  ``/`` removed. Two names are the same base model when their canonical forms are equal;
+- ``canonical(name, roots)``: the one normaliser. A local folder becomes its resolved absolute path (an
+  absolute path, or a relative one that exists from the current directory or, failing that, from one of
+  ``roots``: the workspace); anything else is the text itself, trailing ``/`` removed. Two names are the
+  same base model when their canonical forms are equal (``project``'s check and the gate's common-base
+  row alike);
+- ``declared_base(name, roots)``: the canonical form as the gate and ``ls`` show it (a folder relative to
+  the current one when it lies below it);
 - ``same_base_model``: refuses adapters whose declared base models differ (``AlignmentError``,
   naming both), unless the user allows it (``--allow-base-mismatch``, recorded in the manifest);
 - ``model_folder_problem``: what keeps a folder from being a transformers model (``verify --base-model``);
@@ -44,6 +48,22 @@ def canonical(name, roots=()) -> str | None:
         if (Path(root) / path).is_dir():
             return str((Path(root) / path).resolve())
     return text.rstrip("/") or text
+
+
+def declared_base(name, roots=()) -> str | None:
+    """A declared base model as compared and shown: ``canonical(name, roots)``, a local folder relative to the
+    current folder when it lies below it (so ``base``, ``./base`` and ``/abs/demo/base`` show as one model).
+
+    Args:
+        name (str | None): ``base_model_name_or_path`` as declared. roots (iterable[Path]): as ``canonical``.
+    """
+    key = canonical(name, roots)
+    if key is None or not Path(key).is_absolute():
+        return key
+    try:
+        return str(Path(key).relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return key
 
 
 def same_base_model(adapters: dict, allow: bool = False, roots=()) -> dict[str, str | None]:

@@ -61,7 +61,7 @@ class Relation:
         """True when one lineage joins them (same, descends, or a common ancestor)."""
         return self.kind in ("same", "x_descends_from_y", "y_descends_from_x", "common_ancestor")
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {"x": self.x, "y": self.y, "kind": self.kind, "ancestor": self.ancestor, "related": self.related,
                 "x_chain": list(self.x_chain), "y_chain": list(self.y_chain), "text": self.text}
 

@@ -23,7 +23,6 @@ an independent training of NAME's configuration: NAME and its replicates are one
 from __future__ import annotations
 
 import copy
-import json
 import re
 from pathlib import Path
 
@@ -32,14 +31,15 @@ from ..expr import NAME_RE, LinearForm, parse
 from ..io.parse import ParseError, load_yaml, safe_path, short
 from ..linalg.lowrank import resolve_device
 from ..options import is_hub_id
-from ..peft.adapter import Adapter, folder_content_sha256
+from ..outputs.manifest import read_manifest
+from ..peft.adapter import Adapter
+from ..peft.content_hash import folder_content_sha256
 from .lineage import chain
 from .taskvector import TaskVector, linear_combination
 
 WORKSPACE_NAME = "vecmerge.yaml"
 WORKSPACE_MAX_BYTES = 1 << 20
 LEDGER_NAME = "vecmerge-evidence.db"
-MANIFEST_NAME = "vecmerge.json"
 _KEYS = ("adapters", "base_model", "base_model_id", "evidence", "metric", "gate")
 _ENTRY_KEYS = ("path", "parent", "replicate_of")
 UNREADABLE = "unreadable"  # current_shas' value for an entry whose files cannot be hashed
@@ -72,6 +72,14 @@ class Workspace:
             self._load(Path(path))
         self._open: dict[tuple, Adapter] = {}
         self._sha: dict[str, str | None] = {}
+        self.dora_base: Path | None = None  # the base model DoRA inputs are read against (a recipe's base_model)
+
+    def with_dora_base(self, base) -> Workspace:
+        """A copy that reads DoRA adapters as their effective update against the base model folder ``base``."""
+        ws = copy.copy(self)
+        ws.dora_base = Path(base).resolve() if base is not None else None
+        ws._open = {}
+        return ws
 
     def with_inputs(self, inputs: dict) -> Workspace:
         """A copy in which the names of ``inputs`` ({name: path}) resolve to those paths (a recipe's pins)."""
@@ -225,10 +233,10 @@ class Workspace:
         except ExpressionError:
             return None
         try:
-            manifest = json.loads((folder / MANIFEST_NAME).read_text())
+            manifest = read_manifest(folder)  # bounded and strict: a stranger may have written it
             base = manifest["recipe"]["base"]
             form = parse(str(base))
-        except (OSError, ValueError, KeyError, TypeError, ExpressionError):
+        except (VecmergeError, KeyError, TypeError):
             return None
         names = form.names()
         return names[0] if len(names) == 1 and form.coeffs[names[0]] == 1.0 and names[0] != name else None
@@ -250,14 +258,21 @@ class Workspace:
         Args:
             name (str): a workspace name or folder. modules_to_save (str): ``refuse`` or ``drop`` (see Adapter).
         """
-        key = (self.path_of(name), modules_to_save)
+        dora = self.dora_base is not None
+        key = (self.path_of(name), modules_to_save, dora)
         if key not in self._open:
-            self._open[key] = Adapter(key[0], modules_to_save=modules_to_save)
+            self._open[key] = Adapter(key[0], modules_to_save=modules_to_save, dora=dora)
         return self._open[key]
 
     def vector(self, name: str, modules_to_save: str = "refuse") -> TaskVector:
-        """The task vector of one adapter, read onto the workspace's device."""
-        return TaskVector.from_adapter(self.adapter(name, modules_to_save), self.device)
+        """The task vector of one adapter, read onto the workspace's device (a DoRA adapter: its effective
+        update against ``dora_base``, exact, see ``dora.py``)."""
+        a = self.adapter(name, modules_to_save)
+        if a.config.use_dora:
+            from .dora import dora_modules
+
+            return TaskVector(dora_modules(a, self.dora_base, self.device), dict(a.specs))
+        return TaskVector.from_adapter(a, self.device)
 
     def evaluate(self, expr, allow_missing: bool = False, modules_to_save: str = "refuse") -> TaskVector:
         """The task vector of an expression (string or LinearForm), exact, in float64 factors."""

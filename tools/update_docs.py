@@ -4,7 +4,7 @@
   evidence-plan-example markers: the evidence commands on the user's published scores (``EVIDENCE``).
 - examples/WALKTHROUGH.md, between the walkthrough-output markers: what examples/walkthrough.py prints
   in that demo folder.
-- docs/RECIPES.md: the recipe keys (``vecmerge.recipe.recipe.recipe_markdown``), the same as ``vecmerge run --help``.
+- docs/RECIPES.md: the recipe keys (``vecmerge.recipe.docs.recipe_markdown``), the same as ``vecmerge run --help``.
 
 tests/demo/test_run.py checks that the pasted README transcript still matches a demo run (numbers masked,
 since training round-off may differ between machines; hashes masked too).
@@ -67,7 +67,7 @@ def evidence_transcript(commands: list[str]) -> str:
 
 
 def main() -> int:
-    from vecmerge.recipe.recipe import recipe_markdown
+    from vecmerge.recipe.docs import recipe_markdown
 
     for block, commands in EVIDENCE.items():
         paste(ROOT / "README.md", block, evidence_transcript(commands))
