@@ -367,7 +367,9 @@ def plot_show(d: dict, f) -> None:
             else:
                 ax.errorbar([i], [s["mean"]], yerr=[[s["mean"] - s["ci_low"]], [s["ci_high"] - s["mean"]]],
                             fmt="o", capsize=4, color="tab:blue")
-        ax.set_xticks(range(len(rows)), labels=[f"{s['model']}\nn={s['n']}" for s in rows])
+        several = len({s.get("env") for s in rows}) > 1  # one point per environment, never pooled: say which
+        labels = [f"{s['model']}\nn={s['n']}" + (f"\nenv {s['env'][:6]}" if several else "") for s in rows]
+        ax.set_xticks(range(len(rows)), labels=labels)
         ax.set_ylabel(metric)
         ax.grid(axis="y", alpha=0.3)
     conf = f"{summaries[0]['confidence']:.0%}"
