@@ -29,6 +29,7 @@ environment from any with fields, as its settings are unknown.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -136,7 +137,8 @@ def canonical_fields(fields: Mapping | Iterable[tuple[str, object]] | None, wher
     return tuple(sorted(out.items()))
 
 
-def environment_id(fields: Sequence[tuple[str, str]]) -> str:
+@functools.lru_cache(maxsize=4096)
+def environment_id(fields: tuple[tuple[str, str], ...]) -> str:
     """The first ``ID_CHARS`` hex digits of sha256 of the canonical JSON of the (canonical) fields."""
     text = json.dumps(dict(fields), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:ID_CHARS]
