@@ -105,7 +105,10 @@ class Ledger:
 
     def _read_uri(self) -> str:
         """``file:...?mode=ro``, plus ``&immutable=1`` when the folder is not writable and no write-ahead log
-        is waiting (SQLite could not take a lock or make its -shm file there; nothing can be writing it)."""
+        is waiting (SQLite could not take a lock or make its -shm file there; nothing can be writing it).
+
+        In a writable folder a read-only connection to a WAL ledger leaves SQLite's two companion files (an
+        empty -wal and the -shm index) behind, since it may not checkpoint; the next write removes them."""
         path = self.path.resolve()
         wal = path.with_name(path.name + "-wal")
         immutable = not os.access(path.parent, os.W_OK) and not (wal.exists() and wal.stat().st_size > 0)
