@@ -54,7 +54,7 @@ mutate: install
 	$(PY) tools/mutate.py run $(MODULES)
 
 readme: install
-	$(PY) examples/update_docs.py
+	$(PY) tools/update_docs.py
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) mutants *.egg-info .pytest_cache .ruff_cache .import_linter_cache

@@ -14,7 +14,9 @@ layer) it writes a synthetic v28/v51/v54e2/v54 trajectory, then measures in one 
 Then the classic merges (``bench_merges.py``): vecmerge's ``ties`` in full and core space and
 ``dare_ties`` against PEFT's ``ties_svd`` / ``dare_ties_svd`` on the same three adapters at Qwen3-0.6B
 shapes (``--merges-layers`` layers measured, extrapolated to 28): time, peak memory, how far each cut is
-from the optimal one, and how far the two results are apart.
+from the optimal one, and how far the two results are apart. Then the spectral merges (``bench_spectral.py``):
+vecmerge's factored TSV-M, Iso-C, Iso-CTS, KnOTS-TIES and SVC against their dense definitions, module by
+module at Llama-3-8B shapes: time and memory side by side, and how far the two results are apart.
 
 Progress goes to stderr; the table to stdout and to ``OUT/results.md`` (raw figures: ``results.json``).
 """
@@ -34,6 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_merges as bm  # noqa: E402
 import bench_refs as br  # noqa: E402
+import bench_spectral as bs  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 HELPER = str(HERE / "bench_refs.py")
@@ -273,6 +276,10 @@ def main(argv=None) -> int:
     p.add_argument("--merges-layers", type=int, default=1, help="Layers of the merge rows' model (default 1, x28).")
     p.add_argument("--no-merges", action="store_true", help="Skip the classic-merge rows (TIES, DARE vs PEFT).")
     p.add_argument("--merges-only", action="store_true", help="Only the classic-merge rows.")
+    p.add_argument("--no-spectral", action="store_true", help="Skip the spectral rows (factored vs dense, 8B).")
+    p.add_argument("--spectral-only", action="store_true", help="Only the spectral rows.")
+    p.add_argument("--spectral-modules", default=",".join(bs.MODULES),
+                   help="Modules of the spectral rows (default k_proj,q_proj; up_proj adds half an hour).")
     p.add_argument("--device", default="cpu",
                    help="--device of the timed vecmerge processes (cuda: also a CPU verify of the output).")
     a = p.parse_args(argv)
@@ -285,8 +292,10 @@ def main(argv=None) -> int:
         names, a.repeat = ["tiny"], 1
     if a.shapes:
         names = a.shapes.split(",")
-    if a.merges_only:
+    if a.merges_only or a.spectral_only:
         names = []
+    if a.spectral_only:
+        a.no_merges = True
     a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
     info = machine()
@@ -301,6 +310,10 @@ def main(argv=None) -> int:
     merges = None
     if not a.no_merges:
         merges = bm.run_all(a.out / "merges", a.merges_layers, env=a.env, log=log)
+    spectral = None
+    if not a.no_spectral and (not a.merges_only or a.spectral_only):
+        mods = tuple(next(x for x in bs.ALL_MODULES if x.endswith(m)) for m in a.spectral_modules.split(","))
+        spectral = bs.run_all(a.out / "spectral", mods, log=log, env=a.env)
     info["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     cmd = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
     head = (f"`{cmd.strip()}` on {info['date']}: {info['cpu']}, {info['nproc']} cores, torch {info['torch']}, "
@@ -316,10 +329,10 @@ def main(argv=None) -> int:
     md = "\n".join([head, f"memory: {mem}", f"load before: {info['uptime']}",
                     f"load after: {info['uptime_end']}", "",
                     table(results, start), "", "Targets:", *targets(results, start),
-                    *(["", *bm.rows(merges)] if merges else [])])
+                    *(["", *bm.rows(merges)] if merges else []), *(["", *bs.rows(spectral)] if spectral else [])])
     (a.out / "results.md").write_text(md + "\n")
     (a.out / "results.json").write_text(json.dumps({"machine": info, "startup": start, "results": results,
-                                                    "merges": merges}, indent=2, default=str))
+                                                    "merges": merges, "spectral": spectral}, indent=2, default=str))
     print(md)
     log(f"done; results in {a.out / 'results.md'}")
     return 0

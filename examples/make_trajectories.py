@@ -8,7 +8,7 @@ surgery such as v58 = v54 + alpha * (v51 - v28).
 
 import argparse
 
-from vecmerge.demo.trajectories import make_trajectories
+from vecmerge import make_trajectories
 
 
 def main() -> None:

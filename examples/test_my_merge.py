@@ -17,13 +17,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from vecmerge import Adapter, Recipe, TaskVector, Workspace, run
 from vecmerge.cli import main
-from vecmerge.peft.adapter import Adapter
-from vecmerge.pipeline import run
-from vecmerge.recipe.recipe import Recipe
 from vecmerge.testing import assert_delta_close, assert_merge_identity, toy_trajectory
-from vecmerge.workspace.names import Workspace
-from vecmerge.workspace.taskvector import TaskVector
 
 TRUST = 0.0113      # the step is 1.13% of the backbone's norm
 FP32_RTOL = 1e-6    # fp32 storage moves the update by ~4e-8 of its norm

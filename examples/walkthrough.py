@@ -73,7 +73,7 @@ def run_walkthrough(folder, echo=print) -> None:
 def main() -> int:
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "demo-out")
     if not (folder / "vecmerge.yaml").is_file():
-        from vecmerge.demo.run import run_demo
+        from vecmerge import run_demo
 
         run_demo(folder, force=True, quiet=True, echo=lambda s: None)
     run_walkthrough(folder)

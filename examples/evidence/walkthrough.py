@@ -8,11 +8,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from vecmerge.evidence.compare import compare_records
-from vecmerge.evidence.importers import import_files
-from vecmerge.evidence.ledger import Ledger
-from vecmerge.evidence.noise import pooled_noise
-from vecmerge.evidence.stats import runs_by_model, summarize_records
+from vecmerge import Ledger, compare_records, import_files, pooled_noise, runs_by_model, summarize_records
 
 HERE = Path(__file__).parent
 METRIC = "official_total"

@@ -159,3 +159,22 @@ def test_probe_bench_runs_tiny_and_agrees_with_peft(tmp_path, capsys):
     res = json.loads((tmp_path / "probe.json").read_text())
     assert set(res["seconds"]) == {"bare", "probe", "probe_no_pairs", "naive", "naive_once"}
     assert res["worst_gap"] < 1e-5 and "| probe (pairs) |" in (tmp_path / "probe.md").read_text()
+
+
+def test_spectral_rows_on_tiny_shapes(tmp_path):
+    """bench_spectral's two sides on a tiny module agree (the factored merges equal their dense definitions to
+    fp32 rounding, rtol 1e-6) and the table renders."""
+    pytest.importorskip("peft")
+    import bench_spectral as bs
+
+    root = bs.make_data(tmp_path / "data", "tiny", 4)
+    rows = []
+    for label in bs.METHODS:
+        f = bs.factored(root, tmp_path / f"{label}-f", label, "self_attn.q_proj")
+        d = bs.dense(root, tmp_path / f"{label}-d", label, "self_attn.q_proj")
+        c = bs.check(tmp_path / f"{label}-f", tmp_path / f"{label}-d")
+        assert c["rel"] <= 1e-6, (label, c)
+        rows.append({"method": label, "module": "self_attn.q_proj", "shape": (64, 64), "factored": {**f, "peak": 1},
+                     "dense": {**d, "peak": 1}, "check": c})
+    text = "\n".join(bs.rows({"shape": "tiny", "rank": 4, "rows": rows}))
+    assert "| tsv_m | q_proj (64 x 64) |" in text and "| knots ties |" in text

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from scipy import stats
 
 from vecmerge.evidence.ledger import Ledger
 
+FIX = Path(__file__).parents[1] / "fixtures" / "lm_eval"
 V51 = [1.0180, 0.9895, 1.0004, 1.0105, 1.0142]
 V28 = [0.9836, 0.9890]
 WORKSPACE = """adapters:
@@ -59,8 +61,8 @@ def test_add_ties_runs_to_the_content_sha256(ws, run_cli):
     out = json.loads(ok(run_cli("evidence", "add", "v51", *V51, "--higher-is-better", "--json")).stdout)
     assert out["metric"] == "official_total" and out["direction"] is True  # metric: from vecmerge.yaml
     assert out["sha256"] == Adapter(ws / "v51").content_sha256 and out["ids"] == [1, 2, 3, 4, 5]
-    res = ok(run_cli("evidence", "add", "v59", "0.9944", "--sub", "item=0.2453", "--note", "one run"))
-    assert "no sha256: v59 is not an adapter here" in res.stdout
+    res = ok(run_cli("evidence", "add", "v59", "0.9944", "--sub", "item=0.2453", "--note", "one run", "--external"))
+    assert "no sha256: v59 is an external model (not an adapter of this workspace)" in res.stdout
     rec = Ledger(ws / "vecmerge-evidence.db").records(["v59"])[0]
     assert (rec.sha256, rec.sub_scores, rec.note) == (None, {"item": 0.2453}, "one run")
     ok(run_cli("evidence", "add", "v28", "--metric", "delta", "--", "-0.5"))  # negative values: after --
@@ -253,7 +255,7 @@ def test_import_json_states_what_was_imported(ws, run_cli):
     out = json.loads(res.stdout)
     assert out == {"files": ["runs.csv"], "records": 8, "ids": [3, 10], "models": ["v51", "v60"],
                    "metrics": ["item_acc", "official_total"], "item_level": 2, "directions": {"official_total": True},
-                   "unhashed": ["v60"]}
+                   "unhashed": ["v60"], "environments": {}}
     ledger = Ledger(ws / "vecmerge-evidence.db")
     recs = ledger.records(["v51", "v60"], "official_total") + ledger.records(["v51"], "item_acc")
     assert sorted(r.id for r in recs) == list(range(3, 11)) and record_count(ws) == 10
@@ -262,7 +264,7 @@ def test_show_plot_is_a_png_and_never_overwrites_an_input(ws, run_cli):
     """--plot: a PNG, written atomically; refused over the ledger, the workspace file and inside an adapter even
     with --force; over an existing file only with --force and only if it is a PNG."""
     ok(run_cli("evidence", "add", "v51", *V51))
-    ok(run_cli("evidence", "add", "v59", "0.9944"))
+    ok(run_cli("evidence", "add", "v59", "0.9944", "--external"))
     res = ok(run_cli("evidence", "show", "--plot", "scores.png"))
     assert (ws / "scores.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "plot: scores.png" in res.stdout
     assert not list(ws.glob(".scores.png.*"))
@@ -338,7 +340,7 @@ def test_ls_lists_lineage_hashes_and_runs(ws, run_cli):
 @pytest.mark.parametrize("block, count", [("evidence-example", 3), ("evidence-plan-example", 4)])
 def test_the_readme_evidence_example_is_what_the_cli_prints(tmp_path, monkeypatch, run_cli, block, count):
     """README.md pastes `import`, `show` and `compare v51 v28` on the user's scores, and a plan with its decision
-    over them (examples/update_docs.py); run them and compare."""
+    over them (tools/update_docs.py); run them and compare."""
     import shlex
     import shutil
     from pathlib import Path
@@ -355,3 +357,79 @@ def test_the_readme_evidence_example_is_what_the_cli_prints(tmp_path, monkeypatc
         command, expected = chunk.split("\n", 1)
         res = ok(run_cli(*shlex.split(command)))
         assert res.stdout.rstrip() == expected.rstrip(), command
+
+
+# -- issue 23: names, stale records, cycles -----------------------------------------------------------------------
+def test_a_near_miss_of_a_workspace_name_is_refused_and_an_unrelated_name_is_external(ws, run_cli):
+    line = one_error_line(run_cli("evidence", "add", "v5l", "1.01"))
+    assert "v5l is not an adapter of this workspace: did you mean v51?" in line and "--external" in line
+    assert record_count(ws) == 0
+    res = ok(run_cli("evidence", "add", "v99", "1.01"))
+    assert "v99 is an external model (not an adapter of this workspace)" in res.stdout
+    assert json.loads(ok(run_cli("evidence", "add", "v99", "1.02", "--json")).stdout)["external"] is True
+    ok(run_cli("evidence", "add", "v5l", "1.01", "--external"))  # said on purpose
+    ok(run_cli("evidence", "add", "v5l", "1.02"))  # now a model of the ledger: no question asked again
+    assert json.loads(ok(run_cli("evidence", "add", "v51", "1.0", "--json")).stdout)["external"] is False
+
+
+def test_a_stale_record_says_it_is_stale(ws, run_cli):
+    ok(run_cli("evidence", "add", "v51", *V51, "--higher-is-better"))
+    ok(run_cli("evidence", "add", "v28", *V28))
+    tensors = load_file(ws / "v51" / "adapter_model.safetensors")
+    save_file({k: v * 1.01 for k, v in tensors.items()}, ws / "v51" / "adapter_model.safetensors")  # retrained
+    text = ok(run_cli("evidence", "compare", "v51", "v28", "--metric", "official_total")).stdout
+    assert "note: v51: its 5 record(s) on official_total are stale (they measured other weights" in text
+    line = one_error_line(run_cli("evidence", "compare", "v51", "v28"))  # which metric: none current is shared
+    assert "the records of v51 are stale: they measured other weights" in line and "share no metric" not in line
+    tensors = load_file(ws / "v28" / "adapter_model.safetensors")
+    save_file({k: v * 1.01 for k, v in tensors.items()}, ws / "v28" / "adapter_model.safetensors")
+    line = one_error_line(run_cli("evidence", "compare", "v51", "v28", "--metric", "official_total"))
+    assert "every record of v51 and v28 on official_total is stale" in line and "--stale" in line
+    out = json.loads(ok(run_cli("evidence", "compare", "v51", "v28", "--metric", "official_total", "--stale",
+                                "--json")).stdout)
+    assert out["a_summary"]["n"] == 5
+
+
+def test_ls_refuses_a_cycle_of_parents_naming_it(ws, run_cli):
+    (ws / "vecmerge.yaml").write_text(WORKSPACE.replace("v28: {path: v28, parent: null}",
+                                                        "v28: {path: v28, parent: v51}"))
+    line = one_error_line(run_cli("ls"))
+    assert "lineage cycle: v28 -> v51 -> v28" in line
+
+
+# -- issue 28: environments and replicates through the CLI ---------------------------------------------------------
+def test_add_and_import_say_the_environment(ws, run_cli):
+    res = ok(run_cli("evidence", "add", "v51", "0.463", "--env", "timeout=180", "--env", "harness=tb2"))
+    assert res.stdout.splitlines()[1].endswith(": harness=tb2, timeout=180")
+    assert "--env 'timeout': give KEY=VALUE" in one_error_line(run_cli("evidence", "add", "v51", "1", "--env",
+                                                                       "timeout"))
+    res = ok(run_cli("evidence", "import", str(FIX / "v51_results.json")))
+    assert res.stdout.count("eval environment ") == 2 and "harness=lm-eval, harness_version=0.4.13" in res.stdout
+
+
+def test_replicates_report_variance_components_in_show_and_compare(ws, run_cli):
+    """v51b is another training of v51's configuration (a copy of its folder stands in for it here)."""
+    import shutil
+
+    shutil.copytree(ws / "v51", ws / "v51b")
+    (ws / "vecmerge.yaml").write_text(WORKSPACE.replace("metric:", "  v51b: {path: v51b, replicate_of: v51}\nmetric:"))
+    ok(run_cli("evidence", "add", "v51", "1.00", "1.01", "1.02", "--higher-is-better"))
+    ok(run_cli("evidence", "add", "v51b", "0.96", "0.97", "0.98"))
+    ok(run_cli("evidence", "add", "v28", "0.95", "0.951", "0.952"))
+    shown = json.loads(ok(run_cli("evidence", "show", "--json")).stdout)
+    (comp,) = shown["replicates"]
+    # by hand: means 1.01 and 0.97, grand mean 0.99; SSB = 3 (0.02² + 0.02²) = 0.0024 on 1 df; SSW = 2 x 0.0002 =
+    # 0.0004 on 4 df, MSW = 0.0001; n0 = 3; σ̂²_b = (0.0024 - 0.0001) / 3
+    assert comp["members"] == ["v51", "v51b"] and comp["var_within_eval"] == pytest.approx(0.0001, rel=1e-9)
+    assert comp["var_between_training"] == pytest.approx(0.0023 / 3, rel=1e-9)
+    text = ok(run_cli("evidence", "show")).stdout
+    assert "replicates of v51 on official_total: 2 trainings (v51, v51b), 6 runs; between trainings var 0.0007667" \
+           in text
+    out = json.loads(ok(run_cli("evidence", "compare", "v51", "v28", "--json")).stdout)
+    (group,) = out["replicates"]["groups"]
+    assert {"var_between_training", "var_within_eval"} <= set(group)
+    assert out["replicates"]["test"]["n"] == [2, 1] and out["verdict_code"] == "a_better"
+    assert any("over trainings (training plus evaluation noise) the difference is within noise" in r
+               for r in out["reasons"])
+    text = ok(run_cli("evidence", "compare", "v51", "v28")).stdout
+    assert "over trainings (2 of v51: v51, v51b; 1 of v28: v28; training plus evaluation noise" in text

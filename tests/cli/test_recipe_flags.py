@@ -28,7 +28,7 @@ def test_a_commands_recipe_flags_are_the_tables(command):
     table_flags = {k.flag for k in KEYS if k.flag}
     fields = {f.flag for f, _ in recipe_flags._fields(command == "project").values()} if command != "run" else set()
     others = {"--force", "--dry-run", "--json", "--modules", "--workspace", "--debug", "--quiet", "--device",
-              "--weights", "--help"}
+              "--weights", "--config", "--help"}  # --config: a mergekit file (merge) instead of the flags
     assert set(opts) - table_flags - fields - others == set()  # nothing typed by hand besides these
 
 

@@ -167,7 +167,16 @@ MERGES = [
     ("ties", {"density": 0.5, "space": "core"}), ("dare_linear", {"density": 0.5, "rank": "exact"}),
     ("dare_ties", {"density": 0.5, "space": "core", "seed": 2}), ("magnitude_prune", {"density": 0.3, "rank": 5}),
     ("slerp", {"t": 0.25, "slerp_scope": "global"}),
+    # mergekit's methods (issue 26) and the factored spectral family
+    ("task_arithmetic", {"lambda": 0.8, "normalize": True}), ("ties", {"density": 0.5, "normalize": True, "rank": 6}),
+    ("breadcrumbs", {"density": 0.6, "gamma": 0.05, "rank": "exact"}),
+    ("breadcrumbs_ties", {"density": 0.6, "space": "core"}), ("della", {"density": 0.5, "epsilon": 0.1, "rank": 5}),
+    ("della_linear", {"density": 0.5, "epsilon": 0.1, "space": "core"}), ("sce", {"select_topk": 0.5, "rank": 6}),
+    ("model_stock", {"filter_wise": True}), ("nuslerp", {"nuslerp_flatten": False}), ("multislerp", {}),
+    ("karcher", {}), ("tsv_m", {}), ("iso_c", {"lambda": 1.2}), ("iso_cts", {"rank": 4}),
+    ("knots", {"density": 0.5}), ("knots", {"knots_merge": "linear"}), ("svc", {"svc_alpha": 0.5}),
 ]
+UNWEIGHTED = ("slerp", "model_stock", "karcher", "sce")  # methods that take no weights
 
 
 def test_every_merge_loads_in_peft_and_verifies(tmp_path, tiny_base, peft_adapter, peft_deltas):
@@ -182,7 +191,7 @@ def test_every_merge_loads_in_peft_and_verifies(tmp_path, tiny_base, peft_adapte
     adapters = {"x": peft_adapter("all_x", seed=31), "y": peft_adapter("all_y", seed=32, r=6, lora_alpha=3)}
     for i, (method, extra) in enumerate(MERGES):
         out = tmp_path / f"{method}{i}"
-        models = ["x", "y"] if method == "slerp" else [{"model": "x", "weight": 0.7}, {"model": "y", "weight": 0.4}]
+        models = ["x", "y"] if method in UNWEIGHTED else [{"model": "x", "weight": 0.7}, {"model": "y", "weight": 0.4}]
         rec = Recipe.from_dict({"method": method, "models": models, "inputs": {n: str(p) for n, p in adapters.items()},
                                 "out": str(out), **extra})
         rep = run(rec, Workspace(root=tmp_path))

@@ -132,3 +132,52 @@ def test_calibrate_over_ledger_records():
                 i += 1
     c = calibrate_records(records, "local_cv", "official_total", directions={"local_cv": True})
     assert c == calibrate(TRACKING, TARGET, proxy_name="local_cv", target_name="official_total")
+
+
+# -- issue 23: the bugs these tests let live: a lower-is-better target, and the verdict's boundary -----------------
+LOSS_TARGET = {k: [-x for x in v] for k, v in TARGET.items()}  # a loss: lower is better; same models, reversed
+
+
+@pytest.mark.parametrize("proxy_direction", [None, False])
+def test_a_perfect_proxy_of_a_lower_is_better_target_ranks_candidates(proxy_direction):
+    """The proxy IS the target's mean (a perfect proxy of a loss). Declared lower-is-better or left undeclared,
+    it must rank candidates; an undeclared proxy used to be taken as higher-is-better, negated, and called a
+    disaster detector with rho = -1."""
+    perfect = {k: [float(np.mean(v))] for k, v in LOSS_TARGET.items()}
+    c = calibrate(perfect, LOSS_TARGET, proxy_higher_is_better=proxy_direction, target_higher_is_better=False)
+    assert not c.flipped and c.spearman == pytest.approx(1.0) and c.spearman_ci[0] == pytest.approx(1.0)
+    assert c.verdict == "ranks candidates", c.reasons
+
+
+@pytest.mark.parametrize("target_direction", [True, False])
+def test_a_proxy_of_the_opposite_declared_direction_is_flipped_in_both_directions(target_direction):
+    target = TARGET if target_direction else LOSS_TARGET
+    opposite = {k: [-float(np.mean(v))] for k, v in target.items()}  # e.g. a loss proxy of an accuracy target
+    c = calibrate(opposite, target, proxy_higher_is_better=not target_direction,
+                  target_higher_is_better=target_direction)
+    assert c.flipped and c.spearman == pytest.approx(1.0) and c.verdict == "ranks candidates"
+    same = calibrate(opposite, target, proxy_higher_is_better=target_direction,
+                     target_higher_is_better=target_direction)
+    assert not same.flipped and same.spearman == pytest.approx(-1.0) and same.verdict == "disaster detector only"
+
+
+@pytest.mark.parametrize("higher", [True, False])
+def test_the_verdict_is_taken_from_the_bootstrap_lower_bound_at_its_boundary(higher):
+    """A proxy whose point estimate clears the threshold while its bootstrap lower bound does not is a disaster
+    detector; the verdict flips exactly where min_spearman_low crosses the lower bound (>= ranks), in either
+    metric direction (the records' values negated for lower-is-better)."""
+    sign = 1.0 if higher else -1.0
+    rng = np.random.default_rng(5)
+    proxy = {k: [sign * float(np.mean(v) + rng.normal(0, 0.03))] for k, v in TARGET.items()}
+    target = {k: [sign * x for x in v] for k, v in TARGET.items()}
+    c = calibrate(proxy, target, proxy_higher_is_better=higher, target_higher_is_better=higher)
+    low = c.spearman_ci[0]
+    assert c.spearman > low + 0.05  # the point estimate and the bound differ enough to tell them apart
+    between = (c.spearman + low) / 2  # the point estimate clears it, the lower bound does not
+    assert calibrate(proxy, target, proxy_higher_is_better=higher, target_higher_is_better=higher,
+                     min_spearman_low=between).verdict == "disaster detector only"
+    at = calibrate(proxy, target, proxy_higher_is_better=higher, target_higher_is_better=higher, min_spearman_low=low)
+    assert at.verdict == "ranks candidates"  # exactly at the bound: >=
+    above = calibrate(proxy, target, proxy_higher_is_better=higher, target_higher_is_better=higher,
+                      min_spearman_low=float(np.nextafter(low, 2.0)))
+    assert above.verdict == "disaster detector only"

@@ -14,7 +14,7 @@ from vecmerge.evidence.importers import (
     detect_kind,
     export_csv_text,
     import_files,
-    lm_eval_model_name,
+    lm_eval_model,
     parse_csv,
     parse_lm_eval_results,
     parse_lm_eval_samples,
@@ -106,10 +106,11 @@ def test_lm_eval_results_fixture():
     parsed = parse_lm_eval_results(FIX / "v51_results.json")
     raw = json.loads((FIX / "v51_results.json").read_text())["results"]
     got = {e.metric: (e.model, e.value, e.stderr) for e in parsed.entries}
+    name = "adapters/v51"  # no workspace: the model is the peft= path as written
     assert got == {
-        "toy_mc/acc": ("v51", raw["toy_mc"]["acc,none"], raw["toy_mc"]["acc_stderr,none"]),
-        "toy_mc/acc_norm": ("v51", raw["toy_mc"]["acc_norm,none"], raw["toy_mc"]["acc_norm_stderr,none"]),
-        "toy_gen/exact_match/first-word": ("v51", raw["toy_gen"]["exact_match,first-word"],
+        "toy_mc/acc": (name, raw["toy_mc"]["acc,none"], raw["toy_mc"]["acc_stderr,none"]),
+        "toy_mc/acc_norm": (name, raw["toy_mc"]["acc_norm,none"], raw["toy_mc"]["acc_norm_stderr,none"]),
+        "toy_gen/exact_match/first-word": (name, raw["toy_gen"]["exact_match,first-word"],
                                            raw["toy_gen"]["exact_match_stderr,first-word"]),
     }
     assert parsed.directions == {"toy_mc/acc": True, "toy_mc/acc_norm": True,
@@ -117,11 +118,46 @@ def test_lm_eval_results_fixture():
     assert {e.model for e in parse_lm_eval_results(FIX / "v51_results.json", model="mine").entries} == {"mine"}
 
 
-def test_lm_eval_model_name_rules():
-    assert lm_eval_model_name({"model_name": "adapters/v51"}) == "v51"
-    assert lm_eval_model_name({"config": {"model_args": "pretrained=base,peft=runs/v28/"}}) == "v28"
-    assert lm_eval_model_name({"config": {"model_args": {"pretrained": "Qwen/Qwen3-0.6B"}}}) == "Qwen3-0.6B"
-    assert lm_eval_model_name({"config": {}}) is None
+def test_lm_eval_model_is_the_path_as_written_without_a_workspace(tmp_path):
+    here = tmp_path / "results.json"
+    assert lm_eval_model({"model_name": "adapters/v51"}, here) == "adapters/v51"
+    assert lm_eval_model({"config": {"model_args": "pretrained=base,peft=runs/v28/"}}, here) == "runs/v28"
+    assert lm_eval_model({"config": {"model_args": {"pretrained": "Qwen/Qwen3-0.6B"}}}, here) == "Qwen/Qwen3-0.6B"
+    assert lm_eval_model({"config": {}}, here) is None
+
+
+def epoch3_results(tmp_path, peft: str, name: str) -> Path:
+    data = json.loads((FIX / "v51_results.json").read_text())
+    data["config"]["model_args"]["peft"] = data["model_name"] = peft
+    folder = tmp_path / "evals" / name
+    folder.mkdir(parents=True)
+    return write(folder, "results.json", json.dumps(data))
+
+
+def test_lm_eval_models_are_matched_to_workspace_adapters_by_their_path(tmp_path, ledger):
+    """Issue 23: runs/v54/epoch3 (a workspace adapter, v54) and runs/v60/epoch3 (not one) were both "epoch3" and
+    pooled; each is now its own model, matched by the path relative to the workspace or to the results file."""
+    adapters = {"v54": tmp_path / "runs" / "v54" / "epoch3", "v51": tmp_path / "evals" / "b" / "adapters" / "v51"}
+    a = epoch3_results(tmp_path, "runs/v54/epoch3", "a")          # relative to the workspace
+    b = epoch3_results(tmp_path, "runs/v60/epoch3", "c")          # no adapter there
+    c = epoch3_results(tmp_path, "adapters/v51", "b")             # relative to the results file
+    d = epoch3_results(tmp_path, str(tmp_path / "runs/v54/epoch3/"), "d")  # absolute
+    models = [parse_lm_eval_results(p, adapters=adapters, home=tmp_path).entries[0].model for p in (a, b, c, d)]
+    assert models == ["v54", "runs/v60/epoch3", "v51", "v54"]
+    out = import_files(ledger, [a, b], adapters=adapters, home=tmp_path)
+    assert out["models"] == ["runs/v60/epoch3", "v54"]
+    assert {r.model: 1 for r in ledger.records(metric="toy_mc/acc")} == {"v54": 1, "runs/v60/epoch3": 1}
+
+
+def test_an_ambiguous_lm_eval_model_path_is_refused_naming_the_candidates(tmp_path, ledger):
+    path = epoch3_results(tmp_path, "epoch3", "x")
+    adapters = {"v54": tmp_path / "epoch3", "v60": tmp_path / "evals" / "x" / "epoch3"}
+    with pytest.raises(EvidenceError) as info:
+        import_files(ledger, [path], adapters=adapters, home=tmp_path)
+    text = str(info.value)
+    assert "is ambiguous: v60 relative to the results file; v54 relative to the workspace" in text
+    assert "--model" in text and "\n" not in text and not ledger.path.exists()
+    assert import_files(ledger, [path], adapters=adapters, home=tmp_path, model="v60")["models"] == ["v60"]
 
 
 @pytest.mark.parametrize("name", ["v28", "v51"])
@@ -141,7 +177,8 @@ def test_lm_eval_samples_mean_equals_the_results_value(name):
 
 def test_import_results_with_samples_in_one_transaction(ledger):
     files = [FIX / "v51_results.json", FIX / "v51_samples_toy_mc.jsonl", FIX / "v51_samples_toy_gen.jsonl"]
-    out = import_files(ledger, files, sha_of={"v51": SHA}, cluster_field="topic")
+    out = import_files(ledger, files, sha_of={"v51": SHA}, cluster_field="topic",
+                       adapters={"v51": ledger.path.parent / "adapters" / "v51"}, home=ledger.path.parent)
     assert out["records"] == 3 + 2 * 12 + 12 and out["item_level"] == 36 and out["models"] == ["v51"]
     assert out["directions"]["toy_mc/acc"] is True and ledger.direction("toy_mc/acc") is True
     assert {r.sha256 for r in ledger.records()} == {SHA}
@@ -255,4 +292,129 @@ def test_each_task_of_an_lm_eval_group_is_a_sub_score_of_the_groups_run(tmp_path
     assert dict(by["toy_mcs/acc"].subs) == {"toy_mc": mc, "toy_mc2": 0.5}
     assert dict(by["toy_all/acc"].subs) == {"toy_mcs": (mc + 0.5) / 2}  # toy_gen has no acc: not a sub-score of acc
     assert by["toy_mc/acc"].subs == () and by["toy_mc2/acc_norm"].subs == ()  # tasks stay metrics of their own
-    assert by["toy_mcs/acc"].stderr is None and by["toy_mcs/acc"].model == "v51"
+    assert by["toy_mcs/acc"].stderr is None and by["toy_mcs/acc"].model == "adapters/v51"
+
+
+# -- eval environments (issue 28) -------------------------------------------------------------------------------------
+def test_the_real_lm_eval_results_are_read_with_their_environment():
+    """Each task's environment from the file itself: harness version, transformers, the task's version, n-shot,
+    documents' hash, seeds, dtype, max_length and (toy_gen) the generation settings; toy_mc has none of those."""
+    raw = json.loads((FIX / "v51_results.json").read_text())
+    by = {e.metric: dict(e.env) for e in parse_lm_eval_results(FIX / "v51_results.json").entries}
+    common = {"harness": "lm-eval", "harness_version": raw["lm_eval_version"],
+              "transformers_version": raw["transformers_version"], "n_shot": "0", "task_version": "1",
+              "seed": str(raw["config"]["random_seed"]), "fewshot_seed": str(raw["config"]["fewshot_seed"]),
+              "dtype": raw["config"]["model_args"]["dtype"], "max_length": str(raw["max_length"])}
+    assert common["harness_version"] == "0.4.13" and raw["versions"]["toy_mc"] == 1.0
+    assert by["toy_mc/acc"] == {**common, "task_hash": raw["task_hashes"]["toy_mc"]} == by["toy_mc/acc_norm"]
+    gen = raw["configs"]["toy_gen"]["generation_kwargs"]
+    assert gen == {"until": ["."], "max_gen_toks": 3, "do_sample": False}
+    assert by["toy_gen/exact_match/first-word"] == {**common, "task_hash": raw["task_hashes"]["toy_gen"],
+                                                    "stop": ".", "max_tokens": "3", "do_sample": "false"}
+    v28 = {e.metric: e.environment.id for e in parse_lm_eval_results(FIX / "v28_results.json").entries}
+    v51 = {e.metric: e.environment.id for e in parse_lm_eval_results(FIX / "v51_results.json").entries}
+    assert v28 == v51 and len(set(v51.values())) == 2  # one run setup, two tasks: two environments
+
+
+def test_samples_take_the_environment_of_their_task_in_the_results_file(ledger):
+    files = [FIX / "v51_results.json", FIX / "v51_samples_toy_mc.jsonl"]
+    out = import_files(ledger, files)
+    runs = {r.metric: r.environment.id for r in ledger.records(level="run")}
+    items = {r.environment.id for r in ledger.records(level="item")}
+    assert items == {runs["toy_mc/acc"]} and set(out["environments"]) == set(runs.values())
+
+
+def test_an_edited_results_file_is_another_environment(tmp_path):
+    """The user's lesson: max tokens, temperature and timeouts move scores; the edited run is not the same
+    measurement (another id, the fields that differ named)."""
+    data = json.loads((FIX / "v51_results.json").read_text())
+    data["config"]["gen_kwargs"] = "temperature=0.7,max_gen_toks=64"  # lm-eval's --gen_kwargs, as it records them
+    edited = write(tmp_path, "results.json", json.dumps(data))
+    a = {e.metric: e for e in parse_lm_eval_results(FIX / "v51_results.json").entries}
+    b = {e.metric: e for e in parse_lm_eval_results(edited).entries}
+    m = "toy_gen/exact_match/first-word"
+    from vecmerge.evidence.environment import differing
+
+    assert differing(a[m].environment, b[m].environment) == [("max_tokens", "3", "64"), ("temperature", None, "0.7")]
+
+
+def test_csv_env_columns_and_export_round_trip(tmp_path, ledger):
+    path = write(tmp_path, "tb2.csv", "model,metric,value,env.harness,env.timeout,env.temperature\n"
+                                      "v51,tb2,0.463,terminal-bench,180,0\n"
+                                      "v51,tb2,0.6097,terminal-bench,900.0,\n")
+    a, b = parse_csv(path).entries
+    assert dict(a.env) == {"harness": "terminal-bench", "timeout": "180", "temperature": "0"}
+    assert dict(b.env) == {"harness": "terminal-bench", "timeout": "900"} and a.environment.id != b.environment.id
+    import_files(ledger, [path])
+    text = export_csv_text(ledger.export())
+    assert text.splitlines()[0].endswith(",env_id,env.harness,env.temperature,env.timeout")
+    again = Ledger(tmp_path / "again.db")
+    import_files(again, [write(tmp_path, "again.csv", text)])
+    assert [r.env for r in again.records()] == [r.env for r in ledger.records()]
+
+
+@pytest.mark.parametrize("header, cell, match", [("env.bad key", "1", "environment field 'bad key'"),
+                                                 ("env.t", "a\x07b", "control character")])
+def test_bad_env_cells_are_one_line(tmp_path, header, cell, match):
+    path = write(tmp_path, "bad.csv", f"model,metric,value,{header}\nv51,m,1.0,{cell}\n")
+    with pytest.raises(EvidenceError, match=match):
+        parse_csv(path)
+
+
+def test_env_options_add_fields_and_refuse_a_contradiction(tmp_path, ledger):
+    path = write(tmp_path, "s.csv", "model,metric,value,env.timeout\nv51,m,1.0,180\nv51,m,1.1,\n")
+    import_files(ledger, [path], env={"sandbox_cpus": "2"})
+    assert [dict(r.env) for r in ledger.records()] == [{"sandbox_cpus": "2", "timeout": "180"}, {"sandbox_cpus": "2"}]
+    with pytest.raises(EvidenceError, match=r"--env timeout=900: .*s.csv records timeout=180 for v51"):
+        import_files(ledger, [path], env={"timeout": "900"})
+
+
+# -- issue 23: directions are booleans; CSV cells and terminal text are safe ---------------------------------------
+@pytest.mark.parametrize("flag", ["yes", 1, None, "true"])
+def test_an_lm_eval_direction_must_be_a_boolean(tmp_path, ledger, flag):
+    data = json.loads((FIX / "v51_results.json").read_text())
+    data["higher_is_better"]["toy_mc"]["acc"] = flag
+    bad = write(tmp_path, "results.json", json.dumps(data))
+    with pytest.raises(EvidenceError, match=rf"higher_is_better.toy_mc, field 'acc': {flag!r} is not a direction"):
+        import_files(ledger, [bad])
+    assert not ledger.path.exists()
+
+
+def test_a_csv_direction_column_is_not_accepted(tmp_path):
+    """CSV files carry no direction (the --higher-is-better flags and lm-eval do): a column is refused, not read."""
+    path = write(tmp_path, "d.csv", "model,metric,value,higher_is_better\nv51,m,1.0,yes\n")
+    with pytest.raises(EvidenceError, match="field 'higher_is_better': unknown column"):
+        parse_csv(path)
+
+
+def test_export_neutralises_formulas_and_strips_escapes(tmp_path, ledger):
+    """OWASP's CSV injection: cells starting with = + - @ (not numbers), tab or CR are quoted; escape sequences
+    and control characters are removed; numbers, negative ones included, stay numbers; re-import gives the text."""
+    import csv
+    import io
+
+    from vecmerge.evidence.records import Entry
+
+    note = "\x1b]8;;http://evil\x07click\x1b]8;;\x07\tme"
+    ledger.write([Entry("=HYPERLINK(\"http://evil\",\"v51\")", "@SUM(A1:A9)", -0.5, note=note,
+                        source="+cmd|' /C calc'!A0")])
+    text = export_csv_text(ledger.export())
+
+    (row,) = list(csv.DictReader(io.StringIO(text)))
+    assert row["model"] == "'=HYPERLINK(\"http://evil\",\"v51\")" and row["metric"] == "'@SUM(A1:A9)"
+    assert row["value"] == "-0.5" and row["note"] == "click me" and row["source"] == "'+cmd|' /C calc'!A0"
+    assert "\x1b" not in text and "\x07" not in text
+    again = Ledger(tmp_path / "again.db")
+    import_files(again, [write(tmp_path, "x.csv", text)])
+    (rec,) = again.records()
+    assert (rec.model, rec.metric, rec.value, rec.note) == ("=HYPERLINK(\"http://evil\",\"v51\")", "@SUM(A1:A9)", -0.5,
+                                                            "click me")
+
+
+def test_names_with_nul_or_escapes_are_refused(ledger):
+    from vecmerge.evidence.records import Entry
+
+    for name in ("v5\x001", "v51\x1b[2J", "v51\x9b"):
+        with pytest.raises(EvidenceError, match="control character"):
+            ledger.write([Entry(name, "m", 1.0)])
+    assert not ledger.path.exists()

@@ -298,6 +298,120 @@ def test_a_bad_plan_lists_every_problem(ledger):
     assert ledger.plans() == []
 
 
+# -- version 2 -> 3: the eval environment of each record ---------------------------------------------------------
+V2_SCHEMA = [*V1_SCHEMA,  # version 2 as vecmerge wrote it (copied, not imported): + subscore, + plans
+             "ALTER TABLE records ADD COLUMN subscore TEXT",
+             """CREATE TABLE plans (id INTEGER PRIMARY KEY AUTOINCREMENT, a TEXT NOT NULL, b TEXT NOT NULL,
+                metric TEXT NOT NULL, a_sha256 TEXT, b_sha256 TEXT, min_effect REAL NOT NULL, max_runs INTEGER NOT NULL,
+                alpha REAL NOT NULL, higher_is_better INTEGER NOT NULL, noise_sd REAL, prior_scale REAL NOT NULL,
+                test TEXT NOT NULL, after_record INTEGER NOT NULL, created TEXT NOT NULL)""",
+             "UPDATE schema_version SET version = 2"]
+
+
+def test_the_migrations_are_ordered_one_version_at_a_time():
+    from vecmerge.evidence import schema
+
+    assert SCHEMA_VERSION == 3 and sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
+    assert schema.MIGRATIONS[2] == ["ALTER TABLE records ADD COLUMN env TEXT"]
+
+
+def test_a_version_2_ledger_is_read_as_it_is_and_migrated_to_3_by_the_first_write(tmp_path):
+    path = tmp_path / "v2.db"
+    con = sqlite3.connect(path)
+    for statement in V2_SCHEMA:
+        con.execute(statement)
+    con.execute("INSERT INTO records (model, metric, value, subs, source, created, item, subscore) VALUES "
+                "('v51', 'toy', 1.0, '{}', 'manual', '2026-01-01T00:00:00Z', 'q1', 'video')")
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    ledger = Ledger(path)
+    (old,) = ledger.records()
+    assert (old.subscore, old.env, old.environment.id) == ("video", (), "44136fa355b3")  # no environment recorded
+    assert path.read_bytes() == before
+    ledger.add("v51", None, "toy", 0.5, env={"temperature": 0, "harness": "lm-eval"})
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+    assert con.execute("SELECT env FROM records ORDER BY id").fetchall() == [
+        (None,), ('{"harness":"lm-eval","temperature":"0"}',)]
+    con.close()
+    old_again, new = ledger.records()
+    assert old_again == old and new.env == (("harness", "lm-eval"), ("temperature", "0"))
+
+
+# -- read-only opens (issue 23): read-only commands on read-only media; refused writes change no byte --------------
+def test_reads_open_the_ledger_read_only(ledger, monkeypatch):
+    ledger.add("v51", None, "m", [1.0, 1.1])
+    assert ledger._read_uri().endswith("?mode=ro")
+    seen = []
+    real = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: seen.append((a, k)) or real(*a, **k))
+    ledger.records()
+    ledger.directions()
+    assert seen and all(k.get("uri") and a[0].startswith("file:") and "mode=ro" in a[0] for a, k in seen)
+    con = real(ledger._read_uri(), uri=True)
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        con.execute("DELETE FROM records")
+    con.close()
+
+
+def test_a_ledger_in_a_folder_that_cannot_be_written_is_opened_immutable(ledger, monkeypatch):
+    """Without write access to the folder SQLite can neither lock nor make its -shm file; immutable=1 reads
+    without either (nothing can be writing there). os.access is made to say so, which works as root too."""
+    import os
+
+    ledger.add("v51", None, "m", [1.0, 1.1])
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if mode == os.W_OK else real(p, mode))
+    assert ledger._read_uri().endswith("?mode=ro&immutable=1")
+    before = sorted(p.name for p in ledger.path.parent.iterdir())
+    assert [r.value for r in ledger.records()] == [1.0, 1.1]
+    assert sorted(p.name for p in ledger.path.parent.iterdir()) == before  # no -wal, no -shm made
+
+
+@pytest.mark.skipif(getattr(__import__("os"), "geteuid", lambda: 1)() == 0,
+                    reason="root ignores a folder's permissions; the immutable test above covers the path")
+def test_a_ledger_on_a_read_only_folder_can_be_read(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    ledger = Ledger(folder / "vecmerge-evidence.db")
+    ledger.add("v51", None, "m", [1.0, 1.1])
+    folder.chmod(0o555)
+    try:
+        assert [r.value for r in ledger.records()] == [1.0, 1.1] and ledger.models() == ["v51"]
+        with pytest.raises(EvidenceError, match="could not write|cannot open"):
+            ledger.add("v51", None, "m", 1.2)
+    finally:
+        folder.chmod(0o755)
+
+
+def foreign_sqlite(path):
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE thesis (chapter TEXT)")
+    con.execute("INSERT INTO thesis VALUES ('precious')")
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("kind", ["foreign", "truncated", "junk", "header only"])
+def test_a_refused_write_leaves_a_foreign_or_damaged_database_byte_for_byte(tmp_path, kind):
+    path = tmp_path / "vecmerge-evidence.db"
+    if kind == "foreign":
+        foreign_sqlite(path)
+    else:
+        Ledger(path).add("v51", None, "m", [float(i) for i in range(300)], note="x" * 200)
+        data = path.read_bytes()
+        path.write_bytes({"truncated": data[:len(data) // 2], "junk": b"\x00not sqlite" * 99,
+                          "header only": data[:100]}[kind])
+    before = path.read_bytes()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    for action in (lambda: Ledger(path).add("v51", None, "m", 1.0), lambda: Ledger(path).set_direction("m", True),
+                   lambda: Ledger(path).records()):
+        with pytest.raises(EvidenceError, match=str(path)):
+            action()
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == names
+
+
 @pytest.mark.parametrize("stored, why", [("{not json", "not valid JSON"), ('["a"]', "not a JSON object of numbers"),
                                          ('{"x": "0.3"}', "not a JSON object of numbers"),
                                          ('{"x": NaN}', "NaN is not a JSON number"), (None, "not a JSON object")])

@@ -11,6 +11,7 @@ import pytest
 from vecmerge.evidence import EvidenceError
 from vecmerge.evidence import operations as commands
 from vecmerge.evidence.gate import GateFacts, evaluate_gate
+from vecmerge.evidence.gate_facts import gate_evidence
 from vecmerge.evidence.ledger import Ledger
 from vecmerge.workspace.lineage import relation
 
@@ -90,7 +91,7 @@ def test_ls_rows(ledger):
 def test_gate_evidence_feeds_the_gate(ledger):
     facts = GateFacts("v54", "v51", "v28", base_models={"v54": "B", "v51": "B", "v28": "B"}, shape_mismatches=[],
                       lineage=relation("v51", "v28", {"v51": "v28"}), consensus=(196, 196), trust=0.0113,
-                      **commands.gate_evidence(ledger, "v54", "v51", "v28", M, current_sha=CURRENT))
+                      **gate_evidence(ledger, "v54", "v51", "v28", M, current_sha=CURRENT))
     assert facts.typical_noise.models == ("v51", "v28")  # the backbone's own runs are not its yardstick
     result = evaluate_gate(facts)
     assert result.passed, [(r.condition, r.status, r.detail) for r in result.rows]
@@ -135,7 +136,7 @@ def test_plan_then_decide_over_the_runs_recorded_after_it(ledger):
     assert [x["decision"] for x in out["looks"]] == ["continue"] * 4 + ["stop_better"]
     assert "looks" not in commands.decide(ledger, "v51", "v28", current_sha=CURRENT)
     json.dumps(out)
-    evidence = commands.gate_evidence(ledger, "v54", "v51", "v28", M, current_sha=CURRENT)
+    evidence = gate_evidence(ledger, "v54", "v51", "v28", M, current_sha=CURRENT)
     assert evidence["plan"].id == plan["id"] and evidence["plan_decision"].decision == "stop_better"
 
 

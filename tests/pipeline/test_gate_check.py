@@ -367,3 +367,21 @@ def test_a_plan_of_x_against_y_decides_the_repeated_evidence_row(gate_ws, run_cl
         ledger.add("v28", ws.content_sha("v28"), M, 0.98 - 0.001 * i)
     res = run_cli(*GATE, "--json")
     assert res.exit_code == 0 and rows_of(res)["repeated evidence"]["numbers"]["decision"]["decision"] == "stop_better"
+
+
+def test_a_replicate_of_the_backbone_in_the_workspace_brings_training_noise_into_the_gate(gate_ws, run_cli):
+    """Issue 28 end to end: v54b (declared replicate_of: v54; a copy of its folder stands in for another seed)
+    scores 0.02 higher: the backbone's training plus evaluation noise is far above the ledger's eval noise."""
+    import shutil
+
+    assert rows_of(run_cli(*GATE, "--json"))["stable backbone"]["status"] == "PASS"
+    shutil.copytree(gate_ws / "v54", gate_ws / "v54b")
+    text = (gate_ws / "vecmerge.yaml").read_text()
+    (gate_ws / "vecmerge.yaml").write_text(text.replace("metric:", "  v54b: {path: v54b, replicate_of: v54}\nmetric:"))
+    record(gate_ws, {"v54b": [1.0140, 1.0150, 1.0146]})
+    res = run_cli(*GATE, "--json")
+    assert res.exit_code == 1, res.output
+    row = rows_of(res)["stable backbone"]
+    assert row["status"] == "FAIL" and row["numbers"]["noise"] == "training plus evaluation"
+    assert row["numbers"]["components"]["members"] == ["v54", "v54b"]
+    assert "2 trainings (v54, v54b), 6 runs; training plus evaluation noise sd" in row["detail"]

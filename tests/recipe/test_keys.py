@@ -96,4 +96,4 @@ def test_words_of_a_command_are_its_flags():
     assert words("project")["consensus.ref"] == "--consensus-ref" and words("project")["method"] == "--mode"
     assert words("merge")["method"] == "--method" and "dir" not in words("merge")
     assert {k.name for k in offered("refactor")} == {"rank", "out", "dtype", "allow_missing", "modules_to_save",
-                                                     "allow_base_mismatch", "base_model_id"}
+                                                     "allow_base_mismatch", "base_model_id", "base_model"}

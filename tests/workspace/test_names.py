@@ -79,7 +79,8 @@ def test_every_bad_entry_is_reported_at_once(tmp_path):
         Workspace(root=tmp_path)
     msg = str(info.value)
     assert "7 problems" in msg and "\n" not in msg
-    for part in ("adapters.a: unknown key(s) ['parnet']", "adapters.b: path: None", "adapters.c: parent: 'c-1'",
+    for part in ("adapters.a: unknown key(s) ['parnet'] (use path, parent and replicate_of)", "adapters.b: path: None",
+                 "adapters.c: parent: 'c-1'",
                  "adapters.d: parent: d is its own parent", "adapters.e: 3 must be a folder", "metric: ''",
                  "gate: 5 must be a mapping"):
         assert part in msg
@@ -110,3 +111,48 @@ def test_content_sha_and_current_shas(toy):
     ws = Workspace()
     assert ws.current_shas(["v54", "v51", "v59"]) == {"v54": UNREADABLE, "v51": Adapter(toy / "v51").content_sha256,
                                                       "v59": None}
+
+
+def test_replicates_of_one_configuration_form_a_group(tmp_path):
+    (tmp_path / "vecmerge.yaml").write_text(
+        "adapters:\n  v54: runs/v54\n  v54b: {path: runs/v54-seed2, replicate_of: v54}\n"
+        "  v54c: {path: runs/v54-seed3, replicate_of: v54b}\n  v51: runs/v51\n")
+    ws = Workspace(root=tmp_path)
+    assert ws.replicate_of == {"v54b": "v54", "v54c": "v54b"}
+    assert ws.replicate_groups() == {"v54": ("v54", "v54b", "v54c")}  # a replicate of a replicate: the same group
+
+
+@pytest.mark.parametrize("entry, match", [
+    ("{path: x, replicate_of: v99}", "replicate_of: v99 is not an adapter of this workspace"),
+    ("{path: x, replicate_of: a}", "adapters.a: replicate_of: a is itself"),
+    ("{path: x, replicate_of: 'no spaces'}", "replicate_of: 'no spaces' must be an adapter name"),
+])
+def test_bad_replicate_of(tmp_path, entry, match):
+    (tmp_path / "vecmerge.yaml").write_text(f"adapters:\n  a: {entry}\n  b: y\n")
+    with pytest.raises(WorkspaceError, match=match):
+        Workspace(root=tmp_path)
+
+
+def test_a_cycle_of_replicates_or_of_parents_is_refused_naming_it(tmp_path):
+    from vecmerge.errors import LineageError
+
+    (tmp_path / "vecmerge.yaml").write_text("adapters:\n  a: {path: x, replicate_of: b}\n"
+                                            "  b: {path: y, replicate_of: a}\n")
+    with pytest.raises(LineageError, match=r"replicate_of cycle: a -> b -> a \(fix the replicate_of: keys"):
+        Workspace(root=tmp_path).replicate_groups()
+    (tmp_path / "vecmerge.yaml").write_text("adapters:\n  a: {path: x, parent: b}\n  b: {path: y, parent: c}\n"
+                                            "  c: {path: z, parent: a}\n")
+    with pytest.raises(LineageError, match=r"lineage cycle: a -> b -> c -> a"):
+        Workspace(root=tmp_path).lineage()
+
+
+def test_no_key_of_the_workspace_or_its_gate_takes_a_direction(tmp_path):
+    """Issue 23: ``higher_is_better: "yes"`` was taken as a direction; no workspace or gate key is one, so it is
+    refused as unknown (directions come from --higher-is-better, lm-eval's booleans and the ledger)."""
+    from vecmerge.evidence.gate import GateConfig, GateConfigError
+
+    (tmp_path / "vecmerge.yaml").write_text("adapters: {a: x}\nhigher_is_better: 'yes'\n")
+    with pytest.raises(WorkspaceError, match=r"unknown key\(s\) \['higher_is_better'\]"):
+        Workspace(root=tmp_path)
+    with pytest.raises(GateConfigError, match="higher_is_better: unknown key"):
+        GateConfig.from_dict({"higher_is_better": "yes"})

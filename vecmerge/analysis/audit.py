@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -61,6 +62,7 @@ import torch
 from ..errors import VecmergeError
 from ..expr import parse
 from ..linalg.lowrank import COMPUTE_DTYPE, LowRank, check_magnitude
+from ..results import Result, json_field
 from ..workspace.inputs import open_inputs
 from ..workspace.taskvector import TaskVector
 from .consensus import check_not_zero, measure, summarize
@@ -69,6 +71,53 @@ LEVEL = 0.05
 Z_CRIT = 1.959963984540054  # two-sided 5% normal quantile
 SAMPLE_RANK = 32
 SEED = 0
+
+
+@dataclass(frozen=True, eq=False)
+class AuditReport(Result):
+    """``vecmerge audit --ref R --dir D``: per-module agreement (``--json``: ``to_dict()``, schema above).
+
+    Args:
+        ref, direction (str): the two expressions (``direction`` is JSON ``dir``).
+        missing (dict): ``{input: [modules it lacks]}``. summary (dict): counts, cosines, the sign test, the band.
+        rows (list[dict]): one per module (``inner``, ``cosine``, ``agree``, ``mark``, ...).
+        base_models (dict): each input's declared base model. base_models_differ (bool).
+    """
+
+    ref: str
+    direction: str = json_field("dir")
+    missing: dict
+    summary: dict
+    rows: list
+    base_models: dict
+    base_models_differ: bool
+    kind: str = "audit"
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        return {"kind": d.pop("kind"), **d}
+
+
+@dataclass(frozen=True, eq=False)
+class PairwiseReport(Result):
+    """``vecmerge audit A B C...``: global cosines and per-module agreement of every pair (``to_dict()``).
+
+    Args:
+        missing (dict): ``{input: [modules it lacks]}``. pairwise (dict): labels, modules, norms and the
+            cosine / agree / significant / compared matrices. pairs (list[dict]): one row per pair.
+        base_models (dict), base_models_differ (bool): as for ``AuditReport``.
+    """
+
+    missing: dict
+    pairwise: dict
+    pairs: list
+    base_models: dict
+    base_models_differ: bool
+    kind: str = "pairwise"
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        return {"kind": d.pop("kind"), **d}
 
 
 def haar_blocks(n: int, rows: int, cols: int, count: int, gen: torch.Generator,
@@ -236,7 +285,8 @@ def pairwise(vectors: list[TaskVector], labels: list[str], names: list[str], pro
 
 
 def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False, samples: int = 200,
-                       progress=None, *, modules_to_save: str = "refuse", allow_base_mismatch: bool = False) -> dict:
+                       progress=None, *, modules_to_save: str = "refuse", allow_base_mismatch: bool = False
+                       ) -> AuditReport:
     """``vecmerge audit --ref R --dir D``: per-module agreement of two expressions, against chance.
 
     Args:
@@ -246,7 +296,7 @@ def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False
         modules_to_save (str): refuse | drop adapters' full saved modules.
         allow_base_mismatch (bool): audit adapters whose declared base models differ.
     Returns:
-        A JSON-ready dict (schema in the module docstring).
+        AuditReport (reads as the JSON of the module docstring).
     """
     if samples < 0:
         raise VecmergeError(f"samples={samples}: give 0 (analytic band) or a positive number of draws")
@@ -267,12 +317,11 @@ def audit_trajectories(ws, ref: str, direction: str, allow_missing: bool = False
                               "agree": sum(bool(r["agree"]) for r in experts), "chance": marks.count("chance"),
                               "agree_significant": marks.count("agree"),
                               "disagree_significant": marks.count("disagree")}
-    return {"kind": "audit", "ref": ref, "dir": direction, "missing": missing, "summary": summary, "rows": rows,
-            "base_models": inputs.declared, "base_models_differ": inputs.base_models_differ}
+    return AuditReport(ref, direction, missing, summary, rows, inputs.declared, inputs.base_models_differ)
 
 
 def audit_pairwise(ws, adapters: list[str], allow_missing: bool = False, progress=None, *,
-                   modules_to_save: str = "refuse", allow_base_mismatch: bool = False) -> dict:
+                   modules_to_save: str = "refuse", allow_base_mismatch: bool = False) -> PairwiseReport:
     """``vecmerge audit A B C...``: global cosines and per-module agreement between every pair.
 
     Args:
@@ -283,5 +332,5 @@ def audit_pairwise(ws, adapters: list[str], allow_missing: bool = False, progres
     vecs, names, missing, present, inputs = _vectors(ws, list(adapters), allow_missing, modules_to_save,
                                                      allow_base_mismatch)
     res = pairwise(vecs, list(adapters), names, progress, present)
-    return {"kind": "pairwise", "missing": missing, "pairwise": {k: v for k, v in res.items() if k != "pairs"},
-            "pairs": res["pairs"], "base_models": inputs.declared, "base_models_differ": inputs.base_models_differ}
+    return PairwiseReport(missing, {k: v for k, v in res.items() if k != "pairs"}, res["pairs"], inputs.declared,
+                          inputs.base_models_differ)

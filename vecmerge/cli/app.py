@@ -16,7 +16,7 @@ import warnings
 
 import click
 
-from .. import __version__
+from ..version import __version__
 
 
 class Ctx:
@@ -110,7 +110,9 @@ def _run(ctx, fn, args, kwargs):
             msg, code = f"{type(e).__name__}: {e}", 2
         else:
             msg, code = f"internal error ({type(e).__name__}: {e}); rerun with --debug and report it", 3
-        click.echo(f"error: {msg}", err=True)
+        from ..io.safe_text import printable
+
+        click.echo(f"error: {printable(msg, keep_newlines=True)}", err=True)  # a stranger's name may hold escapes
         ctx.exit(code)
 
 

@@ -19,6 +19,14 @@ def evidence():
     """
 
 
+ENV_HELP = ("The eval environment: an id (as show --by env prints it) or KEY=VALUE of its fields (repeatable); "
+            "needed when the records were made under several.")
+
+
+def env_option(fn):
+    return click.option("--env", "env", multiple=True, metavar="ID|KEY=VALUE", help=ENV_HELP)(fn)
+
+
 def _subs(pairs) -> dict:
     """``KEY=V`` (one run) or ``KEY=V1,V2,...`` (one value per run, in order) -> key -> list of floats."""
     out = {}
@@ -46,16 +54,25 @@ def _subs(pairs) -> dict:
 @click.option("--note", help="Free text kept with each record.")
 @click.option("--higher-is-better/--lower-is-better", "higher", default=None,
               help="Declare the metric's direction (once per metric).")
+@click.option("--env", "env", multiple=True, metavar="KEY=VALUE", help="A field of the runs' eval environment "
+              "(repeatable): harness, harness_version, task_version, n_shot, temperature, max_tokens, stop, timeout, "
+              "seed, or any other KEY.")
+@click.option("--external", is_flag=True, help="Record NAME as an external model even when it is close to a "
+              "workspace name.")
 @json_option
 @global_options
 @click.pass_obj
 @handled
-def evidence_add(obj: Ctx, name, values, metric, subs, note, higher, as_json):
-    """Record runs of NAME: one VALUE per run (negative values: put -- before them)."""
+def evidence_add(obj: Ctx, name, values, metric, subs, note, higher, env, external, as_json):
+    """Record runs of NAME: one VALUE per run (negative values: put -- before them).
+
+    A NAME that is no adapter here is recorded as an external model (no sha256); one within two edits of a
+    workspace name is refused with "did you mean ...?" (--external records it anyway).
+    """
     from .. import commands
 
     commands.evidence_add(obj.ws(), name, list(values), metric=metric, subs=_subs(subs) or None, note=note,
-                          higher_is_better=higher, as_json=as_json, echo=echo)
+                          higher_is_better=higher, env=env, external=external, as_json=as_json, echo=echo)
 
 
 @evidence.command("import")
@@ -68,11 +85,13 @@ def evidence_add(obj: Ctx, name, values, metric, subs, note, higher, as_json):
               help="Declare that higher METRIC is better (repeatable; lm-eval files declare their own).")
 @click.option("--lower-is-better", "lower", multiple=True, metavar="METRIC",
               help="Declare that lower METRIC is better (repeatable).")
+@click.option("--env", "env", multiple=True, metavar="KEY=VALUE", help="A field added to every record's eval "
+              "environment (repeatable; lm-eval results carry their own).")
 @json_option
 @global_options
 @click.pass_obj
 @handled
-def evidence_import(obj: Ctx, files, model, cluster_field, task, higher, lower, as_json):
+def evidence_import(obj: Ctx, files, model, cluster_field, task, higher, lower, env, as_json):
     """Import FILES: CSV (model,metric,value[,note,item,cluster,sub.KEY]), lm-eval results .json, samples .jsonl.
 
     Every file is read before anything is written; a malformed row is one error line and nothing is recorded.
@@ -84,7 +103,7 @@ def evidence_import(obj: Ctx, files, model, cluster_field, task, higher, lower, 
 
     commands.evidence_import(obj.ws(), list(files), model=model, cluster_field=cluster_field, task=task,
                              directions={**{m: True for m in higher}, **{m: False for m in lower}} or None,
-                             as_json=as_json, echo=echo)
+                             env=env, as_json=as_json, echo=echo)
 
 
 @evidence.command("export")
@@ -106,16 +125,22 @@ def evidence_export(obj: Ctx, fmt, as_json):
 @click.option("--stale", "include_stale", is_flag=True, help="Include records of weights a name no longer has.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a PNG of the means with error bars.")
 @click.option("--force", is_flag=True, help="Replace an existing --plot PNG.")
+@click.option("--env", "env", multiple=True, metavar="ID|KEY=VALUE", help="Only these eval environments.")
+@click.option("--by", type=click.Choice(["env"]), help="One table per eval environment, with its fields.")
 @json_option
 @global_options
 @click.pass_obj
 @handled
-def evidence_show(obj: Ctx, names, metric, include_stale, plot, force, as_json):
-    """n, mean, std, SE, 95% CI, min, max, range per model (all, or NAMES) and per sub-score."""
+def evidence_show(obj: Ctx, names, metric, include_stale, plot, force, env, by, as_json):
+    """n, mean, std, SE, 95% CI, min, max, range per model (all, or NAMES), sub-score and eval environment.
+
+    Records of different eval environments are never pooled. For each replicate group (replicate_of: in
+    vecmerge.yaml): the variance between trainings and within evaluations, with confidence intervals.
+    """
     from .. import commands
 
     commands.evidence_show(obj.ws(), list(names), metric, include_stale=include_stale, plot=plot, force=force,
-                           as_json=as_json, echo=echo)
+                           env=env, by=by, as_json=as_json, echo=echo)
 
 
 @evidence.command("compare")
@@ -127,16 +152,19 @@ def evidence_show(obj: Ctx, names, metric, include_stale, plot, force, as_json):
 @click.option("--margin", type=float, help="Non-inferiority margin for every sub-score (default: one grade where "
               "its values lie on a grid, else its pooled run noise sd).")
 @click.option("--stale", "include_stale", is_flag=True, help="Include records of weights a name no longer has.")
+@env_option
 @json_option
 @global_options
 @click.pass_obj
 @handled
-def evidence_compare(obj: Ctx, a, b, metric, detect, target, margin, include_stale, as_json):
+def evidence_compare(obj: Ctx, a, b, metric, detect, target, margin, include_stale, env, as_json):
     """Is A better than B beyond eval noise? Welch over runs; paired and clustered over items.
 
     Every sub-score too: its test (Welch or paired per item), Holm-adjusted p across sub-scores, its grid
     step where its values lie on one, and what the difference costs the others (worse beyond noise, shown
-    not worse at the margin, or unknown).
+    not worse at the margin, or unknown). Runs of different eval environments are not the same measurement:
+    refused, naming the fields that differ, unless --env picks one. Replicate groups: their variance
+    components and a test over trainings.
     """
     if detect is not None and not detect > 0:
         usage(f"--detect {detect}: a difference > 0")
@@ -145,7 +173,7 @@ def evidence_compare(obj: Ctx, a, b, metric, detect, target, margin, include_sta
     from .. import commands
 
     commands.evidence_compare(obj.ws(), a, b, metric, detect=detect, include_stale=include_stale, as_json=as_json,
-                              echo=echo, target=target, margin=margin)
+                              echo=echo, target=target, margin=margin, env=env)
 
 
 @evidence.command("plan")
@@ -184,11 +212,12 @@ def evidence_plan(obj: Ctx, a, b, metric, min_effect, max_runs, alpha, as_json):
 @click.option("--vs", "b", required=True, help="The model A is compared with (B).")
 @click.option("--metric", help="The plan's metric (needed only when A and B have plans on several).")
 @click.option("--replay", is_flag=True, help="The decision after each look, in recording order.")
+@env_option
 @json_option
 @global_options
 @click.pass_obj
 @handled
-def evidence_decide(obj: Ctx, a, b, metric, replay, as_json):
+def evidence_decide(obj: Ctx, a, b, metric, replay, env, as_json):
     """The latest plan's anytime-valid decision: stop_better, stop_futile, or continue (with runs to go).
 
     A look after every run recorded since the plan, once each model has two; the error rate holds whatever
@@ -196,7 +225,7 @@ def evidence_decide(obj: Ctx, a, b, metric, replay, as_json):
     """
     from .. import commands
 
-    commands.evidence_decide(obj.ws(), a, b, metric=metric, replay=replay, as_json=as_json, echo=echo)
+    commands.evidence_decide(obj.ws(), a, b, metric=metric, replay=replay, env=env, as_json=as_json, echo=echo)
 
 
 @evidence.command("calibrate")
@@ -204,11 +233,12 @@ def evidence_decide(obj: Ctx, a, b, metric, replay, as_json):
 @click.option("--target", required=True, help="The metric that matters, e.g. official_total.")
 @click.option("--loo", is_flag=True, help="Leave-one-model-out: judge a least-squares fit on models it never saw.")
 @click.option("--min-models", type=int, help="Models needed before a proxy may rank (default 8).")
+@env_option
 @json_option
 @global_options
 @click.pass_obj
 @handled
-def evidence_calibrate(obj: Ctx, proxy, target, loo, min_models, as_json):
+def evidence_calibrate(obj: Ctx, proxy, target, loo, min_models, env, as_json):
     """Can PROXY rank candidates like TARGET? Spearman, Kendall (bootstrap CIs), pairwise accuracy, noise ceiling.
 
     With --loo each model's TARGET is predicted by a least-squares fit (intercept and PROXY slopes) on the other
@@ -223,7 +253,8 @@ def evidence_calibrate(obj: Ctx, proxy, target, loo, min_models, as_json):
         usage(f"evidence calibrate: --proxy and --target are both {target}; calibrate one metric against another")
     from .. import commands
 
-    commands.evidence_calibrate(obj.ws(), proxies, target, min_models=min_models, loo=loo, as_json=as_json, echo=echo)
+    commands.evidence_calibrate(obj.ws(), proxies, target, min_models=min_models, loo=loo, env=env, as_json=as_json,
+                                echo=echo)
 
 
 @main.command("ls")
@@ -245,11 +276,12 @@ def ls_cmd(obj: Ctx, metric, as_json):
 @click.option("--consensus-ref", help="The reference trajectory for module consensus, e.g. 'v54 - v54e2'.")
 @click.option("--trust", type=float, help="The relative step T of the planned merge.")
 @click.option("--metric", help="The ledger metric (default: gate.metric or metric: in vecmerge.yaml).")
+@env_option
 @json_option
 @global_options
 @click.pass_obj
 @handled
-def gate_cmd(obj: Ctx, base, direction, consensus_ref, trust, metric, as_json):
+def gate_cmd(obj: Ctx, base, direction, consensus_ref, trust, metric, env, as_json):
     """Is BASE + alpha*(X - Y) worth trying? Seven conditions, PASS/FAIL/UNKNOWN; exit 0 only when all pass.
 
     Common base, common parent (lineage), stable backbone (repeated runs), repeated evidence (X beats Y
@@ -263,5 +295,5 @@ def gate_cmd(obj: Ctx, base, direction, consensus_ref, trust, metric, as_json):
         usage(f"--trust {trust}: a relative step > 0, e.g. 0.0113")
     from .. import commands
 
-    commands.gate(obj.ws(), base, direction, consensus_ref=consensus_ref, trust=trust, metric=metric,
+    commands.gate(obj.ws(), base, direction, consensus_ref=consensus_ref, trust=trust, metric=metric, env=env,
                   as_json=as_json, echo=echo, progress=obj.bars())

@@ -6,7 +6,7 @@ import click
 
 from ..recipe.docs import recipe_help
 from .app import Ctx, handled, main, usage
-from .recipe_flags import method_options, recipe_data, recipe_options, run_options, run_recipe
+from .recipe_flags import method_options, recipe_data, recipe_options, run_mergekit, run_options, run_recipe
 
 
 @main.command()
@@ -29,20 +29,32 @@ def project(obj: Ctx, force, dry_run, as_json, show_modules, **given):
 
 
 @main.command()
-@click.argument("models", nargs=-1, required=True, metavar="INPUT...")
+@click.argument("models", nargs=-1, metavar="INPUT...")
 @recipe_options("merge")
 @click.option("--weights", help="Comma-separated weights, one per INPUT (default 1 each), e.g. 0.5,0.5.")
+@click.option("--config", "config", type=click.Path(dir_okay=False),
+              help="A mergekit merge configuration (YAML: merge_method, base_model, models with parameters, "
+                   "parameters, dtype, slices that select layers) whose models are LoRA adapters (workspace names "
+                   "or folders), instead of INPUT... and --method; every key vecmerge does not support is named. "
+                   "docs/METHODS.md says where each method differs from mergekit's.")
 @method_options(stepped=False)
 @run_options()
 @click.pass_obj
 @handled
-def merge(obj: Ctx, models, weights, force, dry_run, as_json, show_modules, **given):
+def merge(obj: Ctx, models, weights, config, force, dry_run, as_json, show_modules, **given):
     """The classic merges of INPUTs (adapter names or expressions such as 'v51 - v28'), written as a PEFT LoRA.
 
     Each method is applied to the updates scale*B@A themselves, never to the factors, and the output
     verifies like every other (vecmerge verify OUT). Per-model density and per-module multipliers:
-    write a recipe (models: [{model: v28, weight: 0.5, density: 0.3}, ...]) and use vecmerge run.
+    write a recipe (models: [{model: v28, weight: 0.5, density: 0.3}, ...]) and use vecmerge run, or
+    a mergekit configuration (--config merge.yml).
     """
+    if config is not None:
+        typed = [w for w, v in (("INPUT", models), ("--weights", weights)) if v]
+        return run_mergekit(obj, config, recipe_data(given), typed=typed, force=force, dry_run=dry_run,
+                            as_json=as_json, show_modules=show_modules)
+    if not models or given.get("method") is None:
+        usage("merge: needs INPUT... and --method (or --config FILE.yml, a mergekit configuration)")
     ws = [1.0] * len(models)
     if weights is not None:
         try:

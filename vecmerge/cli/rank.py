@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .app import Ctx, echo, global_options, handled, json_option, main, usage
+from .evidence import env_option
 
 
 def metric_list(text: str, flag: str) -> list[str]:
@@ -20,11 +21,12 @@ def metric_list(text: str, flag: str) -> list[str]:
 @click.option("--proxy", required=True, help="The ledger metric(s) to rank by, e.g. probe:toy:loglik (P1,P2: a fit).")
 @click.option("--target", help="The metric that matters; the proxy is calibrated against it on past models first.")
 @click.option("--min-models", type=int, help="Past models needed before a proxy may rank (default 8).")
+@env_option
 @json_option
 @global_options
 @click.pass_obj
 @handled
-def rank(obj: Ctx, candidates, proxy, target, min_models, as_json):
+def rank(obj: Ctx, candidates, proxy, target, min_models, env, as_json):
     """Rank CANDIDATES (a dose ladder, merges) by PROXY, or say it is a disaster detector only.
 
     With --target, PROXY is calibrated leave-one-model-out against TARGET on the past models (the candidates
@@ -38,4 +40,5 @@ def rank(obj: Ctx, candidates, proxy, target, min_models, as_json):
         usage(f"--min-models {min_models}: at least 3 (a rank correlation needs 3 models)")
     from .. import commands
 
-    commands.rank(obj.ws(), list(candidates), proxies, target, min_models=min_models, as_json=as_json, echo=echo)
+    commands.rank(obj.ws(), list(candidates), proxies, target, min_models=min_models, env=env, as_json=as_json,
+                  echo=echo)

@@ -14,7 +14,7 @@ from .. import methods
 from ..recipe.keys import KEYS, Key, offered, words
 from .app import Ctx, echo, global_options
 
-_TYPES = {"number": float, "folder": click.Path(file_okay=False)}
+_TYPES = {"number": float, "folder": click.Path(file_okay=False), "model_folder": click.Path(file_okay=False)}
 
 
 def recipe_options(command: str):
@@ -50,9 +50,12 @@ def method_options(stepped: bool):
     """Click options for the fields of every registered method of this kind (generated, not typed twice)."""
     def deco(fn):
         for f, owners in reversed(list(_fields(stepped).values())):
+            if f.kind == "bool":  # --x/--no-x: unset (None) unless given, so the method's default applies
+                fn = click.option(f"{f.flag}/--no-{f.flag[2:]}", f.name, default=None,
+                                  help=f"{f.help} ({', '.join(owners)}).")(fn)
+                continue
             kind = click.Choice(f.choices) if f.choices else {"float": float, "int": int, "str": str}.get(f.kind)
-            fn = click.option(f.flag, f.name, type=kind, default=None, is_flag=f.kind == "bool" or None,
-                              help=f"{f.help} ({', '.join(owners)}).")(fn)
+            fn = click.option(f.flag, f.name, type=kind, default=None, help=f"{f.help} ({', '.join(owners)}).")(fn)
         return fn
 
     return deco
@@ -137,3 +140,26 @@ def run_recipe(obj: Ctx, data: dict, command: str, *, force, dry_run, as_json, s
         if e.source not in (source, "recipe"):
             raise
         raise e.worded({**flag_words(command), **(named or {})}, source) from None
+
+
+CONFIG_FLAGS = ("rank", "out", "dtype", "allow_missing", "modules_to_save", "strict", "only", "exclude",
+                "allow_base_mismatch", "base_model_id", "base_model")  # what --config leaves to the flags
+
+
+def run_mergekit(obj: Ctx, path, data: dict, *, typed=(), force, dry_run, as_json, show_modules):
+    """``vecmerge merge --config FILE``: the mergekit configuration as a recipe, the flags' keys over it.
+
+    Args:
+        path (str): the YAML. data (dict): the recipe keys the flags gave (``recipe_data``); only
+            ``CONFIG_FLAGS`` may be among them (the merge itself is the file's).
+        typed (Sequence[str]): other things typed that the file gives instead (INPUT, --weights).
+    """
+    from .. import commands
+    from .app import usage
+
+    words = flag_words("merge")
+    clash = [*typed, *(words.get(k, f"--{k.replace('_', '-')}") for k in data if k not in CONFIG_FLAGS)]
+    if clash:
+        usage(f"merge --config: {', '.join(clash)} come from {path}; edit the file, or leave --config out")
+    commands.merge_config(obj.ws(), path, data, force=force, dry_run=dry_run, as_json=as_json,
+                          show_modules=show_modules, echo=echo, progress=obj.bars())

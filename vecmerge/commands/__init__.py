@@ -5,7 +5,7 @@ prints, so the transcript is exactly what a user typing them would see. Every fu
 ``echo(text, err=False)`` and raises ``VecmergeError`` subclasses (a failed check: ``CheckFailed``, exit 1).
 
     adapters.py   inspect, audit
-    merging.py    merge (project, merge, refactor, run), verify
+    merging.py    merge (project, merge, refactor, run), merge_config (merge --config), verify
     evidence.py   evidence add/import/export/show/compare/calibrate/plan/decide, ls, gate
     models.py     extract, fuse
     probe.py      probe
@@ -25,11 +25,11 @@ from .evidence import (
                        gate,
                        ls,
 )
-from .merging import merge, verify
+from .merging import merge, merge_config, verify
 from .models import extract, fuse
 from .probe import probe
 from .rank import rank
 
-__all__ = ["inspect", "audit", "merge", "verify", "evidence_add", "evidence_import", "evidence_export", "evidence_show",
-           "evidence_compare", "evidence_calibrate", "evidence_plan", "evidence_decide", "ls", "gate", "extract",
-           "fuse", "probe", "rank"]
+__all__ = ["inspect", "audit", "merge", "merge_config", "verify", "evidence_add", "evidence_import", "evidence_export",
+           "evidence_show", "evidence_compare", "evidence_calibrate", "evidence_plan", "evidence_decide", "ls", "gate",
+           "extract", "fuse", "probe", "rank"]

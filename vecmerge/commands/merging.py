@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import CheckFailed
+from ..errors import CheckFailed, RecipeError
 from ..pipeline import run
 from ..pipeline.gate_check import GateFailed
 from ..recipe.recipe import Recipe
@@ -37,6 +37,39 @@ def merge(ws: Workspace, recipe: Recipe, *, force: bool = False, dry_run: bool =
         echo(f"gate ({g.backbone} + alpha * ({g.x} - {g.y}), metric {g.metric}): "
              f"{report_evidence.gate_verdict(g.to_dict())}{where} (vecmerge gate shows it)\n")
     echo(to_json(rep.to_dict()) if as_json else render_merge(rep))
+    if show_modules and not as_json:
+        echo("\n" + render_modules(rep))
+    return rep
+
+
+def merge_config(ws: Workspace, path, flags: dict, *, force: bool = False, dry_run: bool = False,
+                 as_json: bool = False, show_modules: bool = False, echo=print, progress=None):
+    """``vecmerge merge --config FILE``: a mergekit configuration translated to a recipe (``recipe.mergekit``), the
+    flags' recipe keys over it, run as ``merge``; the manifest keeps the file's sha256 (``config``).
+
+    Args:
+        ws (Workspace). path (str | Path): the YAML. flags (dict): recipe keys given as flags (rank, out, ...).
+    """
+    import hashlib
+
+    from ..io.parse import YAML_MAX_BYTES, ParseError, parse_yaml, read_text
+    from ..recipe.mergekit import from_mergekit
+
+    path = Path(path)
+    try:
+        text = read_text(path, max_bytes=YAML_MAX_BYTES)
+        data = parse_yaml(text, path)
+    except ParseError as e:
+        raise RecipeError([e.problem], e.source if e.line is None else f"{e.source}:{e.line}") from None
+    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()  # the bytes read (valid UTF-8 re-encodes to them)
+    rec, notes = from_mergekit(data, str(path), path.parent.resolve(), known=set(ws.adapters))
+    recipe = Recipe.from_dict({**rec, **flags}, str(path), root=path.parent.resolve())
+    source = {"format": "mergekit", "path": str(path), "sha256": sha, "merge_method": notes["mergekit_method"],
+              "base_model": notes["base_model"]}
+    if not as_json:
+        echo(f"config: {path} (mergekit {notes['mergekit_method']} -> vecmerge {recipe.method}; sha256 {sha[:12]})")
+    rep = run(recipe, ws, dry_run=dry_run, force=force, progress=progress_bar(progress, recipe.kind), source=source)
+    echo(to_json({**rep.to_dict(), "config": source}) if as_json else render_merge(rep))
     if show_modules and not as_json:
         echo("\n" + render_modules(rep))
     return rep

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..errors import UsageError, shown
 from ..evidence.ledger import Ledger
+from ..io.safe_text import printable
 from ..outputs.transaction import PNG, OutputPolicy, write_file
 from ..report import probe as report_probe
 from ..report.format import to_json
@@ -54,7 +55,7 @@ def probe(ws: Workspace, names: list[str], *, prompts, base_model=None, batch: i
         out["recorded"]["ledger"] = shown(out["recorded"]["ledger"])
     if plot:
         write_file(plot, lambda f: report_probe.plot_probe(out, f), policy=policy, kind=PNG, flag="--plot")
-    echo(to_json(out) if as_json else report_probe.render_probe(out))
+    echo(to_json(out) if as_json else printable(report_probe.render_probe(out), keep_newlines=True))
     if plot:
         echo(f"plot: {plot}", err=as_json)
     return out

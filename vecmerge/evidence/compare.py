@@ -1,5 +1,6 @@
-"""Model A against model B on one metric: the tests of ``stats``, the ledger's noise, a verdict in words, and
-every sub-score (``subscores.compare_subscores``)."""
+"""Model A against model B on one metric: the tests of ``stats``, the ledger's noise, a verdict in words, every
+sub-score (``subscores.compare_subscores``) and, where A or B has training replicates, what they say
+(``replicates.replicate_evidence``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from . import EvidenceError
 from .grades import Grid, detect_grid
 from .ledger import Record
 from .noise import PooledNoise, pooled_noise, repeats_needed
+from .replicates import ReplicateEvidence, replicate_evidence
 from .stats import DiffResult, Summary, item_means, paired, runs_by_model, summarize, welch
 from .subscores import SubScoreComparison, compare_subscores, sub_keys
 
@@ -33,6 +35,8 @@ class Comparison:
     decided_by is the kind of the test the verdict rests on (None when there is none). subscores: every
     sub-score of A against B, and what the difference costs the others (None when neither recorded any).
     grid: the grid the metric's run values across all models lie on (``grades.detect_grid``), or None.
+    env: the eval environment every record compared was measured under (``environment.Environment.to_dict``),
+    None when the caller did not say. replicates: the training replicates of A and B (None without any).
     """
 
     a: str
@@ -55,6 +59,8 @@ class Comparison:
     reasons: tuple[str, ...] = ()
     subscores: SubScoreComparison | None = None
     grid: Grid | None = None
+    env: dict | None = None
+    replicates: ReplicateEvidence | None = None
 
     def to_dict(self) -> dict:
         out = {}
@@ -67,7 +73,7 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
                     higher_is_better: bool | None = None, confidence: float = 0.95, min_runs: int = 2,
                     min_items: int = 2, detect: float | None = None, alpha: float = 0.05,
                     power: float = 0.8, target: str | None = None, margins: float | dict | None = None,
-                    margin_source: str = "given") -> Comparison:
+                    margin_source: str = "given", replicates=None, env: dict | None = None) -> Comparison:
     """Compare A and B on one metric; the verdict rule is exact:
 
     1. Tests: ``clustered`` (item-level records of both, with cluster keys, ≥ 2 clusters), ``paired``
@@ -81,12 +87,17 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
     noise) and the runs per model a two-sample t test would need to detect ``detect`` (default: the observed
     difference of run means) with ``power`` at ``alpha``, using the pooled sd (else A's and B's own).
     Every sub-score A or B recorded is compared too (``compare_subscores`` with ``target`` and ``margins``).
+    Where A or B belongs to a replicate group (``replicates``: root -> members), the groups' variance components
+    and the training test are reported (``replicates.replicate_evidence``); the verdict above stays the test
+    of these two models' own runs, and a note says when the training test disagrees.
 
     Args:
         a, b (str): model names.
         records (Iterable[Record]): current records of the metric (any models; stale ones already left out).
         metric (str | None): the metric; None when ``records`` hold exactly one.
         higher_is_better (bool | None): the metric's direction (``Ledger.direction``).
+        replicates (Mapping[str, Sequence[str]] | None): replicate groups, root -> members (``Workspace``).
+        env (dict | None): the records' one eval environment, reported as it is (the caller chose it).
     """
     records = list(records)
     metrics = {r.metric for r in records}
@@ -134,7 +145,13 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
         subs = compare_subscores(a, b, records, metric=metric, higher_is_better=higher_is_better,
                                  confidence=confidence, target=target, margins=margins, margin_source=margin_source,
                                  min_runs=min_runs, min_items=min_items, power=power)
+    reps = replicate_evidence(a, b, runs, replicates, metric=metric, env=(env or {}).get("id"), confidence=confidence)
+    if reps is not None and reps.test is not None and decided is not None and (
+            reps.test.beyond_noise != decided.beyond_noise):
+        said = "is beyond" if reps.test.beyond_noise else "is within"
+        reasons.append(f"over trainings (training plus evaluation noise) the difference {said} noise "
+                       f"(p {reps.test.p:.3g}): the verdict above is about these trainings of {a} and {b}")
     return Comparison(a, b, metric, higher_is_better, confidence, sa, sb, w, pr, cl, pooled, detect, noise,
                       needed, decided.kind if decided else None, code,
                       VERDICTS[code].format(a=a, b=b, metric=metric), tuple(reasons), subs,
-                      detect_grid([v for vs in runs.values() for v in vs]))
+                      detect_grid([v for vs in runs.values() for v in vs]), env, reps)

@@ -7,10 +7,13 @@ the caller gathers (workspace, ledger, audit, trust):
     common base          every named adapter declares the same base model, and their shapes match
     common parent        X and Y lie on one recorded lineage (one descends from the other, or a shared ancestor)
     stable backbone      BASE has >= min_repeats runs and its sample std is no larger than the limit: the set
-                         ``max_backbone_sd``, else ``backbone_noise_factor`` x the ledger's pooled noise
+                         ``max_backbone_sd``, else ``backbone_noise_factor`` x the ledger's pooled noise; with
+                         replicates of BASE (``replicate_of:``), its training plus evaluation noise
+                         sqrt(σ̂²_b + σ̂²_w) instead of its std (``variance.py``)
     repeated evidence    X is better than Y beyond eval noise on the metric (compare.compare_records's verdict); where a
                          plan (``evidence plan``) exists for X vs Y on the metric, its sequential decision instead:
-                         stop_better PASS, stop_futile FAIL, continue UNKNOWN
+                         stop_better PASS, stop_futile FAIL, continue UNKNOWN; with replicates of X or Y, the
+                         test over trainings (training plus evaluation noise, ``replicates.py``) instead of both
     module consensus     the share of modules agreeing with the reference >= min_agree
     small trust region   the relative step size trust <= max_trust
     no sub-score         every protected sub-score of X is shown not worse than Y's at its margin (one-sided,
@@ -20,130 +23,33 @@ the caller gathers (workspace, ledger, audit, trust):
                          to protect (PASS, said so)
 
 Each row is PASS, FAIL or UNKNOWN (no evidence to decide) with the numbers behind it and the threshold
-with where it came from. UNKNOWN is not a pass: ``GateResult.passed`` only when all seven PASS.
+with where it came from; the two noise rows say which noise they used (``numbers["noise"]``: ``evaluation``
+or ``training plus evaluation``). UNKNOWN is not a pass: ``GateResult.passed`` only when all seven PASS. Every
+evidence row is of one eval environment (``gate_facts.gate_evidence``; ``GateConfig.env`` picks one).
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from ..workspace.lineage import Relation
 from . import EvidenceError
 from .compare import Comparison
+from .gate_config import GateConfig, GateConfigError
 from .noise import PooledNoise
 from .records import Plan
 from .sequential import CONTINUE, STOP_BETTER, SequentialDecision
 from .stats import summarize
 from .subscores import NOT_WORSE, WORSE, SubScoreComparison
+from .variance import VarianceComponents
+
+__all__ = ["GateConfig", "GateConfigError", "GateFacts", "GateRow", "GateResult", "evaluate_gate", "PASS", "FAIL",
+           "UNKNOWN", "CONDITIONS"]
 
 PASS, FAIL, UNKNOWN = "PASS", "FAIL", "UNKNOWN"
 CONDITIONS = ("common base", "common parent", "stable backbone", "repeated evidence", "module consensus",
               "small trust region", "no sub-score regresses")
-
-
-class GateConfigError(EvidenceError):
-    """A ``gate:`` section with one or more bad keys or values (all listed in one line)."""
-
-
-@dataclass(frozen=True)
-class GateConfig:
-    """Thresholds of the gate, from the ``gate:`` section of vecmerge.yaml; the defaults are documented.
-
-    Args:
-        metric (str | None): the metric for backbone and evidence (None: the caller's ``--metric``).
-        min_repeats (int): runs the backbone needs (3: v54 was evaluated three times).
-        max_backbone_sd (float | None): a set limit on the backbone's sample std; None: use the ledger.
-        backbone_noise_factor (float): with no set limit, the backbone's std may be at most this many times
-            the ledger's pooled within-model noise (1.0).
-        min_evidence_runs (int): whole runs X and Y each need when the evidence rests on Welch (2).
-        confidence (float): coverage of the intervals behind "beyond eval noise" (0.95).
-        min_agree (float): share of modules that must agree with the consensus reference (1.0: v58 had 196/196).
-        max_trust (float): largest relative step (0.015: v58's 0.0113 passes, v59's dose 45.6% larger,
-            about 0.0165, does not).
-        protect (str | tuple[str, ...] | None): the sub-scores that must not regress: ``all`` (the default,
-            None, means all that X or Y recorded) or a list of names.
-        margin (float | Mapping[str, float] | None): the non-inferiority margin, one value or one per
-            sub-score; default (None, or a sub-score left out): one grade where the sub-score's recorded
-            values lie on a grid, else its pooled within-model noise sd (``subscores.py``).
-        sources (Mapping[str, str]): where each value came from (``default`` or ``vecmerge.yaml gate.KEY``).
-    """
-
-    metric: str | None = None
-    min_repeats: int = 3
-    max_backbone_sd: float | None = None
-    backbone_noise_factor: float = 1.0
-    min_evidence_runs: int = 2
-    confidence: float = 0.95
-    min_agree: float = 1.0
-    max_trust: float = 0.015
-    protect: str | tuple[str, ...] | None = None
-    margin: float | Mapping[str, float] | None = None
-    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
-
-    def source_of(self, key: str) -> str:
-        return self.sources.get(key, "default")
-
-    @classmethod
-    def from_dict(cls, data: Mapping | None, source: str = "vecmerge.yaml") -> GateConfig:
-        """A GateConfig from the ``gate:`` mapping; every bad key and value is reported at once.
-
-        Raises:
-            GateConfigError: one line, ``vecmerge.yaml gate: N problems: ...``.
-        """
-        if data is None:
-            return cls()
-        if not isinstance(data, Mapping):
-            raise GateConfigError(f"{source} gate: expected a mapping of thresholds such as min_repeats: 3")
-        known = [f.name for f in fields(cls) if f.name != "sources"]
-        problems, values = [], {}
-        for key in data:
-            if key not in known:
-                problems.append(f"{key}: unknown key (use {', '.join(known)})")
-        for key in known:
-            if key not in data:
-                continue
-            v = data[key]
-            real = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-            if key == "metric":
-                ok = v is None or (isinstance(v, str) and v.strip() == v and v != "")
-                hint = "a metric name"
-            elif key in ("min_repeats", "min_evidence_runs"):
-                low = 1 if key == "min_repeats" else 2
-                ok = isinstance(v, int) and not isinstance(v, bool) and v >= low
-                hint = f"an integer >= {low}"
-            elif key == "max_backbone_sd":
-                ok = v is None or (real and v >= 0)
-                hint = "a standard deviation >= 0, or null to use the ledger's noise"
-            elif key == "backbone_noise_factor":
-                ok, hint = real and v > 0, "a factor > 0"
-            elif key == "confidence":
-                ok, hint = real and 0 < v < 1, "between 0 and 1, e.g. 0.95"
-            elif key == "min_agree":
-                ok, hint = real and 0 <= v <= 1, "a share between 0 and 1"
-            elif key == "protect":
-                ok = v is None or v == "all" or (isinstance(v, list) and bool(v) and all(
-                    isinstance(x, str) and x.strip() == x != "" for x in v))
-                hint = "all, or a list of sub-score names such as [item_understanding, video]"
-            elif key == "margin":
-                ok = v is None or _positive(v) or (isinstance(v, Mapping) and bool(v) and all(
-                    isinstance(k, str) and _positive(x) for k, x in v.items()))
-                hint = "a difference > 0, or a mapping sub-score -> difference > 0"
-            else:  # max_trust
-                ok, hint = real and v > 0, "a relative step > 0, e.g. 0.015"
-            if ok and key in ("protect", "margin"):
-                values[key] = (tuple(v) if isinstance(v, list) else dict(v) if isinstance(v, Mapping)
-                               else v if v is None or isinstance(v, str) else float(v))
-            elif ok:
-                values[key] = v if key in ("metric", "min_repeats", "min_evidence_runs") or v is None else float(v)
-            else:
-                problems.append(f"{key}={v!r}: {hint}")
-        if problems:
-            head = problems[0] if len(problems) == 1 else f"{len(problems)} problems: " + "; ".join(problems)
-            raise GateConfigError(f"{source} gate: {head}")
-        return cls(**values, sources={k: f"{source} gate.{k}" for k in values})
 
 
 @dataclass(frozen=True)
@@ -168,6 +74,9 @@ class GateFacts:
         subscores (SubScoreComparison | None): X vs Y on the protected sub-scores with the config's margins.
         plan (Plan | None), plan_decision (SequentialDecision | None): the latest plan of X vs Y on the metric
             and its decision; the repeated-evidence row uses them when present.
+        backbone_components (VarianceComponents | None): with replicates of the backbone, its variance components;
+            the stable-backbone row then judges sqrt(σ̂²_b + σ̂²_w).
+        env (dict | None): the eval environment of the evidence (``Environment.to_dict``), for the report.
     """
 
     backbone: str
@@ -186,10 +95,8 @@ class GateFacts:
     subscores: SubScoreComparison | None = None
     plan: Plan | None = None
     plan_decision: SequentialDecision | None = None
-
-
-def _positive(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    backbone_components: VarianceComponents | None = None
+    env: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -264,8 +171,11 @@ def _common_parent(f: GateFacts) -> GateRow:
 def _stable_backbone(f: GateFacts, c: GateConfig) -> GateRow:
     runs = list(f.backbone_runs)
     s = summarize(runs) if runs else None
+    comp = f.backbone_components
     numbers = {"runs": len(runs), "mean": s.mean if s else None, "std": s.std if s else None,
-               "typical_noise": f.typical_noise.to_dict() if f.typical_noise else None}
+               "typical_noise": f.typical_noise.to_dict() if f.typical_noise else None,
+               "noise": "training plus evaluation" if comp else "evaluation",
+               "components": comp.to_dict() if comp else None}
     if c.max_backbone_sd is not None:
         limit, limit_text, source = c.max_backbone_sd, f"std <= {c.max_backbone_sd:g}", c.source_of("max_backbone_sd")
     elif f.typical_noise is not None:
@@ -278,17 +188,25 @@ def _stable_backbone(f: GateFacts, c: GateConfig) -> GateRow:
     numbers["limit"] = limit
     threshold = f">= {c.min_repeats} runs, {limit_text}"
     source = f"min_repeats {c.source_of('min_repeats')}; {source}"
-    if not runs:
+    count = comp.evaluations if comp else len(runs)
+    if not count:
         return GateRow("stable backbone", UNKNOWN, f"no runs of {f.backbone} recorded", numbers, threshold, source)
-    if len(runs) < c.min_repeats:
-        return GateRow("stable backbone", FAIL, f"{f.backbone}: {len(runs)} run(s) < {c.min_repeats}", numbers,
+    if count < c.min_repeats:
+        return GateRow("stable backbone", FAIL, f"{f.backbone}: {count} run(s) < {c.min_repeats}", numbers,
                        threshold, source)
+    if comp is not None:
+        spread = comp.sd_total
+        said = (f"{f.backbone}: {comp.trainings} trainings ({', '.join(comp.members)}), {comp.evaluations} runs; "
+                f"training plus evaluation noise sd {spread:.4g} (between trainings {comp.sd_training:.4g}, within "
+                "evaluations " + f"{comp.sd_eval:.4g})")
+    else:
+        spread = s.std
+        said = f"{f.backbone}: {s.n} runs, std {s.std:.4g}"
     if limit is None:
-        return GateRow("stable backbone", UNKNOWN, f"{f.backbone}: std {s.std:.4g}, no noise level to compare to",
-                       numbers, threshold, source)
-    ok = s.std <= limit
-    return GateRow("stable backbone", PASS if ok else FAIL,
-                   f"{f.backbone}: {s.n} runs, std {s.std:.4g} {'<=' if ok else '>'} {limit:.4g}",
+        return GateRow("stable backbone", UNKNOWN, f"{said}, no noise level to compare to", numbers, threshold, source)
+    ok = spread <= limit
+    only = "" if comp else f" (evaluation noise only: no replicates of {f.backbone})"
+    return GateRow("stable backbone", PASS if ok else FAIL, f"{said} {'<=' if ok else '>'} {limit:.4g}{only}",
                    numbers, threshold, source)
 
 
@@ -297,15 +215,18 @@ def _repeated_evidence(f: GateFacts, c: GateConfig) -> GateRow:
     threshold = (f"{f.x} better than {f.y} beyond eval noise ({c.confidence:.0%} interval excludes 0; "
                  f">= {c.min_evidence_runs} runs each for Welch)")
     source = f"confidence {c.source_of('confidence')}; min_evidence_runs {c.source_of('min_evidence_runs')}"
+    if cmp is not None and (cmp.a, cmp.b) != (f.x, f.y):
+        raise EvidenceError(f"gate: the comparison is {cmp.a} vs {cmp.b}, the step is {f.x} - {f.y}")
+    reps = cmp.replicates if cmp is not None else None
+    if reps is not None and reps.test is not None:
+        return _training_evidence(f, c, source)
     if f.plan is not None and f.plan_decision is not None:
         return _planned_evidence(f)
     if cmp is None:
         return GateRow("repeated evidence", UNKNOWN, f"no comparison of {f.x} and {f.y}", {}, threshold, source)
-    if (cmp.a, cmp.b) != (f.x, f.y):
-        raise EvidenceError(f"gate: the comparison is {cmp.a} vs {cmp.b}, the step is {f.x} - {f.y}")
     if cmp.confidence != c.confidence:
         raise EvidenceError(f"gate: the comparison used confidence {cmp.confidence}, the gate {c.confidence}")
-    numbers = cmp.to_dict()
+    numbers = {**cmp.to_dict(), "noise": "evaluation"}
     text = f"{cmp.verdict} on {cmp.metric}" + (f" ({cmp.decided_by})" if cmp.decided_by else "")
     if cmp.decided_by == "welch" and min(cmp.welch.n) < c.min_evidence_runs:
         return GateRow("repeated evidence", UNKNOWN, f"{text}; runs {cmp.welch.n} < {c.min_evidence_runs} each",
@@ -314,6 +235,32 @@ def _repeated_evidence(f: GateFacts, c: GateConfig) -> GateRow:
     if cmp.decided_by:
         d = {"welch": cmp.welch, "paired": cmp.paired, "clustered": cmp.clustered}[cmp.decided_by]
         text += f": diff {d.diff:+.4g}, CI [{d.ci_low:.4g}, {d.ci_high:.4g}], p {d.p:.3g}"
+    why = "" if reps is None else f"; {reps.reason}"
+    text += f" (evaluation noise only: no replicates of {f.x} or {f.y}{why})"
+    return GateRow("repeated evidence", status, text, numbers, threshold, source)
+
+
+def _training_evidence(f: GateFacts, c: GateConfig, source: str) -> GateRow:
+    """The repeated-evidence row from the test over trainings (``replicates.py``): training plus evaluation noise."""
+    cmp = f.comparison
+    reps, d = cmp.replicates, cmp.replicates.test
+    threshold = (f"{f.x} better than {f.y} beyond training plus evaluation noise ({c.confidence:.0%} interval "
+                 "over trainings excludes 0)")
+    numbers = {**cmp.to_dict(), "noise": "training plus evaluation"}
+    if cmp.higher_is_better is None:
+        status, said = UNKNOWN, f"no direction recorded for {cmp.metric}"
+    elif not d.beyond_noise:
+        status, said = FAIL, "within training plus evaluation noise"
+    else:
+        better = (d.diff > 0) == cmp.higher_is_better
+        status, said = (PASS, f"{f.x} is better") if better else (FAIL, f"{f.y} is better")
+        said += " beyond training plus evaluation noise"
+    ka, kb = d.n
+    text = (f"{said} on {cmp.metric}, over trainings ({ka} of {f.x}: {', '.join(reps.trainings[0])}; {kb} of {f.y}: "
+            f"{', '.join(reps.trainings[1])}): diff {d.diff:+.4g}, CI [{d.ci_low:.4g}, {d.ci_high:.4g}], p {d.p:.3g}; "
+            f"sd of a training's mean {reps.noise.sd:.4g} ({reps.noise.df} df)")
+    if f.plan is not None and f.plan_decision is not None:
+        text += f"; plan {f.plan.id} (evaluation noise only) says {f.plan_decision.decision}"
     return GateRow("repeated evidence", status, text, numbers, threshold, source)
 
 

@@ -20,14 +20,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..errors import few
-from ..io.parse import ParseError, parse_json, short
-from . import EvidenceError, schema
+from . import EvidenceError, schema, stored
+from .environment import canonical_fields
 from .records import SHA_RE, Entry, Plan, Record, finite_number, is_stale, name_problem, utc_now
 from .schema import SCHEMA_VERSION
 
@@ -54,8 +55,19 @@ class Ledger:
 
     # -- connections -------------------------------------------------------------------------------
     def _connect(self, write: bool) -> sqlite3.Connection:
+        """A connection: read-write for a write, else read-only (SQLite URI ``mode=ro``; ``immutable=1`` as well
+        where the folder cannot be written, so a ledger on read-only media is read without locks or a -shm file).
+
+        A write opens nothing but a ledger or an empty file: a foreign or damaged database is refused before any
+        byte of it changes (a truncated one before SQLite opens it, ``_damaged``)."""
+        if (why := self._damaged()) is not None:
+            raise EvidenceError(f"{self.path}: cannot open the evidence ledger: {why}; restore it from a copy (nothing "
+                                "was changed)")
         try:
-            con = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            if write:
+                con = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            else:
+                con = sqlite3.connect(self._read_uri(), uri=True, timeout=self.timeout, isolation_level=None)
             con.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             if write:  # only a ledger (or an empty file) is switched to WAL; readers leave the file alone
                 tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -66,6 +78,41 @@ class Ledger:
         except sqlite3.Error as err:
             raise EvidenceError(f"{self.path}: cannot open the evidence ledger ({err})") from err
         return con
+
+    def _damaged(self) -> str | None:
+        """Why the file cannot be a whole SQLite database, from its 100-byte header (None when it may be one):
+        not SQLite's magic string, or shorter than the pages the header counts (a truncated copy). An empty
+        file is a new database; with a write-ahead log waiting, the header's count is not checked."""
+        try:
+            size = self.path.stat().st_size
+            with open(self.path, "rb") as f:
+                head = f.read(100)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            return f"cannot read it ({err.strerror or err})"
+        if size == 0:
+            return None
+        if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
+            return "not an SQLite database (its first bytes are not SQLite's header)"
+        page = int.from_bytes(head[16:18], "big")
+        page = 65536 if page == 1 else page
+        pages, counter, valid_for = (int.from_bytes(head[i:i + 4], "big") for i in (28, 24, 92))
+        wal = self.path.with_name(self.path.name + "-wal")
+        if counter == valid_for and pages and size < pages * page and not (wal.exists() and wal.stat().st_size):
+            return f"truncated: {size} bytes, its header counts {pages} pages of {page} bytes"
+        return None
+
+    def _read_uri(self) -> str:
+        """``file:...?mode=ro``, plus ``&immutable=1`` when the folder is not writable and no write-ahead log
+        is waiting (SQLite could not take a lock or make its -shm file there; nothing can be writing it).
+
+        In a writable folder a read-only connection to a WAL ledger leaves SQLite's two companion files (an
+        empty -wal and the -shm index) behind, since it may not checkpoint; the next write removes them."""
+        path = self.path.resolve()
+        wal = path.with_name(path.name + "-wal")
+        immutable = not os.access(path.parent, os.W_OK) and not (wal.exists() and wal.stat().st_size > 0)
+        return path.as_uri() + "?mode=ro" + ("&immutable=1" if immutable else "")
 
     def _use_wal(self, con: sqlite3.Connection) -> None:
         """Switch to WAL (once per file). SQLite answers "locked" at once, without its busy handler, when two
@@ -86,16 +133,12 @@ class Ledger:
                              "point `evidence:` in vecmerge.yaml at another file")
 
     def _check_version(self, con: sqlite3.Connection) -> int:
-        """The ledger's schema version (1..SCHEMA_VERSION); raises for a newer or a missing one."""
+        """The ledger's schema version (1..SCHEMA_VERSION); raises for a newer, missing or malformed one."""
         try:
             rows = con.execute("SELECT version FROM schema_version").fetchall()
         except sqlite3.DatabaseError as err:
             raise self._not_a_ledger(err) from None
-        if not rows or not isinstance(rows[0][0], int) or not 1 <= rows[0][0] <= SCHEMA_VERSION:
-            found = rows[0][0] if rows else "none"
-            raise EvidenceError(f"{self.path}: ledger schema version {found}, this vecmerge reads "
-                                f"1 to {SCHEMA_VERSION}; upgrade vecmerge")
-        return rows[0][0]
+        return stored.schema_version(rows, self.path, SCHEMA_VERSION)
 
     def _write(self, work) -> list[int]:
         """Run ``work(con)`` inside one BEGIN IMMEDIATE transaction (schema created on first use, an older
@@ -163,10 +206,10 @@ class Ledger:
             for e in entries:
                 cur = con.execute(
                     "INSERT INTO records (model, sha256, metric, value, subs, stderr, item, cluster, source,"
-                    " note, created, subscore) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " note, created, subscore, env) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (e.model, e.sha256, e.metric, float(e.value), json.dumps({k: float(v) for k, v in e.subs}),
                      None if e.stderr is None else float(e.stderr), e.item, e.cluster, e.source, e.note, now,
-                     e.subscore))
+                     e.subscore, _env_json(e.env)))
                 ids.append(cur.lastrowid)
             if also is not None:
                 also(con, now)
@@ -176,12 +219,13 @@ class Ledger:
 
     def add(self, model: str, sha256: str | None, metric: str, values: float | Iterable[float], *,
             subs: Mapping[str, float] | Sequence[Mapping[str, float]] | None = None, stderr: float | None = None,
-            source: str = "manual", note: str | None = None) -> list[int]:
+            source: str = "manual", note: str | None = None, env: Mapping | None = None) -> list[int]:
         """Record one or more whole-run scores of one model on one metric (one transaction).
 
         Args:
             values (float | Iterable[float]): one value per run.
             subs: sub-scores; one mapping for a single value, or a list of mappings, one per value.
+            env (Mapping | None): the eval environment's fields, the same for every run (``environment.py``).
 
         Returns:
             list[int]: the new ids.
@@ -200,7 +244,8 @@ class Ledger:
             subs_list = list(subs)
             if len(subs_list) != len(values):
                 raise EvidenceError(f"{model}: {len(subs_list)} sub-score mappings for {len(values)} values")
-        return self.write(Entry(model, metric, v, sha256, s, stderr=stderr, source=source, note=note)
+        fields = canonical_fields(env or {})
+        return self.write(Entry(model, metric, v, sha256, s, stderr=stderr, source=source, note=note, env=fields)
                           for v, s in zip(values, subs_list))
 
     def add_items(self, model: str, sha256: str | None, metric: str,
@@ -241,7 +286,8 @@ class Ledger:
 
     def directions(self) -> dict[str, bool]:
         """Every declared metric -> higher_is_better."""
-        return {m: bool(h) for m, h in self._read("SELECT metric, higher_is_better FROM directions ORDER BY metric")}
+        rows = self._read("SELECT metric, higher_is_better FROM directions ORDER BY metric")
+        return dict(stored.direction_from_row(m, h, self.path) for m, h in rows)
 
     def records(self, models: Iterable[str] | None = None, metric: str | None = None, *,
                 current_sha: Mapping[str, str | None] | None = None, include_stale: bool = False,
@@ -269,31 +315,12 @@ class Ledger:
             sql += " AND item IS NULL" if level == "run" else " AND item IS NOT NULL"
         out = []
         for row in self._read(lambda v: f"SELECT {schema.record_select(v)}{sql} ORDER BY id", args):
-            rid, model, sha, met, value, subs, stderr, item, cluster, source, note, created, subscore = row
-            rec = Record(rid, model, sha, met, value, self._stored_subs(rid, model, met, subs), stderr, item,
-                         cluster, source, note, created, subscore)
+            rec = stored.record_from_row(row, self.path)
             stale = is_stale(rec, current_sha)
             if stale and not include_stale:
                 continue
             out.append(dataclasses.replace(rec, stale=stale))
         return out
-
-    def _stored_subs(self, rid, model, metric, text) -> tuple[tuple[str, float], ...]:
-        """A record's stored sub-scores (JSON the ledger wrote, read through ``io.parse`` as a stranger's: the
-        file may have been edited), as sorted pairs; EvidenceError naming the record when they are not a JSON
-        object of finite numbers."""
-        try:
-            subs = parse_json(text, self.path) if isinstance(text, str) else None
-        except ParseError as e:
-            subs, why = None, e.problem.split("; ")[0]
-        else:
-            why = "not a JSON object of numbers"
-        if isinstance(subs, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                          for v in subs.values()):
-            return tuple(sorted(subs.items()))
-        raise EvidenceError(f"{self.path}: record {rid} ({model}, {metric}): its stored sub-scores {short(text, 60)} "
-                            f"are unreadable ({why}); the ledger was changed outside vecmerge: delete that record "
-                            "or restore the file")
 
     def metrics(self) -> list[str]:
         """Every metric with at least one record, sorted."""
@@ -345,4 +372,9 @@ class Ledger:
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         rows = self._read(lambda v: None if v < 2 else
                           f"SELECT {schema.PLAN_COLUMNS} FROM plans{clause} ORDER BY id", args)
-        return [Plan(*row[:9], bool(row[9]), *row[10:]) for row in rows]
+        return [stored.plan_from_row(row, self.path) for row in rows]
+
+
+def _env_json(fields) -> str | None:
+    """The environment column: canonical JSON of the fields, NULL for none recorded."""
+    return json.dumps(dict(fields), sort_keys=True, separators=(",", ":"), ensure_ascii=True) if fields else None

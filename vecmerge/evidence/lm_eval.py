@@ -1,7 +1,9 @@
 """lm-evaluation-harness output: ``results_*.json`` (whole runs) and ``--log_samples`` JSONL (item-level).
 
     results    per task, ``"METRIC,FILTER": value`` and ``"METRIC_stderr,FILTER": value or "N/A"``;
-               ``higher_is_better`` gives the directions; the model from ``config.model_args`` / ``model_name``.
+               ``higher_is_better`` gives the directions (true or false, nothing else); the model from
+               ``config.model_args`` / ``model_name`` (``lm_eval_model``: matched to a workspace adapter by its
+               path); each task's eval environment (``lm_eval_environment``).
                A group (``group_subtasks``: group -> its tasks, nested groups included) is a run of its own,
                ``GROUP/METRIC[/FILTER]``, whose sub-scores are its tasks' values of the same metric and
                filter, keyed by task name; each task stays a metric of its own as well.
@@ -16,12 +18,13 @@ real lm-eval 0.4.13 output in tests/fixtures/lm_eval.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from ..io.parse import ParseError, load_json, parse_json, read_text
 from . import EvidenceError
+from .environment import canonical_fields
 from .parsing import Parsed, Problems, parse_number
 from .records import Entry
 
@@ -53,14 +56,104 @@ def _model_args(config) -> dict:
     return {}
 
 
-def lm_eval_model_name(data: dict) -> str | None:
-    """The model an lm-eval results file measured: the last path part of the PEFT adapter if any,
-    else of ``model_name``, else of ``pretrained`` (``adapters/v51`` -> ``v51``); None if none is named."""
+def _written_model(data: dict) -> str | None:
+    """The model as the results file names it: the PEFT adapter's path, else ``model_name``, else ``pretrained``."""
     args = _model_args(data.get("config"))
     for candidate in (args.get("peft"), data.get("model_name"), args.get("pretrained")):
         if isinstance(candidate, str) and candidate.strip():
-            return Path(candidate.strip().rstrip("/")).name
+            return candidate.strip()
     return None
+
+
+def lm_eval_model(data: dict, path: str | Path, adapters: Mapping[str, Path] | None = None,
+                  home: Path | None = None) -> str | None:
+    """The model an lm-eval results file measured, matched to a workspace adapter by its path.
+
+    The path the file names (``peft=``, else ``model_name``, else ``pretrained``) is resolved relative to the
+    results file's folder and to the workspace's folder ``home`` (an absolute path as it is); a workspace
+    adapter whose folder is that path gives its name. No match: the path as written (``runs/v60/epoch3``,
+    never its last part alone, so two adapters called ``epoch3`` are never pooled). None when the file names
+    no model.
+
+    Args:
+        data (dict): the results file's JSON. path: the results file.
+        adapters (Mapping[str, Path] | None): workspace name -> its folder. home (Path | None): the workspace's folder.
+
+    Raises:
+        EvidenceError: the path is two different workspace adapters from the two folders (names the candidates).
+    """
+    written = _written_model(data)
+    if written is None:
+        return None
+    given = Path(written)
+    bases = {"the results file": Path(path).resolve().parent, **({"the workspace": Path(home)} if home else {})}
+    folders = {Path(f).resolve(): n for n, f in (adapters or {}).items()}
+    matches: dict[str, list[str]] = {}
+    for where, base in bases.items():
+        name = folders.get((given if given.is_absolute() else base / given).resolve())
+        if name is not None:
+            matches.setdefault(name, []).append(where)
+    if len(matches) > 1:
+        told = "; ".join(f"{n} relative to {' and '.join(w)}" for n, w in matches.items())
+        raise EvidenceError(f"{path}: the model path {written!r} is ambiguous: {told}; name the model with --model; "
+                            "nothing was recorded")
+    if matches:
+        return next(iter(matches))
+    return given.as_posix().rstrip("/") or written
+
+
+def lm_eval_environment(data: dict, task: str, problems: Problems | None = None) -> tuple[tuple[str, str], ...]:
+    """The eval environment of one task of a results file, in ``environment.py``'s canonical form.
+
+    harness ``lm-eval``; harness_version (``lm_eval_version``), transformers_version, git_hash; the task's
+    task_version (``versions``), n_shot (``n-shot``), task_hash (``task_hashes``: the documents); the run's
+    seed and fewshot_seed (``config.random_seed``, ``config.fewshot_seed``), limit, dtype (``model_args``),
+    max_length, chat_template_sha, system_instruction_sha, fewshot_as_multiturn; the generation settings
+    (the task's ``generation_kwargs`` overridden by the run's ``config.gen_kwargs``): until -> stop,
+    max_gen_toks -> max_tokens, temperature, do_sample, top_p, top_k, any other as ``gen.KEY``. The batch
+    size and bootstrap_iters are not part of it (they change no score, or only its stderr). Fields the file
+    leaves null are not recorded.
+    """
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    args = _model_args(config)
+
+    def of(key):
+        table = data.get(key)
+        return table.get(task) if isinstance(table, dict) else None
+
+    configs = data.get("configs") if isinstance(data.get("configs"), dict) else {}
+    task_config = configs.get(task) if isinstance(configs.get(task), dict) else {}
+    generation = {**_kwargs(task_config.get("generation_kwargs")), **_kwargs(config.get("gen_kwargs"))}
+    fields = {"harness": "lm-eval", "harness_version": data.get("lm_eval_version"),
+              "transformers_version": data.get("transformers_version"), "git_hash": data.get("git_hash"),
+              "task_version": of("versions"), "n_shot": of("n-shot"), "task_hash": of("task_hashes"),
+              "seed": config.get("random_seed"), "fewshot_seed": config.get("fewshot_seed"),
+              "limit": config.get("limit"), "dtype": args.get("dtype"), "max_length": data.get("max_length"),
+              "chat_template_sha": data.get("chat_template_sha"),
+              "system_instruction_sha": data.get("system_instruction_sha"),
+              "fewshot_as_multiturn": data.get("fewshot_as_multiturn")}
+    for key, value in generation.items():
+        fields[_GENERATION.get(key, f"gen.{key}")] = value
+    try:
+        return canonical_fields(fields, f"results environment of {task}")
+    except EvidenceError as err:
+        if problems is None:
+            raise
+        problems.add(f"environment of {task}", None, str(err))
+        return ()
+
+
+_GENERATION = {"until": "stop", "max_gen_toks": "max_tokens", "temperature": "temperature", "do_sample": "do_sample",
+               "top_p": "top_p", "top_k": "top_k"}
+
+
+def _kwargs(value) -> dict:
+    """Generation keyword arguments as lm-eval records them: a mapping, or ``"temperature=0,top_p=1"``."""
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, str):
+        return dict(kv.split("=", 1) for kv in value.split(",") if "=" in kv)
+    return {}
 
 
 def metric_name(task: str, metric: str, filter_name: str) -> str:
@@ -68,12 +161,15 @@ def metric_name(task: str, metric: str, filter_name: str) -> str:
     return f"{task}/{metric}" if filter_name == "none" else f"{task}/{metric}/{filter_name}"
 
 
-def parse_lm_eval_results(path: str | Path, model: str | None = None) -> Parsed:
-    """Whole-run entries from an lm-eval ``results_*.json``, with ``*_stderr`` attached and the directions.
+def parse_lm_eval_results(path: str | Path, model: str | None = None, *, adapters: Mapping[str, Path] | None = None,
+                          home: Path | None = None) -> Parsed:
+    """Whole-run entries from an lm-eval ``results_*.json``, with ``*_stderr`` attached, each task's eval
+    environment (``lm_eval_environment``) and the directions.
 
     Args:
         path (str | Path): the results file.
-        model (str | None): the model's name; by default read from the file (``lm_eval_model_name``).
+        model (str | None): the model's name; by default read from the file (``lm_eval_model``).
+        adapters, home: the workspace's adapters and folder, to match the file's model path (``lm_eval_model``).
     """
     path = Path(path)
     data = _load_json(path)
@@ -81,7 +177,7 @@ def parse_lm_eval_results(path: str | Path, model: str | None = None) -> Parsed:
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, dict) or not results:
         raise EvidenceError(f"{path}: no 'results' mapping: not an lm-eval results file; nothing was recorded")
-    model = model or lm_eval_model_name(data)
+    model = model or lm_eval_model(data, path, adapters, home)
     if not model:
         raise EvidenceError(f"{path}: the file names no model (model_name, config.model_args); "
                             "give the model name; nothing was recorded")
@@ -102,6 +198,7 @@ def parse_lm_eval_results(path: str | Path, model: str | None = None) -> Parsed:
                     errors[(metric[:-7], filter_name)] = (key, raw)
                 continue
             values[(metric, filter_name)] = (key, raw)
+        env = lm_eval_environment(data, task, problems) if values else ()
         for (metric, filter_name), (key, raw) in values.items():
             value = parse_number(raw, problems, where, key)
             stderr = None
@@ -110,15 +207,17 @@ def parse_lm_eval_results(path: str | Path, model: str | None = None) -> Parsed:
                 stderr = parse_number(sraw, problems, where, skey)
             if value is not None:
                 entries.append(Entry(model, metric_name(task, metric, filter_name), value, stderr=stderr,
-                                     source=source))
+                                     source=source, env=env))
     directions = {}
     hib = data.get("higher_is_better", {})
     for task, by_metric in (hib.items() if isinstance(hib, dict) else []):
         for metric, higher in (by_metric.items() if isinstance(by_metric, dict) else []):
-            if isinstance(higher, bool):
-                for e in entries:
-                    if e.metric == f"{task}/{metric}" or e.metric.startswith(f"{task}/{metric}/"):
-                        directions[e.metric] = higher
+            if not isinstance(higher, bool):  # "yes", 1, null: a direction is true or false, nothing else
+                problems.add(f"higher_is_better.{task}", metric, f"{higher!r} is not a direction; write true or false")
+                continue
+            for e in entries:
+                if e.metric == f"{task}/{metric}" or e.metric.startswith(f"{task}/{metric}/"):
+                    directions[e.metric] = higher
     problems.raise_if_any()
     if not entries:
         raise EvidenceError(f"{path}: no 'METRIC,FILTER' scores under results; nothing was recorded")
@@ -149,7 +248,8 @@ def _lookup(doc, dotted: str):
 
 
 def parse_lm_eval_samples(path: str | Path, model: str | None, *, task: str | None = None,
-                          cluster_field: str | None = None, metrics: Iterable[str] | None = None) -> Parsed:
+                          cluster_field: str | None = None, metrics: Iterable[str] | None = None,
+                          env: tuple[tuple[str, str], ...] = ()) -> Parsed:
     """Item-level entries from an lm-eval ``--log_samples`` JSONL file (one line per document).
 
     Args:
@@ -158,6 +258,7 @@ def parse_lm_eval_samples(path: str | Path, model: str | None, *, task: str | No
         task (str | None): the task, when the file name does not follow lm-eval's pattern.
         cluster_field (str | None): a dotted key into each line's ``doc`` (e.g. ``topic``) giving the cluster.
         metrics (Iterable[str] | None): only these metric names (as in the line's ``metrics`` list).
+        env: the eval environment of the task (a samples file does not record it: its results file does).
     """
     path = Path(path)
     if not model:
@@ -217,7 +318,7 @@ def parse_lm_eval_samples(path: str | Path, model: str | None, *, task: str | No
             value = parse_number(sample[name], problems, where, name, allow_bool=True)
             if value is not None:
                 entries.append(Entry(model, metric_name(task, name, filter_name), value, item=str(doc_id),
-                                     cluster=cluster, source=source))
+                                     cluster=cluster, source=source, env=env))
     problems.raise_if_any()
     if not entries:
         raise EvidenceError(f"{path}: no item-level scores found; nothing was recorded")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from . import EvidenceError
+from .environment import Environment, canonical_fields
 
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -35,11 +36,15 @@ def finite_number(value, what: str) -> float:
 
 
 def name_problem(value, what: str) -> str | None:
-    """Why ``value`` cannot name a model, metric or key (None when it can): a non-empty string, no edge spaces."""
+    """Why ``value`` cannot name a model, metric or key (None when it can): a non-empty string, no edge spaces,
+    no NUL, line break or other control character (a name is shown on terminals and in CSV cells)."""
     if not isinstance(value, str) or not value.strip():
         return f"{what}: {value!r} must be a non-empty string"
     if value != value.strip() or "\n" in value:
         return f"{what}: {value!r} has surrounding spaces or a line break"
+    bad = next((c for c in value if ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f), None)
+    if bad is not None:
+        return f"{what}: {value[:40]!r} holds control character 0x{ord(bad):02x} (NUL, escapes and the like: refused)"
     return None
 
 
@@ -61,6 +66,8 @@ class Entry:
         note (str | None): free text.
         subscore (str | None): for an item-level record, the sub-score the item counts toward (its task);
             the item-level evidence of that sub-score. Whole runs carry their sub-scores in ``subs``.
+        env (Mapping | tuple): the eval environment's fields (``environment.py``), kept as sorted canonical
+            ``(key, text)`` pairs; empty: none recorded.
     """
 
     model: str
@@ -74,10 +81,13 @@ class Entry:
     source: str = "manual"
     note: str | None = None
     subscore: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         if isinstance(self.subs, Mapping):
             object.__setattr__(self, "subs", tuple(sorted(self.subs.items())))
+        if isinstance(self.env, Mapping):  # raises EvidenceError naming the field for a bad one
+            object.__setattr__(self, "env", canonical_fields(self.env))
         if isinstance(self.item, int) and not isinstance(self.item, bool):
             object.__setattr__(self, "item", str(self.item))
 
@@ -107,7 +117,16 @@ class Entry:
                        "sub-scores are its subs (sub.KEY)")
         if self.stderr is not None and isinstance(self.stderr, numbers.Real) and self.stderr < 0:
             out.append(f"stderr: {self.stderr!r} is negative")
+        try:
+            if canonical_fields(self.env) != tuple(self.env):
+                out.append(f"env: {self.env!r} is not in canonical form (use environment.canonical_fields)")
+        except EvidenceError as err:
+            out.append(str(err))
         return out
+
+    @property
+    def environment(self) -> Environment:
+        return Environment(tuple(self.env))
 
 
 @dataclass(frozen=True)
@@ -131,6 +150,7 @@ class Record:
     note: str | None = None
     created: str = ""
     subscore: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
     stale: bool = field(default=False, compare=False)
 
     @property
@@ -138,17 +158,24 @@ class Record:
         return dict(self.subs)
 
     @property
+    def environment(self) -> Environment:
+        """The eval environment the record was measured under (``environment.py``)."""
+        return Environment(self.env)
+
+    @property
     def is_item(self) -> bool:
         """True for an item-level record (one document), False for a whole run."""
         return self.item is not None
 
     def to_dict(self) -> dict:
-        """A flat JSON-ready dict: the columns, then ``sub.KEY`` for each sub-score."""
+        """A flat JSON-ready dict: the columns, ``env_id``, then ``sub.KEY`` for each sub-score and ``env.KEY``
+        for each environment field."""
         out = {"id": self.id, "model": self.model, "sha256": self.sha256, "metric": self.metric,
                "value": self.value, "stderr": self.stderr, "item": self.item, "cluster": self.cluster,
                "source": self.source, "note": self.note, "created": self.created, "stale": self.stale,
-               "subscore": self.subscore}
+               "subscore": self.subscore, "env_id": self.environment.id}
         out.update({f"sub.{k}": v for k, v in self.subs})
+        out.update({f"env.{k}": v for k, v in self.env})
         return out
 
 

@@ -3,6 +3,8 @@
     version 1   records (whole runs with their sub-scores as JSON, item-level records), directions
     version 2   + records.subscore (the sub-score an item-level record counts toward)
                 + plans (pre-registered sequential comparisons), immutable: triggers refuse UPDATE and DELETE
+    version 3   + records.env (the eval environment's fields as canonical JSON, ``environment.py``; NULL: none
+                recorded, the empty environment)
 
 A ledger of an older version is READ as it is (a missing column reads as NULL, a missing table as empty) and
 migrated, inside the first write's own transaction, one version at a time (``MIGRATIONS[v]`` takes version v
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _RECORDS_V1 = """CREATE TABLE IF NOT EXISTS records (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -62,9 +64,12 @@ CREATE_V1 = [
 ]
 MIGRATIONS: dict[int, list[str]] = {
     1: ["ALTER TABLE records ADD COLUMN subscore TEXT", _PLANS, *_IMMUTABLE],
+    2: ["ALTER TABLE records ADD COLUMN env TEXT"],
 }
 
-RECORD_COLUMNS = "id, model, sha256, metric, value, subs, stderr, item, cluster, source, note, created, subscore"
+RECORD_COLUMNS = ("id, model, sha256, metric, value, subs, stderr, item, cluster, source, note, created, subscore, "
+                  "env")
+ADDED = {"subscore": 2, "env": 3}  # a record column -> the version that added it
 PLAN_COLUMNS = ("id, a, b, metric, a_sha256, b_sha256, min_effect, max_runs, alpha, higher_is_better, noise_sd, "
                 "prior_scale, test, after_record, created")
 
@@ -97,5 +102,6 @@ def migrate(con: sqlite3.Connection, found: int) -> int:
 
 
 def record_select(version: int) -> str:
-    """The column list that reads ``RECORD_COLUMNS`` from a ledger of ``version`` (older: NULL subscore)."""
-    return RECORD_COLUMNS if version >= 2 else RECORD_COLUMNS.replace(", subscore", ", NULL AS subscore")
+    """The column list that reads ``RECORD_COLUMNS`` from a ledger of ``version`` (a column added later reads as
+    NULL: ``ADDED``)."""
+    return ", ".join(f"NULL AS {c}" if ADDED.get(c, 1) > version else c for c in RECORD_COLUMNS.split(", "))

@@ -48,7 +48,8 @@ def t_interval(mean: float, se: float, df: float, confidence: float = 0.95) -> t
 class Summary:
     """n, mean, sample std, SE, t interval, min, max, range of one model's runs (or of one sub-score).
 
-    ``std``, ``se``, ``ci_low`` and ``ci_high`` are None for a single run (``single_run`` is True).
+    ``std``, ``se``, ``ci_low`` and ``ci_high`` are None for a single run (``single_run`` is True). ``env``: the
+    id of the eval environment the runs were measured under (``environment.py``), when known.
     """
 
     model: str
@@ -65,13 +66,14 @@ class Summary:
     range: float
     single_run: bool
     confidence: float = 0.95
+    env: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def summarize(values: Sequence[float], *, model: str = "", metric: str = "", sub: str | None = None,
-              confidence: float = 0.95) -> Summary:
+              confidence: float = 0.95, env: str | None = None) -> Summary:
     """Summary of repeated scores (formulas in the module docstring).
 
     Args:
@@ -89,7 +91,7 @@ def summarize(values: Sequence[float], *, model: str = "", metric: str = "", sub
         se = std / math.sqrt(n)
         lo, hi = t_interval(mean, se, n - 1, confidence)
     return Summary(model, metric, sub, n, mean, std, se, lo, hi, min(xs), max(xs), max(xs) - min(xs), n == 1,
-                   confidence)
+                   confidence, env)
 
 
 def runs_by_model(records: Iterable[Record]) -> dict[str, list[float]]:
@@ -102,18 +104,19 @@ def runs_by_model(records: Iterable[Record]) -> dict[str, list[float]]:
 
 
 def summarize_records(records: Iterable[Record], *, confidence: float = 0.95) -> list[Summary]:
-    """One Summary per (model, metric) over whole-run records, then one per sub-score, in record order."""
-    groups: dict[tuple[str, str], list[Record]] = {}
+    """One Summary per (model, metric, eval environment) over whole-run records, then one per sub-score, in
+    record order: records of different environments are never pooled (each Summary carries its ``env`` id)."""
+    groups: dict[tuple[str, str, str], list[Record]] = {}
     for r in records:
         if not r.is_item:
-            groups.setdefault((r.model, r.metric), []).append(r)
+            groups.setdefault((r.model, r.metric, r.environment.id), []).append(r)
     out = []
-    for (model, metric), recs in groups.items():
-        out.append(summarize([r.value for r in recs], model=model, metric=metric, confidence=confidence))
+    for (model, metric, env), recs in groups.items():
+        out.append(summarize([r.value for r in recs], model=model, metric=metric, confidence=confidence, env=env))
         keys = sorted({k for r in recs for k, _ in r.subs})
         for key in keys:
             vals = [dict(r.subs)[key] for r in recs if key in dict(r.subs)]
-            out.append(summarize(vals, model=model, metric=metric, sub=key, confidence=confidence))
+            out.append(summarize(vals, model=model, metric=metric, sub=key, confidence=confidence, env=env))
     return out
 
 
@@ -145,7 +148,11 @@ class DiffResult:
         return {**asdict(self), "n": list(self.n), "beyond_noise": self.beyond_noise}
 
 
-def _test(kind, diff, se, df, n, confidence, clusters=None) -> DiffResult | None:
+def difference_test(kind: str, diff: float, se: float, df: float, n: tuple[int, ...], confidence: float,
+                    clusters: int | None = None) -> DiffResult | None:
+    """The t test of a difference ``diff`` with standard error ``se`` on ``df`` degrees of freedom:
+    t = diff / se, p = 2·P(T_df > |t|), the interval ``t_interval(diff, se, df, confidence)``; None when
+    ``se`` or ``df`` is not > 0 (no spread: noise cannot be estimated)."""
     if not se > 0 or not df > 0:
         return None  # no spread: noise cannot be estimated from these values
     t = diff / se
@@ -165,7 +172,7 @@ def welch(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> D
     qa, qb = sa.std**2 / sa.n, sb.std**2 / sb.n
     se2 = qa + qb
     df = se2**2 / (qa**2 / (sa.n - 1) + qb**2 / (sb.n - 1)) if se2 > 0 else 0.0
-    return _test("welch", sa.mean - sb.mean, math.sqrt(se2), df, (sa.n, sb.n), confidence)
+    return difference_test("welch", sa.mean - sb.mean, math.sqrt(se2), df, (sa.n, sb.n), confidence)
 
 
 def clustered_se(d: Sequence[float], clusters: Sequence) -> float:
@@ -229,11 +236,11 @@ def paired(a: Mapping[str, float], b: Mapping[str, float], clusters: Mapping[str
         return None, None
     d = [a[i] - b[i] for i in common]
     s = summarize(d)
-    iid = _test("paired", s.mean, s.se, n - 1, (n,), confidence)
+    iid = difference_test("paired", s.mean, s.se, n - 1, (n,), confidence)
     clustered = None
     if clusters and any(i in clusters for i in common):
         keys = [("cluster", clusters[i]) if i in clusters else ("item", i) for i in common]
         count = len(set(keys))
         if count >= 2:
-            clustered = _test("clustered", s.mean, clustered_se(d, keys), count - 1, (n,), confidence, count)
+            clustered = difference_test("clustered", s.mean, clustered_se(d, keys), count - 1, (n,), confidence, count)
     return iid, clustered

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .elementwise import DENSITY, SEED, SPACE, Elementwise
+from .elementwise import DENSITY, LAMBDA, NORMALIZE, SEED, SPACE, Elementwise
 from .registry import register
 
 
@@ -12,10 +12,11 @@ class DareLinear(Elementwise):
 
     Masks are drawn in float32 on the CPU whatever the device, so one seed gives the same masks
     everywhere, and PEFT's masks on float32 adapters when its global generator is seeded alike.
+    With ``normalize: true`` (mergekit's option) the sum is divided by the sum of the weights.
     """
 
     name = "dare_linear"
     summary = "DARE: drop each entry with probability 1 - --density, rescale by 1/density, weighted sum (--seed)"
-    fields = (DENSITY, SPACE, SEED)
+    fields = (DENSITY, SPACE, SEED, NORMALIZE, LAMBDA)
     drop = "random"
     combine = "sum"

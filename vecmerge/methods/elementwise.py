@@ -14,7 +14,9 @@ updates of one module, either
   result depends on the updates alone: not on the gauge of their factors (``B A = (B G)(G^-1 A)``), nor
   on the order of the models (the element-wise methods commute with the sign of a basis vector).
 
-Both run ``streamed.streamed_merge``: in full space one block of rows of every model at a time (the
+With ``normalize`` given (true or false), TIES and DARE follow mergekit's convention instead
+(``linalg/gta.py``: the sign elected on the weighted tasks, the mean over the agreeing weights);
+unset, PEFT's. Both run ``streamed.streamed_merge``: in full space one block of rows of every model at a time (the
 models' rows formed on demand from the cores, kept between the two passes when they fit in
 ``KEEP_BYTES``), so a module's working memory is about its output and one model's update; in core space
 on the small cores in one block (bit-identical to ``merge_kernels``, which match PEFT's ``merge_utils``).
@@ -23,6 +25,9 @@ torch happen inside the methods, so ``vecmerge --help`` stays fast.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 from ..errors import Problem
 from .base import Field, Method
@@ -38,6 +43,17 @@ MAJORITY = Field("majority", "sign election: total (sign of the summed values, t
                  "(sign of the count of signs)", kind="str", default="total", choices=MAJORITIES)
 SEED = Field("seed", "seed of DARE's random drops (recorded; module m draws from sha256(seed, m))", kind="int",
              default=0, low=0)
+
+
+NORMALIZE_HELP = ("mergekit's normalize: divide the merged entries by the sum of the (agreeing) models' weights. "
+                  "Defaults as mergekit's: true for della; false for task_arithmetic, breadcrumbs, "
+                  "breadcrumbs_ties, della_linear. ties, dare_ties, dare_linear: unset by default, which is "
+                  "PEFT's rule (the sign elected on the unweighted tasks, the agreeing weighted entries divided "
+                  "by their COUNT); given, mergekit's rule (the sign elected on the weighted tasks; true divides "
+                  "by the agreeing WEIGHTS, false sums). mergekit's own default is true for ties, false for "
+                  "dare_ties and dare_linear; the two rules agree only when every weight is 1 (docs/METHODS.md)")
+NORMALIZE = Field("normalize", NORMALIZE_HELP, kind="bool")
+LAMBDA = Field("lambda", "mergekit's lambda: the merged update times this", default=1.0)
 
 
 KEEP_BYTES = 256 * 2**20  # float64 bytes of a module's models' dense rows kept between the two passes
@@ -76,38 +92,97 @@ class Elementwise(Method):
         return p
 
     def module(self, x, params):
+        t = tasks_of(x, self.space_for(params) == "dense")
+        return t.lift(self.merge_tasks(t, x, params))
+
+    def merge_tasks(self, t: Tasks, x, params):
+        """The merged (rows, cols) matrix of the tasks ``t`` (PEFT's kernels; mergekit's with ``normalize``)."""
         import torch
 
-        from ..linalg.dense import Dense
+        from ..linalg.gta import Scheme, gta_merge
         from ..linalg.streamed import block_rows, streamed_merge
+
+        d = module_densities(x, params)
+        gen = generator(params["seed"], x.name) if self.drop == "random" else None
+        lam = params.get("lambda", 1.0)
+        if params.get("normalize") is not None:  # mergekit's convention: see NORMALIZE
+            consensus = "none" if self.combine == "sum" else {"total": "sum", "frequency": "count"}[
+                params.get("majority", "total")]
+            scheme = Scheme("magnitude" if self.drop == "magnitude" else "random",
+                            "inverse" if self.drop == "random" else "none", consensus, params["normalize"], lam)
+            return gta_merge(t.rows, t.n, t.shape, x.weights, d, scheme, generator=gen,
+                             rows_per_block=t.block, device=t.device)
+        out = streamed_merge(t.rows, t.n, t.shape, x.weights, d, self.drop, self.combine,
+                             majority=params.get("majority", "total"), mask_dtype=torch.float32, generator=gen,
+                             rows_per_block=t.block or block_rows(t.n, t.shape[1]), device=t.device)
+        return out * lam if lam != 1.0 else out
+
+
+def module_densities(x, params) -> list:
+    """Each model's density in this module: its own ``density`` in ``models``, else the recipe's."""
+    return [di if di is not None else params.get("density", 1.0) for di in x.densities]
+
+
+@dataclass(frozen=True)
+class Tasks:
+    """A module's models as task matrices for an element-wise kernel, and the way back to an update.
+
+    Args:
+        rows (callable): ``(i, r0, r1) -> Tensor``, rows of task i. n (int): tasks. shape (tuple): (rows, cols).
+        device: where they live. block (int | None): rows per block (None: the kernel's default).
+        space (Subspace): the module's basis. U, V (Tensor | None): core space's principal bases (None: full).
+        floor (float): the round-off scale of the models' sum.
+    """
+
+    rows: Any
+    n: int
+    shape: tuple
+    device: Any
+    block: int | None
+    space: Any
+    U: Any = None
+    V: Any = None
+    floor: float = 0.0
+
+    def lift(self, Z):
+        """The merged matrix as the module's update: ``Dense(Z)`` (full space) or ``InSpan(U Z V^T)`` (core)."""
+        from ..linalg.dense import Dense
         from ..linalg.subspace import InSpan
 
-        d = [di if di is not None else params["density"] for di in x.densities]
-        kw = {"majority": params.get("majority", "total"), "mask_dtype": torch.float32,
-              "generator": generator(params["seed"], x.name) if self.drop == "random" else None}
-        n, (rows, cols) = len(x.models), x.models[0].shape
-        if self.space_for(params) == "dense":
-            Qb, Qa = x.models[0].space.bases()
-            kept = {} if 8 * n * rows * cols <= KEEP_BYTES else None
+        return Dense(Z) if self.U is None else InSpan(self.U @ Z @ self.V.T, self.space, self.floor)
 
-            def task_rows(i: int, r0: int, r1: int):
-                blk = kept.get((i, r0)) if kept is not None else None
-                if blk is None:
-                    blk = (Qb[r0:r1] @ x.models[i].C) @ Qa.T
-                    if kept is not None:
-                        kept[(i, r0)] = blk
-                return blk
 
-            D = streamed_merge(task_rows, n, (rows, cols), x.weights, d, self.drop, self.combine,
-                               rows_per_block=block_rows(n, cols), device=Qb.device, **kw)
-            return Dense(D)
-        X = torch.stack([m.C for m in x.models])
-        floor = sum(abs(w) * m.floor for w, m in zip(x.weights, x.models))
-        U, V = principal_bases(X)
-        Y = U.T @ X @ V
-        Z = streamed_merge(lambda i, r0, r1: Y[i, r0:r1], n, tuple(Y.shape[1:]), x.weights, d, self.drop,
-                           self.combine, rows_per_block=max(1, Y.shape[1]), device=Y.device, **kw)
-        return InSpan(U @ Z @ V.T, x.models[0].space, floor)
+def tasks_of(x, full: bool) -> Tasks:
+    """Module x's models as tasks: in full space the dense updates ``Qb C_i Qa^T``, formed on demand (their
+    rows kept between passes when they fit in ``KEEP_BYTES``); in core space ``U^T C_i V`` (see the module
+    docstring), all in one block.
+
+    Args:
+        x (ModuleOperands): the module's operands. full (bool): full (dense) space, else core space.
+    """
+    import torch
+
+    n, (rows, cols) = len(x.models), x.models[0].shape
+    space = x.models[0].space
+    floor = sum(abs(w) * m.floor for w, m in zip(x.weights, x.models))
+    if full:
+        Qb, Qa = space.bases()
+        kept = {} if 8 * n * rows * cols <= KEEP_BYTES else None
+
+        def task_rows(i: int, r0: int, r1: int):
+            blk = kept.get((i, r0, r1)) if kept is not None else None
+            if blk is None:
+                blk = (Qb[r0:r1] @ x.models[i].C) @ Qa.T
+                if kept is not None:
+                    kept[(i, r0, r1)] = blk
+            return blk
+
+        return Tasks(task_rows, n, (rows, cols), Qb.device, None, space, floor=floor)
+    X = torch.stack([m.C for m in x.models])
+    U, V = principal_bases(X)
+    Y = U.T @ X @ V
+    return Tasks(lambda i, r0, r1: Y[i, r0:r1], n, tuple(Y.shape[1:]), Y.device, max(1, Y.shape[1]), space, U, V,
+                 floor)
 
 
 PRINCIPAL_RTOL = 1e-12  # singular values below this share of the largest span no direction of the updates

@@ -25,8 +25,8 @@ from ..io.safetensors_write import SafetensorsWriter, tensor_bytes
 from ..outputs.card import CARD_NAME, model_card
 from ..outputs.manifest import MANIFEST_NAME, adapter_files, finish, stamp, write_manifest
 from ..outputs.transaction import OutputPolicy, OutputTransaction
-from ..peft.adapter import ModuleSpec
 from ..peft.format import CONFIG_NAME, DTYPES, PREFIX, SAFETENSORS_NAME
+from ..peft.spec import ModuleSpec
 from ..peft.write import build_config, prepare_modules
 from .extract import Extraction, cut_all, open_extraction
 from .parts import ALL_LINEAR

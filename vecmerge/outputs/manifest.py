@@ -21,10 +21,10 @@ import json
 import math
 from pathlib import Path
 
-from .. import __version__
 from ..errors import OutputError
 from ..io.hashing import sha256_file
 from ..io.parse import ParseError, load_json, short
+from ..version import __version__
 
 MANIFEST_NAME = "vecmerge.json"
 MANIFEST_MAX_BYTES = 64 << 20
@@ -33,7 +33,9 @@ TOOL = "vecmerge"
 # The keys of a pipeline manifest (project, refactor, merge), each always written, and those written sometimes.
 MANIFEST_KEYS = ("tool", "created", "kind", "method", "recipe", "resolved", "inputs", "missing_modules", "figures",
                  "modules", "vecmerge_version", "output")
-OPTIONAL_KEYS = ("workspace", "gate")  # where the inputs' relative paths start; the gate's table when one ran
+# where the inputs' relative paths start; the gate's table when one ran; the file a recipe came from (merge --config)
+OPTIONAL_KEYS = ("workspace", "gate", "config")
+CONFIG_KEYS = ("format", "path", "sha256", "merge_method", "base_model")
 OUTPUT_KEYS = ("weights", "sha256", "config_sha256", "card_sha256", "dtype", "modules")
 
 # What `vecmerge verify` accepts (see verify/output.py for why): the pipeline refuses to write an output that
@@ -44,7 +46,8 @@ TOLERANCES = {"fp32": {"update": 1e-5, "survival": 1e-4, "logits": 1e-4},
 
 
 def jsonable(x):
-    """``x`` as strict JSON data: non-finite floats as null, keys and unknown objects (Paths) as strings."""
+    """``x`` as strict JSON data: non-finite floats as null, typed results by ``to_dict()``, keys and other objects
+    (Paths) as strings."""
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
@@ -53,6 +56,8 @@ def jsonable(x):
         return [jsonable(v) for v in x]
     if isinstance(x, (str, int, bool)) or x is None:
         return x
+    if callable(getattr(x, "to_dict", None)):  # a typed result (``results.Result``) or record
+        return jsonable(x.to_dict())
     return str(x)
 
 

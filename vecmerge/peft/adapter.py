@@ -18,7 +18,6 @@ experts back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -47,46 +46,7 @@ from .format import (
     targeted,
     unwrap,
 )
-
-
-@dataclass(frozen=True)
-class ModuleSpec:
-    """What a module is, without its tensors.
-
-    Args:
-        name (str): module path in the model, e.g. ``model.layers.0.self_attn.q_proj``; for an expert
-            ``<module>.<parameter>.<e>``, e.g. ``model.layers.0.mlp.experts.gate_up_proj.3``.
-        kind (str): ``linear``, ``embedding`` or ``expert`` (how it is stored).
-        shape (tuple[int, int]): (out, in) of ``B @ A``. rank (int): stored r (per expert). scale (float).
-        transposed (bool): the base weight holds ``(B @ A).T``.
-        dtype (str): fp32, fp16 or bf16. keys (tuple[str, str]): the file keys of A and B (an expert's
-            are its parameter's, shared by all its experts).
-        param (str | None): the ``nn.Parameter`` adapted through ``target_parameters`` (None: a module
-            adapted through ``target_modules``). holder (str | None): the module holding it.
-        expert (int | None): the expert index in a 3-D parameter. experts (int): E of that parameter.
-    """
-
-    name: str
-    kind: str
-    shape: tuple
-    rank: int
-    scale: float
-    transposed: bool
-    dtype: str
-    keys: tuple
-    param: str | None = None
-    expert: int | None = None
-    experts: int = 1
-    holder: str | None = None
-
-    @property
-    def weight_shape(self) -> tuple[int, int]:
-        return (self.shape[1], self.shape[0]) if self.transposed else self.shape
-
-    @property
-    def target(self) -> str:
-        """The name PEFT resolves r and alpha on: ``<module>.<parameter>`` for a wrapped parameter."""
-        return f"{self.holder}.{self.param}" if self.param else self.name
+from .spec import ModuleSpec
 
 
 class Adapter:
@@ -98,11 +58,12 @@ class Adapter:
             ``drop`` them (the result then carries none of them: they are not a LoRA update).
     """
 
-    def __init__(self, path, modules_to_save: str = "refuse"):
+    def __init__(self, path, modules_to_save: str = "refuse", dora: bool = False):
         self.path = Path(path)
         if not self.path.is_dir():
             raise AdapterError(f"{self.path}: no such adapter folder; check the path or the name in vecmerge.yaml")
-        self.config = LoraConfig.read(self.path / CONFIG_NAME)
+        self.config = LoraConfig.read(self.path / CONFIG_NAME, dora=dora)
+        self.magnitude_keys: dict[str, str] = {}  # DoRA: module -> its lora_magnitude_vector's key
         self.modules_to_save_policy = modules_to_save
         self.weights_path = self._find_weights()
         self._file, self._state = self._open()  # a checked safetensors file, or a .bin's tensors
@@ -184,6 +145,10 @@ class Adapter:
         parts: dict[str, dict[str, str]] = {}
         for key in self.tensor_keys:
             m = KEY.match(key)
+            if m is None and self.config.use_dora and ".lora_magnitude_vector" in key:
+                mod = key.removeprefix(PREFIX).split(".lora_magnitude_vector")[0]
+                self.magnitude_keys[mod] = key
+                continue
             if m is None:
                 if self._is_saved_module(key):
                     self.saved_modules.append(key)  # refused in __init__ unless the policy is drop
@@ -220,7 +185,23 @@ class Adapter:
                 specs[holder] = self._spec(holder, levels[0][1])
         if not specs:
             raise AdapterError(f"{self.weights_path}: no LoRA tensors found; is this a LoRA adapter?")
+        if self.config.use_dora:
+            odd = [m for m, s in specs.items() if s.kind != "linear" or m not in self.magnitude_keys]
+            if odd:
+                raise AdapterError(f"{self.weights_path}: DoRA module(s) {', '.join(odd[:3])} are not linear layers "
+                                   "with a lora_magnitude_vector; vecmerge reads DoRA on linear layers only")
         return specs
+
+    def magnitude(self, module: str) -> torch.Tensor:
+        """A DoRA module's learned magnitude vector ``m`` (out,), float64 (AdapterError if absent or not finite)."""
+        key = self.magnitude_keys.get(module)
+        if key is None:
+            raise AdapterError(f"{self.weights_path}: module {module} has no lora_magnitude_vector")
+        v = self.tensor(key).to(torch.float64)
+        if v.shape != (self.specs[module].shape[0],) or not bool(torch.isfinite(v).all()):
+            raise AdapterError(f"{self.weights_path}: {key}: shape {tuple(v.shape)} or non-finite values; expected "
+                               f"({self.specs[module].shape[0]},) finite magnitudes, save the adapter again")
+        return v
 
     def _factor_shapes(self, where: str, entry: dict) -> tuple[tuple, tuple, str]:
         """lora_A and lora_B shapes and the stored dtype(s), validated: matrices agreeing on the rank."""

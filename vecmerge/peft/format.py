@@ -99,14 +99,17 @@ class LoraConfig:
     modules_to_save: list = field(default_factory=list)
     raw: dict = field(default_factory=dict)
     source: str = field(default=CONFIG_NAME, compare=False, repr=False)
+    use_dora: bool = False
 
     @classmethod
-    def read(cls, path: Path) -> LoraConfig:
+    def read(cls, path: Path, dora: bool = False) -> LoraConfig:
         """Parse and validate ``path`` (an ``adapter_config.json``); refuse what is not plain LoRA.
 
         The JSON is read strictly (``safe_parse.load_json``: no NaN/Infinity, bounded size, depth and
         digits) and every field vecmerge relies on is type-checked, so a hostile config is one
-        AdapterError line (exit 2), never a crash, a hang or a silent NaN.
+        AdapterError line (exit 2), never a crash, a hang or a silent NaN. With ``dora`` a DoRA config
+        (``use_dora``) is read too, for a reader that forms its effective update from the base weights
+        (``workspace/dora.py``); everything else refuses it.
         """
         if not path.is_file():
             raise AdapterError(f"{path}: no {CONFIG_NAME}; point at a PEFT LoRA folder saved by save_pretrained")
@@ -120,8 +123,12 @@ class LoraConfig:
         if ptype != "LORA":
             raise AdapterError(f"{path}: peft_type is {ptype[:40]}; vecmerge handles LoRA adapters only")
         for key, why in UNSUPPORTED.items():
-            if raw.get(key):
-                raise AdapterError(f"{path}: {key} is set: {why}; vecmerge handles plain LoRA only")
+            if raw.get(key) and not (key == "use_dora" and dora):
+                hint = (" (merge and refactor read a DoRA adapter as its effective update with --base-model)"
+                        if key == "use_dora" else "")
+                raise AdapterError(f"{path}: {key} is set: {why}; vecmerge handles plain LoRA only{hint}")
+        if raw.get("use_dora") and raw.get("fan_in_fan_out"):
+            raise AdapterError(f"{path}: DoRA with fan_in_fan_out (Conv1D layers) is not supported")
         init = str(raw.get("init_lora_weights", "")).lower()
         if init.startswith(BASE_CHANGING_INITS):
             raise AdapterError(
@@ -135,7 +142,8 @@ class LoraConfig:
                   rank_pattern=dict(raw.get("rank_pattern") or {}), alpha_pattern=dict(raw.get("alpha_pattern") or {}),
                   fan_in_fan_out=bool(raw.get("fan_in_fan_out", False)),
                   base_model=raw.get("base_model_name_or_path"), target_modules=raw.get("target_modules"),
-                  modules_to_save=list(raw.get("modules_to_save") or []), raw=raw, source=str(path))
+                  modules_to_save=list(raw.get("modules_to_save") or []), raw=raw, source=str(path),
+                  use_dora=bool(raw.get("use_dora")))
         _ = cfg._patterns  # check every rank/alpha key now: a bad one names this file (PatternError, exit 2)
         return cfg
 

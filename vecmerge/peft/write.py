@@ -31,7 +31,6 @@ from ..io.safetensors_write import SafetensorsStream
 from ..linalg.lowrank import COMPUTE_DTYPE, LowRank
 from ..outputs.card import CARD_NAME
 from ..outputs.manifest import MANIFEST_NAME, adapter_files, finish, write_manifest
-from .adapter import ModuleSpec
 from .format import (
     CONFIG_NAME,
     DTYPES,
@@ -42,6 +41,7 @@ from .format import (
     stack_experts,
     wrapped_keys,
 )
+from .spec import ModuleSpec
 
 OUTPUT_FILES = (CONFIG_NAME, SAFETENSORS_NAME, MANIFEST_NAME, CARD_NAME)  # all an output folder holds
 # Config keys copied from the template only when the module set is the template's own.

@@ -8,9 +8,11 @@ For every module m (one at a time, so a large model holds one module's bases)::
 
 and ``figures`` measures what survived (see ``figures.py``). A dense-space merge's ``T_m`` is a dense
 matrix (``Dense``, formed here and released after the module), cut by a randomized SVD seeded per
-module (``module_seed(CUT_SEED, m)``); ``cat`` writes the models' own factors (``Method.factors``)
-instead of a cut. The experts of a MoE parameter share one stored rank: they are cut again at their
-common rank (``experts.py``) and packed into PEFT's layout (``export.pack_params``). Nothing is written here.
+module (``module_seed(CUT_SEED, m)``); a merge whose exact result lies outside the module's basis (a
+per-row spherical merge, KnOTS) gives factors (``LowRank``), cut by their SVD; ``cat`` writes the models'
+own factors (``Method.factors``) instead of a cut. The experts of a MoE parameter share one stored rank:
+they are cut again at their common rank (``experts.py``) and packed into PEFT's layout
+(``export.pack_params``). Nothing is written here.
 """
 
 from __future__ import annotations
@@ -137,12 +139,18 @@ def build_output(ev: Evaluation, multiple: float, progress=None, *, sink=None, c
                 P, tn2 = target.in_basis(xs[0].space), target.norm() ** 2
                 moved = tuple((max(tn2 - 2.0 * float((P * x.C).sum()) + x.norm() ** 2, 0.0), x.norm() ** 2)
                               for x in xs)
+            elif isinstance(target, LowRank):  # factors outside the module's basis (a per-row merge)
+                moved = tuple(((target - x.lowrank()).norm() ** 2, x.norm() ** 2) for x in xs)
             else:
                 moved = tuple(((target - x).norm() ** 2, x.norm() ** 2) for x in xs)
         if isinstance(target, Dense):
             W = w[m].lowrank
             b = ModuleBuild(c, w[m], rounding_norm(W, c.factors), None, None, None, target.distance(W),
                             target.inner(W), moved, target.norm())
+        elif isinstance(target, LowRank):
+            W = w[m].lowrank
+            b = ModuleBuild(c, w[m], rounding_norm(W, c.factors), None, None, None, (W - target).norm(),
+                            W.inner(target), moved, target.norm())
         else:
             e_norm, e_core = rounding(w[m].lowrank, c.factors, target.space, c.cores)
             target.space.release()  # one module's full-size bases at a time

@@ -26,7 +26,7 @@ from ..analysis.consensus import ConsensusResult, agreement_rows, apply_on_disag
 from ..analysis.step import StepSize, choose_step
 from ..errors import Problem, RecipeError, few
 from ..expr import parse
-from ..linalg.lowrank import check_magnitude
+from ..linalg.lowrank import LowRank, check_magnitude
 from ..linalg.subspace import InSpan, Subspace
 from ..linalg.threads import map_modules
 from ..methods.base import Method, ModuleOperands
@@ -295,8 +295,9 @@ def method_params(ev: Evaluation) -> dict:
 def intended_core(ev: Evaluation, m: str, multiple: float):
     """``(intended_m, step_m)``: ``base_m + multiple * alpha_m * dir'_m`` and the step (None without one).
 
-    Without a step, the method's update times the module's multiplier: a core (InSpan), or a ``Dense``
-    matrix for a dense-space merge (formed here, one module at a time).
+    Without a step, the method's update times the module's multiplier: a core (InSpan), a ``Dense``
+    matrix for a dense-space merge (formed here, one module at a time), or factors (``LowRank``) for a
+    merge whose result lies outside the module's basis.
 
     Both are checked to lie in float64's safe range (``lowrank.check_magnitude``: NumericError otherwise).
 
@@ -307,8 +308,10 @@ def intended_core(ev: Evaluation, m: str, multiple: float):
         target = ev.method.module(module_operands(ev, m), method_params(ev))
         k = ev.multipliers.get(m, 1.0)
         target = target * k if k != 1.0 else target
-        check_magnitude(m, "the intended update", target.C if isinstance(target, InSpan) else target.D,
-                        "use smaller coefficients")
+        values = target.C if isinstance(target, InSpan) else target.D if hasattr(target, "D") else target.B
+        check_magnitude(m, "the intended update", values, "use smaller coefficients")
+        if isinstance(target, LowRank):
+            check_magnitude(m, "the intended update", target.A, "use smaller coefficients")
         return target, None
     step_m = ev.direction[m] * (ev.step.module_alpha[m] * multiple)
     check_magnitude(m, "the step (alpha * dir)", step_m.C, "use an --alpha (or --trust) of a sane size")

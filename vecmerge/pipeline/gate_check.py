@@ -9,7 +9,8 @@ from a second implementation:
     common parent       ``Workspace.lineage`` (``parent:`` keys, vecmerge manifests) -> ``evidence.lineage``;
                         supporting figures: cos(X, Y) and ||X - Y|| / ||Y|| (factored, exact)
     stable backbone,    the ledger at ``Workspace.ledger_path``, current records only (each adapter's
-    repeated evidence   content sha256), ``evidence.commands.gate_evidence``
+    repeated evidence   content sha256), in one eval environment, with the workspace's replicate groups
+                        (``replicate_of:``): ``evidence.gate_facts.gate_evidence``
     module consensus    ``consensus_rows`` of ``evaluate_cores``: the rows project's consensus gate decides on
     small trust region  the realized relative step ``||alpha dir'|| / ||base||`` of the recipe's outputs
                         (``StepSize.realized``, the largest dose); when no step is computed (the consensus
@@ -27,8 +28,8 @@ from dataclasses import dataclass
 from ..analysis.consensus import summarize as summarize_consensus
 from ..errors import CheckFailed, RecipeError, UsageError, VecmergeError, shown
 from ..evidence.gate import GateConfig, GateFacts, GateResult, evaluate_gate
+from ..evidence.gate_facts import gate_evidence
 from ..evidence.ledger import Ledger
-from ..evidence.operations import gate_evidence
 from ..expr import parse
 from ..recipe.recipe import Recipe
 from ..workspace.base_model import declared_base
@@ -58,6 +59,7 @@ class GateCheck:
         backbone, x, y (str): the step BASE + alpha*(X - Y).
         evaluation (Evaluation | None): the completed evaluation (None when it was not computed).
         error (VecmergeError | None): the consensus decision's refusal, raised by ``run`` after a passing gate.
+        env (dict | None): the eval environment of the evidence rows (``Environment.to_dict``).
     """
 
     result: GateResult
@@ -69,6 +71,7 @@ class GateCheck:
     y: str
     evaluation: Evaluation | None = None
     error: VecmergeError | None = None
+    env: dict | None = None
 
     @property
     def passed(self) -> bool:
@@ -77,7 +80,8 @@ class GateCheck:
     def to_dict(self) -> dict:
         """What reports and manifests carry: the verdict, the step, the metric, the ledger and the rows."""
         return {"passed": self.passed, "backbone": self.backbone, "x": self.x, "y": self.y, "metric": self.metric,
-                "ledger": self.ledger, "rows": [r.to_dict() for r in self.result.rows]}
+                "ledger": self.ledger, **({"env": self.env} if self.env and self.env.get("fields") else {}),
+                "rows": [r.to_dict() for r in self.result.rows]}
 
 
 def step_names(recipe: Recipe) -> tuple[str, str, str]:
@@ -174,7 +178,7 @@ def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
     evidence = {}
     if metric is not None:
         evidence = gate_evidence(ledger, backbone, x, y, metric, current_sha=pinned.current_shas(ledger.models()),
-                                 config=config)
+                                 config=config, replicates=pinned.replicate_groups())
     consensus = closeness = ev = error = None
     multiples = [k for k, _ in output_plan(recipe)]
     trust = recipe.trust * max(multiples) if recipe.trust is not None else None  # until the step is computed
@@ -197,4 +201,5 @@ def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
                       shape_mismatches=mismatches, lineage=relation(x, y, parents, roots=roots),
                       closeness=closeness, consensus=consensus,
                       consensus_ref=recipe.consensus.ref if recipe.consensus else None, trust=trust, **evidence)
-    return GateCheck(evaluate_gate(facts, config), config, metric, str(ledger.path), backbone, x, y, ev, error)
+    return GateCheck(evaluate_gate(facts, config), config, metric, str(ledger.path), backbone, x, y, ev, error,
+                     evidence.get("env"))

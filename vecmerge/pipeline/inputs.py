@@ -53,6 +53,8 @@ def open_inputs(recipe: Recipe, ws: Workspace, names: list[str]
         a changed pin, AlignmentError when the inputs declare different base models (unless allowed).
     """
     ws = ws.with_inputs({n: e["path"] for n, e in recipe.inputs.items()})
+    if recipe.base_model is not None:
+        ws = ws.with_dora_base(recipe.base_model)
     records: dict[str, InputRecord] = {}
 
     def pinned(adapters: dict) -> None:
@@ -99,5 +101,6 @@ def output_policy(recipe: Recipe, ws: Workspace, names: list[str], force: bool) 
         names (list[str]): the adapter names the recipe reads. force (bool): ``--force``.
     """
     ws = ws.with_inputs({n: e["path"] for n, e in recipe.inputs.items()})
+    base = recipe.base_model if recipe.base_model is not None else ws.base_model
     return OutputPolicy.for_command(inputs={n: ws.path_of(n) for n in names}, workspace_adapters=ws.adapters,
-                                    base_model=ws.base_model, force=force)
+                                    base_model=base, force=force)

@@ -41,13 +41,14 @@ def _portable_base(name, home: Path):
 
 
 def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Path | None = None,
-                 gate: dict | None = None) -> dict:
+                 gate: dict | None = None, source: dict | None = None) -> dict:
     """The ``vecmerge.json`` content for one output (``peft.write.write_adapter`` closes it with ``output``).
 
     Args:
         ev (Evaluation): the evaluated recipe. built (BuiltOutput): this output. path (str | None): its folder.
         home (Path | None): the workspace folder (``Workspace.home``); input paths are written relative to it.
         gate (dict | None): the gate it passed (``GateCheck.to_dict``), kept as ``gate``.
+        source (dict | None): the configuration file the recipe came from (``merge --config``), kept as ``config``.
     """
     recipe = ev.recipe
     d = recipe.to_dict()
@@ -64,11 +65,13 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
         inputs = {n: {**i, "path": portable(i["path"], home), "base_model": _portable_base(i["base_model"], home)}
                   for n, i in inputs.items()}
     d["inputs"] = inputs
+    if d.get("base_model") is not None and home is not None:
+        d["base_model"] = portable(d["base_model"], Path(home).resolve())
     resolved = resolved_for(ev, built.multiple, built.figures["modules"])
     figures, modules = manifest_figures(built.figures)
     return {**stamp(recipe.kind), "method": ev.method.name, **where, "recipe": d, "resolved": resolved,
             "inputs": inputs, "missing_modules": ev.missing, "figures": figures, "modules": modules,
-            **({} if gate is None else {"gate": gate})}
+            **({} if gate is None else {"gate": gate}), **({} if source is None else {"config": source})}
 
 
 MODULE_KEYS = ("rank", "exact_rank", "rel_error", "survival", "cut", "power_iters")

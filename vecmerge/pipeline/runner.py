@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .. import __version__, methods
+from .. import methods
 from ..errors import CheckFailed, Problem, RecipeError, few, shown
 from ..options import is_hub_id
 from ..outputs.card import model_card
@@ -27,6 +27,7 @@ from ..outputs.transaction import OutputTransaction
 from ..peft.format import DTYPES, SAFETENSORS_NAME, factor_keys
 from ..peft.write import OUTPUT_FILES, weights_stream, write_adapter
 from ..recipe.recipe import Recipe
+from ..version import __version__
 from ..workspace.base_model import canonical, differ, mismatch_text
 from ..workspace.names import Workspace
 from .build import BuiltOutput, build_output
@@ -311,13 +312,15 @@ def _build(ev: Evaluation, ws: Workspace, multiple: float, path, progress, folde
 
 
 def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, force: bool = False,
-        progress=None) -> RunReport:
+        progress=None, source: dict | None = None) -> RunReport:
     """Evaluate, gate, step, re-factor and (unless ``dry_run``) write every output.
 
     Args:
         recipe (Recipe): what to do. ws (Workspace | None): name resolution (default: cwd).
         dry_run (bool): compute the full report, write nothing. force (bool): replace outputs.
         progress: optional callable wrapping iterables (tqdm) for long loops.
+        source (dict | None): the file the recipe was translated from (``merge --config``: its format, path
+            and sha256), kept in each manifest as ``config``.
 
     Returns:
         RunReport; raises CheckFailed (exit 1) for a failed consensus gate or ``--strict``, and GateFailed
@@ -362,7 +365,8 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
         for multiple, path in plan:
             folder = txn.folder(path, expected_entries=OUTPUT_FILES)
             b, entry, sha = _build(ev, ws, multiple, path, progress, folder)
-            manifest = manifest_for(ev, b, entry.path, ws.home, gate=None if gate is None else gate.to_dict())
+            manifest = manifest_for(ev, b, entry.path, ws.home, gate=None if gate is None else gate.to_dict(),
+                                    source=source)
             title = recipe.name or Path(entry.path).name
             card = model_card(base_model if not notes else None, title, card_body(manifest))
             res = write_adapter(folder, b.written, ev.specs, weights_sha256=sha, tensors=b.tensors if sha is None

@@ -27,8 +27,9 @@ class Key:
     Args:
         name (str): the key; ``parent.child`` for a key inside a mapping (``consensus.ref``).
         kind (str): how its value is read (``values.READERS``): expression | number | choice | method |
-            rank | dose | consensus | flag (true/false) | folder | text | hub_id | gate | inputs | models |
-            pattern | multipliers. A key inside a mapping is read by its parent's reader (``consensus``).
+            rank | dose | consensus | flag (true/false) | folder | model_folder (read, relative to the recipe) |
+            text | hub_id | gate | inputs | models | pattern | multipliers. A key inside a mapping is read by
+            its parent's reader (``consensus``).
         help (str): what it means, for ``--help`` and the docs; keys in braces, ``{}`` the methods' summaries
             (kind method).
         values (str): what it takes, for the docs (``takes``: the choices, or true | false, when it has them).
@@ -117,7 +118,7 @@ KEYS: tuple[Key, ...] = (
     Key("consensus.min_agree", "number", "Fail below this share (0..1) of modules agreeing in sign.",
         values="share in [0, 1]", flag="--min-agree", commands=("project",)),
     Key("method", "method", "A classic merge of {models} (vecmerge merge): {}.", flag="--method",
-        commands=("merge",), required=True),
+        commands=("merge",), notes=(("merge", " Needed unless --config gives a mergekit configuration."),)),
     Key("mode", "method", "How each module's direction is shaped before alpha is chosen: {}.", default="add",
         flag="--mode", commands=("project",), alias_of="method"),
     Key("rank", "rank", "Rank of the written factors: exact (lossless, drops only float64 round-off), N (the optimal "
@@ -153,6 +154,9 @@ KEYS: tuple[Key, ...] = (
     Key("base_model_id", "hub_id", "Hub id of the base model, e.g. Qwen/Qwen3-0.6B, written as "
         "base_model_name_or_path and in the model card (default: base_model_id in vecmerge.yaml, else the inputs' "
         "own, often a local path).", values="ORG/NAME", flag="--base-model-id", commands=COMMANDS),
+    Key("base_model", "model_folder", "A local base model folder (transformers, safetensors): DoRA inputs are read "
+        "as their effective update m * (W + sBA) / ||W + sBA|| - W against its weights (exact, float64; needed for "
+        "DoRA adapters).", values="folder", flag="--base-model", commands=("project", "merge", "refactor")),
     Key("gate", "gate", "Run the seven-condition gate (vecmerge gate) first and write nothing unless every condition "
         "passes; the output's manifest and card carry its table.", values="true | {metric, thresholds...}",
         flag="--gate", commands=("project",),

@@ -86,6 +86,8 @@ class Recipe:
         models (list[dict] | None): a merge's operands, ``{model: expression, weight: float, density?: float}``.
         only, exclude (str | None): module-name patterns (``re.search``) selecting the modules.
         multipliers (dict[str, float] | None): module-name pattern -> factor (the first match applies).
+        base_model (str | None): a local base model folder: DoRA inputs are read as their effective update
+            against its weights (``workspace/dora.py``).
     """
 
     base: str | None = None
@@ -113,6 +115,7 @@ class Recipe:
     only: str | None = None
     exclude: str | None = None
     multipliers: dict | None = None
+    base_model: str | None = None
 
     @property
     def kind(self) -> str:

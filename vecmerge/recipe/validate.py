@@ -18,8 +18,8 @@ from .keys import TOP_LEVEL, of_kind
 from .values import READERS, Reading
 
 # the order in which the kinds of keys are checked, so that problems are listed in it
-ORDER = ("expression", "number", "choice", "rank", "consensus", "dose", "flag", "folder", "text", "hub_id", "gate",
-         "inputs", "models", "pattern", "multipliers")
+ORDER = ("expression", "number", "choice", "rank", "consensus", "dose", "flag", "folder", "model_folder", "text",
+         "hub_id", "gate", "inputs", "models", "pattern", "multipliers")
 # keys only a step has: a merge of models or a re-factored expression takes none of them
 STEP_ONLY = ("dir", "trust", "alpha", "consensus", "dose", "gate")
 

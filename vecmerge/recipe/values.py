@@ -92,6 +92,16 @@ def folder(key: Key, value, r: Reading) -> str | None:
     return str(value)
 
 
+def model_folder(key: Key, value, r: Reading) -> str | None:
+    """A folder to read (a base model), relative to ``r.root`` like the inputs (``safe_path`` checked)."""
+    try:
+        path = safe_path(str(value), field=key.name, source="recipe")
+    except ParseError as e:
+        r.add(Problem.led_by(key.name, e.problem))
+        return None
+    return str(r.root / path if r.root is not None and not path.is_absolute() else path)
+
+
 def text(key: Key, value, r: Reading) -> str:
     """Any text (a number is read as its text)."""
     return str(value)
@@ -274,5 +284,6 @@ def multipliers(key: Key, value, r: Reading) -> dict | None:
 
 
 READERS = {"expression": expression, "number": number, "choice": choice, "rank": rank, "consensus": consensus,
-           "dose": dose, "flag": flag, "folder": folder, "text": text, "hub_id": hub_id, "gate": gate,
+           "dose": dose, "flag": flag, "folder": folder, "model_folder": model_folder, "text": text, "hub_id": hub_id,
+           "gate": gate,
            "inputs": inputs, "models": models, "pattern": pattern, "multipliers": multipliers}

@@ -25,14 +25,22 @@ def _short(sha) -> str:
     return "-" if not sha else sha[:12]
 
 
+def _env_line(env: dict | None, what: str = "eval environment") -> list[str]:
+    """``eval environment ID: key=value, ...`` for an environment with fields (none for the empty one)."""
+    if not env or not env.get("fields"):
+        return []
+    return [f"{what} {env['id']}: " + ", ".join(f"{k}={v}" for k, v in env["fields"].items())]
+
+
 def render_add(d: dict) -> str:
-    """``evidence add``: what was recorded, under which content hash."""
+    """``evidence add``: what was recorded, under which content hash, and in which eval environment."""
     runs = len(d["values"])
     tied = (f"sha256 {_short(d['sha256'])} (its adapter's weights and config now)" if d["sha256"] else
-            f"no sha256: {d['model']} is not an adapter here, so these records never go stale")
+            f"no sha256: {d['model']} is an external model (not an adapter of this workspace), so these records "
+            "never go stale")
     direction = {True: "higher is better", False: "lower is better", None: "direction not recorded"}[d["direction"]]
-    return (f"recorded {runs} run{'s' * (runs != 1)} of {d['model']} on {d['metric']} ({direction}); {tied}; "
-            f"ids {d['ids'][0]}..{d['ids'][-1]}")
+    return "\n".join([f"recorded {runs} run{'s' * (runs != 1)} of {d['model']} on {d['metric']} ({direction}); "
+                      f"{tied}; ids {d['ids'][0]}..{d['ids'][-1]}", *_env_line(d.get("env"))])
 
 
 def render_import(d: dict) -> str:
@@ -45,19 +53,58 @@ def render_import(d: dict) -> str:
     if d["directions"]:
         lines.append("directions: " + ", ".join(f"{m} {'higher' if h else 'lower'} is better"
                                                 for m, h in d["directions"].items()))
+    for env_id, fields in (d.get("environments") or {}).items():
+        lines += _env_line({"id": env_id, "fields": fields})
     return "\n".join(lines)
 
 
-def render_show(d: dict) -> str:
-    """``evidence show``: n, mean, std, SE, CI, min, max, range per model and sub-score; stale and item counts."""
+def _summary_table(summaries: list[dict], env_column: bool) -> str:
     rows = []
-    for s in d["summaries"]:
-        rows.append([s["model"], s["metric"] if s["sub"] is None else f"  sub.{s['sub']}", s["n"], _f(s["mean"]),
-                     g(s["std"]), g(s["se"]), _ci(s["ci_low"], s["ci_high"]), _f(s["min"]), _f(s["max"]),
-                     g(s["range"]), "single run: no spread, no interval" if s["single_run"] else ""])
-    conf = f"{d['summaries'][0]['confidence']:.0%} CI (t)" if d["summaries"] else "CI"
-    out = [table(rows, ["model", "metric", "n", "mean", "std", "SE", conf, "min", "max", "range", "note"])
-           if rows else "no whole-run records"]
+    for s in summaries:
+        rows.append([s["model"], s["metric"] if s["sub"] is None else f"  sub.{s['sub']}",
+                     *([s.get("env") or "-"] if env_column else []), s["n"], _f(s["mean"]), g(s["std"]), g(s["se"]),
+                     _ci(s["ci_low"], s["ci_high"]), _f(s["min"]), _f(s["max"]), g(s["range"]),
+                     "single run: no spread, no interval" if s["single_run"] else ""])
+    conf = f"{summaries[0]['confidence']:.0%} CI (t)" if summaries else "CI"
+    head = ["model", "metric", *(["env"] if env_column else []), "n", "mean", "std", "SE", conf, "min", "max", "range",
+            "note"]
+    return table(rows, head) if rows else "no whole-run records"
+
+
+def render_replicates(groups: list[dict]) -> list[str]:
+    """Each replicate group's variance components: between trainings, within evaluations, with their intervals."""
+    out = []
+    for c in groups:
+        conf = f"{c['confidence']:.0%}"
+        raw = "" if c["var_between_training_raw"] >= 0 else (
+            f"; the estimate {c['var_between_training_raw']:.3g} is below 0, shown as 0")
+        out.append(f"replicates of {c['group']} on {c['metric']}: {c['trainings']} trainings "
+                   f"({', '.join(c['members'])}), {c['evaluations']} runs; between trainings var "
+                   f"{c['var_between_training']:.4g} (sd {c['sd_training']:.4g}, {conf} CI "
+                   f"{_ci(*c['ci_between_training'], 4)}), within evaluations var {c['var_within_eval']:.4g} "
+                   f"(sd {c['sd_eval']:.4g}, {conf} CI {_ci(*c['ci_within_eval'], 4)}); one run of a fresh "
+                   f"training: sd {c['sd_total']:.4g}{raw}")
+    return out
+
+
+def render_show(d: dict) -> str:
+    """``evidence show``: n, mean, std, SE, CI, min, max, range per model, sub-score and eval environment (an env
+    column when there are several; ``--by env``: one table per environment); stale and item counts; replicates."""
+    envs = d.get("environments") or []
+    if d.get("by") == "env":
+        out = []
+        for e in envs:
+            fields = ", ".join(f"{k}={v}" for k, v in e["fields"].items()) or "no fields recorded"
+            out += [f"environment {e['id']}: {fields}",
+                    _summary_table([s for s in d["summaries"] if s.get("env") == e["id"]], False), ""]
+        out = out[:-1] if out else ["no whole-run records"]
+    else:
+        out = [_summary_table(d["summaries"], len(envs) > 1)]
+        if len(envs) > 1:
+            out += [f"env {e['id']}: " + (", ".join(f"{k}={v}" for k, v in e["fields"].items()) or "no fields recorded")
+                    + " (never pooled with the others)" for e in envs]
+        elif envs:
+            out += _env_line(envs[0])
     for st in d["stale"]:
         what = "included (--stale)" if d["include_stale"] else "left out (--stale shows them)"
         out.append(f"stale: {st['records']} record(s) of {st['model']} on {st['metric']} measured other weights "
@@ -66,10 +113,12 @@ def render_show(d: dict) -> str:
         out.append(f"item-level: {it['model']} on {it['metric']}: {it['items']} items in {it['records']} records "
                    "(compare pairs them)")
     for gr in d.get("grids", []):
-        out.append(f"grid: {gr['metric']}" + (f" sub.{gr['sub']}" if gr["sub"] else "") + f" moves in grades of "
+        out.append(f"grid: {gr['metric']}" + (f" sub.{gr['sub']}" if gr["sub"] else "")
+                   + (f" (env {gr['env']})" if len(envs) > 1 else "") + f" moves in grades of "
                    f"{gr['step']:.5g} ({len(gr['levels'])} values seen at grades "
                    f"{', '.join(map(str, gr['grades']))}" + ("; multiples of the step" if gr["multiples"] else "")
                    + "): a difference below one grade is no grade moved")
+    out += render_replicates(d.get("replicates") or [])
     if d["directions"]:
         out.append("directions: " + ", ".join(f"{m} {'higher' if h else 'lower'} is better"
                                               for m, h in d["directions"].items()))
@@ -161,7 +210,7 @@ def render_compare(d: dict) -> str:
     """``evidence compare``: both summaries, each test, the ledger's noise, repeats needed and the verdict."""
     direction = {True: "higher is better", False: "lower is better", None: "no direction recorded"}[
         d["higher_is_better"]]
-    out = [f"compare {d['a']} vs {d['b']} on {d['metric']} ({direction})"]
+    out = [f"compare {d['a']} vs {d['b']} on {d['metric']} ({direction})", *_env_line(d.get("env"))]
     rows = []
     for s in (d["a_summary"], d["b_summary"]):
         if s is not None:
@@ -189,6 +238,7 @@ def render_compare(d: dict) -> str:
         out.append(f"runs per model to detect {d['detect']:.4g}: not computable (no noise estimate)")
     out.append(f"verdict: {d['verdict']}" + (f" (by the {d['decided_by']} test)" if d["decided_by"] else ""))
     out += [f"note: {r}" for r in d["reasons"]]
+    out += _render_training_test(d)
     if d.get("grid"):
         step, sa, sb = d["grid"]["step"], d["a_summary"], d["b_summary"]
         moved = "" if not (sa and sb) else f"; the difference of means, {sa['mean'] - sb['mean']:+.4g}, is " \
@@ -198,6 +248,22 @@ def render_compare(d: dict) -> str:
     if d.get("subscores"):
         out += [""] + render_subscores(d["subscores"])
     return "\n".join(out)
+
+
+def _render_training_test(d: dict) -> list[str]:
+    """``compare``'s replicate lines: each group's components, then the test over trainings."""
+    reps = d.get("replicates")
+    if not reps:
+        return []
+    out = render_replicates(reps["groups"])
+    t, noise = reps["test"], reps["noise"]
+    if t is None:
+        return out + [f"over trainings: no test ({reps['reason']})"]
+    return out + [f"over trainings ({t['n'][0]} of {d['a']}: {', '.join(reps['trainings'][0])}; {t['n'][1]} of "
+                  f"{d['b']}: {', '.join(reps['trainings'][1])}; training plus evaluation noise, sd of a training's "
+                  f"mean {noise['sd']:.4g}, {noise['df']} df): diff {t['diff']:+.5g}, {d['confidence']:.0%} CI "
+                  f"{_ci(t['ci_low'], t['ci_high'])}, p {t['p']:.3g}, beyond noise "
+                  f"{'yes' if t['beyond_noise'] else 'no'}"]
 
 
 def render_calibrate(d: dict) -> str:
@@ -217,6 +283,8 @@ def render_calibrate(d: dict) -> str:
            f"verdict: {d['verdict']} (needs {d['min_models']} models, and Spearman's lower bound >= "
            f"{d['min_spearman_low']:g} to rank candidates)"]
     out += [f"note: {r}" for r in d["reasons"]]
+    for metric, env in (d.get("environments") or {}).items():
+        out += _env_line(env, f"{metric} measured under environment")
     return "\n".join(out)
 
 
@@ -224,7 +292,9 @@ def render_ls(rows: list[dict], metric: str | None) -> str:
     """``vecmerge ls``: name, path, sha256, base model, parent, runs and mean of the default metric."""
     body = [[r["name"], r["path"], r["sha256_short"] or f"({r.get('problem') or 'unreadable'})",
              r["base_model"] or "-", r["parent"] or ("(root)" if r.get("root") else "-"),
-             "-" if r["runs"] is None else r["runs"], _f(r["mean"]), r["stale"] or ""] for r in rows]
+             "-" if r["runs"] is None else r["runs"],
+             f"- ({r['environments']} environments)" if (r.get("environments") or 0) > 1 else _f(r["mean"]),
+             r["stale"] or ""] for r in rows]
     out = table(body, ["name", "path", "sha256", "base model", "parent", f"runs ({metric or 'no metric'})", "mean",
                        "stale"])
     return out if rows else "no adapters listed (add them under adapters: in vecmerge.yaml)"
@@ -237,8 +307,9 @@ def _wrap(text: str, width: int) -> str:
 def gate_verdict(d: dict) -> str:
     """``PASSED: all 7 conditions`` or ``NOT PASSED: ...`` naming each condition that is not a PASS."""
     bad = [r for r in d["rows"] if r["status"] != "PASS"]
+    unknown = " (UNKNOWN is not a pass)" if any(r["status"] == "UNKNOWN" for r in bad) else ""
     return (f"PASSED: all {len(d['rows'])} conditions" if not bad else
-            f"NOT PASSED: {', '.join(r['condition'] + ' ' + r['status'] for r in bad)} (UNKNOWN is not a pass)")
+            f"NOT PASSED: {', '.join(r['condition'] + ' ' + r['status'] for r in bad)}{unknown}")
 
 
 def _detail(row: dict, d: dict) -> str:
@@ -261,7 +332,8 @@ def render_gate(d: dict) -> str:
              _wrap(r["source"], 22)] for r in d["rows"]]
     head = (f"gate: {d['backbone']} + alpha * ({d['x']} - {d['y']}); metric {d['metric'] or '-'}; "
             f"ledger {d['ledger']}")
-    return "\n".join([head, "", table(rows, ["condition", "result", "detail", "threshold", "from"], "simple"), "",
+    return "\n".join([head, *_env_line(d.get("env")), "",
+                      table(rows, ["condition", "result", "detail", "threshold", "from"], "simple"), "",
                       gate_verdict(d)])
 
 
@@ -295,7 +367,9 @@ def plot_show(d: dict, f) -> None:
             else:
                 ax.errorbar([i], [s["mean"]], yerr=[[s["mean"] - s["ci_low"]], [s["ci_high"] - s["mean"]]],
                             fmt="o", capsize=4, color="tab:blue")
-        ax.set_xticks(range(len(rows)), labels=[f"{s['model']}\nn={s['n']}" for s in rows])
+        several = len({s.get("env") for s in rows}) > 1  # one point per environment, never pooled: say which
+        labels = [f"{s['model']}\nn={s['n']}" + (f"\nenv {s['env'][:6]}" if several else "") for s in rows]
+        ax.set_xticks(range(len(rows)), labels=labels)
         ax.set_ylabel(metric)
         ax.grid(axis="y", alpha=0.3)
     conf = f"{summaries[0]['confidence']:.0%}"

@@ -28,7 +28,7 @@ from ..errors import few
 from ..io.hashing import sha256_file
 from ..io.parse import short
 from ..outputs.card import CARD_NAME
-from ..outputs.manifest import MANIFEST_KEYS, MANIFEST_NAME, OPTIONAL_KEYS, OUTPUT_KEYS, jsonable
+from ..outputs.manifest import CONFIG_KEYS, MANIFEST_KEYS, MANIFEST_NAME, OPTIONAL_KEYS, OUTPUT_KEYS, jsonable
 from ..peft.adapter import Adapter
 from ..peft.format import SAFETENSORS_NAME
 from ..peft.write import OUTPUT_FILES
@@ -117,10 +117,23 @@ def manifest_check(manifest: dict, ev, out: Adapter | None, resolved: dict) -> d
             pinned = (manifest["recipe"].get("inputs") or {}).get(n)
             off += differences(pinned, copy[n], f"inputs.{n}") if pinned != copy[n] else []
     off += _output_fields(manifest.get("output"), recipe.dtype, out)
+    if "config" in manifest:
+        off += _config_fields(manifest["config"])
     return check("manifest", not off, "; ".join(off[:SHOWN]) + (f" and {len(off) - SHOWN} more" if len(off) > SHOWN
                                                                 else "") if off else
                  f"every field of {MANIFEST_NAME} (resolved, missing_modules, inputs, output) recomputes",
                  {"differing": off[:20]})
+
+
+def _config_fields(config) -> list[str]:
+    """Problems with the record of the configuration file a recipe was translated from (``merge --config``)."""
+    if not isinstance(config, dict):
+        return [f"config is {short(config, 40)}, not a mapping"]
+    off = [f"config.{k} is not a field vecmerge writes" for k in config if k not in CONFIG_KEYS]
+    off += [f"config.{k} is missing" for k in ("format", "path", "sha256") if k not in config]
+    if "sha256" in config and not (isinstance(config["sha256"], str) and _HEX64.fullmatch(config["sha256"])):
+        off.append(f"config.sha256 is {short(config['sha256'], 20)}, not a sha256")
+    return off
 
 
 def _output_fields(output, dtype: str, out: Adapter | None) -> list[str]:

@@ -75,7 +75,8 @@ def input_check(manifest: dict) -> dict:
             continue
         p = Path(entry["path"]).resolve()
         try:
-            a = Adapter(p, modules_to_save=manifest["recipe"].get("modules_to_save", "refuse"))
+            a = Adapter(p, modules_to_save=manifest["recipe"].get("modules_to_save", "refuse"),
+                        dora=manifest["recipe"].get("base_model") is not None)  # DoRA inputs read against it
         except VecmergeError as e:
             problems.append(f"input {name} is missing or unreadable: {e}")
             continue
@@ -233,7 +234,8 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
     else:
         base_cfg = None
         if ev is not None:
-            base_cfg = LoraConfig.read(Path(ev.inputs[ev.base_name].path) / CONFIG_NAME)
+            base_cfg = LoraConfig.read(Path(ev.inputs[ev.base_name].path) / CONFIG_NAME,
+                                       dora=ev.recipe.base_model is not None)
             if ev.recipe.base_model_id:  # the output names the base model by this hub id
                 base_cfg = dataclasses.replace(base_cfg, base_model=ev.recipe.base_model_id)
         checks += config_checks(out, manifest, base_cfg)

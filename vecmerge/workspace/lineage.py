@@ -17,16 +17,18 @@ from ..errors import LineageError
 KINDS = ("same", "x_descends_from_y", "y_descends_from_x", "common_ancestor", "unrelated", "unknown")
 
 
-def chain(name: str, parents: Mapping[str, str | None]) -> tuple[str, ...]:
+def chain(name: str, parents: Mapping[str, str | None], *, what: str = "parent") -> tuple[str, ...]:
     """``(name, parent, grandparent, ...)`` up to the first name whose parent is not recorded.
 
-    Raises LineageError naming the cycle (``a -> b -> a``) when the parents loop.
+    Raises LineageError naming the cycle (``a -> b -> a``) when the parents loop (``what``: the key named in
+    the message, ``parent`` or ``replicate_of``).
     """
     out, seen = [name], {name: 0}
     while (parent := parents.get(out[-1])) is not None:
         if parent in seen:
             loop = out[seen[parent]:] + [parent]
-            raise LineageError(f"lineage cycle: {' -> '.join(loop)} (fix the parent: keys in vecmerge.yaml)")
+            kind = "lineage" if what == "parent" else what
+            raise LineageError(f"{kind} cycle: {' -> '.join(loop)} (fix the {what}: keys in vecmerge.yaml)")
         seen[parent] = len(out)
         out.append(parent)
     return tuple(out)

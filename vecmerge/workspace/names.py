@@ -8,13 +8,16 @@
       v54: runs/v54/checkpoint-3
       v51: {path: runs/v51, parent: v28}    # lineage: v51 was trained on from v28
       v28: {path: runs/v28, parent: null}   # a root: trained straight from the base model
+      v54b: {path: runs/v54-seed2, replicate_of: v54}   # another training of v54's configuration (another seed)
     evidence: vecmerge-evidence.db          # optional: the evaluation ledger (this is the default)
     metric: official_total                  # optional: the default metric of ls, compare and gate
     gate: {min_repeats: 3, max_trust: 0.015}   # optional: the gate's thresholds (see evidence.gate)
 
 Paths are relative to the workspace file. A name that is not listed is a folder of that name in
 the current directory. An adapter written by vecmerge takes its parent from its manifest (the
-backbone of ``vecmerge.json``'s recipe) unless the entry declares one.
+backbone of ``vecmerge.json``'s recipe) unless the entry declares one. ``replicate_of: NAME`` makes an entry
+an independent training of NAME's configuration: NAME and its replicates are one replicate group
+(``replicate_groups``), whose evaluations separate training noise from evaluation noise (evidence.replicates).
 """
 
 from __future__ import annotations
@@ -31,13 +34,14 @@ from ..options import is_hub_id
 from ..outputs.manifest import read_manifest
 from ..peft.adapter import Adapter
 from ..peft.content_hash import folder_content_sha256
+from .lineage import chain
 from .taskvector import TaskVector, linear_combination
 
 WORKSPACE_NAME = "vecmerge.yaml"
 WORKSPACE_MAX_BYTES = 1 << 20
 LEDGER_NAME = "vecmerge-evidence.db"
 _KEYS = ("adapters", "base_model", "base_model_id", "evidence", "metric", "gate")
-_ENTRY_KEYS = ("path", "parent")
+_ENTRY_KEYS = ("path", "parent", "replicate_of")
 UNREADABLE = "unreadable"  # current_shas' value for an entry whose files cannot be hashed
 
 
@@ -54,6 +58,7 @@ class Workspace:
         self.root = Path(root) if root is not None else Path.cwd()
         self.adapters: dict[str, Path] = {}
         self.parents: dict[str, str | None] = {}  # declared parent: keys; None = a declared root
+        self.replicate_of: dict[str, str] = {}  # declared replicate_of: keys
         self.base_model: Path | None = None
         self.base_model_id: str | None = None
         self.file: Path | None = None
@@ -67,6 +72,14 @@ class Workspace:
             self._load(Path(path))
         self._open: dict[tuple, Adapter] = {}
         self._sha: dict[str, str | None] = {}
+        self.dora_base: Path | None = None  # the base model DoRA inputs are read against (a recipe's base_model)
+
+    def with_dora_base(self, base) -> Workspace:
+        """A copy that reads DoRA adapters as their effective update against the base model folder ``base``."""
+        ws = copy.copy(self)
+        ws.dora_base = Path(base).resolve() if base is not None else None
+        ws._open = {}
+        return ws
 
     def with_inputs(self, inputs: dict) -> Workspace:
         """A copy in which the names of ``inputs`` ({name: path}) resolve to those paths (a recipe's pins)."""
@@ -109,6 +122,12 @@ class Workspace:
             self.adapters[str(k)] = (base / folder).resolve()
             if "parent" in entry:
                 self.parents[str(k)] = entry["parent"]
+            if entry.get("replicate_of") is not None:
+                self.replicate_of[str(k)] = entry["replicate_of"]
+        for k, of in self.replicate_of.items():
+            if of not in self.adapters:
+                problems.append(f"adapters.{k}: replicate_of: {of} is not an adapter of this workspace; name the "
+                                "entry whose configuration this training repeats")
         for key in ("evidence", "metric"):
             v = data.get(key)
             if v is not None and (not isinstance(v, str) or not v.strip()):
@@ -172,12 +191,23 @@ class Workspace:
                 out[name] = UNREADABLE
         return out
 
+    def replicate_groups(self) -> dict[str, tuple[str, ...]]:
+        """Replicate groups: each entry that others name in ``replicate_of:`` (followed to the first that names
+        none) -> itself and its replicates, in workspace order. Raises LineageError naming a cycle."""
+        groups: dict[str, list[str]] = {}
+        for name in self.replicate_of:
+            root = chain(name, self.replicate_of, what="replicate_of")[-1]
+            groups.setdefault(root, [root]).append(name)
+        order = list(self.adapters)
+        return {root: tuple(sorted(set(m), key=order.index)) for root, m in groups.items()}
+
     def lineage(self, names=()) -> tuple[dict[str, str | None], set[str]]:
         """``(parents, roots)`` of the workspace's entries and ``names``, for ``evidence.lineage.relation``.
 
         A declared ``parent:`` wins; an adapter written by vecmerge without one takes the backbone of its
         manifest's recipe (``base``, when it is one adapter name), and that parent is looked up in turn.
-        ``roots`` are the entries that declare ``parent: null``.
+        ``roots`` are the entries that declare ``parent: null``. Every reader of lineage gets it through here,
+        so a cycle of parents is refused for all of them (LineageError naming the cycle).
         """
         parents = {n: p for n, p in self.parents.items() if p is not None}
         roots = {n for n, p in self.parents.items() if p is None}
@@ -192,6 +222,8 @@ class Workspace:
             if parent is not None:
                 parents[name] = parent
                 todo.append(parent)
+        for name in [*names, *parents]:  # a cycle is named from the first name asked about
+            chain(name, parents)
         return parents, roots
 
     def _manifest_parent(self, name: str) -> str | None:
@@ -226,14 +258,21 @@ class Workspace:
         Args:
             name (str): a workspace name or folder. modules_to_save (str): ``refuse`` or ``drop`` (see Adapter).
         """
-        key = (self.path_of(name), modules_to_save)
+        dora = self.dora_base is not None
+        key = (self.path_of(name), modules_to_save, dora)
         if key not in self._open:
-            self._open[key] = Adapter(key[0], modules_to_save=modules_to_save)
+            self._open[key] = Adapter(key[0], modules_to_save=modules_to_save, dora=dora)
         return self._open[key]
 
     def vector(self, name: str, modules_to_save: str = "refuse") -> TaskVector:
-        """The task vector of one adapter, read onto the workspace's device."""
-        return TaskVector.from_adapter(self.adapter(name, modules_to_save), self.device)
+        """The task vector of one adapter, read onto the workspace's device (a DoRA adapter: its effective
+        update against ``dora_base``, exact, see ``dora.py``)."""
+        a = self.adapter(name, modules_to_save)
+        if a.config.use_dora:
+            from .dora import dora_modules
+
+            return TaskVector(dora_modules(a, self.dora_base, self.device), dict(a.specs))
+        return TaskVector.from_adapter(a, self.device)
 
     def evaluate(self, expr, allow_missing: bool = False, modules_to_save: str = "refuse") -> TaskVector:
         """The task vector of an expression (string or LinearForm), exact, in float64 factors."""
@@ -250,12 +289,22 @@ def _entry(name: str, value, problems: list) -> dict | None:
         return None
     unknown = sorted(set(map(str, value)) - set(_ENTRY_KEYS))
     if unknown:
-        problems.append(f"adapters.{name}: unknown key(s) {unknown} (use path and parent)")
+        problems.append(f"adapters.{name}: unknown key(s) {unknown} (use path, parent and replicate_of)")
     path = value.get("path")
     if not isinstance(path, str) or not path.strip():
         problems.append(f"adapters.{name}: path: {path!r} must be a folder")
         return None
     out = {"path": path}
+    if "replicate_of" in value:
+        of = value["replicate_of"]
+        if of is not None and not (isinstance(of, str) and re.fullmatch(NAME_RE, of)):
+            problems.append(f"adapters.{name}: replicate_of: {of!r} must be an adapter name (the training this one "
+                            "repeats with another seed)")
+            return None
+        if of == name:
+            problems.append(f"adapters.{name}: replicate_of: {name} is itself")
+            return None
+        out["replicate_of"] = of
     if "parent" in value:
         parent = value["parent"]
         if parent is not None and not (isinstance(parent, str) and re.fullmatch(NAME_RE, parent)):

@@ -1,0 +1,43 @@
+"""The public API: every name in ``vecmerge.__all__`` resolves lazily, torch-free on import; examples use only it."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import vecmerge
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLIC_MODULES = {"vecmerge", "vecmerge.testing", "vecmerge.cli"}  # the API, the test helpers, the console script
+
+
+def test_all_is_the_api_map_and_every_name_resolves_to_its_owner():
+    assert vecmerge.__all__ == sorted(vecmerge._API) + ["__version__"]
+    for name in vecmerge._API:
+        obj = getattr(vecmerge, name)
+        owner = sys.modules[f"vecmerge.{vecmerge._API[name]}"]
+        assert obj is getattr(owner, vecmerge._RENAMED.get(name, name)), name
+    for name in ("run", "load_recipe", "Recipe", "RunReport", "verify_output", "extract", "fuse", "Ledger",
+                 "evaluate_gate", "Method", "Field", "register", "RankPolicy", "LowRank", "TaskVector", "Workspace",
+                 "Adapter", "VecmergeError", "RecipeError", "CheckFailed"):
+        assert name in vecmerge.__all__, name
+
+
+def test_import_vecmerge_is_torch_free_until_a_name_is_used():
+    code = ("import sys, vecmerge; a = 'torch' in sys.modules; vecmerge.Recipe; b = 'torch' in sys.modules; "
+            "vecmerge.LowRank; print(a, b, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False", "True"]  # the recipe layer is torch-free too
+
+
+def test_examples_import_only_the_public_api():
+    for path in sorted((ROOT / "examples").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vecmerge"):
+                assert node.module in PUBLIC_MODULES, f"{path.name} imports {node.module}"
+                if node.module == "vecmerge":
+                    assert all(a.name in vecmerge.__all__ for a in node.names), path.name
+            elif isinstance(node, ast.Import):
+                assert all(a.name in PUBLIC_MODULES or not a.name.startswith("vecmerge") for a in node.names)
