@@ -61,3 +61,23 @@ def test_rank_with_a_passing_calibration_and_without(ledger, run_cli):
     assert "no current whole-run record of nobody (probe:x:loglik)" in res.output and "vecmerge probe" in res.output
     assert "name each candidate once" in ok(run_cli("rank", "fine", "fine", "--proxy", "noise"), 2).output
     assert "is also a --proxy" in ok(run_cli("rank", "fine", "--proxy", "noise", "--target", "noise"), 2).output
+
+
+def test_each_metric_is_read_in_one_eval_environment(ledger, run_cli):
+    """Target runs of a second environment: calibrate --loo and rank refuse to pool them; --env picks one."""
+    for i in range(3):
+        ok(run_cli("evidence", "add", f"m{i}", "0.5", "0.6", "--metric", "official", "--env", "timeout=180"))
+    res = ok(run_cli("evidence", "calibrate", "--proxy", "probe:x:loglik", "--target", "official", "--loo"), 2)
+    assert "official" in res.output and "timeout" in res.output and len(res.output.strip().splitlines()) == 1
+    res = ok(run_cli("rank", "fine", "good", "--proxy", "probe:x:loglik", "--target", "official"), 2)
+    assert "timeout" in res.output
+    import re
+
+    plain = re.search(r"unrecorded in ([0-9a-f]{12})", res.output).group(1)  # the environment without fields
+    d = json.loads(ok(run_cli("evidence", "calibrate", "--proxy", "probe:x:loglik", "--target", "official", "--loo",
+                              "--env", plain, "--json")).output)
+    assert d["models"] == [f"m{i}" for i in range(10)] and d["verdict"] == "ranks candidates"
+    assert d["environments"]["official"]["id"].startswith(plain)
+    d = json.loads(ok(run_cli("rank", "fine", "good", "--proxy", "probe:x:loglik", "--target", "official", "--env",
+                              plain, "--json")).output)
+    assert d["mode"] == "ranking"
