@@ -7,7 +7,7 @@ import math
 
 import click
 
-from .app import Ctx, echo, global_options, handled, json_option, main, usage
+from .app import Ctx, echo, global_options, handled, json_option, main, metric_list, usage
 
 
 @main.group()
@@ -244,8 +244,6 @@ def evidence_calibrate(obj: Ctx, proxy, target, loo, min_models, env, as_json):
     With --loo each model's TARGET is predicted by a least-squares fit (intercept and PROXY slopes) on the other
     models, and those held-out predictions are judged: what a new candidate's prediction would be worth.
     """
-    from .rank import metric_list
-
     if min_models is not None and min_models < 3:
         usage(f"--min-models {min_models}: at least 3 (a rank correlation needs 3 models)")
     proxies = metric_list(proxy, "--proxy")

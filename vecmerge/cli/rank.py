@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .app import Ctx, echo, global_options, handled, json_option, main, usage
+from .app import Ctx, echo, global_options, handled, json_option, main, metric_list, usage
 from .evidence import env_option
-
-
-def metric_list(text: str, flag: str) -> list[str]:
-    """``P1,P2`` -> ``[P1, P2]``; a usage error for an empty name or a repeated one."""
-    names = [p.strip() for p in text.split(",")]
-    if not all(names) or len(set(names)) != len(names):
-        usage(f"{flag} {text!r}: give metric names separated by commas, each once")
-    return names
 
 
 @main.command()
