@@ -60,7 +60,7 @@ def test_clean_output_passes_and_json_shape(toy, run_cli):
         assert isinstance(c["figures"], dict)
     checks = {c["name"]: c for c in data["checks"]}
     assert list(checks) == ["inputs", "recompute", "output opens", "output sha256", "finite", "files", "config",
-                            "key set", "ranks and scales", "update", "step", "figures", "manifest"]
+                            "key set", "ranks and scales", "update", "step", "figures", "independent", "manifest"]
     man = json.loads(Path("out/vecmerge.json").read_text())
     assert checks["recompute"]["figures"]["alpha"] == man["resolved"]["alpha"]  # to the last bit
     assert checks["update"]["figures"]["max_rel_error"] < 2e-7                  # ~0.6 u of fp32, tol 1e-5
@@ -185,7 +185,7 @@ def test_input_changed_after_merge_fails(toy, run_cli):
     key = sorted(load_file(toy / "v28" / "adapter_model.safetensors"))[0]
     rewrite_tensor(toy / "v28", key, lambda t: t * 1.01)
     res = run_cli("verify", "out", "--json")
-    assert res.exit_code == 1 and failed(res) == ["inputs", "recompute", "update", "figures", "manifest"]
+    assert res.exit_code == 1 and failed(res) == ["inputs", "recompute", "update", "figures", "independent", "manifest"]
     detail = by_name(json.loads(res.stdout))["inputs"]["detail"]
     assert detail.startswith("input v28: ") and "it changed after the merge" in detail
     assert "input v28" in run_cli("verify", "out").stdout
@@ -215,7 +215,7 @@ def test_corrupt_output_fails_naming_the_file(toy, run_cli):
     weights = Path("out/adapter_model.safetensors")
     weights.write_bytes(weights.read_bytes()[:1000])
     res = run_cli("verify", "out", "--json")
-    assert res.exit_code == 1 and failed(res) == ["output opens", "update", "figures"]
+    assert res.exit_code == 1 and failed(res) == ["output opens", "update", "figures", "independent"]
     detail = by_name(json.loads(res.stdout))["output opens"]["detail"]
     assert "out/adapter_model.safetensors" in detail and "truncated or corrupt" in detail
 
@@ -235,7 +235,7 @@ def test_edited_manifest_alpha_fails(toy, run_cli):
     man["resolved"]["alpha"] = math.nextafter(man["resolved"]["alpha"], 1.0) * (1 + 1e-6)
     man_path.write_text(json.dumps(man))
     res = run_cli("verify", "out", "--json")
-    assert res.exit_code == 1 and failed(res) == ["recompute", "manifest"]
+    assert res.exit_code == 1 and failed(res) == ["recompute", "independent", "manifest"]
     assert "alpha recomputes to" in by_name(json.loads(res.stdout))["recompute"]["detail"]
     assert "resolved.alpha is" in by_name(json.loads(res.stdout))["manifest"]["detail"]
 
@@ -253,7 +253,7 @@ def test_assert_merge_identity_lists_failed_checks(toy, run_cli):
     project(run_cli)
     assert_merge_identity("out")
     rewrite_tensor(Path("out"), B_KEY, lambda t: t * 2)
-    with pytest.raises(AssertionError, match=r"3 verify check\(s\) failed:\n  output sha256: .*\n  update: "):
+    with pytest.raises(AssertionError, match=r"4 verify check\(s\) failed:\n  output sha256: .*\n  update: "):
         assert_merge_identity("out")
 
 
@@ -333,7 +333,7 @@ def test_real_model_catches_a_changed_module(real_workspace, tiny_base, run_cli)
     rewrite_tensor(Path("out"), B_KEY, lambda t: t * 1.5)
     res = run_cli("verify", "out", "--base-model", tiny_base, "--json")
     assert res.exit_code == 1
-    assert failed(res) == ["output sha256", "update", "step", "logits vs intended"]
+    assert failed(res) == ["output sha256", "update", "step", "independent", "logits vs intended"]
     checks = by_name(json.loads(res.stdout))
     assert checks["peft delta"]["passed"]  # PEFT and we read the same (changed) file alike
 

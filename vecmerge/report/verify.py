@@ -52,5 +52,6 @@ def render(result: dict, width: int = DETAIL_WIDTH) -> str:
     failed = [c["name"] for c in result["checks"] if not c["passed"]]
     verdict = (f"PASSED: all {len(result['checks'])} checks" if result["passed"] else
                f"FAILED: {len(failed)} of {len(result['checks'])} checks ({', '.join(failed)})")
+    note = f"\nnote: {result['not_independent']}" if result.get("not_independent") else ""
     return "\n".join(head) + "\n\n" + table(rows, ["check", "result", "detail", "figures"], "simple") + \
-        "\n\n" + verdict
+        "\n\n" + verdict + note

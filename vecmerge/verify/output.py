@@ -51,6 +51,7 @@ from ..workspace.names import Workspace
 from .adapter import config_checks, identity_checks, open_output
 from .checks import check, close, not_run, result
 from .files import figures_check, files_check, manifest_check
+from .independent import Uncovered, independent_check
 from .peft_load import peft_checks
 from .update import compare_to_recomputed
 
@@ -146,6 +147,23 @@ def rebuilt_figures(ev) -> dict:
 
 def _discard(module: str, tensors: dict) -> None:
     """A ``build_output`` sink that keeps nothing (only the figures are wanted)."""
+
+def independent_rows(path: Path, manifest: dict, tol: dict, inputs_ok: bool, opened: bool
+                     ) -> tuple[list[dict], str | None]:
+    """``([the independent check], None)``, or ``([], why)`` for a recipe verify's own path does not cover."""
+    if not inputs_ok:
+        return [not_run("independent", "an input is missing or changed (see inputs)")], None
+    if not opened:
+        return [not_run("independent", "the output cannot be opened")], None
+    try:
+        return [independent_check(path, manifest, tol)], None
+    except Uncovered as e:
+        return [], (f"the update was not re-derived by verify's own path ({e}); the update check re-evaluates "
+                    "the recipe through the method's own code")
+    except (VecmergeError, ValueError, KeyError, TypeError) as e:
+        return [check("independent", False, f"verify's own derivation cannot read the recipe, the output or its "
+                      f"inputs: {e}")], None
+
 
 def base_model_check(base_model: Path, out: Adapter | None, manifest: dict, allow: bool = False,
                      aliases: dict | None = None, root: Path | None = None) -> dict:
@@ -252,6 +270,8 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
             checks.append(not_run("update", "nothing to compare with: the recipe was not re-evaluated"))
     if ev is None or out is None:
         checks.append(not_run("figures", "nothing to recompute them from (see above)"))
+    indep, uncovered = independent_rows(path, manifest, tol, checks[0]["passed"], out is not None)
+    checks += indep
     if ev is not None:
         resolved = resolved_for(ev, ev.recipe.multiple, manifest.get("modules"))
         checks.append(manifest_check(manifest, ev, out, resolved))
@@ -268,7 +288,8 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
         else:
             checks += peft_checks(path, out, Path(base_model), expected, tol, progress)
     return result(str(path), checks, kind="output", dtype=dtype, tolerances=tol,
-                  recipe={k: manifest["recipe"].get(k) for k in ("base", "dir", "rank", "multiple")})
+                  recipe={k: manifest["recipe"].get(k) for k in ("base", "dir", "rank", "multiple")},
+                  **({"not_independent": uncovered} if uncovered else {}))
 
 
 def verify_identities(adapters: list, progress=None, labels: list[str] | None = None) -> dict:

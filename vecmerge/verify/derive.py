@@ -1,0 +1,312 @@
+"""The intended update re-derived from the manifest by verify's own float64 path: numpy, no pipeline code.
+
+``verify`` must not share the code it checks: a bug in the pipeline (the evaluation, a method, the step, a
+rank cut, the writer) must not be a bug in the check. This module recomputes what an output should hold
+from the manifest's recorded recipe and its sha256-pinned inputs (read by ``verify.lora_terms``), with its
+own arithmetic: every operand of module m is a stack of factors ``X_m = [c_1 s_1 B_1, ...] [A_1; ...]``
+(float64 numpy), and
+
+- expressions (``v54``, ``v51 - v28``, ``0.5*(a+b)``) are read by Python's own ``ast``, not ``vecmerge.expr``;
+- ``project``: ``dir'_m`` by its mode (add: ``dir_m``; onto-ref: ``max(<dir_m, ref_m>, 0) / ||ref_m||^2 ref_m``;
+  orthogonal: ``dir_m - <dir_m, base_m> / ||base_m||^2 base_m``), zero where the consensus drops m
+  (``<ref_m, dir_m> < 0``, a module zero within ``ZERO_RTOL`` of its terms having no sign) or
+  ``only``/``exclude`` leave it out, times its multiplier; ``alpha = T ||base|| / ||dir'||`` (global norms;
+  per module with ``trust_scope: module``; ``--alpha`` clipped to that bound); ``I_m = base_m + k alpha dir'_m``
+  for the dose k (``multiple``);
+- merges ``linear``, ``svd``, ``cat``: ``I_m = sum_i w_i x_i``; ``task_arithmetic``: ``lambda`` times it
+  (over ``sum_i w_i`` with ``normalize``); ``refactor``: the expression; each times its multiplier.
+
+Norms come from R factors (``||B A|| = ||R_b R_a^T||``, stable for nearly cancelling differences such as
+v51 - v28), inner products from Grams (``<X, Y> = sum((B_x^T B_y) * (A_x A_y^T))``). The written update W is
+then compared with I (``verify.compare``). Recipes this path does not cover (the other merge methods,
+``keep-base``, DoRA or expert inputs) are named by ``Derivation.uncovered``; their update is still checked by
+re-evaluating the recipe (``verify.update``), which is not independent of the pipeline.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .lora_terms import LoraFolder, read_folder, uncovered
+
+ZERO_RTOL = 1e-9      # a module whose norm is below this share of its terms' norms is zero (it has no sign)
+STEPPED = ("add", "onto-ref", "orthogonal")
+LINEAR_MERGES = ("linear", "svd", "cat", "task_arithmetic")
+DIVISOR_EPS = 1e-8    # normalize by sum(weights) only when it is not ~0 (mergekit's rule)
+MAX_NODES = 2000
+
+
+class Uncovered(Exception):
+    """The recipe or an input is outside what verify's own derivation covers (with the reason)."""
+
+
+@dataclass
+class Stack:
+    """``B @ A`` held as stacked float64 factors; ``bound = sum_i ||B_i|| ||A_i||`` of its terms (for ZERO_RTOL)."""
+
+    B: np.ndarray
+    A: np.ndarray
+    bound: float = 0.0
+
+    @classmethod
+    def zero(cls, out: int, inn: int) -> Stack:
+        return cls(np.zeros((out, 0)), np.zeros((0, inn)))
+
+    def __add__(self, o: Stack) -> Stack:
+        return Stack(np.hstack([self.B, o.B]), np.vstack([self.A, o.A]), self.bound + o.bound)
+
+    def scaled(self, c: float) -> Stack:
+        return Stack(self.B * c, self.A, self.bound * abs(c))
+
+    def inner(self, o: Stack) -> float:
+        """``<self, o>_F`` from the two Grams."""
+        if not self.B.shape[1] or not o.B.shape[1]:
+            return 0.0
+        return float(np.sum((self.B.T @ o.B) * (self.A @ o.A.T)))
+
+    def norm(self) -> float:
+        """``||B A||_F = ||R_b R_a^T||_F`` (R factors of B and A^T)."""
+        if not self.B.shape[1]:
+            return 0.0
+        return float(np.linalg.norm(np.linalg.qr(self.B, mode="r") @ np.linalg.qr(self.A.T, mode="r").T))
+
+    def is_zero(self) -> bool:
+        return self.norm() <= ZERO_RTOL * self.bound
+
+    def apply(self, X: np.ndarray) -> np.ndarray:
+        """``B (A X)``."""
+        return self.B @ (self.A @ X)
+
+
+def coefficients(expr: str) -> dict[str, float]:
+    """``{name: c}`` of a linear expression over adapter names, read by Python's ``ast`` (names may hold dots)."""
+    tree = ast.parse(expr.strip(), mode="eval")
+    if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
+        raise Uncovered(f"expression {expr[:40]!r} is too long")
+
+    def name(node) -> str | None:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            head = name(node.value)
+            return None if head is None else f"{head}.{node.attr}"
+        return None
+
+    def ev(node):  # -> (coeffs, const): exactly one of them is set
+        n = name(node)
+        if n is not None:
+            return {n: 1.0}, None
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value,
+                                                                                                     bool):
+            return None, float(node.value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            c, k = ev(node.operand)
+            s = -1.0 if isinstance(node.op, ast.USub) else 1.0
+            return ({n: s * v for n, v in c.items()}, None) if c is not None else (None, s * k)
+        if isinstance(node, ast.BinOp):
+            (lc, lk), (rc, rk) = ev(node.left), ev(node.right)
+            if isinstance(node.op, (ast.Add, ast.Sub)):
+                s = 1.0 if isinstance(node.op, ast.Add) else -1.0
+                if lc is None or rc is None:
+                    raise Uncovered(f"expression {expr!r} adds a number to an adapter")
+                out = dict(lc)
+                for n, v in rc.items():
+                    out[n] = out.get(n, 0.0) + s * v
+                return out, None
+            if isinstance(node.op, ast.Mult) and (lk is None) != (rk is None):
+                c, k = (lc, rk) if lk is None else (rc, lk)
+                return {n: v * k for n, v in c.items()}, None
+            if isinstance(node.op, ast.Div) and lc is not None and rk is not None and rk != 0:
+                return {n: v / rk for n, v in lc.items()}, None
+            if lk is not None and rk is not None:
+                return None, {ast.Mult: lk * rk, ast.Div: lk / rk if rk else math.nan}.get(type(node.op), math.nan)
+        raise Uncovered(f"expression {expr!r}: {ast.dump(node)[:40]} is not linear in the adapters")
+
+    coeffs, const = ev(tree.body)
+    if coeffs is None:
+        raise Uncovered(f"expression {expr!r} names no adapter")
+    return coeffs
+
+
+@dataclass
+class Derivation:
+    """What an output should hold, by verify's own path.
+
+    Args:
+        kind (str): project | merge | refactor. names (list[str]): the modules the output should hold.
+        rank (str): the recipe's rank policy. alpha (float | None): the global ``k * alpha`` (None: per module).
+        module_alpha (dict[str, float]): ``k * alpha_m`` per module (stepped recipes). dropped, zeroed (list[str]):
+            modules the consensus drops, modules the mode gives no step. realized (float | None): ``||step|| / ||base||``.
+        problems (list[str]): what makes the recipe refuse (a consensus that fails, min_agree).
+    """
+
+    kind: str
+    names: list
+    rank: str
+    folders: dict
+    forms: dict = field(default_factory=dict)
+    alpha: float | None = None
+    module_alpha: dict = field(default_factory=dict)
+    coeff: dict = field(default_factory=dict)
+    dropped: list = field(default_factory=list)
+    zeroed: list = field(default_factory=list)
+    realized: float | None = None
+    problems: list = field(default_factory=list)
+    allow_missing: bool = False
+
+    def operand(self, which: str, m: str) -> Stack:
+        """Module m of the expression ``which`` (base, dir, ref, or a merge's ``models[i]``)."""
+        out = None
+        for n, c in self.forms[which].items():
+            f: LoraFolder = self.folders[n]
+            if m not in f.keys:
+                if not self.allow_missing:
+                    raise Uncovered(f"module {m} is missing from input {n}")
+                continue
+            B, A = f.factors(m)
+            term = Stack(B * c, A, abs(c) * float(np.linalg.norm(B)) * float(np.linalg.norm(A)))
+            out = term if out is None else out + term
+        if out is None:
+            shape = next(self.folders[n].factors(m) for n in self.folders if m in self.folders[n].keys)
+            return Stack.zero(shape[0].shape[0], shape[1].shape[1])
+        return out
+
+    def stepped_dir(self, m: str, base: Stack, d: Stack) -> Stack:
+        """``dir'_m``: the mode's direction times the multiplier (zero if dropped or not selected)."""
+        c = self.coeff.get(m)
+        if c is None:
+            return d.scaled(0.0)
+        return (d.scaled(c[0]) + base.scaled(c[1])) if c[2] is None else self.operand("ref", m).scaled(c[2])
+
+    def intended(self, m: str) -> tuple[Stack, Stack | None, Stack | None]:
+        """``(I_m, base_m, step_m)``: the update module m should hold, and for a step its backbone and step."""
+        if self.kind != "project":
+            total = None
+            for which, w in self.forms["_weights"].items():
+                x = self.operand(which, m).scaled(w * self.coeff.get(m, 1.0))
+                total = x if total is None else total + x
+            return total, None, None
+        base = self.operand("base", m)
+        step = self.stepped_dir(m, base, self.operand("dir", m)).scaled(self.module_alpha[m])
+        return base + step, base, step
+
+
+def _multiplier(recipe: dict, m: str) -> float:
+    for pat, v in (recipe.get("multipliers") or {}).items():
+        if re.search(pat, m):
+            return float(v)
+    return 1.0
+
+
+def _selected(recipe: dict, m: str) -> bool:
+    only, excl = recipe.get("only"), recipe.get("exclude")
+    return (only is None or re.search(only, m) is not None) and not (excl is not None and re.search(excl, m))
+
+
+def derive(manifest: dict) -> Derivation:
+    """The Derivation of an output from its manifest (inputs at absolute paths); Uncovered when out of reach."""
+    r = manifest["recipe"]
+    method = r.get("method")
+    kind = "project" if method in STEPPED else "refactor" if method == "expression" else "merge"
+    if kind == "merge" and method not in LINEAR_MERGES:
+        raise Uncovered(f"method {method}: no independent reference yet")
+    if r.get("rank") == "keep-base":
+        raise Uncovered("rank keep-base")
+    if r.get("base_model") is not None:
+        raise Uncovered("a DoRA base model")
+    paths = {n: e["path"] for n, e in (r.get("inputs") or {}).items()}
+    for p in paths.values():
+        why = uncovered(p)
+        if why:
+            raise Uncovered(why)
+    folders = {n: read_folder(p) for n, p in paths.items()}
+    d = Derivation(kind, [], str(r.get("rank", "exact")), folders, allow_missing=bool(r.get("allow_missing")))
+    if kind == "project":
+        d.forms = {k: coefficients(r[k]) for k in ("base", "dir")}
+        if r.get("consensus") or method == "onto-ref":
+            d.forms["ref"] = coefficients((r.get("consensus") or {})["ref"])
+        d.names = list(folders[next(iter(d.forms["base"]))].keys)
+        _step(d, r, method)
+        return d
+    exprs = [r["base"]] if kind == "refactor" else [e["model"] for e in r["models"]]
+    weights = [1.0] if kind == "refactor" else [float(e.get("weight", 1.0)) for e in r["models"]]
+    lam = float((r.get("params") or r).get("lambda", 1.0) or 1.0) if method == "task_arithmetic" else 1.0
+    if method == "task_arithmetic" and (r.get("params") or r).get("normalize") and abs(sum(weights)) >= DIVISOR_EPS:
+        lam /= sum(weights)
+    d.forms = {f"models[{i}]": coefficients(x) for i, x in enumerate(exprs)}
+    d.forms["_weights"] = {f"models[{i}]": w * lam for i, w in enumerate(weights)}
+    seen = dict.fromkeys(m for form in exprs for n in coefficients(form) for m in folders[n].keys)
+    d.names = [m for m in seen if _selected(r, m)]
+    d.coeff = {m: _multiplier(r, m) for m in d.names}
+    return d
+
+
+def _step(d: Derivation, r: dict, method: str) -> None:
+    """The consensus, the mode's coefficients and alpha of a project recipe (pass 1 over the modules)."""
+    cons = r.get("consensus") or {}
+    bn, dn, agree, signed, bad = {}, {}, 0, 0, []
+    for m in d.names:
+        base, direction = d.operand("base", m), d.operand("dir", m)
+        bn[m] = base.norm()
+        ref = d.operand("ref", m) if "ref" in d.forms else None
+        if cons.get("ref"):
+            if not (ref.is_zero() or direction.is_zero()):
+                signed += 1
+                if ref.inner(direction) < 0:
+                    bad.append(m)
+                else:
+                    agree += 1
+        if not _selected(r, m):
+            continue
+        k = _multiplier(r, m)
+        if method == "add":
+            c = (k, 0.0, None)
+        elif method == "orthogonal":
+            nb = bn[m]
+            a = direction.inner(base) / (nb * nb) if nb else 0.0
+            c = (k, -a * k, None)
+        else:
+            nr = ref.norm()
+            a = direction.inner(ref) / (nr * nr) if nr else 0.0
+            c = (0.0, 0.0, max(a, 0.0) * k)
+            if a <= 0 and not direction.is_zero() and k != 0:
+                d.zeroed.append(m)
+        d.coeff[m] = c
+    if cons.get("ref"):
+        share = agree / signed if signed else 0.0
+        if cons.get("min_agree") is not None and share < cons["min_agree"]:
+            d.problems.append(f"consensus: {agree}/{signed} agree < min_agree {cons['min_agree']}")
+        if bad and cons.get("on_disagree", "fail") == "fail":
+            d.problems.append(f"consensus: {len(bad)} module(s) disagree and on_disagree is fail")
+        if cons.get("on_disagree") == "drop":
+            d.dropped = bad
+            for m in bad:
+                d.coeff.pop(m, None)
+    for m in d.names:
+        dn[m] = d.stepped_dir(m, d.operand("base", m), d.operand("dir", m)).norm()
+    _alpha(d, r, bn, dn)
+
+
+def _alpha(d: Derivation, r: dict, bn: dict, dn: dict) -> None:
+    """alpha by the trust region (``T ||base|| / ||dir'||``, global or per module), ``--alpha`` clipped to it."""
+    trust, given, k = r.get("trust"), r.get("alpha"), float(r.get("multiple", 1.0))
+    B, D = math.sqrt(sum(v * v for v in bn.values())), math.sqrt(sum(v * v for v in dn.values()))
+
+    def bounded(b: float, n: float) -> float:
+        bound = trust * b / n if (trust is not None and n) else (0.0 if trust is not None else math.inf)
+        a = bound if given is None else given
+        return math.copysign(min(abs(a), bound), a) if trust is not None else a
+
+    if r.get("trust_scope", "global") == "global":
+        a = bounded(B, D)
+        d.alpha = a * k
+        d.module_alpha = {m: a * k for m in d.names}
+    else:
+        d.module_alpha = {m: bounded(bn[m], dn[m]) * k for m in d.names}
+    step = math.sqrt(sum((abs(d.module_alpha[m]) * dn[m]) ** 2 for m in d.names))
+    d.realized = step / B if B else None
