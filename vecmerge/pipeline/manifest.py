@@ -53,7 +53,6 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
     recipe = ev.recipe
     d = recipe.to_dict()
     d.pop("dose", None)
-    d.pop("gate", None)  # its result is kept as ``gate``; re-running the manifest reproduces, it does not re-decide
     d["multiple"] = built.multiple
     d["out"] = path
     inputs = {n: i.to_dict() for n, i in ev.inputs.items()}
@@ -67,6 +66,8 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
     d["inputs"] = inputs
     if d.get("base_model") is not None and home is not None:
         d["base_model"] = portable(d["base_model"], Path(home).resolve())
+    if gate is not None and home is not None and gate.get("ledger"):
+        gate = {**gate, "ledger": portable(gate["ledger"], Path(home).resolve())}
     resolved = resolved_for(ev, built.multiple, built.figures["modules"])
     figures, modules = manifest_figures(built.figures)
     return {**stamp(recipe.kind), "method": ev.method.name, **where, "recipe": d, "resolved": resolved,

@@ -346,7 +346,12 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
             raise GateFailed(gate)
         if gate.error is not None:
             raise gate.error
-    ev = gate.evaluation if gate is not None and gate.evaluation is not None else evaluate(recipe, ws, progress)
+    if gate is not None and gate.evaluation is not None:
+        # the gate evaluated with its own base check relaxed (its "common base" row states it); the output
+        # records the recipe as typed, so a re-run gates and checks the base again
+        ev = dataclasses.replace(gate.evaluation, recipe=recipe)
+    else:
+        ev = evaluate(recipe, ws, progress)
     report = RunReport(ev, dry_run, gate=gate)
     base_model, notes = _base_model_for(recipe, ev)
     if dry_run:
