@@ -237,3 +237,28 @@ def test_tokenizer_and_other_files_are_copied_byte_for_byte(bases, tmp_path, run
     (tmp_path / "fused" / "tokenizer.json").write_bytes(files["tokenizer.json"] + b" ")
     res = run_cli("verify", tmp_path / "fused")
     assert res.exit_code != 0 and "tokenizer.json: differs from the base's" in res.output
+
+
+def test_a_non_finite_value_is_never_written(tmp_path, run_cli):
+    """Issue 23: whatever fuse would write that is NaN or Inf (a base's own tensor copied through, or a sum
+    that overflows the output dtype) is refused naming the tensor; nothing is written."""
+    from safetensors.torch import save_file
+
+    from vecmerge.testing import toy_adapter
+
+    q = "model.layers.0.self_attn.q_proj"
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    tensors = {q + ".weight": torch.full((16, 8), 65500.0), "model.norm.weight": torch.tensor([1.0, float("inf")])}
+    save_file(tensors, str(base / "model.safetensors"))
+    toy_adapter(tmp_path / "a", shapes={q: (16, 8)}, std=3.0)  # sums past fp16's 65504
+    r = run_cli("fuse", tmp_path / "a", "--base-model", base, "--out", tmp_path / "o")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
+    assert "tensor model.norm.weight holds 1+ NaN/Inf value(s) (F32)" in r.stderr
+    tensors["model.norm.weight"] = torch.ones(2)
+    save_file(tensors, str(base / "model.safetensors"))
+    r = run_cli("fuse", tmp_path / "a", "--base-model", base, "--out", tmp_path / "o", "--dtype", "fp16")
+    assert r.exit_code == 2 and f"tensor {q}.weight holds" in r.stderr and "(F16)" in r.stderr, r.output
+    assert not (tmp_path / "o").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a", "base"]
+    assert run_cli("fuse", tmp_path / "a", "--base-model", base, "--out", tmp_path / "o").exit_code == 0
