@@ -223,6 +223,10 @@ class ModelError(VecmergeError):
     """A model folder (or safetensors file) that cannot be read as transformers safetensors."""
 
 
+class SpecialFileError(VecmergeError):
+    """A FIFO, device or socket where vecmerge reads a file: refused before it is opened (``io.files``)."""
+
+
 class OutputError(VecmergeError):
     """An output folder that exists (without --force) or cannot be written."""
 

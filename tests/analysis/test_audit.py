@@ -443,3 +443,23 @@ def test_a_zero_side_gets_the_analytic_band():
     for r in rows:
         assert r["null_band"] == pytest.approx(audit.Z_CRIT / math.sqrt(24), rel=1e-15)
         assert r["chance"] and r["mark"] == "chance"
+
+
+@pytest.mark.parametrize("z, significant", [(1.0, 0), (1.5, 0), (1.95, 0), (1.97, 1), (2.5, 1), (-2.5, 0)])
+def test_pairwise_significance_is_1_96_null_sd_not_1(z, significant):
+    """Issue 23: the pairwise audit's "significant" must be |cos_m| >= 1.96 null sd (two-sided 5%) with
+    <a_m, b_m> > 0; a threshold of 1 sd (or 1.645, or 2) would let this test fail. One 10 x 10 module, so
+    null sd = 1/sqrt(100) = 0.1, and two rank-1 updates with cosine exactly z x 0.1."""
+    from vecmerge.workspace.taskvector import TaskVector
+
+    c = z * 0.1
+    e = torch.eye(10, dtype=torch.float64)
+    v = e[:1]  # (1, in): the shared right factor
+    u_a = e[:, :1]
+    u_b = (c * e[:, 0] + math.sqrt(1 - c * c) * e[:, 1]).reshape(10, 1)
+    a = TaskVector({"m": LowRank(u_a, v, 1.0)}, {})
+    b = TaskVector({"m": LowRank(u_b, v, 1.0)}, {})
+    p = audit.pairwise([a, b], ["a", "b"], ["m"])
+    assert p["cosine"][0][1] == pytest.approx(c, rel=1e-12)
+    assert p["agree"][0][1] == int(z > 0) and p["significant"][0][1] == significant
+    assert p["pairs"][0]["significant"] == significant

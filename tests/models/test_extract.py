@@ -410,3 +410,22 @@ def test_model_card_front_matter_names_the_base_model(tmp_path, run_cli):
     assert {"lora", "vecmerge"} <= set(meta["tags"])
     assert body.lstrip("\n").splitlines()[0] == "# LoRA extracted from tuned"
     assert f"`{tuned.resolve()}` of `{base.resolve()}`" in body
+
+
+def test_a_non_finite_value_is_never_written(tmp_path, run_cli):
+    """Issue 23: ``extract --others save`` wrote a fine-tune's NaN norm weight with exit 0. Now it is refused
+    naming the tensor (exit 2, one line) and nothing is written, in any dtype."""
+    b = small()
+    t = {k: v.clone() for k, v in b.items()}
+    t["model.layers.0.q_proj.weight"] += 0.1
+    t["model.layers.0.norm.weight"][3] = float("nan")
+    base, tuned = write_model(tmp_path / "b", b), write_model(tmp_path / "t", t)
+    for dtype in ("fp32", "bf16"):
+        r = run_cli("extract", "--base-model", base, "--tuned", tuned, "--rank", "2", "--others", "save",
+                    "--dtype", dtype, "--out", tmp_path / "o")
+        assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
+        assert "tensor base_model.model.model.layers.0.norm.weight holds 1+ NaN/Inf" in r.stderr, r.stderr
+        assert not (tmp_path / "o").exists() and [p.name for p in tmp_path.iterdir()] == ["b", "t"]
+    r = run_cli("extract", "--base-model", base, "--tuned", tuned, "--rank", "2", "--others", "drop",
+                "--out", tmp_path / "o")
+    assert r.exit_code == 0, r.output  # the NaN is in no tensor written

@@ -237,3 +237,57 @@ def test_tokenizer_and_other_files_are_copied_byte_for_byte(bases, tmp_path, run
     (tmp_path / "fused" / "tokenizer.json").write_bytes(files["tokenizer.json"] + b" ")
     res = run_cli("verify", tmp_path / "fused")
     assert res.exit_code != 0 and "tokenizer.json: differs from the base's" in res.output
+
+
+def test_a_non_finite_value_is_never_written(tmp_path, run_cli):
+    """Issue 23: whatever fuse would write that is NaN or Inf (a base's own tensor copied through, or a sum
+    that overflows the output dtype) is refused naming the tensor; nothing is written."""
+    from safetensors.torch import save_file
+
+    from vecmerge.testing import toy_adapter
+
+    q = "model.layers.0.self_attn.q_proj"
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    tensors = {q + ".weight": torch.full((16, 8), 65500.0), "model.norm.weight": torch.tensor([1.0, float("inf")])}
+    save_file(tensors, str(base / "model.safetensors"))
+    toy_adapter(tmp_path / "a", shapes={q: (16, 8)}, std=3.0)  # sums past fp16's 65504
+    r = run_cli("fuse", tmp_path / "a", "--base-model", base, "--out", tmp_path / "o")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
+    assert "tensor model.norm.weight holds 1+ NaN/Inf value(s) (F32)" in r.stderr
+    tensors["model.norm.weight"] = torch.ones(2)
+    save_file(tensors, str(base / "model.safetensors"))
+    r = run_cli("fuse", tmp_path / "a", "--base-model", base, "--out", tmp_path / "o", "--dtype", "fp16")
+    assert r.exit_code == 2 and f"tensor {q}.weight holds" in r.stderr and "(F16)" in r.stderr, r.output
+    assert not (tmp_path / "o").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a", "base"]
+    assert run_cli("fuse", tmp_path / "a", "--base-model", base, "--out", tmp_path / "o").exit_code == 0
+
+
+@pytest.mark.slow
+def test_a_moe_adapter_is_refused_with_its_real_cause(tmp_path, run_cli):
+    """Issue 23: a ``target_parameters`` adapter (PEFT adapts the experts' 3-D parameters in memory) into a
+    transformers-saved Mixtral (stored one tensor per expert, ``block_sparse_moe.experts.<e>.w1``) was refused
+    as "trained on another model". The cause is the layout: the refusal names target_parameters and the fix."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        MixtralForCausalLM(MixtralConfig(vocab_size=64, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                         num_experts_per_tok=2, max_position_embeddings=32,
+                                         tie_word_embeddings=False)).save_pretrained(tmp_path / "base")
+        for name, kw in (("experts", dict(target_modules=["q_proj"], target_parameters=["mlp.experts.down_proj"])),
+                         ("all", dict(target_modules="all-linear"))):
+            model = MixtralForCausalLM.from_pretrained(tmp_path / "base")
+            get_peft_model(model, LoraConfig(r=2, lora_alpha=4, **kw)).save_pretrained(tmp_path / name)
+    assert any(".experts.0." in k for k in load_file(str(tmp_path / "base" / "model.safetensors")))
+    for name in ("experts", "all"):
+        r = run_cli("fuse", tmp_path / name, "--base-model", tmp_path / "base", "--out", tmp_path / "o")
+        assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
+        assert "through target_parameters" in r.stderr and "model.layers.0.mlp.experts.down_proj" in r.stderr
+        assert "per-expert layout (this base stores e.g. model.layers.0.block_sparse_moe.experts." in r.stderr
+        assert "merge_and_unload" in r.stderr and "another model" not in r.stderr
+        assert not (tmp_path / "o").exists()

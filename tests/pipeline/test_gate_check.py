@@ -210,16 +210,34 @@ def test_project_gate_passes_and_the_output_carries_the_table(gate_ws, run_cli):
     assert res.exit_code == 0, res.output
     assert "PASSED: all 7 conditions" in res.stdout
     man = json.loads((gate_ws / "out" / "v58" / "vecmerge.json").read_text())
-    assert man["gate"]["passed"] and len(man["gate"]["rows"]) == 7 and "gate" not in man["recipe"]
+    assert man["gate"]["passed"] and len(man["gate"]["rows"]) == 7
+    assert man["gate"]["ledger"] == "vecmerge-evidence.db"  # portable: relative to the workspace
     card = (gate_ws / "out" / "v58" / "README.md").read_text()
     assert "Gate before writing (v54 + alpha * (v51 - v28), metric `official_total`): PASSED" in card
     assert card.count("| PASS |") == 7 and "Closeness of v51 to v28: cosine 0." in card
     assert run_cli("verify", "out/v58").exit_code == 0
     rep = json.loads(run_cli(*PROJECT, "--force", "--json").stdout)
     assert rep["gate"]["passed"] and rep["gate"]["rows"] == man["gate"]["rows"]
-    (gate_ws / "vecmerge-evidence.db").unlink()  # a re-run of the manifest needs no evidence: it reproduces
     res = run_cli("run", "out/v58/vecmerge.json", "--out", "again", "--json")
     assert res.exit_code == 0 and json.loads(res.stdout)["outputs"][0]["sha256"] == man["output"]["sha256"]
+
+
+def test_the_manifest_of_a_gated_run_records_the_recipe_as_typed_and_a_rerun_gates_again(gate_ws, run_cli):
+    """Issue 23: the gate relaxes its own base check to measure; the manifest said ``allow_base_mismatch: true``
+    (never asked for) and had no ``gate``, so re-running it skipped the gate and the base check."""
+    assert run_cli(*PROJECT).exit_code == 0
+    man = json.loads((gate_ws / "out" / "v58" / "vecmerge.json").read_text())
+    assert man["recipe"]["gate"] is True and "allow_base_mismatch" not in man["recipe"]
+    rep = json.loads(run_cli("run", "out/v58/vecmerge.json", "--out", "again", "--json").stdout)
+    assert rep["gate"]["passed"] and "allow_base_mismatch" not in rep["recipe"]
+    (gate_ws / "vecmerge-evidence.db").unlink()  # without its evidence the re-run's gate cannot pass
+    res = run_cli("run", "out/v58/vecmerge.json", "--out", "third")
+    assert res.exit_code == 1 and "NOT PASSED" in res.stdout and res.stderr.startswith("error: gate: ")
+    assert not (gate_ws / "third").exists()
+    _edit_config(gate_ws, "v51", base_model_name_or_path="another/model")  # the base check runs again too
+    (gate_ws / "rerun.yaml").write_text(json.dumps({**man["recipe"], "gate": None, "out": "fourth"}))
+    res = run_cli("run", "rerun.yaml")
+    assert res.exit_code == 2 and "base model" in res.stderr, res.output
 
 
 def _nothing_written(root) -> None:

@@ -314,6 +314,28 @@ def test_a_local_base_model_path_is_noted_not_uploaded(tmp_path, monkeypatch, ru
     assert man["workspace"] == ".." and man["inputs"]["v54"] == {**man["inputs"]["v54"], "path": "v54"}
 
 
+def test_an_upload_ready_manifest_records_the_declared_base_by_its_hub_id(tmp_path, monkeypatch, run_cli):
+    """Issue 23: the inputs declare the base model by an absolute local folder outside the workspace; with a hub
+    id known the output is upload-ready, so its vecmerge.json names the hub id, never the local path."""
+    base = tmp_path / "models" / "base"
+    base.mkdir(parents=True)
+    toy_trajectory(tmp_path / "t")
+    for name in ("v54", "v51", "v28"):
+        cfg = tmp_path / "t" / name / "adapter_config.json"
+        cfg.write_text(cfg.read_text().replace('"toy-base"', json.dumps(str(base))))
+    monkeypatch.chdir(tmp_path / "t")
+    res = run_cli("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.01", "--out", "o",
+                  "--base-model-id", "Org/tiny-base")
+    assert res.exit_code == 0 and "note:" not in res.output, res.output
+    text = (tmp_path / "t" / "o" / "vecmerge.json").read_text()
+    man = json.loads(text)
+    assert str(tmp_path) not in text and str(base) not in (tmp_path / "t" / "o" / "README.md").read_text()
+    assert {i["base_model"] for i in man["inputs"].values()} == {"Org/tiny-base"}
+    assert man["recipe"]["inputs"] == man["inputs"]
+    assert run_cli("verify", "o").exit_code == 0
+    assert run_cli("run", "o/vecmerge.json", "--out", "again").exit_code == 0
+
+
 def test_step_energy_rank_against_dense(toy, run_cli, dense_expr):
     """Issue 12 item 14: --rank step-energy:E keeps, per module, the smallest rank whose cut loses at most
     1 - E of the step's squared norm (dense SVD of base + alpha*dir); energy:E is documented as the whole update."""

@@ -38,6 +38,7 @@ def inspect(obj: Ctx, adapters, as_json):
 @click.option("--sort", type=click.Choice(AUDIT_SORTS), default="module", show_default=True, help=AUDIT_SORT_HELP)
 @click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True,
               help=REPORT_FORMAT_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: the same as --format json.")
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="Also write a cosine heatmap PNG, layers x module types (needs matplotlib).")
 @click.option("--force", is_flag=True, help="Replace an existing --plot PNG.")
@@ -51,9 +52,12 @@ def inspect(obj: Ctx, adapters, as_json):
 @global_options
 @click.pass_obj
 @handled
-def audit(obj: Ctx, adapters, ref, direction, by, sort, fmt, plot, force, allow_missing, samples, modules_to_save,
-          allow_base_mismatch):
+def audit(obj: Ctx, adapters, ref, direction, by, sort, fmt, as_json, plot, force, allow_missing, samples,
+          modules_to_save, allow_base_mismatch):
     """Per-module sign consensus and cosine: --ref EXPR --dir EXPR, or pairwise over ADAPTERS."""
+    if as_json and fmt not in ("table", "json"):
+        usage(f"audit: --json and --format {fmt} ask for two formats; give one")
+    fmt = "json" if as_json else fmt
     if (ref is None) != (direction is None):
         given, lacking = ("--ref", "--dir") if ref is not None else ("--dir", "--ref")
         usage(f"audit: {given} needs {lacking} too; e.g. --ref 'v54 - v54e2' --dir 'v51 - v28'")

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from ..io.files import open_regular
 from ..io.safe_text import printable, spreadsheet_cell, spreadsheet_text
 from . import EvidenceError
 from .environment import canonical_fields, canonical_value, key_problem
@@ -52,7 +53,8 @@ def parse_csv(path: str | Path) -> Parsed:
     path = Path(path)
     problems = Problems(path)
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        with open_regular(path) as f:
+            text = f.read().decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")  # as text mode reads
     except (OSError, UnicodeDecodeError) as err:
         raise EvidenceError(f"{path}: cannot read the CSV file ({err}); nothing was recorded") from err
     reader = csv.reader(io.StringIO(text, newline=""))

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..errors import few
+from ..io.files import open_regular
 from . import EvidenceError, schema, stored
 from .environment import canonical_fields
 from .records import SHA_RE, Entry, Plan, Record, finite_number, is_stale, name_problem, utc_now
@@ -84,8 +85,8 @@ class Ledger:
         not SQLite's magic string, or shorter than the pages the header counts (a truncated copy). An empty
         file is a new database; with a write-ahead log waiting, the header's count is not checked."""
         try:
-            size = self.path.stat().st_size
-            with open(self.path, "rb") as f:
+            with open_regular(self.path) as f:  # a FIFO or device is refused, never opened (nor by SQLite)
+                size = os.fstat(f.fileno()).st_size
                 head = f.read(100)
         except FileNotFoundError:
             return None

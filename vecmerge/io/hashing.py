@@ -12,6 +12,8 @@ import queue
 import threading
 from pathlib import Path
 
+from .files import open_regular
+
 HASH_CHUNK = 1 << 22  # bytes read at a time by sha256_file
 
 
@@ -52,7 +54,7 @@ class BackgroundSha256:
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file, read in 4 MiB chunks."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         for chunk in iter(lambda: f.read(HASH_CHUNK), b""):
             h.update(chunk)
     return h.hexdigest()

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import ModelError, few
+from .files import check_regular
 from .hashing import sha256_file
 from .parse import ParseError, load_json
 from .safetensors_read import CHUNK_BYTES, TensorFile, TensorInfo, to_tensor
@@ -44,6 +45,8 @@ class ModelFolder:
         self.path, self.flag = Path(path), flag
         if not self.path.is_dir():
             raise ModelError(f"{flag} {self.path}: no such folder; give a local transformers model folder")
+        for name in (CONFIG, INDEX_NAME, SINGLE_NAME):  # a FIFO is no file: refused, not taken as missing
+            check_regular(self.path / name)
         try:
             self.config = load_json(self.path / CONFIG) if (self.path / CONFIG).is_file() else None
         except ParseError as e:
@@ -88,6 +91,8 @@ class ModelFolder:
             if not isinstance(wmap, dict) or not wmap:
                 raise ModelError(f"{index}: no weight_map; the index is damaged, copy the model again")
             names = sorted({_plain_name(v, index) for v in wmap.values()})
+            for n in names:
+                check_regular(self.path / n)
             missing = [n for n in names if not (self.path / n).is_file()]
             if missing:
                 raise ModelError(f"{index}: shard {few(missing)} is missing; copy the model again")

@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import VecmergeError
+from .files import open_regular
 
 YAML_MAX_BYTES = 1 << 20
 JSON_MAX_BYTES = 64 << 20
@@ -73,7 +74,7 @@ def read_bytes(path, *, max_bytes: int) -> bytes:
     """
     path = Path(path)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             data = f.read(max_bytes + 1)
     except FileNotFoundError:
         raise ParseError(path, "no such file; check the path") from None

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import ModelError
+from .files import open_regular
 from .hashing import BackgroundSha256
 from .parse import ParseError, parse_json
 
@@ -103,7 +104,7 @@ class TensorFile:
 
     def _parse(self) -> None:
         try:
-            self._f = open(self.path, "rb")
+            self._f = open_regular(self.path)
             self.size = os.fstat(self._f.fileno()).st_size
             head = self._f.read(8)
             n = int.from_bytes(head, "little") if len(head) == 8 else -1
@@ -169,7 +170,7 @@ class TensorFile:
         buf = _read_buffer(self.size)
         view, sha, pos = memoryview(buf), BackgroundSha256(), 0
         try:
-            with open(self.path, "rb") as f:
+            with open_regular(self.path) as f:
                 if os.fstat(f.fileno()).st_size != self.size:
                     raise self._changed()
                 while pos < self.size:
@@ -240,7 +241,7 @@ class TensorFile:
         if self._f is not None:
             self._f.seek(start)
             return self._f.readinto(memoryview(buf))
-        with open(self.path, "rb", buffering=0) as f:
+        with open_regular(self.path, buffering=0) as f:
             if not self._checked:  # the first read since opening: still the file whose header was checked?
                 if os.fstat(f.fileno()).st_size != self.size or f.read(len(self._head)) != self._head:
                     raise self._changed()
@@ -254,7 +255,7 @@ class TensorFile:
             if not (self._ordered and self._pos == self.size):
                 self._sha.stop()
                 self._sha, self._pos = BackgroundSha256(), 0
-                f = self._f if self._f is not None else open(self.path, "rb")
+                f = self._f if self._f is not None else open_regular(self.path)
                 try:
                     f.seek(0)
                     for chunk in iter(lambda: f.read(1 << 22), b""):

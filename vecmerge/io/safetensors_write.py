@@ -8,6 +8,11 @@ worker threads, in any order), writes them in the declared order, and writes the
 with spaces as the format allows, at the end. ``write_index`` writes a sharded model's
 ``model.safetensors.index.json``. The files load with the ``safetensors`` library
 (``tests/io/test_safetensors_read.py``).
+
+No non-finite value is ever written: ``SafetensorsWriter.write`` (the writer of ``extract`` and ``fuse``)
+checks every floating tensor's bytes as they pass (``nonfinite``: exponent all ones, by bit mask, so bf16
+and fp8 are read exactly) and refuses one holding NaN or Inf with a NumericError naming it, before its bytes
+are queued; the caller's transaction then discards the staged output.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import ModelError
+from ..errors import ModelError, NumericError
 from .safetensors_read import DTYPE_CODES, itemsize
 
 
@@ -30,6 +35,27 @@ def tensor_bytes(t: torch.Tensor):
     """A buffer over a tensor's bytes (no copy for a contiguous CPU tensor)."""
     t = t.detach().to("cpu").contiguous()
     return t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b""
+
+
+# dtype code -> (unsigned view, exponent mask): a value is NaN or Inf exactly when its exponent bits are all ones
+# (F8_E4M3, "fn", has no Inf and one NaN pattern per sign: S.1111.111)
+NONFINITE_MASKS = {"F64": (np.uint64, 0x7FF0000000000000), "F32": (np.uint32, 0x7F800000),
+                   "F16": (np.uint16, 0x7C00), "BF16": (np.uint16, 0x7F80), "F8_E5M2": (np.uint8, 0x7C),
+                   "F8_E4M3": (np.uint8, 0x7F)}
+
+
+def nonfinite(buf, code: str) -> int:
+    """How many NaN or Inf values the bytes ``buf`` of dtype ``code`` hold (0 for a non-floating dtype).
+
+    Args:
+        buf (bytes-like): whole values of ``code`` (a length that is a multiple of its size).
+        code (str): a safetensors dtype code (``F32``, ``BF16``, ...).
+    """
+    if code not in NONFINITE_MASKS:
+        return 0
+    view, mask = NONFINITE_MASKS[code]
+    bits = np.frombuffer(memoryview(buf).cast("B"), dtype=view)
+    return int(np.count_nonzero((bits & view(mask)) == view(mask)))
 
 
 class SafetensorsWriter:
@@ -46,7 +72,7 @@ class SafetensorsWriter:
         for name, code, shape in entries:
             n = math.prod(shape) * itemsize(code)
             header[name] = {"dtype": code, "shape": list(shape), "data_offsets": [off, off + n]}
-            self._order.append((name, n))
+            self._order.append((name, n, code))
             off += n
         if metadata:
             header = {"__metadata__": dict(metadata), **header}
@@ -78,24 +104,35 @@ class SafetensorsWriter:
         """Queue the bytes of ``name``: a tensor, a bytes-like, or an iterable of bytes-likes (its pieces)."""
         if self._error is not None:
             raise self._error
-        if self._next >= len(self._order) or self._order[self._next][0] != name:
+        if self._next >= len(self._order) or self._order[self._next][0] != name:  # (name, bytes, dtype code)
             want = self._order[self._next][0] if self._next < len(self._order) else "nothing more"
             raise ModelError(f"{self.path}: wrote {name}, expected {want} (internal order error)")
         if isinstance(data, torch.Tensor):
             data = [tensor_bytes(data)]
         elif isinstance(data, (bytes, bytearray, memoryview, np.ndarray)):
             data = [data]
-        n = 0
+        _, size, code = self._order[self._next]
+        item = itemsize(code)
+        n, carry, bad = 0, b"", 0
         for buf in data:
-            n += memoryview(buf).nbytes
-            if n > self._order[self._next][1]:
+            k = memoryview(buf).nbytes
+            n += k
+            if n > size:
                 break
+            if code in NONFINITE_MASKS:  # whole values only: a piece may end inside one
+                whole = carry + bytes(memoryview(buf).cast("B")) if carry else buf
+                cut = (len(carry) + k) // item * item
+                bad += nonfinite(memoryview(whole).cast("B")[:cut], code)
+                carry = bytes(memoryview(whole).cast("B")[cut:])
+            if bad:
+                raise NumericError(f"{self.path.name}: tensor {name} holds {bad}+ NaN/Inf value(s) ({code}); a "
+                                   "non-finite weight is never written, nothing written: the inputs hold them or "
+                                   "the result overflows its dtype (check the models' weights, or a wider --dtype)")
             self._q.put(buf)
             if self._error is not None:
                 raise self._error
-        if n != self._order[self._next][1]:
-            raise ModelError(f"{self.path}: {name} has {n}+ bytes, its header says {self._order[self._next][1]} "
-                             "(internal size error)")
+        if n != size:
+            raise ModelError(f"{self.path}: {name} has {n}+ bytes, its header says {size} (internal size error)")
         self._next += 1
 
     def close(self) -> None:

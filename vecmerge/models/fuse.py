@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ModelError, UsageError
+from ..errors import ModelError, UsageError, few
 from ..io.model_folder import CONFIG, INDEX_NAME, ModelFolder
 from ..io.safetensors_read import DTYPE_CODES, ST_DTYPES, itemsize, to_tensor
 from ..io.safetensors_write import SafetensorsWriter, tensor_bytes, write_index
@@ -121,8 +121,30 @@ def _saved_tensors(a: Adapter, base: ModelFolder) -> tuple[dict, list]:
     return out, tied
 
 
+def _parameter_refusal(a: Adapter, base: ModelFolder, specs: list) -> ModelError:
+    """Why an adapter of ``target_parameters`` (MoE experts, a router's parameter) cannot be fused: transformers
+    adapts the parameters of its in-memory modules (``mlp.experts.gate_up_proj``: all experts in one), but
+    saves its own layout (Mixtral: ``block_sparse_moe.experts.<e>.w1.weight``, one tensor per expert), which
+    fuse does not map; never "trained on another model", which is not the cause."""
+    params = sorted({f"{s.holder}.{s.param}" for s in specs})
+    stored = next((n for n in base.in_file_order() if ".experts." in n), None)
+    layout = f" (this base stores e.g. {stored})" if stored else ""
+    return ModelError(f"{a.path}: adapts {len(params)} parameter(s) through target_parameters (MoE experts or a "
+                      f"router: {few(params, 3)}), which the base model does not store under those names: "
+                      f"transformers saves its own per-expert layout{layout}, which fuse does not map; fuse it with "
+                      "PEFT instead (PeftModel.from_pretrained(base, adapter).merge_and_unload(), then "
+                      "save_pretrained)")
+
+
 def plan(a: Adapter, base: ModelFolder) -> tuple[dict, dict]:
-    """``({base tensor: module}, {base tensor: saved key})``, every shape checked against the base's."""
+    """``({base tensor: module}, {base tensor: saved key})``, every shape checked against the base's.
+
+    Experts of a ``target_parameters`` adapter (a slice of a 3-D parameter each), and a parameter the base
+    does not store under its in-memory name, are refused naming target_parameters (``_parameter_refusal``)."""
+    unmapped = [s for s in a.specs.values() if s.param is not None and (
+        s.kind == "expert" or base_tensor(base, f"{s.name}.weight") is None)]
+    if unmapped:
+        raise _parameter_refusal(a, base, unmapped)
     mods = {}
     for m, spec in a.specs.items():
         name = base_tensor(base, f"{m}.weight")

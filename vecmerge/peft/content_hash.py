@@ -12,6 +12,7 @@ import hashlib
 from pathlib import Path
 
 from ..errors import AdapterError
+from ..io.files import check_regular
 from ..io.hashing import sha256_file
 from .format import BIN_NAME, CONFIG_NAME, SAFETENSORS_NAME
 
@@ -29,6 +30,7 @@ def content_sha256(weights_sha256: str, config_sha256: str) -> str:
 def weights_file(folder: Path) -> Path | None:
     """The adapter's weights file in ``folder`` (safetensors first, as PEFT loads it), or None."""
     for name in (SAFETENSORS_NAME, BIN_NAME):
+        check_regular(Path(folder) / name)  # a FIFO is refused, never taken as missing
         if (Path(folder) / name).is_file():
             return Path(folder) / name
     return None

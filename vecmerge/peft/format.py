@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from ..errors import AdapterError, few
+from ..io.files import check_regular
 from ..io.parse import ParseError, load_json, short
 from ..io.patterns import PatternSet, check_regex, first_match
 
@@ -111,6 +112,7 @@ class LoraConfig:
         (``use_dora``) is read too, for a reader that forms its effective update from the base weights
         (``workspace/dora.py``); everything else refuses it.
         """
+        check_regular(path)
         if not path.is_file():
             raise AdapterError(f"{path}: no {CONFIG_NAME}; point at a PEFT LoRA folder saved by save_pretrained")
         try:

@@ -6,7 +6,9 @@ from its pinned ``inputs`` and compares the result with the stored weights and t
 Local paths stay portable: ``workspace`` is the workspace folder relative to the output folder, and
 every input path (and an input's declared base model, when it is a folder inside the workspace) is
 relative to that workspace (absolute only outside it), so the workspace can move or be shared with
-its outputs (``recipe.manifest_root`` reads them back).
+its outputs (``recipe.manifest_root`` reads them back). An input's declared base model that is the local
+folder the output's ``base_model_id`` names is recorded as that hub id (no local path in an upload-ready
+folder), and a gated run's ``gate.ledger`` is relative to the workspace too.
 
 The parts every manifest shares (``tool``, ``created``, ``kind`` first; ``vecmerge_version`` and ``output``
 last), the file name, its schema and ``verify``'s tolerances are ``outputs.manifest``'s; this module builds
@@ -19,6 +21,7 @@ import os
 from pathlib import Path
 
 from ..outputs.manifest import stamp
+from ..workspace.base_model import canonical
 from .build import CUT_SEED, BuiltOutput
 from .evaluation import Evaluation
 
@@ -32,8 +35,18 @@ def portable(path, home: Path) -> str:
         return str(p)
 
 
-def _portable_base(name, home: Path):
-    """A declared base model as recorded: an absolute folder inside the workspace relative to it, else as declared."""
+def _portable_base(name, home: Path, hub: tuple | None = None):
+    """A declared base model as recorded: the hub id when it is the local folder the output's ``base_model_id``
+    names, else an absolute folder inside the workspace relative to it, else as declared.
+
+    Args:
+        name (str | None): an input's declared base model. home (Path): the workspace (resolved).
+        hub (tuple | None): ``(canonical folder, hub id)``: the template's declared base and the output's
+            ``base_model_id`` (None without one).
+    """
+    if hub is not None and isinstance(name, str) and Path(canonical(name, (home,)) or "").is_absolute() \
+            and canonical(name, (home,)) == hub[0]:
+        return hub[1]
     if isinstance(name, str) and Path(name).is_absolute():
         rel = portable(name, home)
         return name if Path(rel).is_absolute() else rel
@@ -53,7 +66,6 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
     recipe = ev.recipe
     d = recipe.to_dict()
     d.pop("dose", None)
-    d.pop("gate", None)  # its result is kept as ``gate``; re-running the manifest reproduces, it does not re-decide
     d["multiple"] = built.multiple
     d["out"] = path
     inputs = {n: i.to_dict() for n, i in ev.inputs.items()}
@@ -62,11 +74,16 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
         home = Path(home).resolve()
         out = Path(path).resolve()
         where = {"workspace": Path(os.path.relpath(home, out)).as_posix() if home in out.parents else str(home)}
-        inputs = {n: {**i, "path": portable(i["path"], home), "base_model": _portable_base(i["base_model"], home)}
-                  for n, i in inputs.items()}
+        hub = None
+        if recipe.base_model_id:
+            hub = (canonical(ev.template.config.base_model, (home,)), recipe.base_model_id)
+        inputs = {n: {**i, "path": portable(i["path"], home),
+                      "base_model": _portable_base(i["base_model"], home, hub)} for n, i in inputs.items()}
     d["inputs"] = inputs
     if d.get("base_model") is not None and home is not None:
         d["base_model"] = portable(d["base_model"], Path(home).resolve())
+    if gate is not None and home is not None and gate.get("ledger"):
+        gate = {**gate, "ledger": portable(gate["ledger"], Path(home).resolve())}
     resolved = resolved_for(ev, built.multiple, built.figures["modules"])
     figures, modules = manifest_figures(built.figures)
     return {**stamp(recipe.kind), "method": ev.method.name, **where, "recipe": d, "resolved": resolved,

@@ -16,15 +16,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from .. import methods
 from ..errors import CheckFailed, Problem, RecipeError, few, shown
 from ..options import is_hub_id
 from ..outputs.card import model_card
-from ..outputs.manifest import MANIFEST_NAME, TOLERANCES
+from ..outputs.manifest import MANIFEST_NAME
 from ..outputs.transaction import OutputTransaction
-from ..peft.format import DTYPES, SAFETENSORS_NAME, factor_keys
+from ..peft.format import SAFETENSORS_NAME
 from ..peft.write import OUTPUT_FILES, weights_stream, write_adapter
 from ..recipe.recipe import Recipe
 from ..version import __version__
@@ -32,10 +30,10 @@ from ..workspace.base_model import canonical, differ, mismatch_text
 from ..workspace.names import Workspace
 from .build import BuiltOutput, build_output
 from .evaluation import Evaluation, evaluate, operand_forms
-from .figures import module_figures
 from .gate_check import GateCheck, GateFailed, check_gate
 from .inputs import output_plan, output_policy
 from .manifest import card_body, manifest_for
+from .self_check import ModuleCheck, self_check
 
 SURVIVAL_WARN = 0.99  # warn (and fail with --strict) when less of the step survives
 RESIDUAL_WARN = 0.10  # ... or when the written update misses the intended one by more than this x ||step||
@@ -201,82 +199,6 @@ def _base_model_for(recipe: Recipe, ev: Evaluation) -> tuple[str | None, list[st
                   "ORG/NAME (or base_model_id: in vecmerge.yaml) to write its hub id before uploading"]
 
 
-class ModuleCheck:
-    """``build_output``'s per-module check: would ``vecmerge verify`` refuse this module of a lossless output?
-
-    verify accepts ``||W_m - T_m|| / ||T_m|| <= TOLERANCES[dtype]["update"]`` per module; each module is
-    measured while its factors are still in memory, and a failing one keeps its relative error and its
-    cause (``_cause``) for ``self_check``'s message. Safe to call from worker threads.
-
-    Args:
-        ev (Evaluation): the evaluated recipe.
-    """
-
-    def __init__(self, ev: Evaluation):
-        self.ev, self.failed = ev, {}  # module -> (rel_error, cause)
-
-    def __call__(self, m: str, b, tensors: dict) -> None:
-        recipe = self.ev.recipe
-        if not recipe.rank_policy.lossless:
-            return  # verify compares a rank cut with its recorded error, which always reproduces
-        rel = (b.figure or module_figures(self.ev, m, b))[0]["rel_error"]
-        if not rel <= TOLERANCES[recipe.dtype]["update"]:
-            self.failed[m] = (rel, _cause(self.ev, m, b, tensors))
-
-
-def self_check(ev: Evaluation, built: BuiltOutput, failed: dict) -> None:
-    """CheckFailed if ``vecmerge verify`` would fail this output (a lossless one): nothing is written silently.
-
-    verify accepts ``||W_m - T_m|| / ||T_m|| <= TOLERANCES[dtype]["update"]`` per module (``ModuleCheck``'s
-    ``failed``: the worst is named) and a survival within ``TOLERANCES[dtype]["survival"]`` of 1.
-    """
-    recipe, fig = ev.recipe, built.figures
-    if not recipe.rank_policy.lossless:
-        return  # verify compares a rank cut with its recorded error, which always reproduces
-    tol = TOLERANCES[recipe.dtype]
-    if failed:
-        m = max(sorted(failed), key=lambda k: failed[k][0])
-        raise CheckFailed(f"module {m}: the written {recipe.dtype} update misses the intended one by "
-                          f"{failed[m][0]:.3g} of its norm, over the {tol['update']:g} that "
-                          f"'vecmerge verify' accepts ({len(failed)} module(s)); nothing written. " + failed[m][1])
-    if "survival" in fig and not abs(fig["survival"] - 1.0) <= tol["survival"]:
-        raise CheckFailed(f"{fig['survival']:.6g} of the step survives rounding to {recipe.dtype}, off 1 by more "
-                          f"than the {tol['survival']:g} that 'vecmerge verify' accepts; nothing written. The step "
-                          f"is too small against the backbone for {recipe.dtype} factors: use a larger step"
-                          + ("" if recipe.dtype == "fp32" else " or --dtype fp32"))
-
-
-def _subnormal(t) -> int:
-    """How many entries of ``t`` are subnormal in its own dtype (non-zero, below the smallest normal)."""
-    return int(((t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)).sum()) if t.is_floating_point() else 0
-
-
-def _cause(ev: Evaluation, m: str, b, tensors: dict) -> str:
-    """Why module ``m``'s written factors lost precision: subnormal inputs or outputs, or plain rounding.
-
-    Args:
-        ev (Evaluation). m (str): the module. b (ModuleBuild): its build (with its factors).
-        tensors (dict[str, Tensor]): its stored tensors (none for a packed expert).
-    """
-    dtype = ev.recipe.dtype
-    tiny = torch.finfo(DTYPES[dtype]).tiny
-    spec = ev.specs[m]
-    exact = b.cut.factors
-    stored = [tensors.get(k) for k in factor_keys(m, spec.kind)]  # A, B (absent for a packed expert)
-    written = sum(_subnormal(t) + int(((t == 0) & (e.cpu() != 0)).sum())
-                  for t, e in zip(stored, (exact.A, exact.B)) if t is not None and t.shape == e.shape)
-    inputs = {n: _subnormal(v.modules[m].B) + _subnormal(v.modules[m].A)
-              for n, v in ev.vectors.items() if m in v.modules}
-    why = [f"input {n} holds {k} subnormal entries in this module (below its dtype's smallest normal number: "
-           "its weights underflowed and keep few digits; use another checkpoint)" for n, k in inputs.items() if k]
-    if written:
-        fix = "scale the update up" if dtype == "fp32" else "use --dtype fp32"
-        why.append(f"{written} of the written factors' entries fell below {tiny:.3g}, the smallest normal {dtype} "
-                   f"number (the update's norm is {b.target_norm if b.target is None else b.target.norm():.3g}); {fix}")
-    return "Cause: " + "; ".join(why) if why else ("Cause: rounding to " + dtype
-                                                     + ("; use --dtype fp32" if dtype != "fp32" else ""))
-
-
 def _build(ev: Evaluation, ws: Workspace, multiple: float, path, progress, folder: Path | None = None):
     """One output built and checked: ``(BuiltOutput, OutputReport, weights sha256 | None)``.
 
@@ -346,7 +268,12 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
             raise GateFailed(gate)
         if gate.error is not None:
             raise gate.error
-    ev = gate.evaluation if gate is not None and gate.evaluation is not None else evaluate(recipe, ws, progress)
+    if gate is not None and gate.evaluation is not None:
+        # the gate evaluated with its own base check relaxed (its "common base" row states it); the output
+        # records the recipe as typed, so a re-run gates and checks the base again
+        ev = dataclasses.replace(gate.evaluation, recipe=recipe)
+    else:
+        ev = evaluate(recipe, ws, progress)
     report = RunReport(ev, dry_run, gate=gate)
     base_model, notes = _base_model_for(recipe, ev)
     if dry_run:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import few
+from ..io.files import check_folder
 from ..io.parse import ParseError, decode_utf8, parse_jsonl, read_bytes, short
 
 MAX_BYTES = 64 << 20
@@ -92,6 +93,7 @@ class PromptSet:
 def find_tokenizer(folder) -> Path | None:
     """``folder`` when it holds tokenizer files (``TOKENIZER_FILES``), else None."""
     folder = Path(folder)
+    check_folder(folder)  # transformers opens the files it picks: a FIFO among them would hang it
     return folder if any((folder / f).is_file() for f in TOKENIZER_FILES) else None
 
 
@@ -99,6 +101,7 @@ def load_tokenizer(folder):
     """The base folder's tokenizer (``transformers.AutoTokenizer``), or a ParseError saying why it cannot load."""
     from transformers import AutoTokenizer
 
+    check_folder(folder)
     try:
         return AutoTokenizer.from_pretrained(str(folder))
     except Exception as e:  # anything transformers raises is the finding

@@ -28,6 +28,7 @@ import torch
 
 from ..errors import ModelError, UsageError
 from ..evidence.ledger import Ledger
+from ..io.files import check_folder
 from ..peft.adapter import Adapter
 from . import records
 from .hooks import LoraHooks, module_updates
@@ -92,6 +93,7 @@ def load_base(folder: Path, device: torch.device, dtype=torch.float32):
     """The base model (``AutoModelForCausalLM``), in ``dtype``, on ``device``, in eval mode."""
     from transformers import AutoModelForCausalLM
 
+    check_folder(folder)  # transformers opens the files it picks: a FIFO among them would hang it
     try:
         with _quiet(), warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import RecipeError
+from ..io.files import check_regular
 from ..io.parse import ParseError, load_json, load_yaml
 from ..outputs.manifest import MANIFEST_MAX_BYTES
 from .recipe import Recipe
@@ -21,8 +22,9 @@ def load(path) -> Recipe:
     size and depth), so a hostile file is one RecipeError line, never a blow-up.
     """
     path = Path(path)
-    if path.is_dir() and (path / "vecmerge.json").is_file():
+    if path.is_dir() and (path / "vecmerge.json").exists():
         path = path / "vecmerge.json"
+    check_regular(path)
     if not path.is_file():
         raise RecipeError([f"no such file: {path}"], str(path))
     try:

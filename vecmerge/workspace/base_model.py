@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import AlignmentError, few
+from ..io.files import check_folder
 
 MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
@@ -111,6 +112,7 @@ def model_folder_problem(folder) -> str | None:
     folder = Path(folder)
     if not folder.is_dir():
         return "no such folder"
+    check_folder(folder)  # transformers opens the files it picks: a FIFO among them would hang it
     if (folder / "adapter_config.json").is_file():
         return "it is a LoRA adapter folder (adapter_config.json), not a base model"
     if not (folder / "config.json").is_file():

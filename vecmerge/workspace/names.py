@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ..errors import ExpressionError, VecmergeError, WorkspaceError, few
 from ..expr import NAME_RE, LinearForm, parse
+from ..io.files import check_regular
 from ..io.parse import ParseError, load_yaml, safe_path, short
 from ..linalg.lowrank import resolve_device
 from ..options import is_hub_id
@@ -66,6 +67,7 @@ class Workspace:
         self.metric: str | None = None
         self.gate: dict | None = None  # the raw gate: section (evidence.gate.GateConfig.from_dict reads it)
         self.device = resolve_device(device) if device is not None else None
+        check_regular(self.root / WORKSPACE_NAME)
         if path is None and (self.root / WORKSPACE_NAME).is_file():
             path = self.root / WORKSPACE_NAME
         if path is not None:
@@ -89,6 +91,7 @@ class Workspace:
         return ws
 
     def _load(self, path: Path) -> None:
+        check_regular(path)
         if not path.is_file():
             raise WorkspaceError(f"{path}: no such workspace file; create it or drop --workspace")
         try:  # bounded, UTF-8, no anchors or aliases (an alias bomb is refused before it expands)
