@@ -594,6 +594,9 @@ TAMPER = {
 }
 
 
+ALSO_CAUGHT_BY = {"resolved.realized": ["independent"]}
+
+
 @pytest.mark.parametrize("case", list(TAMPER))
 def test_verify_sees_every_tampering(toy, run_cli, case):
     assert run_cli(*STEP, "--out", "o").exit_code == 0
@@ -610,10 +613,11 @@ def test_verify_sees_every_tampering(toy, run_cli, case):
     res = run_cli("verify", "o", "--json")
     assert res.exit_code == 1, res.output
     checks = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
-    assert [n for n, c in checks.items() if not c["passed"]] == [check_name], res.stdout
+    also = ALSO_CAUGHT_BY.get(case, [])  # verify's own derivation recomputes some records too (issue 23)
+    assert [n for n, c in checks.items() if not c["passed"]] == sorted([check_name, *also], key=list(checks).index)
     assert needle in checks[check_name]["detail"]
     table = run_cli("verify", "o").stdout  # the table says which check caught it
-    assert re.search(rf"^{check_name}\s+FAIL\s", table, re.M) and f"FAILED: 1 of {len(checks)}" in table
+    assert re.search(rf"^{check_name}\s+FAIL\s", table, re.M) and f"FAILED: {1 + len(also)} of {len(checks)}" in table
 
 
 def test_base_model_with_newlines_cannot_inject_front_matter(toy, run_cli):

@@ -54,6 +54,8 @@ def rehashed(folder: Path, key_part: str, fn) -> None:
     ("merge", "--method", "linear", "v51", "v28", "--weights", "0.3,0.7"),
     ("merge", "--method", "task_arithmetic", "v51", "v28", "--lambda", "0.5", "--normalize"),
     ("merge", "--method", "svd", "v51", "v54", "--rank", "6"),
+    ("merge", "--method", "slerp", "v51", "v28", "--t", "0.3"),
+    ("merge", "--method", "slerp", "v51", "v28", "--t", "0.7", "--slerp-scope", "global", "--rank", "6"),
 ])
 def test_clean_outputs_pass_the_independent_check(toy, run_cli, args):
     run_ok(run_cli, *args, "--out", "out")

@@ -14,7 +14,8 @@ own arithmetic: every operand of module m is a stack of factors ``X_m = [c_1 s_1
   per module with ``trust_scope: module``; ``--alpha`` clipped to that bound); ``I_m = base_m + k alpha dir'_m``
   for the dose k (``multiple``);
 - merges ``linear``, ``svd``, ``cat``: ``I_m = sum_i w_i x_i``; ``task_arithmetic``: ``lambda`` times it
-  (over ``sum_i w_i`` with ``normalize``); ``refactor``: the expression; each times its multiplier.
+  (over ``sum_i w_i`` with ``normalize``); ``slerp``: ``c0 x0 + c1 x1`` by mergekit's formula (``slerp_weights``,
+  the angle per module or over all modules); ``refactor``: the expression; each times its multiplier.
 
 Norms come from R factors (``||B A|| = ||R_b R_a^T||``, stable for nearly cancelling differences such as
 v51 - v28), inner products from Grams (``<X, Y> = sum((B_x^T B_y) * (A_x A_y^T))``). The written update W is
@@ -36,7 +37,8 @@ from .lora_terms import LoraFolder, read_folder, uncovered
 
 ZERO_RTOL = 1e-9      # a module whose norm is below this share of its terms' norms is zero (it has no sign)
 STEPPED = ("add", "onto-ref", "orthogonal")
-LINEAR_MERGES = ("linear", "svd", "cat", "task_arithmetic")
+LINEAR_MERGES = ("linear", "svd", "cat", "task_arithmetic", "slerp")
+SLERP_DOT = 0.9995    # mergekit's colinearity threshold on |cos theta|
 DIVISOR_EPS = 1e-8    # normalize by sum(weights) only when it is not ~0 (mergekit's rule)
 MAX_NODES = 2000
 
@@ -159,6 +161,13 @@ class Derivation:
     realized: float | None = None
     problems: list = field(default_factory=list)
     allow_missing: bool = False
+    slerp: dict | None = None
+
+    def _slerp_weights(self, xs: dict) -> dict:
+        """SLERP's (c0, c1): recorded over all modules (global scope) or from module m's two updates."""
+        a, b = xs.values()
+        c = self.slerp.get("c") or slerp_weights(a.norm(), b.norm(), a.inner(b), self.slerp["t"])
+        return dict(zip(xs, c))
 
     def operand(self, which: str, m: str) -> Stack:
         """Module m of the expression ``which`` (base, dir, ref, or a merge's ``models[i]``)."""
@@ -187,14 +196,28 @@ class Derivation:
     def intended(self, m: str) -> tuple[Stack, Stack | None, Stack | None]:
         """``(I_m, base_m, step_m)``: the update module m should hold, and for a step its backbone and step."""
         if self.kind != "project":
+            xs = {which: self.operand(which, m) for which in self.forms["_weights"]}
+            weights = self.forms["_weights"] if self.slerp is None else self._slerp_weights(xs)
             total = None
-            for which, w in self.forms["_weights"].items():
-                x = self.operand(which, m).scaled(w * self.coeff.get(m, 1.0))
+            for which, w in weights.items():
+                x = xs[which].scaled(w * self.coeff.get(m, 1.0))
                 total = x if total is None else total + x
             return total, None, None
         base = self.operand("base", m)
         step = self.stepped_dir(m, base, self.operand("dir", m)).scaled(self.module_alpha[m])
         return base + step, base, step
+
+
+def slerp_weights(n0: float, n1: float, inner: float, t: float) -> tuple[float, float]:
+    """mergekit's SLERP on unnormalized updates: ``sin((1-t) theta) / sin theta``, ``sin(t theta) / sin theta`` with
+    ``cos theta = inner / (n0 n1)``; ``(1 - t, t)`` when a norm is zero or ``|cos theta| > SLERP_DOT``."""
+    if n0 == 0.0 or n1 == 0.0:
+        return 1.0 - t, t
+    cos = inner / (n0 * n1)
+    if abs(cos) > SLERP_DOT:
+        return 1.0 - t, t
+    theta = math.acos(max(-1.0, min(1.0, cos)))
+    return math.sin((1.0 - t) * theta) / math.sin(theta), math.sin(t * theta) / math.sin(theta)
 
 
 def _multiplier(recipe: dict, m: str) -> float:
@@ -244,6 +267,14 @@ def derive(manifest: dict) -> Derivation:
     seen = dict.fromkeys(m for form in exprs for n in coefficients(form) for m in folders[n].keys)
     d.names = [m for m in seen if _selected(r, m)]
     d.coeff = {m: _multiplier(r, m) for m in d.names}
+    if method == "slerp":
+        d.slerp = {"t": float(r["t"])}
+        if r.get("slerp_scope") == "global":  # one angle from the whole adapters
+            n0 = n1 = inner = 0.0
+            for m in d.names:
+                a, b = d.operand("models[0]", m), d.operand("models[1]", m)
+                n0, n1, inner = n0 + a.norm() ** 2, n1 + b.norm() ** 2, inner + a.inner(b)
+            d.slerp["c"] = slerp_weights(math.sqrt(n0), math.sqrt(n1), inner, d.slerp["t"])
     return d
 
 
@@ -254,6 +285,8 @@ def _step(d: Derivation, r: dict, method: str) -> None:
     for m in d.names:
         base, direction = d.operand("base", m), d.operand("dir", m)
         bn[m] = base.norm()
+        if not _selected(r, m):  # only/exclude: no step, and no say in the consensus
+            continue
         ref = d.operand("ref", m) if "ref" in d.forms else None
         if cons.get("ref"):
             if not (ref.is_zero() or direction.is_zero()):
@@ -262,8 +295,6 @@ def _step(d: Derivation, r: dict, method: str) -> None:
                     bad.append(m)
                 else:
                     agree += 1
-        if not _selected(r, m):
-            continue
         k = _multiplier(r, m)
         if method == "add":
             c = (k, 0.0, None)

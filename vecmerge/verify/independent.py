@@ -88,8 +88,12 @@ def independent_check(path: Path, manifest: dict, tol: dict, threads: int = 2) -
                         f"[{few(sorted(want - written))}]")
     cut = d.rank != "exact"
     names = [m for m in d.names if m in written]
+    def one(m: str) -> dict:
+        with np.errstate(over="raise", invalid="raise", divide="raise"):  # per thread: errstate is thread-local
+            return compare_module(m, d, out, out.sha256, cut)
+
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        rows = dict(zip(names, pool.map(lambda m: compare_module(m, d, out, out.sha256, cut), names)))
+        rows = dict(zip(names, pool.map(one, names)))
     tu, ts = tol["update"], tol["survival"]
     rec = manifest.get("modules") or {}
     off = [m for m, r in rows.items() if not within(r["diff"], tu)]

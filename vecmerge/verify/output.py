@@ -37,6 +37,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import OutputError, UsageError, VecmergeError, few, shown
 from ..outputs.manifest import TOLERANCES, read_manifest, shape_problems
 from ..peft.adapter import Adapter
@@ -156,7 +158,11 @@ def independent_rows(path: Path, manifest: dict, tol: dict, inputs_ok: bool, ope
     if not opened:
         return [not_run("independent", "the output cannot be opened")], None
     try:
-        return [independent_check(path, manifest, tol)], None
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            return [independent_check(path, manifest, tol)], None
+    except (FloatingPointError, OverflowError) as e:
+        return [check("independent", False, f"the recipe does not recompute within float64's range ({e}): an edited "
+                      "or absurd coefficient")], None
     except Uncovered as e:
         return [], (f"the update was not re-derived by verify's own path ({e}); the update check re-evaluates "
                     "the recipe through the method's own code")
