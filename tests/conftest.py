@@ -102,7 +102,8 @@ def peft_adapter(tiny_base, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def hf_base(tmp_path_factory):
-    """Factory of tiny random transformers models saved to disk: qwen3, llama, mistral (equal shapes), gpt2."""
+    """Factory of tiny random transformers models saved to disk: qwen3, llama, mistral (equal shapes), gpt2;
+    llama_bias: llama whose linear layers have biases (for lora_bias adapters, which PEFT merges into them)."""
     made = {}
 
     def make(kind: str) -> Path:
@@ -116,8 +117,10 @@ def hf_base(tmp_path_factory):
                                                      bos_token_id=0, eos_token_id=0))
         else:
             cls, cfg = {"qwen3": (tf.Qwen3ForCausalLM, tf.Qwen3Config), "llama": (tf.LlamaForCausalLM, tf.LlamaConfig),
-                        "mistral": (tf.MistralForCausalLM, tf.MistralConfig)}[kind]
-            model = cls(cfg(**TINY_DECODER))
+                        "mistral": (tf.MistralForCausalLM, tf.MistralConfig),
+                        "llama_bias": (tf.LlamaForCausalLM, tf.LlamaConfig)}[kind]
+            extra = dict(attention_bias=True, mlp_bias=True) if kind == "llama_bias" else {}
+            model = cls(cfg(**TINY_DECODER, **extra))
         path = tmp_path_factory.mktemp(f"base_{kind}")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

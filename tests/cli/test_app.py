@@ -107,7 +107,7 @@ def _corrupt(folder, how):
     ("no_config", "no adapter_config.json"),
     ("ia3", "peft_type is IA3"),
     ("dora", "DoRA"),
-    ("lora_bias", "lora_bias"),
+    ("lora_bias", "lora_bias is set but"),  # read now; a config without its biases is not
     ("modules_to_save", "--modules-to-save drop"),
     ("truncated", "truncated or corrupt"),
     ("nan", "module model.layers.0.self_attn.q_proj: lora_A has 1 NaN/Inf"),

@@ -74,7 +74,7 @@ def _edit_config(path, **changes):
 @pytest.mark.parametrize("change, match", [
     ({"peft_type": "IA3"}, "peft_type is IA3"),
     ({"use_dora": True}, "use_dora is set: DoRA"),
-    ({"lora_bias": True}, "lora_bias is set"),
+    ({"lora_bias": True}, "lora_bias is set but .* store no lora_B.bias"),  # read when the biases are there
     ({"init_lora_weights": "pissa"}, "changes the base weights"),
     ({"r": 0}, "invalid r=0"),
     ({"r": 5}, "rank 4 but the config resolves r=5"),

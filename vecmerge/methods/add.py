@@ -17,3 +17,6 @@ class Add(Method):
 
     def module(self, x, params):
         return x.dir
+
+    def linear_terms(self, weights, params):
+        return {"dir": 1.0}

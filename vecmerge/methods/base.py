@@ -95,6 +95,11 @@ class ModuleOperands:
     terms: tuple = ()
 
 
+def weighted(weights: tuple, k: float = 1.0) -> dict:
+    """``{"models[i]": k * w_i}``: ``linear_terms`` of ``k * sum_i w_i x_i``."""
+    return {f"models[{i}]": k * w for i, w in enumerate(weights)}
+
+
 class Method:
     """Base class of a merge method; subclass it in one file under ``methods/`` (see ARCHITECTURE).
 
@@ -157,6 +162,16 @@ class Method:
             x (ModuleOperands): the module's operands. params (dict): ``prepare``'s parameters.
         """
         raise NotImplementedError
+
+    def linear_terms(self, weights: tuple, params: dict) -> dict | None:
+        """The update (a stepped method: the direction) as fixed coefficients of its operands, ``{key: c}`` with
+        keys ``base``, ``dir`` or ``models[i]``, when it is that linear map in every module; None otherwise (the
+        default). ``pipeline.bias`` merges the biases of ``lora_bias`` inputs by these coefficients.
+
+        Args:
+            weights (tuple[float]): a merge's model weights, in order. params (dict): ``prepare``'s parameters.
+        """
+        return None
 
     def factors(self, x: ModuleOperands, params: dict):
         """Factors to write as they are instead of a rank cut of ``module``'s update (None: cut it).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import Problem
-from .base import Method
+from .base import Method, weighted
 from .linear import weighted_sum
 from .registry import register
 
@@ -24,6 +24,9 @@ class Cat(Method):
 
     def module(self, x, params):
         return weighted_sum(x)
+
+    def linear_terms(self, weights, params):
+        return weighted(weights)
 
     def factors(self, x, params):
         from ..linalg.lowrank import LowRank, combine

@@ -16,3 +16,6 @@ class Expression(Method):
 
     def module(self, x, params):
         return x.base
+
+    def linear_terms(self, weights, params):
+        return {"base": 1.0}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Method
+from .base import Method, weighted
 from .registry import register
 
 
@@ -24,3 +24,6 @@ class Linear(Method):
 
     def module(self, x, params):
         return weighted_sum(x)
+
+    def linear_terms(self, weights, params):
+        return weighted(weights)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Method
+from .base import Method, weighted
 from .elementwise import LAMBDA
 from .generalized import normalize_field
 from .linear import weighted_sum
@@ -27,3 +27,7 @@ class TaskArithmetic(Method):
         if params.get("normalize") and abs(total) >= DIVISOR_EPS:
             k = k / total
         return out * k if k != 1.0 else out
+
+    def linear_terms(self, weights, params):
+        total, k = sum(weights), params.get("lambda", 1.0)
+        return weighted(weights, k / total if params.get("normalize") and abs(total) >= DIVISOR_EPS else k)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ModelError, UsageError, few
+from ..errors import AdapterError, ModelError, UsageError, few
 from ..io.model_folder import CONFIG, INDEX_NAME, ModelFolder
 from ..io.safetensors_read import DTYPE_CODES, ST_DTYPES, itemsize, to_tensor
 from ..io.safetensors_write import SafetensorsWriter, tensor_bytes, write_index
@@ -176,6 +176,9 @@ def fuse(adapter, base_model, out, *, dtype: str | None = None, force: bool = Fa
     policy = OutputPolicy.for_command(inputs=[adapter, base_model], force=force)
     policy.check_folder(out)
     a = Adapter(adapter, modules_to_save="drop")
+    if a.bias_keys:
+        raise AdapterError(f"{a.path}: lora_bias is set: fuse folds B@A into the weights and would drop its trained "
+                           "bias; merge it with PEFT's merge_and_unload, or train without lora_bias")
     base = ModelFolder(base_model)
     try:
         mods, saved = plan(a, base)

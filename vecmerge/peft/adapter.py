@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import AdapterError, ModelError
+from ..errors import AdapterError, ModelError, few
 from ..io.hashing import sha256_file
 from ..io.parse import short
 from ..io.safetensors_read import TensorFile
@@ -64,6 +64,7 @@ class Adapter:
             raise AdapterError(f"{self.path}: no such adapter folder; check the path or the name in vecmerge.yaml")
         self.config = LoraConfig.read(self.path / CONFIG_NAME, dora=dora)
         self.magnitude_keys: dict[str, str] = {}  # DoRA: module -> its lora_magnitude_vector's key
+        self.bias_keys: dict[str, str] = {}  # lora_bias: module -> its lora_B.bias key
         self.modules_to_save_policy = modules_to_save
         self.weights_path = self._find_weights()
         self._file, self._state = self._open()  # a checked safetensors file, or a .bin's tensors
@@ -144,6 +145,9 @@ class Adapter:
     def _index(self) -> dict[str, ModuleSpec]:
         parts: dict[str, dict[str, str]] = {}
         for key in self.tensor_keys:
+            if key.endswith(".lora_B.bias") and self.config.raw.get("lora_bias"):
+                self.bias_keys[key.removeprefix(PREFIX).removesuffix(".lora_B.bias")] = key
+                continue
             m = KEY.match(key)
             if m is None and self.config.use_dora and ".lora_magnitude_vector" in key:
                 mod = key.removeprefix(PREFIX).split(".lora_magnitude_vector")[0]
@@ -185,6 +189,12 @@ class Adapter:
                 specs[holder] = self._spec(holder, levels[0][1])
         if not specs:
             raise AdapterError(f"{self.weights_path}: no LoRA tensors found; is this a LoRA adapter?")
+        odd = [m for m in self.bias_keys if m not in specs or specs[m].kind != "linear" or specs[m].param]
+        lack = [m for m in specs if m not in self.bias_keys] if self.config.raw.get("lora_bias") else []
+        if odd or lack:
+            what = (f"lora_B.bias of {few(odd)} is not on a LoRA linear layer" if odd
+                    else f"lora_bias is set but {few(lack)} store no lora_B.bias")
+            raise AdapterError(f"{self.weights_path}: {what}; the file is incomplete or not PEFT's, save it again")
         if self.config.use_dora:
             odd = [m for m, s in specs.items() if s.kind != "linear" or m not in self.magnitude_keys]
             if odd:
@@ -202,6 +212,17 @@ class Adapter:
             raise AdapterError(f"{self.weights_path}: {key}: shape {tuple(v.shape)} or non-finite values; expected "
                                f"({self.specs[module].shape[0]},) finite magnitudes, save the adapter again")
         return v
+
+    def bias(self, module: str) -> torch.Tensor | None:
+        """A ``lora_bias`` module's bias update ``scale * lora_B.bias`` (out,), float64; None without one."""
+        key = self.bias_keys.get(module)
+        if key is None:
+            return None
+        v = self.tensor(key).to(torch.float64)
+        if v.shape != (self.specs[module].shape[0],) or not bool(torch.isfinite(v).all()):
+            raise AdapterError(f"{self.weights_path}: {key}: shape {tuple(v.shape)} or non-finite values; expected "
+                               f"({self.specs[module].shape[0]},) finite entries, save the adapter again")
+        return v * self.specs[module].scale
 
     def _factor_shapes(self, where: str, entry: dict) -> tuple[tuple, tuple, str]:
         """lora_A and lora_B shapes and the stored dtype(s), validated: matrices agreeing on the rank."""

@@ -40,7 +40,6 @@ SAFETENSORS_DTYPES = {"F32": "fp32", "F16": "fp16", "BF16": "bf16"}
 # Config features whose update is not scale * B @ A on the original base weight.
 UNSUPPORTED = {
     "use_dora": "DoRA rescales the weight by a learned magnitude, so its update is not B@A",
-    "lora_bias": "lora_bias adds a trained bias that is not part of B@A",
     "trainable_token_indices": "trainable tokens are full embedding rows, not a LoRA update",
     "layer_replication": "layer replication changes the model's layers",
     "alora_invocation_tokens": "activated LoRA applies its update to some tokens only",
@@ -49,6 +48,7 @@ UNSUPPORTED = {
     "arrow_config": "Arrow routing mixes several LoRAs per token",
     "monteclora_config": "MonteCLoRA samples its update",
 }
+BIAS_KEY = "{prefix}{module}.lora_B.bias"  # lora_bias: lora_B's bias, the layer's output gains scale * it
 # init_lora_weights values that move the base weight, so B@A alone is not the update.
 BASE_CHANGING_INITS = ("pissa", "olora", "corda", "lora_ga", "loftq")
 
@@ -195,7 +195,7 @@ def _field_problems(raw: dict) -> list[str]:
         problems.append("rank_pattern (a mapping of regex to positive integers)")
     if not isinstance(ap, dict) or not all(_is_number(v) for v in ap.values()):
         problems.append("alpha_pattern (a mapping of regex to finite numbers)")
-    for key in ("use_rslora", "fan_in_fan_out"):
+    for key in ("use_rslora", "fan_in_fan_out", "lora_bias"):
         if raw.get(key) is not None and not isinstance(raw[key], bool):
             problems.append(f"{key}={short(raw[key], 40)} (true or false)")
     if raw.get("base_model_name_or_path") is not None and not isinstance(raw["base_model_name_or_path"], str):

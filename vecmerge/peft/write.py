@@ -32,8 +32,10 @@ from ..linalg.lowrank import COMPUTE_DTYPE, LowRank
 from ..outputs.card import CARD_NAME
 from ..outputs.manifest import MANIFEST_NAME, adapter_files, finish, write_manifest
 from .format import (
+    BIAS_KEY,
     CONFIG_NAME,
     DTYPES,
+    PREFIX,
     SAFETENSORS_NAME,
     LoraConfig,
     factor_keys,
@@ -98,8 +100,9 @@ def _patterns(ranks: dict, alphas: dict) -> tuple[int, float, dict, dict]:
 
 
 def build_config(template: LoraConfig | None, specs: dict, ranks: dict, alphas: dict,
-                 same_modules: bool) -> dict:
-    """The ``adapter_config.json`` for the written modules (plain LoRA, rsLoRA off, patterns exact)."""
+                 same_modules: bool, lora_bias: bool = False) -> dict:
+    """The ``adapter_config.json`` for the written modules (plain LoRA, rsLoRA off, patterns exact; ``lora_bias``
+    set when every module stores a ``lora_B.bias``)."""
     raw = dict(template.raw) if template is not None else {"peft_type": "LORA", "task_type": "CAUSAL_LM"}
     r0, a0, rp, ap = _patterns(ranks, alphas)
     raw.update(peft_type="LORA", r=int(r0), lora_alpha=a0, use_rslora=False, rank_pattern=rp,
@@ -107,6 +110,8 @@ def build_config(template: LoraConfig | None, specs: dict, ranks: dict, alphas: 
                    s.transposed and s.kind == "linear" for s in specs.values()),
                modules_to_save=None, inference_mode=True, init_lora_weights=True)
     raw.pop("lora_bias", None)
+    if lora_bias:
+        raw["lora_bias"] = True
     if not same_modules or template is None:
         for key in _COVERAGE_KEYS:
             raw.pop(key, None)
@@ -152,6 +157,14 @@ def prepare_modules(modules: dict, specs: dict, dtype: str = "fp32", keep_factor
     return tensors, written
 
 
+def bias_tensor(name: str, bias: torch.Tensor, written: WrittenModule, dtype: str) -> tuple[str, torch.Tensor]:
+    """``(key, lora_B.bias)`` that PEFT's scale of the written module turns into the bias update ``bias``."""
+    t = (bias / written.lowrank.scale).to(device="cpu", dtype=DTYPES[dtype]).contiguous()
+    if not bool(torch.isfinite(t).all()):
+        raise OutputError(f"module {name}: its lora_B.bias overflows {dtype}; use --dtype fp32 or smaller coefficients")
+    return BIAS_KEY.format(prefix=PREFIX, module=name), t
+
+
 def pack_params(written: dict, specs: dict) -> dict:
     """The tensors of the ``target_parameters`` modules of ``written``, in PEFT's layout and nesting.
 
@@ -192,7 +205,8 @@ def pack_params(written: dict, specs: dict) -> dict:
     return tensors
 
 
-def weights_stream(path, specs: dict, dtype: str, names, extra_rank: dict | None = None) -> SafetensorsStream:
+def weights_stream(path, specs: dict, dtype: str, names, extra_rank: dict | None = None,
+                   biases: bool = False) -> SafetensorsStream:
     """The adapter's safetensors file, streamed module by module (``SafetensorsStream``) in ``names`` order.
 
     Each module's rank is bounded by ``min(out, in)`` (plus ``extra_rank[m]``: keep-base appends the
@@ -201,6 +215,7 @@ def weights_stream(path, specs: dict, dtype: str, names, extra_rank: dict | None
     Args:
         path (Path): the file to create. specs (dict[str, ModuleSpec]): layouts. dtype (str): fp32, bf16 or fp16.
         names (Iterable[str]): the modules, in file order. extra_rank (dict[str, int] | None): see above.
+        biases (bool): every module also stores its ``lora_B.bias`` (``bias_tensor``).
     """
     code = DTYPE_CODES[DTYPES[dtype]]
     groups = []
@@ -208,7 +223,8 @@ def weights_stream(path, specs: dict, dtype: str, names, extra_rank: dict | None
         out, inn = specs[m].shape
         r = max(1, min(out, inn) + (extra_rank or {}).get(m, 0))
         a_key, b_key = factor_keys(m, specs[m].kind)
-        groups.append((m, [(a_key, code, (r, inn)), (b_key, code, (out, r))]))
+        bias = [(BIAS_KEY.format(prefix=PREFIX, module=m), code, (out,))] if biases else []
+        groups.append((m, [(a_key, code, (r, inn)), (b_key, code, (out, r)), *bias]))
     return SafetensorsStream(path, groups, {"format": "pt"})
 
 
@@ -227,7 +243,7 @@ def write_tensors(path, tensors: dict) -> str:
 
 def write_adapter(folder, written: dict, specs: dict, *, weights_sha256: str | None = None,
                   tensors: dict | None = None, template: LoraConfig | None, manifest: dict, card: str,
-                  dtype: str = "fp32", same_modules: bool = True) -> dict:
+                  dtype: str = "fp32", same_modules: bool = True, lora_bias: bool = False) -> dict:
     """Complete a PEFT LoRA folder in ``folder`` (empty but for a streamed weights file: staged by
     ``OutputTransaction``): the weights (unless streamed), config, manifest and model card.
 
@@ -243,6 +259,7 @@ def write_adapter(folder, written: dict, specs: dict, *, weights_sha256: str | N
         card (str): the README.md model card.
         dtype (str): the dtype the factors were rounded to (recorded in the manifest).
         same_modules (bool): the module set equals the template's (keep its target_modules).
+        lora_bias (bool): the weights hold every module's ``lora_B.bias`` (``lora_bias: true`` in the config).
 
     Returns:
         dict with ``sha256`` of the weights file and ``config``. A full disk or another write failure is
@@ -252,7 +269,7 @@ def write_adapter(folder, written: dict, specs: dict, *, weights_sha256: str | N
     folder = Path(folder)
     ranks = {specs[m].target: w.rank for m, w in written.items()}  # experts of a parameter share one r
     alphas = {specs[m].target: w.alpha for m, w in written.items()}
-    config = build_config(template, specs, ranks, alphas, same_modules)
+    config = build_config(template, specs, ranks, alphas, same_modules, lora_bias)
     sha = weights_sha256 if weights_sha256 is not None else write_tensors(folder / SAFETENSORS_NAME, tensors)
     (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     (folder / CARD_NAME).write_text(card)

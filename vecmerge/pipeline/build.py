@@ -29,7 +29,8 @@ from ..linalg.rank_policy import RankPolicy
 from ..linalg.rankcut import Cut, cut
 from ..linalg.subspace import InSpan
 from ..linalg.threads import map_modules
-from ..peft.write import WrittenModule, pack_params, prepare_modules
+from ..peft.write import WrittenModule, bias_tensor, pack_params, prepare_modules
+from .bias import has_biases, intended_bias
 from .evaluation import Evaluation, intended_core, method_params, module_operands
 from .experts import common_ranks, expert_figures
 from .figures import check_figures, figures, module_figures, rounding, rounding_norm
@@ -118,6 +119,7 @@ def build_output(ev: Evaluation, multiple: float, progress=None, *, sink=None, c
     if sink is not None and params:
         raise TypeError("build_output: target_parameters outputs are packed at the end; pass no sink")
     per_module: dict = {}  # module -> its tensors (filled from worker threads; ordered below)
+    biased = has_biases(ev)  # lora_bias inputs: every module also stores its bias update (pipeline.bias)
 
     def one(m: str, rank: int | None = None) -> ModuleBuild:
         target, step_m = intended_core(ev, m, multiple)
@@ -132,6 +134,8 @@ def build_output(ev: Evaluation, multiple: float, progress=None, *, sink=None, c
         for name, factor in (("B", c.factors.B), ("A", c.factors.A)):
             check_magnitude(m, f"the re-factored {name}", factor, "report this with the recipe")
         t, w = prepare_modules({m: c.factors}, ev.specs, recipe.dtype, keep)
+        if biased:
+            key, t[key] = bias_tensor(m, intended_bias(ev, m, multiple), w[m], recipe.dtype)
         moved = None
         if ev.model_keys:
             xs = [ev.operands[k][m] for k in ev.model_keys]

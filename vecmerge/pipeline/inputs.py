@@ -52,7 +52,7 @@ def open_inputs(recipe: Recipe, ws: Workspace, names: list[str]
         (the workspace the pipeline reads through, {name: InputRecord}, the opened ``Inputs``); RecipeError on
         a changed pin, AlignmentError when the inputs declare different base models (unless allowed).
     """
-    ws = ws.with_inputs({n: e["path"] for n, e in recipe.inputs.items()})
+    ws = ws.with_inputs({n: e["path"] for n, e in recipe.inputs.items()}).with_biases()  # pipeline.bias merges them
     if recipe.base_model is not None:
         ws = ws.with_dora_base(recipe.base_model)
     records: dict[str, InputRecord] = {}

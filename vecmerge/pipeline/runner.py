@@ -28,6 +28,8 @@ from ..recipe.recipe import Recipe
 from ..version import __version__
 from ..workspace.base_model import canonical, differ, mismatch_text
 from ..workspace.names import Workspace
+from .bias import check as check_biases
+from .bias import has_biases
 from .build import BuiltOutput, build_output
 from .evaluation import Evaluation, evaluate, operand_forms
 from .gate_check import GateCheck, GateFailed, check_gate
@@ -215,7 +217,7 @@ def _build(ev: Evaluation, ws: Workspace, multiple: float, path, progress, folde
         if recipe.rank_policy.kind == "keep-base":  # the backbone's own factors come first, then the step's
             backbone = ev.vectors[ev.base_name].modules
             extra = {m: backbone[m].rank for m in ev.names if m in backbone}
-        stream = weights_stream(folder / SAFETENSORS_NAME, ev.specs, recipe.dtype, ev.names, extra)
+        stream = weights_stream(folder / SAFETENSORS_NAME, ev.specs, recipe.dtype, ev.names, extra, has_biases(ev))
     try:
         b = build_output(ev, multiple, progress, sink=None if stream is None else stream.put, check=check)
         self_check(ev, b, check.failed)
@@ -274,8 +276,12 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
         ev = dataclasses.replace(gate.evaluation, recipe=recipe)
     else:
         ev = evaluate(recipe, ws, progress)
+    check_biases(ev)  # lora_bias inputs: their biases merge exactly by a linear recipe, else refused
     report = RunReport(ev, dry_run, gate=gate)
     base_model, notes = _base_model_for(recipe, ev)
+    if has_biases(ev):
+        notes.append("lora_bias: the inputs' bias updates (scale * lora_B.bias) are combined exactly by the recipe's "
+                     "coefficients (a missing bias is zero) and written as lora_B.bias with lora_bias: true")
     if dry_run:
         for multiple, path in plan:
             report.outputs.append(_build(ev, ws, multiple, path, progress)[1])
@@ -298,7 +304,7 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
             card = model_card(base_model if not notes else None, title, card_body(manifest))
             res = write_adapter(folder, b.written, ev.specs, weights_sha256=sha, tensors=b.tensors if sha is None
                                 else None, template=template, manifest=manifest, card=card, dtype=recipe.dtype,
-                                same_modules=same)
+                                same_modules=same, lora_bias=has_biases(ev))
             entry.sha256 = res["sha256"]
             entry.manifest = str(Path(entry.path) / MANIFEST_NAME)
             report.outputs.append(entry)

@@ -16,6 +16,11 @@ formed densely only here):
 - merge round trip: ``merge_and_unload`` leaves ``W_m + D_m``: ``||merged - (W + D)|| / ||W + D||
   <= MERGE_RTOL`` (1e-6: float32 rounding of the sum, u = 6e-8).
 
+A ``lora_bias`` output's layers also add ``b_m = scale * lora_B.bias`` (``Adapter.bias``) to their outputs: the
+hand patch adds it to the base layer's bias (one made for the patch where the base layer has none), the merge
+round trip checks the merged bias is ``bias + b_m`` (PEFT cannot merge it into a layer without a bias: then the
+merge check is not run, and says so). ``update.bias_check`` compares ``b_m`` with the recomputed bias.
+
 The model is loaded in float32 whatever its stored dtype. peft and transformers are imported here only.
 A parameter adapted through ``target_parameters`` is one PEFT layer (a ``ParamWrapper``) holding all its
 experts: its ``get_delta_weight`` is (E, out, in), or (E, in, out) where the experts are stored transposed,
@@ -133,15 +138,22 @@ def _untied_head(peft_model, layers: dict):
     return head if tied else None
 
 
-def _patched_logits(peft_model, layers: dict, W: dict, deltas: dict, ids) -> torch.Tensor:
+def _patched_logits(peft_model, layers: dict, W: dict, deltas: dict, ids, biases: dict | None = None) -> torch.Tensor:
     """Logits of the base with ``W_t + delta_t`` written into each base parameter (adapter disabled).
 
     Args:
         layers (dict[str, Target]). W, deltas (dict[str, Tensor]): per target, in the parameter's layout.
+        biases (dict[str, Tensor] | None): per ``lora_bias`` target, its bias update, added to the layer's bias.
     """
     head = _untied_head(peft_model, layers)
     shared = head.weight if head is not None else None
+    saved = {}
     try:
+        for t, b in (biases or {}).items():
+            base = layers[t].layer.get_base_layer()
+            saved[t] = base.bias
+            old = base.bias.detach().double() if base.bias is not None else torch.zeros_like(b)
+            base.bias = torch.nn.Parameter((old + b).to(W[t].dtype), requires_grad=False)
         if head is not None:
             head.weight = torch.nn.Parameter(shared.detach().clone(), requires_grad=False)
         for t, target in layers.items():
@@ -152,6 +164,8 @@ def _patched_logits(peft_model, layers: dict, W: dict, deltas: dict, ids) -> tor
     finally:
         for t, target in layers.items():
             target.weight().data.copy_(W[t])
+        for t, b in saved.items():
+            layers[t].layer.get_base_layer().bias = b
         if head is not None:
             head.weight = shared
 
@@ -225,7 +239,8 @@ def peft_checks(path: Path, out: Adapter, base_model: Path, expected: dict | Non
     with model.disable_adapter():
         plain = _logits(model, ids)
     patched = {t: layers[t] for t in common}
-    ref = _patched_logits(model, patched, W, ours, ids)
+    biases = {t: out.bias(layers[t].entries[0]) for t in common if layers[t].entries[0] in out.bias_keys}
+    ref = _patched_logits(model, patched, W, ours, ids, biases)
     top = max(float(ref.abs().max()), 1e-30)
     diff, effect = float((got - ref).abs().max()) / top, float((got - plain).abs().max()) / top
     checks.append(check("logits", within(diff, LOGITS_RTOL),
@@ -235,18 +250,26 @@ def peft_checks(path: Path, out: Adapter, base_model: Path, expected: dict | Non
                         {"rel_max_diff": diff, "tolerance": LOGITS_RTOL, "adapter_effect": effect, "max_logit": top}))
     if expected is not None:
         dense = {t: layers[t].layout({m: expected[m].dense() for m in layers[t].entries}, out.specs) for t in common}
-        ref_e = _patched_logits(model, patched, W, dense, ids)
+        ref_e = _patched_logits(model, patched, W, dense, ids, biases)  # the bias: update.bias_check
         de = float((got - ref_e).abs().max()) / top
         lt = LOGITS_RTOL + tol["logits"] * effect
         checks.append(check("logits vs intended", within(de, lt),
                             f"PEFT's logits against W + the recomputed update: max|dl|/max|l| = {de:.3e} (<= "
                             f"{LOGITS_RTOL:g} + {tol['logits']:g} x the adapter's effect {effect:.3e})",
                             {"rel_max_diff": de, "tolerance": lt, "adapter_effect": effect}))
+    no_bias = [t for t in biases if layers[t].layer.get_base_layer().bias is None]
+    if no_bias:
+        return checks + [not_run("merge_and_unload", f"PEFT cannot merge lora_bias into a layer without a bias "
+                                 f"({few(no_bias)}); the logits checks cover the bias")]
+    B0 = {t: layers[t].layer.get_base_layer().bias.detach().double() + b for t, b in biases.items()}
     merged = model.merge_and_unload()
     merr = {}
     for t in common:
         want = layers[t].split(W[t].double() + ours[t])
         got_w = layers[t].split(layers[t].merged(merged).detach())
         merr.update((m, _rel(got_w[m], want[m])) for m in layers[t].entries)
+        if t in B0:
+            holder = merged.get_submodule(unwrap(t)[0])
+            merr[f"{t} (bias)"] = _rel(holder.bias.detach(), B0[t])
     checks.append(_worst(merr, MERGE_RTOL, "merge_and_unload", "merged weights against W + our delta"))
     return checks

@@ -7,12 +7,16 @@ Per module m, with ``W_m`` read back from the output and ``I_m`` recomputed in f
   ``exact``) instead reproduces its recorded per-module error within that tolerance; a failing module
   that is ``c * I_m`` is named with its scale ``c`` (a changed ``lora_alpha``);
 - step: ``survival = sum_m <W_m - base_m, step_m> / ||step||^2`` within ``TOLERANCES[dtype]["survival"]``
-  of 1 (of the recorded value for a rank-cut output); it fails when no module could be compared.
+  of 1 (of the recorded value for a rank-cut output); it fails when no module could be compared;
+- bias (``lora_bias`` inputs or output): the written bias update ``scale * lora_B.bias`` against the recomputed
+  one (``pipeline.bias.intended_bias``: exact, never cut), ``||b_m - i_m|| / ||i_m|| <= TOLERANCES[dtype]["update"]``.
 """
 
 from __future__ import annotations
 
 import math
+
+import torch
 
 from ..errors import VecmergeError, few
 from ..linalg.dense import Dense
@@ -21,6 +25,7 @@ from ..linalg.subspace import InSpan
 from ..linalg.threads import map_modules
 from ..peft.adapter import Adapter
 from ..peft.format import CONFIG_NAME
+from ..pipeline.bias import has_biases, intended_bias
 from ..pipeline.evaluation import intended_core
 from .checks import check, within
 
@@ -147,4 +152,28 @@ def compare_to_recomputed(out: Adapter, ev, manifest: dict, tol: dict, progress=
                             f"survival {surv:.8f} (||W - I|| / ||step|| = {resid:.3e}), expected {want:.8f} "
                             f"within {ts:g}", {"survival": surv, "residual": resid, "tolerance": ts,
                                                "step_norm": math.sqrt(step_sq)}))
+    if has_biases(ev) or out.bias_keys:
+        checks.append(bias_check(out, ev, tu))
     return checks, expected if keep_expected else None
+
+
+def bias_check(out: Adapter, ev, tu: float) -> dict:
+    """The ``bias`` check: every module's written bias update against the recomputed one (see the docstring)."""
+    errs = {}
+    for m in ev.names:
+        want = intended_bias(ev, m, ev.recipe.multiple)
+        try:
+            got = out.bias(m) if m in out.specs else None
+        except VecmergeError:
+            got = torch.full_like(want, math.nan)
+        d = float(torch.linalg.norm((got if got is not None else torch.zeros_like(want)) - want))
+        n = float(torch.linalg.norm(want))
+        errs[m] = d / n if n > 0 else (0.0 if d == 0 else math.inf)
+    bad = [m for m, e in errs.items() if not within(e, tu)]
+    worst = max(errs, key=errs.get, default=None)
+    figs = {"max_rel_error": errs.get(worst), "worst_module": worst, "tolerance": tu, "modules": len(errs)}
+    if bad:
+        return check("bias", False, f"{len(bad)}/{len(errs)} modules: the lora_B.bias update differs from the "
+                     f"recomputed bias, e.g. {bad[0]}: relative error {errs[bad[0]]:.3e} > {tu:g}", figs)
+    return check("bias", True, f"every module's bias update (scale * lora_B.bias) within {tu:g} of the recomputed "
+                 "one", figs)

@@ -26,7 +26,7 @@ import copy
 import re
 from pathlib import Path
 
-from ..errors import ExpressionError, VecmergeError, WorkspaceError, few
+from ..errors import AdapterError, ExpressionError, VecmergeError, WorkspaceError, few
 from ..expr import NAME_RE, LinearForm, parse
 from ..io.files import check_regular
 from ..io.parse import ParseError, load_yaml, safe_path, short
@@ -75,6 +75,13 @@ class Workspace:
         self._open: dict[tuple, Adapter] = {}
         self._sha: dict[str, str | None] = {}
         self.dora_base: Path | None = None  # the base model DoRA inputs are read against (a recipe's base_model)
+        self.lora_bias = False  # lora_bias adapters are read (by the pipeline, which merges their biases)
+
+    def with_biases(self) -> Workspace:
+        """A copy that opens ``lora_bias`` adapters (others refuse them: they would drop the bias)."""
+        ws = copy.copy(self)
+        ws.lora_bias = True
+        return ws
 
     def with_dora_base(self, base) -> Workspace:
         """A copy that reads DoRA adapters as their effective update against the base model folder ``base``."""
@@ -265,6 +272,9 @@ class Workspace:
         key = (self.path_of(name), modules_to_save, dora)
         if key not in self._open:
             self._open[key] = Adapter(key[0], modules_to_save=modules_to_save, dora=dora)
+        if self._open[key].bias_keys and not self.lora_bias:
+            raise AdapterError(f"{key[0]}: lora_bias is set: its trained bias is not part of B@A and this command "
+                               "would drop it; project, refactor, merge and run read it (its bias is merged too)")
         return self._open[key]
 
     def vector(self, name: str, modules_to_save: str = "refuse") -> TaskVector:

@@ -7,7 +7,7 @@ quantities add over modules: ``<x, y> = sum_m <x_m, y_m>``, ``||x||^2 = sum_m ||
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import AlignmentError, few
 from ..linalg.lowrank import LowRank, combine
@@ -21,15 +21,19 @@ class TaskVector:
     Args:
         modules (dict[str, LowRank]): module name -> update, (out, in) in the LoRA layout.
         specs (dict[str, ModuleSpec]): module name -> layout (shape, kind, transposed) for writing.
+        biases (dict[str, Tensor]): a ``lora_bias`` adapter's bias updates ``scale * lora_B.bias`` (float64),
+            per module that has one; the algebra below is over ``modules`` only (``pipeline.bias`` combines them).
     """
 
     modules: dict
     specs: dict
+    biases: dict = field(default_factory=dict)
 
     @classmethod
     def from_adapter(cls, adapter: Adapter, device=None) -> TaskVector:
         """Read every module of ``adapter`` (stored dtype, scale attached), onto ``device`` (default: cpu)."""
-        return cls({m: adapter.factors(m, device) for m in adapter.modules}, dict(adapter.specs))
+        return cls({m: adapter.factors(m, device) for m in adapter.modules}, dict(adapter.specs),
+                   {m: adapter.bias(m) for m in adapter.bias_keys})
 
     def __getitem__(self, name: str) -> LowRank:
         return self.modules[name]

@@ -1,0 +1,76 @@
+"""The bias updates of ``lora_bias`` inputs, merged exactly by the recipe's own linear coefficients.
+
+With ``lora_bias`` PEFT's ``lora_B`` is an ``nn.Linear`` with a bias, so a layer's output gains
+``scale * lora_B.bias`` (and ``merge`` adds it to the base layer's bias): module m's update is the weight part
+``scale * B @ A`` and the bias part ``b_m = scale * lora_B.bias`` (``Adapter.bias``), both linear in the adapter.
+For a method whose update is a fixed linear map of its operands (``Method.linear_terms``: ``add``,
+``expression``, ``linear``, ``task_arithmetic``, ``cat``, ``svd``) the output's bias is the same map of the
+inputs' biases, exact in float64 (a vector: no rank cut), a missing bias counting as zero::
+
+    stepped: b_m = base_m + multiple * alpha_m * mult_m * c * dir_m   (no step for dropped or unselected modules)
+    merge:   b_m = mult_m * sum_k c_k * operand_k
+
+where each operand is its expression over the inputs. The writer stores ``b_m / scale_out`` as the output's
+``lora_B.bias`` (``peft.write.bias_tensor``), with ``lora_bias: true``. Any other method's bias is undefined
+(``ties``, ``dare``, the spectral ones act on the weight update's entries or spectrum): ``check`` refuses it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import Problem, RecipeError
+from .evaluation import Evaluation, method_params, operand_forms
+
+
+def has_biases(ev: Evaluation) -> bool:
+    """Whether any input of the recipe is a ``lora_bias`` adapter with a bias in a module it writes."""
+    names = set(ev.names)
+    return any(names & set(v.biases) for v in ev.vectors.values())
+
+
+def _terms(ev: Evaluation) -> dict | None:
+    weights = tuple(e["weight"] for e in ev.recipe.models or [])
+    return ev.method.linear_terms(weights, method_params(ev))
+
+
+def check(ev: Evaluation) -> None:
+    """RecipeError (one line) when inputs carry ``lora_bias`` biases that the method cannot merge exactly."""
+    if has_biases(ev) and _terms(ev) is None:
+        with_bias = [n for n, v in ev.vectors.items() if v.biases]
+        raise RecipeError([Problem("{method=}{}: input(s) {} have lora_bias biases, and the bias of a non-linear "
+                                   "merge is undefined; use linear, task_arithmetic, cat or svd (project: mode add; "
+                                   "refactor), or inputs trained without lora_bias", ev.method.name,
+                                   ", ".join(with_bias))])
+    if has_biases(ev) and any(s.param for s in ev.specs.values()):
+        raise RecipeError(["lora_bias inputs with target_parameters modules: PEFT stores no bias for a wrapped "
+                           "parameter; merge the adapters' modules without target_parameters"])
+
+
+def coefficients(ev: Evaluation, m: str, multiple: float) -> dict[str, float]:
+    """``{input: c}``: module m's update as a fixed combination of the inputs (see the module docstring)."""
+    forms, terms, k = operand_forms(ev.recipe, ev.method), _terms(ev), ev.multipliers.get(m, 1.0)
+    out: dict[str, float] = {}
+
+    def put(key: str, c: float) -> None:
+        for n, a in forms[key].coeffs.items():
+            out[n] = out.get(n, 0.0) + c * a
+
+    if ev.step is None:
+        for key, c in terms.items():
+            put(key, k * c)
+        return out
+    put("base", 1.0)
+    if m not in set(ev.dropped) | set(ev.unselected):
+        put("dir", terms["dir"] * k * ev.step.module_alpha[m] * multiple)
+    return out
+
+
+def intended_bias(ev: Evaluation, m: str, multiple: float) -> torch.Tensor:
+    """Module m's intended bias update (out,), float64 on the cpu: zero where no input has one."""
+    b = torch.zeros(ev.specs[m].shape[0], dtype=torch.float64)
+    for n, c in coefficients(ev, m, multiple).items():
+        v = ev.vectors[n].biases.get(m)
+        if v is not None and c != 0.0:
+            b = b + c * v.to(device="cpu", dtype=torch.float64)
+    return b
