@@ -141,7 +141,8 @@ class Derivation:
         kind (str): project | merge | refactor. names (list[str]): the modules the output should hold.
         rank (str): the recipe's rank policy. alpha (float | None): the global ``k * alpha`` (None: per module).
         module_alpha (dict[str, float]): ``k * alpha_m`` per module (stepped recipes). dropped, zeroed (list[str]):
-            modules the consensus drops, modules the mode gives no step. realized (float | None): ``||step|| / ||base||``.
+            modules the consensus drops, modules the mode gives no step.
+        realized (float | None): ``||step|| / ||base||``.
         problems (list[str]): what makes the recipe refuse (a consensus that fails, min_agree).
     """
 
