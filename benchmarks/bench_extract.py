@@ -65,6 +65,7 @@ def make_data(root: Path, shape: str, layers: int, seed: int = 0) -> None:
     """Write ``root/base`` and ``root/tuned`` (see the module docstring); reuse them if complete."""
     import torch
 
+    # a building block (internal): vecmerge's streaming safetensors writer makes the large test models
     from vecmerge.io.safetensors_write import SafetensorsWriter, write_index
 
     stamp = root / f"done-{shape}-{layers}"
@@ -123,6 +124,7 @@ def reference(root: Path, names: list[str], rank: int) -> dict:
     """Per module: seconds of ``torch.linalg.svd`` of the float32 difference, and the optimal relative error."""
     import torch
 
+    # a building block (internal): the checked reader of a model folder's shards
     from vecmerge.io.model_folder import ModelFolder
 
     out = {}
@@ -146,8 +148,10 @@ def adapter_errors(root: Path, adapter: Path, names: list[str]) -> dict:
     """``||D - W|| / ||D||`` of an adapter's modules (W as PEFT scales it; read by vecmerge.peft.adapter)."""
     import torch
 
+    from vecmerge import Adapter
+
+    # a building block (internal): the checked reader of a model folder's shards
     from vecmerge.io.model_folder import ModelFolder
-    from vecmerge.peft.adapter import Adapter
 
     a = Adapter(adapter, modules_to_save="drop")
     out = {}

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# building blocks measured on their own (internal): the TIES kernel and the randomized SVD
 from vecmerge.linalg.merge_kernels import ties
 from vecmerge.linalg.randsvd import truncated_svd
 

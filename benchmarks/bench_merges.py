@@ -73,11 +73,10 @@ def ours(root: Path, out: Path, method: str, space: str) -> dict:
     """One merge in-process (imports excluded): ``evaluate`` (read and hash the inputs, one basis and the
     cores per module) and ``build_output`` (the merge and the cut of every module) timed apart, then
     ``pipeline.run`` for the written output (the whole job, timed too)."""
-    from vecmerge.pipeline import run
+    from vecmerge import Recipe, Workspace, evaluate, run
+
+    # a building block timed on its own (internal): the pipeline's merge-and-cut stage
     from vecmerge.pipeline.build import build_output
-    from vecmerge.pipeline.evaluation import evaluate
-    from vecmerge.recipe.recipe import Recipe
-    from vecmerge.workspace.names import Workspace
 
     rec = Recipe.from_dict(recipe(method, space, out), "bench")
     before = br.rss()
@@ -109,6 +108,7 @@ def peft(root: Path, out: Path, kind: str, layers: int, shape: str = SHAPE) -> d
     from peft.tuners.lora import LoraLayer
     from peft.tuners.lora.model import LoraModel
 
+    # a building block (internal): the per-module seed the kernels draw DARE's masks from
     from vecmerge.linalg.merge_kernels import module_seed
 
     warnings.filterwarnings("ignore")
@@ -158,6 +158,7 @@ def check(root: Path, ours_out: Path, peft_out: Path, method: str, space: str, l
     """Per module: ``T`` (float64), the optimal rank-32 error, ours and PEFT's errors, ours against PEFT's."""
     import torch
 
+    # building blocks measured against PEFT's (internal): the deterministic merge kernels
     from vecmerge.linalg.merge_kernels import dare_ties, module_seed, ties
 
     w = torch.tensor(WEIGHTS, dtype=torch.float64)

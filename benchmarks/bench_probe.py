@@ -72,6 +72,7 @@ def make_data(root: Path, a) -> tuple[Path, list[Path], Path]:
 
 def batches(prompt_set, size: int, device):
     """The probe's own batching (longest first), as tensors: ids, attention mask, target mask, targets."""
+    # a building block measured on its own (internal, private): the probe runner's batching
     from vecmerge.probe.runner import _batch_tensors
 
     items = sorted(prompt_set.items, key=lambda it: (-it.length, it.line))
@@ -100,7 +101,9 @@ def bare(base, adapters, data, device) -> None:
 
 
 def probe(base, adapters, prompt_set, a, device, pairs: bool) -> dict:
-    from vecmerge.peft.adapter import Adapter
+    from vecmerge import Adapter
+
+    # the building block measured (internal): the probe runner without the CLI's ledger and report
     from vecmerge.probe.runner import ProbeModel, run_probe
 
     models = [ProbeModel(f.name, Adapter(f), None) for f in adapters]
@@ -189,6 +192,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     from transformers.utils import logging as hf_logging
 
+    # building blocks (internal): the --device rule and the prompt-file reader the runner takes
     from vecmerge.linalg.lowrank import resolve_device
     from vecmerge.probe.prompts import read_prompts
 

@@ -300,9 +300,7 @@ def floor(root: Path, out: Path, like: Path, rank_factor: float = 1.0) -> dict:
 
 def inproc(root: Path, out: Path, profile: str | None = None) -> dict:
     """``vecmerge.pipeline.run`` of the v58 step, timed inside one process (imports excluded)."""
-    from vecmerge.pipeline import run
-    from vecmerge.recipe.recipe import Recipe
-    from vecmerge.workspace.names import Workspace
+    from vecmerge import Recipe, Workspace, run
 
     recipe = Recipe.from_dict({"base": "v54", "dir": "v51-v28", "trust": TRUST, "out": str(out),
                                "consensus": {"ref": "v54-v54e2", "on_disagree": "fail"}}, "bench")

@@ -67,10 +67,10 @@ def make_data(root: Path, shape: str = SHAPE, rank: int = RANK) -> Path:
 def factored(root: Path, out: Path, label: str, module: str) -> dict:
     import torch
 
+    from vecmerge import Recipe, Workspace, evaluate
+
+    # a building block timed on its own (internal): the pipeline's merge-and-cut stage
     from vecmerge.pipeline.build import build_output
-    from vecmerge.pipeline.evaluation import evaluate
-    from vecmerge.recipe.recipe import Recipe
-    from vecmerge.workspace.names import Workspace
 
     torch.set_num_threads(1)
     rec = Recipe.from_dict({**METHODS[label][0], "models": list(MODELS), "only": f"{module}$", "out": str(out)})

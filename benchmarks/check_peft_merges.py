@@ -12,6 +12,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from torch import nn
 
+# building blocks checked against PEFT's own (internal): the deterministic merge kernels
 from vecmerge.linalg.merge_kernels import dare_ties, magnitude_prune, ties
 
 warnings.filterwarnings("ignore")

@@ -41,3 +41,40 @@ def test_examples_import_only_the_public_api():
                     assert all(a.name in vecmerge.__all__ for a in node.names), path.name
             elif isinstance(node, ast.Import):
                 assert all(a.name in PUBLIC_MODULES or not a.name.startswith("vecmerge") for a in node.names)
+
+
+# What a benchmark may import beyond the public API: the internal building blocks it measures on their own
+# (or builds its inputs with). Each such import sits under one comment line saying so; anything else a
+# benchmark needs belongs in ``vecmerge.__all__``.
+BUILDING_BLOCKS = {
+    "vecmerge.pipeline.build": {"build_output"},  # the merge-and-cut stage, timed apart from evaluate
+    "vecmerge.linalg.merge_kernels": {"ties", "dare_ties", "magnitude_prune", "module_seed"},  # vs PEFT's kernels
+    "vecmerge.linalg.randsvd": {"truncated_svd"},  # the randomized SVD, timed on its own
+    "vecmerge.io.model_folder": {"ModelFolder"},  # reading the extract benchmark's models
+    "vecmerge.io.safetensors_write": {"SafetensorsWriter", "write_index"},  # writing them
+    "vecmerge.probe.runner": {"ProbeModel", "run_probe", "_batch_tensors"},  # the probe runner and its batching
+    "vecmerge.probe.prompts": {"read_prompts"},  # the runner's input
+    "vecmerge.linalg.lowrank": {"resolve_device"},  # the --device rule
+}
+
+
+def test_benchmarks_import_the_public_api_or_a_named_building_block():
+    used = set()
+    for path in sorted((ROOT / "benchmarks").rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vecmerge"):
+                names = {a.name for a in node.names}
+                if node.module == "vecmerge":
+                    assert names <= set(vecmerge.__all__), f"{path.name}: {names - set(vecmerge.__all__)}"
+                elif node.module not in PUBLIC_MODULES:
+                    allowed = BUILDING_BLOCKS.get(node.module, set())
+                    assert names <= allowed, f"{path.name} imports {node.module}: {names - allowed}"
+                    above = node.lineno - 2  # one comment line over the building-block imports it heads
+                    while lines[above].strip().startswith("from vecmerge."):
+                        above -= 1
+                    assert lines[above].strip().startswith("#"), f"{path.name}:{node.lineno}: say why"
+                    used |= {(node.module, n) for n in names}
+            elif isinstance(node, ast.Import):
+                assert all(a.name in PUBLIC_MODULES or not a.name.startswith("vecmerge") for a in node.names)
+    assert used == {(m, n) for m, ns in BUILDING_BLOCKS.items() for n in ns}  # no stale entry

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import FrozenInstanceError, dataclass
+from pathlib import Path
 
 import pytest
 
 from vecmerge.analysis.audit import AuditReport, PairwiseReport, audit_pairwise, audit_trajectories
 from vecmerge.analysis.inspect import AdapterSummary, describe
 from vecmerge.outputs.manifest import jsonable
+from vecmerge.report.format import to_json
 from vecmerge.results import Result, json_field
+from vecmerge.verify.checks import VerifyReport, check, result
 from vecmerge.workspace.names import Workspace
 
 
@@ -51,3 +54,51 @@ def test_inspect_and_audit_return_typed_results_whose_json_is_what_they_print(to
     pw = audit_pairwise(ws, ["v28", "v51", "v54"])
     assert isinstance(pw, PairwiseReport) and pw.kind == "pairwise" and len(pw.pairs) == 3
     assert list(pw) == ["kind", "missing", "pairwise", "pairs", "base_models", "base_models_differ"]
+
+
+def test_verify_results_are_typed_and_keep_their_extra_keys():
+    rows = [check("a", True, "fine"), check("b", True, "fine")]
+    rep = result("out/x", rows, kind="output", dtype="fp32", tolerances={"update": 1e-6},
+                 recipe={"base": "v54"}, not_independent="ties")
+    assert isinstance(rep, VerifyReport) and rep.passed and rep.kind == "output" and rep.checks is rows
+    assert list(rep) == ["target", "passed", "checks", "kind", "dtype", "tolerances", "recipe", "not_independent"]
+    assert rep["not_independent"] == "ties" == rep.extra["not_independent"] and rep.get("adapters") is None
+    assert result("t", rows).to_dict() == {"target": "t", "passed": True, "checks": rows}  # no kind: no key
+    # a fuse kept each tensor's stored dtype: dtype prints as null beside its tolerances, not left out
+    fused = result("f", rows, kind="fuse output", dtype=None, tolerances={"tensor_ulps": 1})
+    assert list(fused) == ["target", "passed", "checks", "kind", "dtype", "tolerances"] and fused["dtype"] is None
+    assert list(result("f", rows, kind="fuse output")) == ["target", "passed", "checks", "kind"]
+    ids = result("v51; v54", rows, kind="identities", adapters=["/a", "/b"])
+    assert list(ids) == ["target", "passed", "checks", "kind", "adapters"] and ids.adapters == ["/a", "/b"]
+    again = VerifyReport(**{k: v for k, v in rep.to_dict().items() if k != "not_independent"},
+                         extra={"not_independent": "ties"})
+    assert to_json(again) == to_json(rep) == to_json(rep.to_dict())
+
+
+def test_verify_output_returns_its_json(toy, run_cli):
+    from vecmerge.verify.output import verify_identities
+
+    rep = verify_identities([Workspace().adapter(n, "drop") for n in ("v51", "v54")], labels=["v51", "v54"])
+    assert isinstance(rep, VerifyReport) and rep.kind == "identities" and rep.passed == rep["passed"]
+    res = run_cli("verify", "v51", "v54", "--identities", "--json")
+    assert res.exit_code == 0 and res.output.strip() == to_json(rep.to_dict())
+
+
+def test_extract_fuse_and_their_verify_are_typed_results_that_read_as_their_manifest(tmp_path):
+    from finetune import make_pair
+
+    from vecmerge.models.extract_write import ExtractReport, extract
+    from vecmerge.models.fuse import FuseReport, fuse
+    from vecmerge.verify.output import verify_output
+
+    base, tuned = make_pair(tmp_path / "pair", "qwen3")
+    lora = extract(base, tuned, tmp_path / "lora", rank="2", others="drop")
+    for made, kind, cls in ((lora, "extract", ExtractReport),
+                            (fuse(tmp_path / "lora", base, tmp_path / "fused"), "fuse", FuseReport)):
+        assert isinstance(made, cls) and made.kind == made["kind"] == kind and made.out == made["out"]
+        written = json.loads((Path(made.out) / "vecmerge.json").read_text())
+        assert list(made) == [*written, "out"] and json.loads(to_json(made)) == {**written, "out": made.out}
+        assert to_json(cls(**made.to_dict())) == to_json(made)  # to_dict() round-trips
+        rep = verify_output(made.out)
+        assert isinstance(rep, VerifyReport) and rep.passed and rep.kind == f"{kind} output"
+        assert list(rep)[:6] == ["target", "passed", "checks", "kind", "dtype", "tolerances"]

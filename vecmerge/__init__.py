@@ -31,13 +31,14 @@ _API = {
     # recipes, the pipeline and verify
     "Recipe": "recipe.recipe", "Consensus": "recipe.recipe", "load_recipe": "recipe.load",
     "run": "pipeline.runner", "RunReport": "pipeline.runner", "evaluate": "pipeline.evaluation",
-    "verify_output": "verify.output",
+    "verify_output": "verify.output", "VerifyReport": "verify.checks",
     # measuring
     "describe": "analysis.inspect", "AdapterSummary": "analysis.inspect",
     "audit_trajectories": "analysis.audit", "audit_pairwise": "analysis.audit",
     "AuditReport": "analysis.audit", "PairwiseReport": "analysis.audit",
     # whole models
-    "extract": "models.extract_write", "fuse": "models.fuse",
+    "extract": "models.extract_write", "fuse": "models.fuse", "ExtractReport": "models.extract_write",
+    "FuseReport": "models.fuse",
     # merge methods
     "Method": "methods.base", "Field": "methods.base", "register": "methods.registry",
     "get_method": "methods.registry",
@@ -92,8 +93,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from .methods.base import Field, Method
     from .methods.registry import get as get_method
     from .methods.registry import register
-    from .models.extract_write import extract
-    from .models.fuse import fuse
+    from .models.extract_write import ExtractReport, extract
+    from .models.fuse import FuseReport, fuse
     from .peft.adapter import Adapter
     from .peft.format import LoraConfig
     from .peft.write import write_adapter
@@ -101,6 +102,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from .pipeline.runner import RunReport, run
     from .recipe.load import load as load_recipe
     from .recipe.recipe import Consensus, Recipe
+    from .verify.checks import VerifyReport
     from .verify.output import verify_output
     from .workspace.names import Workspace
     from .workspace.taskvector import TaskVector, linear_combination
@@ -123,12 +125,12 @@ def __dir__() -> list[str]:
 
 __all__ = [  # the public API (every name of _API), literal so that linters and type checkers read it
     "Adapter", "AdapterError", "AdapterSummary", "AlignmentError", "AuditReport", "CheckFailed", "Consensus",
-    "EvidenceError", "ExpressionError", "Field", "GateConfig", "GateFacts", "GateResult", "Ledger", "LineageError",
-    "LinearForm", "LoraConfig", "LowRank", "MergeArgumentError", "Method", "ModelError", "NumericError",
-    "OutputError", "PairwiseReport", "Problem", "RankPolicy", "Recipe", "RecipeError", "RunReport", "SVDInputError",
-    "TaskVector", "UsageError", "VecmergeError", "Workspace", "WorkspaceError", "audit_pairwise",
-    "audit_trajectories", "combine", "compare_records", "cut", "describe", "evaluate", "evaluate_gate", "extract",
-    "fuse", "get_method", "import_files", "linear_combination", "load_recipe", "make_trajectories", "parse",
-    "pooled_noise", "register", "run", "run_demo", "runs_by_model", "summarize_records", "verify_output",
-    "write_adapter", "__version__",
+    "EvidenceError", "ExpressionError", "ExtractReport", "Field", "FuseReport", "GateConfig", "GateFacts",
+    "GateResult", "Ledger", "LineageError", "LinearForm", "LoraConfig", "LowRank", "MergeArgumentError", "Method",
+    "ModelError", "NumericError", "OutputError", "PairwiseReport", "Problem", "RankPolicy", "Recipe", "RecipeError",
+    "RunReport", "SVDInputError", "TaskVector", "UsageError", "VecmergeError", "VerifyReport", "Workspace",
+    "WorkspaceError", "audit_pairwise", "audit_trajectories", "combine", "compare_records", "cut", "describe",
+    "evaluate", "evaluate_gate", "extract", "fuse", "get_method", "import_files", "linear_combination",
+    "load_recipe", "make_trajectories", "parse", "pooled_noise", "register", "run", "run_demo", "runs_by_model",
+    "summarize_records", "verify_output", "write_adapter", "__version__",
 ]

@@ -26,7 +26,10 @@ Pure library code (no torch, no click): the CLI and the pipeline are thin layers
     gate.py        the seven-condition gate over facts the caller gathers
     gate_facts.py  the ledger's part of those facts, in one eval environment, with training noise
     suggest.py     "did you mean": a typed name within two edits of a workspace name
-    operations.py  one JSON-ready function per evidence command (the CLI only parses flags and prints)
+    operations.py  one JSON-ready function per evidence command (the CLI only parses flags and prints), from:
+    ops_ledger.py    add, import, export, show, ls: record and read the ledger
+    ops_judge.py     compare, calibrate (--loo), rank: judge models on its records, one environment each
+    ops_plans.py     plan and decide: pre-registered plans (their weights and looks shared with gate_facts)
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from .environment import EnvChoice, records_of_one_environment
 from .gate import GateConfig
 from .ledger import Ledger
 from .noise import pooled_noise
-from .operations import check_plan_weights, plan_looks
+from .ops_plans import check_plan_weights, plan_looks
 from .replicates import components, members
 from .sequential import decide_plan
 from .stats import runs_by_model

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..io.model_folder import ModelFolder
@@ -28,6 +29,7 @@ from ..outputs.transaction import OutputPolicy, OutputTransaction
 from ..peft.format import CONFIG_NAME, DTYPES, PREFIX, SAFETENSORS_NAME
 from ..peft.spec import ModuleSpec
 from ..peft.write import build_config, prepare_modules
+from ..results import Result
 from .extract import Extraction, cut_all, open_extraction
 from .parts import ALL_LINEAR
 
@@ -35,6 +37,31 @@ SCRATCH = ".factors.scratch"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model", "chat_template.jinja",
                    "chat_template.json")
+
+
+@dataclass(frozen=True, eq=False)
+class ExtractReport(Result):
+    """``vecmerge extract``'s result (``--json``: ``to_dict()``): the manifest it wrote (``vecmerge.json``), ``out``.
+
+    Args:
+        tool, created, kind (str): ``stamp("extract")``. inputs (dict): both models' paths and file hashes.
+        settings (dict): rank, targets, others, dtype, seed. figures (dict): modules, ranks, kept share,
+            errors, seconds. modules (dict): per module rank, method, energies, errors, alpha, written rank.
+        others (dict): the differing tensors outside the targets and what was done with them.
+        vecmerge_version (str). output (dict): what was written and its hashes. out (str): the folder.
+    """
+
+    tool: str
+    created: str
+    kind: str
+    inputs: dict
+    settings: dict
+    figures: dict
+    modules: dict
+    others: dict
+    vecmerge_version: str
+    output: dict
+    out: str
 
 
 class _Factors:
@@ -124,7 +151,7 @@ def card_body(manifest: dict) -> str:
 
 
 def extract(base_model, tuned, out, *, rank: str, targets=(ALL_LINEAR,), others: str | None = None,
-            dtype: str = "fp32", seed: int = 0, force: bool = False, progress=None) -> dict:
+            dtype: str = "fp32", seed: int = 0, force: bool = False, progress=None) -> ExtractReport:
     """Extract a LoRA from a full fine-tune and write it to ``out`` (see ``extract`` and this module).
 
     Args:
@@ -134,7 +161,7 @@ def extract(base_model, tuned, out, *, rank: str, targets=(ALL_LINEAR,), others:
         progress (callable | None): wraps an iterable (tqdm).
 
     Returns:
-        the manifest (dict) with ``out``.
+        ExtractReport: the manifest with ``out``.
     """
     if dtype not in DTYPES:
         raise ValueError(dtype)
@@ -171,8 +198,7 @@ def extract(base_model, tuned, out, *, rank: str, targets=(ALL_LINEAR,), others:
     finally:
         ex.base.close()
         ex.tuned.close()
-    man["out"] = str(out)
-    return man
+    return ExtractReport(**man, out=str(out))
 
 
-__all__ = ["extract", "ModelFolder"]
+__all__ = ["extract", "ExtractReport", "ModelFolder"]

@@ -27,6 +27,7 @@ import math
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -40,11 +41,37 @@ from ..outputs.manifest import MANIFEST_NAME, finish, stamp, write_manifest
 from ..outputs.transaction import OutputPolicy, OutputTransaction
 from ..peft.adapter import Adapter
 from ..peft.format import DTYPES, PREFIX
+from ..results import Result
 from .extract import TIED_HEAD, tied_embedding
 
 BLOCK_BYTES = 64 << 20
 TORCH_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 SKIPPED_FILES = ("README.md", MANIFEST_NAME)
+
+
+@dataclass(frozen=True, eq=False)
+class FuseReport(Result):
+    """``vecmerge fuse``'s result (``--json``: ``to_dict()``): the manifest it wrote (``vecmerge.json``), ``out``.
+
+    Args:
+        tool, created, kind (str): ``stamp("fuse")``. inputs (dict): the base's and the adapter's hashes.
+        settings (dict): dtype (None: stored dtypes). modules (dict): per module ``||D||`` and ``rounding_rel``.
+        saved (dict): base tensors replaced by the adapter's modules_to_save. figures (dict): counts, rounding,
+            seconds. vecmerge_version (str). output (dict): shards, hashes, copied files, config edits.
+        out (str): the folder.
+    """
+
+    tool: str
+    created: str
+    kind: str
+    inputs: dict
+    settings: dict
+    modules: dict
+    saved: dict
+    figures: dict
+    vecmerge_version: str
+    output: dict
+    out: str
 
 
 def base_tensor(base: ModelFolder, name: str) -> str | None:
@@ -159,7 +186,8 @@ def plan(a: Adapter, base: ModelFolder) -> tuple[dict, dict]:
     return mods, saved
 
 
-def fuse(adapter, base_model, out, *, dtype: str | None = None, force: bool = False, progress=None) -> dict:
+def fuse(adapter, base_model, out, *, dtype: str | None = None, force: bool = False,
+         progress=None) -> FuseReport:
     """Fuse ``adapter`` into ``base_model`` and write the model to ``out`` (see the module docstring).
 
     Args:
@@ -168,7 +196,7 @@ def fuse(adapter, base_model, out, *, dtype: str | None = None, force: bool = Fa
             tensor, or None to keep each tensor's stored dtype. force (bool). progress: wraps an iterable.
 
     Returns:
-        the manifest (dict) with ``out``.
+        FuseReport: the manifest with ``out``.
     """
     t0 = time.perf_counter()
     if dtype is not None and dtype not in DTYPES:
@@ -194,8 +222,7 @@ def fuse(adapter, base_model, out, *, dtype: str | None = None, force: bool = Fa
             txn.commit()
     finally:
         base.close()
-    man["out"] = str(out)
-    return man
+    return FuseReport(**man, out=str(out))
 
 
 def _piece(info, nbytes: int):
@@ -309,4 +336,4 @@ def card_body(manifest: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["fuse", "fused_weight", "base_tensor"]
+__all__ = ["fuse", "FuseReport", "fused_weight", "base_tensor"]

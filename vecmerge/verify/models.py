@@ -37,7 +37,7 @@ from ..io.parse import ParseError, load_json
 from ..io.safetensors_read import to_tensor
 from ..peft.adapter import Adapter
 from ..peft.format import CONFIG_NAME, PREFIX, targeted
-from .checks import check, result, within
+from .checks import VerifyReport, check, result, within
 
 
 def _hash_check(name: str, recorded: dict, got: dict, what: str) -> dict:
@@ -150,7 +150,7 @@ def _extract_saved(out: Adapter, tuned: ModelFolder, man: dict) -> dict:
                  f"{len(names)} saved tensors equal the fine-tune's bit for bit", {"bad_modules": bad})
 
 
-def verify_extract(path: Path, man: dict, tol: dict, progress=None) -> dict:
+def verify_extract(path: Path, man: dict, tol: dict, progress=None) -> VerifyReport:
     """Every check of an extract output (see the module docstring). Returns ``checks.result``."""
     from ..models.extract import find_others
 
@@ -212,7 +212,7 @@ def _fused_ok(got: torch.Tensor, W: torch.Tensor, B, A, scale: float, transposed
     return worst
 
 
-def verify_fuse(path: Path, man: dict, tol: dict, progress=None) -> dict:
+def verify_fuse(path: Path, man: dict, tol: dict, progress=None) -> VerifyReport:
     """Every check of a fuse output (see the module docstring). Returns ``checks.result``."""
     checks = []
     base, fail = _open(man["inputs"]["base"]["path"], "--base-model")
