@@ -79,7 +79,8 @@ def test_demo_records_real_evaluations_and_gates_the_merge(small_demo):
     assert "what it costs the others: worse beyond noise: none" in text
     man = json.loads((out / "out" / "v58" / "vecmerge.json").read_text())
     assert man["gate"]["passed"] and [r["status"] for r in man["gate"]["rows"]] == ["PASS"] * 7
-    assert "gate" not in man["recipe"]  # a re-run of the manifest reproduces; it does not re-decide
+    # issue 23: the recipe as typed, gate included (a re-run gates again), never a base check it did not ask to skip
+    assert man["recipe"]["gate"] and not man["recipe"].get("allow_base_mismatch")
     card = (out / "out" / "v58" / "README.md").read_text()
     assert "Gate before writing" in card and card.count("| PASS |") == 7
 
