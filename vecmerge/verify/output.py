@@ -51,7 +51,7 @@ from ..recipe.recipe import Recipe
 from ..workspace.base_model import folder_is, model_folder_problem
 from ..workspace.names import Workspace
 from .adapter import config_checks, identity_checks, open_output
-from .checks import check, close, not_run, result
+from .checks import VerifyReport, check, close, not_run, result
 from .files import figures_check, files_check, manifest_check
 from .independent import Uncovered, independent_check
 from .peft_load import peft_checks
@@ -199,7 +199,7 @@ def base_model_check(base_model: Path, out: Adapter | None, manifest: dict, allo
 
 
 def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: bool = False,
-                  base_model_aliases: dict | None = None) -> dict:
+                  base_model_aliases: dict | None = None) -> VerifyReport:
     """Re-derive the output at ``path`` from its manifest and run every check (see the module docstring).
 
     Args:
@@ -298,7 +298,7 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
                   **({"not_independent": uncovered} if uncovered else {}))
 
 
-def verify_identities(adapters: list, progress=None, labels: list[str] | None = None) -> dict:
+def verify_identities(adapters: list, progress=None, labels: list[str] | None = None) -> VerifyReport:
     """Algebraic identities of adapters that have no manifest (see ``verify_adapter``).
 
     Args:
