@@ -45,3 +45,4 @@ def test_the_intended_step_equals_a_dense_reference(toy, run_cli, dense_expr):
         intended, _, step = d.intended(m)
         got = intended.B @ intended.A
         assert np.linalg.norm(got - ref) <= 1e-12 * np.linalg.norm(ref), m
+    d.close()

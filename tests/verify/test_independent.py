@@ -164,6 +164,7 @@ def test_the_independent_check_reads_bf16_outputs_itself(toy, run_cli):
     folder = read_folder(Path("out"))
     key = next(k for k in folder.keys)
     B, A = folder.factors(key)
+    folder.close()
     raw = load_file("out/adapter_model.safetensors")
     a_torch = raw[f"base_model.model.{key}.lora_A.weight"].to(torch.float64).numpy()
     assert (A == a_torch).all()

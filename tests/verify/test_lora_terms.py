@@ -32,12 +32,15 @@ def test_every_module_equals_peft_get_delta_weight(peft_adapter, tiny_base, peft
                                           folder)
     want = peft_deltas(model)
     got = read_folder(folder)
-    assert sorted(got.keys) == sorted(want)
-    for m, d in want.items():
-        B, A = got.factors(m)
-        mine = B @ A
-        ref = d.numpy() if mine.shape == tuple(d.shape) else d.numpy().T
-        assert np.linalg.norm(mine - ref) <= 1e-12 * np.linalg.norm(ref), m
+    try:
+        assert sorted(got.keys) == sorted(want)
+        for m, d in want.items():
+            B, A = got.factors(m)
+            mine = B @ A
+            ref = d.numpy() if mine.shape == tuple(d.shape) else d.numpy().T
+            assert np.linalg.norm(mine - ref) <= 1e-12 * np.linalg.norm(ref), m
+    finally:
+        got.close()
 
 
 def test_uncovered_folders_are_named(tmp_path):

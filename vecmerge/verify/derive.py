@@ -169,6 +169,10 @@ class Derivation:
         c = self.slerp.get("c") or slerp_weights(a.norm(), b.norm(), a.inner(b), self.slerp["t"])
         return dict(zip(xs, c))
 
+    def close(self) -> None:
+        for f in self.folders.values():
+            f.close()
+
     def operand(self, which: str, m: str) -> Stack:
         """Module m of the expression ``which`` (base, dir, ref, or a merge's ``models[i]``)."""
         out = None
@@ -249,19 +253,35 @@ def derive(manifest: dict) -> Derivation:
         if why:
             raise Uncovered(why)
     folders = {n: read_folder(p) for n, p in paths.items()}
+    pins = {n: e.get("sha256") for n, e in (r.get("inputs") or {}).items()}
+    changed = [n for n, f in folders.items() if f.sha256 != pins.get(n)]
     d = Derivation(kind, [], str(r.get("rank", "exact")), folders, allow_missing=bool(r.get("allow_missing")))
+    d.problems += [f"input {n}: its weights hash to {folders[n].sha256[:16]}..., not the pinned "
+                   f"{str(pins.get(n))[:16]}..." for n in changed]
+    try:
+        _fill(d, r, method, kind, folders)
+    except BaseException:
+        d.close()
+        raise
+    return d
+
+
+def _fill(d: Derivation, r: dict, method: str, kind: str, folders: dict) -> None:
+    """The forms, modules and coefficients of ``d`` from the recipe ``r`` (see ``derive``)."""
     if kind == "project":
         d.forms = {k: coefficients(r[k]) for k in ("base", "dir")}
         if r.get("consensus") or method == "onto-ref":
             d.forms["ref"] = coefficients((r.get("consensus") or {})["ref"])
         d.names = list(folders[next(iter(d.forms["base"]))].keys)
         _step(d, r, method)
-        return d
+        return
     exprs = [r["base"]] if kind == "refactor" else [e["model"] for e in r["models"]]
     weights = [1.0] if kind == "refactor" else [float(e.get("weight", 1.0)) for e in r["models"]]
-    lam = float((r.get("params") or r).get("lambda", 1.0) or 1.0) if method == "task_arithmetic" else 1.0
-    if method == "task_arithmetic" and (r.get("params") or r).get("normalize") and abs(sum(weights)) >= DIVISOR_EPS:
-        lam /= sum(weights)
+    lam = 1.0
+    if method == "task_arithmetic":  # mergekit's lambda (a recipe key), over sum(w) with normalize
+        lam = 1.0 if r.get("lambda") is None else float(r["lambda"])
+        if r.get("normalize") and abs(sum(weights)) >= DIVISOR_EPS:
+            lam /= sum(weights)
     d.forms = {f"models[{i}]": coefficients(x) for i, x in enumerate(exprs)}
     d.forms["_weights"] = {f"models[{i}]": w * lam for i, w in enumerate(weights)}
     seen = dict.fromkeys(m for form in exprs for n in coefficients(form) for m in folders[n].keys)
@@ -275,7 +295,6 @@ def derive(manifest: dict) -> Derivation:
                 a, b = d.operand("models[0]", m), d.operand("models[1]", m)
                 n0, n1, inner = n0 + a.norm() ** 2, n1 + b.norm() ** 2, inner + a.inner(b)
             d.slerp["c"] = slerp_weights(math.sqrt(n0), math.sqrt(n1), inner, d.slerp["t"])
-    return d
 
 
 def _step(d: Derivation, r: dict, method: str) -> None:

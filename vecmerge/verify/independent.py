@@ -81,6 +81,15 @@ def independent_check(path: Path, manifest: dict, tol: dict, threads: int = 2) -
     ``Uncovered`` re-raised for the caller to name (see ``verify.derive``)."""
     d = derive(manifest)
     out = read_folder(Path(path))
+    try:
+        return _check(d, out, manifest, tol, threads)
+    finally:
+        d.close()
+        out.close()
+
+
+def _check(d: Derivation, out, manifest: dict, tol: dict, threads: int) -> dict:
+    """The comparison of ``independent_check`` on a derivation and the output, both open."""
     problems = list(d.problems)
     written, want = set(out.keys), set(d.names)
     if written != want:

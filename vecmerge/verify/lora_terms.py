@@ -19,7 +19,8 @@ compared with the manifest's pin) and the time-bounded regex matcher. Folders th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -46,10 +47,14 @@ class LoraFolder:
     file: TensorFile
     sha256: str
     keys: dict
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one file position: reads take turns
 
     @property
     def modules(self) -> list[str]:
         return list(self.keys)
+
+    def close(self) -> None:
+        self.file.close()
 
     def rank_alpha(self, module: str) -> tuple[int, float]:
         """``(r, alpha)`` of ``module`` by the config's patterns (PEFT's first-match rule)."""
@@ -71,7 +76,8 @@ class LoraFolder:
     def factors(self, module: str) -> tuple[np.ndarray, np.ndarray]:
         """``(s * B, A)`` of ``module`` in float64: B (out, r) with the scale folded in, A (r, in)."""
         ka, kb = self.keys[module]
-        A, B = _array(self.file, ka), _array(self.file, kb)
+        with self.lock:
+            A, B = _array(self.file, ka), _array(self.file, kb)
         r, _ = self.rank_alpha(module)
         if A.ndim != 2 or B.ndim != 2 or A.shape[0] != B.shape[1] or A.shape[0] != r:
             raise ValueError(f"{self.path}: module {module}: lora_A {A.shape} and lora_B {B.shape} do not make a "
@@ -108,11 +114,12 @@ def uncovered(folder: Path) -> str | None:
 
 
 def read_folder(folder: Path) -> LoraFolder:
-    """``folder``'s config and weights, read and hashed (the whole file once, as the pipeline pins it)."""
+    """``folder``'s config and weights: header checked, file hashed, tensors read one module at a time (memory of a
+    module, not of the file); ``close()`` the returned folder's file when done."""
     folder = Path(folder)
     config = load_json(folder / "adapter_config.json")
-    f = TensorFile(folder / "adapter_model.safetensors", keep_open=False)
-    sha = f.load()
+    f = TensorFile(folder / "adapter_model.safetensors")  # held open (one file throughout), read a tensor at a time
+    sha = f.sha256()
     keys = {}
     for name in f.tensors:
         for a_suffix, (_, b_suffix) in FACTORS.items():
