@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from vecmerge.testing import toy_adapter
 from vecmerge.verify.output import verify_output
 
 CUT_MODULE = "model.layers.0.self_attn.q_proj"
@@ -56,8 +57,15 @@ def rehashed(folder: Path, key_part: str, fn) -> None:
     ("merge", "--method", "svd", "v51", "v54", "--rank", "6"),
     ("merge", "--method", "slerp", "v51", "v28", "--t", "0.3"),
     ("merge", "--method", "slerp", "v51", "v28", "--t", "0.7", "--slerp-scope", "global", "--rank", "6"),
+    ("merge", "--method", "tsv_m", "r1", "r2", "r3", "--weights", "0.5,0.3,0.7"),
+    ("merge", "--method", "tsv_m", "r1", "r2", "--sv-reduction", "0.1", "--lambda", "1.5", "--rank", "5"),
+    ("merge", "--method", "iso_c", "v51", "v28", "v54"),
+    ("merge", "--method", "iso_cts", "r1", "r2", "r3", "--common-space-fraction", "0.5", "--rank", "10"),
+    ("merge", "--method", "svc", "v51", "v28", "v54", "--svc-alpha", "0.3", "--weights", "1,0.5,2"),
 ])
 def test_clean_outputs_pass_the_independent_check(toy, run_cli, args):
+    for i in (1, 2, 3):  # independent random adapters: the toy trajectory's share directions exactly, where
+        toy_adapter(f"r{i}", rank=4, seed=10 + i, base_model="toy-base")  # TSV-M's polar factor is not unique
     run_ok(run_cli, *args, "--out", "out")
     res = verify_output("out")
     row = by_name(res).get("independent")
@@ -169,3 +177,22 @@ def test_the_independent_check_reads_bf16_outputs_itself(toy, run_cli):
     a_torch = raw[f"base_model.model.{key}.lora_A.weight"].to(torch.float64).numpy()
     assert (A == a_torch).all()
     assert B.dtype.name == "float64"
+
+
+def test_an_edited_spectral_parameter_fails(toy, run_cli):
+    """SVC's alpha changed in the manifest: verify's own formula gives another update than the one written."""
+    run_ok(run_cli, "merge", "--method", "svc", "v51", "v28", "v54", "--svc-alpha", "0.3", "--out", "out")
+    man = json.loads(Path("out/vecmerge.json").read_text())
+    man["recipe"]["svc_alpha"] = 0.9
+    Path("out/vecmerge.json").write_text(json.dumps(man, indent=2))
+    row = by_name(verify_output("out"))["independent"]
+    assert not row["passed"] and "do not hold the intended update" in row["detail"]
+
+
+def test_a_merge_whose_polar_factor_is_not_unique_is_named_not_judged(toy, run_cli):
+    """The toy trajectory's adapters share singular directions exactly: TSV-M's polar factor is then any
+    completion, so verify says it cannot re-derive the update instead of failing a correct output."""
+    run_ok(run_cli, "merge", "--method", "tsv_m", "v51", "v28", "--out", "out")
+    res = verify_output("out")
+    assert res["passed"] and "independent" not in by_name(res)
+    assert "polar factor is not unique" in res["not_independent"]

@@ -15,7 +15,9 @@ own arithmetic: every operand of module m is a stack of factors ``X_m = [c_1 s_1
   for the dose k (``multiple``);
 - merges ``linear``, ``svd``, ``cat``: ``I_m = sum_i w_i x_i``; ``task_arithmetic``: ``lambda`` times it
   (over ``sum_i w_i`` with ``normalize``); ``slerp``: ``c0 x0 + c1 x1`` by mergekit's formula (``slerp_weights``,
-  the angle per module or over all modules); ``refactor``: the expression; each times its multiplier.
+  the angle per module or over all modules); the spectral merges ``tsv_m``, ``iso_c``, ``iso_cts``, ``svc`` by
+  their papers' formulas on the weighted updates (``verify.references``); ``refactor``: the expression; each
+  times its multiplier.
 
 Norms come from R factors (``||B A|| = ||R_b R_a^T||``, stable for nearly cancelling differences such as
 v51 - v28), inner products from Grams (``<X, Y> = sum((B_x^T B_y) * (A_x A_y^T))``). The written update W is
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .lora_terms import LoraFolder, read_folder, uncovered
+from .references import SPECTRAL, Uncovered, shared_cores, spectral
 
 ZERO_RTOL = 1e-9      # a module whose norm is below this share of its terms' norms is zero (it has no sign)
 STEPPED = ("add", "onto-ref", "orthogonal")
@@ -41,10 +44,6 @@ LINEAR_MERGES = ("linear", "svd", "cat", "task_arithmetic", "slerp")
 SLERP_DOT = 0.9995    # mergekit's colinearity threshold on |cos theta|
 DIVISOR_EPS = 1e-8    # normalize by sum(weights) only when it is not ~0 (mergekit's rule)
 MAX_NODES = 2000
-
-
-class Uncovered(Exception):
-    """The recipe or an input is outside what verify's own derivation covers (with the reason)."""
 
 
 @dataclass
@@ -162,6 +161,7 @@ class Derivation:
     problems: list = field(default_factory=list)
     allow_missing: bool = False
     slerp: dict | None = None
+    spectral: dict | None = None
 
     def _slerp_weights(self, xs: dict) -> dict:
         """SLERP's (c0, c1): recorded over all modules (global scope) or from module m's two updates."""
@@ -199,6 +199,11 @@ class Derivation:
 
     def intended(self, m: str) -> tuple[Stack, Stack | None, Stack | None]:
         """``(I_m, base_m, step_m)``: the update module m should hold, and for a step its backbone and step."""
+        if self.kind != "project" and self.spectral is not None:
+            xs = [self.operand(w, m).scaled(c) for w, c in self.forms["_weights"].items()]
+            Qb, cores, Qa = shared_cores([(x.B, x.A) for x in xs])
+            core = spectral(self.spectral["method"], cores, (xs[0].B.shape[0], xs[0].A.shape[1]), self.spectral)
+            return Stack(Qb @ core * self.coeff.get(m, 1.0), Qa.T), None, None
         if self.kind != "project":
             xs = {which: self.operand(which, m) for which in self.forms["_weights"]}
             weights = self.forms["_weights"] if self.slerp is None else self._slerp_weights(xs)
@@ -241,7 +246,7 @@ def derive(manifest: dict) -> Derivation:
     r = manifest["recipe"]
     method = r.get("method")
     kind = "project" if method in STEPPED else "refactor" if method == "expression" else "merge"
-    if kind == "merge" and method not in LINEAR_MERGES:
+    if kind == "merge" and method not in LINEAR_MERGES + SPECTRAL:
         raise Uncovered(f"method {method}: no independent reference yet")
     if r.get("rank") == "keep-base":
         raise Uncovered("rank keep-base")
@@ -287,6 +292,10 @@ def _fill(d: Derivation, r: dict, method: str, kind: str, folders: dict) -> None
     seen = dict.fromkeys(m for form in exprs for n in coefficients(form) for m in folders[n].keys)
     d.names = [m for m in seen if _selected(r, m)]
     d.coeff = {m: _multiplier(r, m) for m in d.names}
+    if method in SPECTRAL:  # the papers' definitions on the models' weighted cores (verify.references)
+        d.spectral = {k: r.get(k) for k in ("lambda", "sv_reduction", "common_space_fraction", "svc_alpha")
+                      if r.get(k) is not None}
+        d.spectral["method"] = method
     if method == "slerp":
         d.slerp = {"t": float(r["t"])}
         if r.get("slerp_scope") == "global":  # one angle from the whole adapters
