@@ -60,12 +60,12 @@ class LoraFolder:
         """``(r, alpha)`` of ``module`` by the config's patterns (PEFT's first-match rule)."""
         c = self.config
         r, alpha = c.get("r", 8), c.get("lora_alpha", 8)
-        for field, default in (("rank_pattern", r), ("alpha_pattern", alpha)):
-            pats = c.get(field) or {}
-            key = PatternSet(pats, field=field, source=self.path / "adapter_config.json").first_key(module) \
+        for name, default in (("rank_pattern", r), ("alpha_pattern", alpha)):
+            pats = c.get(name) or {}
+            key = PatternSet(pats, field=name, source=self.path / "adapter_config.json").first_key(module) \
                 if pats else None
             value = pats[key] if key is not None else default
-            r, alpha = (value, alpha) if field == "rank_pattern" else (r, value)
+            r, alpha = (value, alpha) if name == "rank_pattern" else (r, value)
         return r, alpha
 
     def scale(self, module: str) -> float:
