@@ -229,3 +229,36 @@ class InSpan:
         """The same update as factors ``(Qb C, Qa^T)`` (rank q), for code that wants a LowRank."""
         eye = torch.eye(self.space.q, dtype=self.C.dtype, device=self.C.device)
         return LowRank(self.space.left(self.C), self.space.right(eye), 1.0)
+
+
+@dataclass(frozen=True, eq=False)
+class Apart:
+    """An operand of a module kept out of its basis, known by the figures the consensus gate reads.
+
+    The consensus reference of a stepped method that does not read it (``v54 - v54e2`` of the v58 step): its
+    inputs would widen the basis (p = 4r where the step needs 3r, about 40% more QR, lifts and rounding)
+    for nothing but one inner product and one norm. Both are exact in factored form: the norm from the
+    reference's own R-only QR (``LowRank.norm``), the inner product with the direction in Gram form
+    (``LowRank.inner``), measured once when the module's cores are made.
+
+    Args:
+        shape (tuple[int, int]): (out, in). value (float): ``||x||_F``. floor (float): the round-off scale
+            (``consensus.roundoff_floor`` of its stacked factors). against (InSpan): the core it was measured
+            against. product (float): ``<x, against>_F``.
+    """
+
+    shape: tuple
+    value: float
+    floor: float
+    against: InSpan
+    product: float
+
+    def norm(self) -> float:
+        return self.value
+
+    def inner(self, other) -> float:
+        """``<x, other>_F`` for the one core it was measured against (ValueError for any other)."""
+        if other is not self.against:
+            raise ValueError("Apart.inner: measured against another operand only")
+        return self.product
+
