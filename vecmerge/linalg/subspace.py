@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .lowrank import COMPUTE_DTYPE, SVD, LowRank, f64
+from .lowrank import COMPUTE_DTYPE, SVD, LowRank
 
 KAPPA_MAX = 1e6  # lift through ``S R^-1`` only below this condition number of R (error ~ kappa * 1e-16)
 
@@ -73,7 +73,17 @@ class Subspace:
 
     @staticmethod
     def _stacks(terms: list[LowRank]) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.cat([f64(t.B) for t in terms], 1), torch.cat([f64(t.A).T for t in terms], 1)
+        """``([B_1 .. B_n], [A_1^T .. A_n^T])`` in float64: each factor converted as it is copied in (one pass)."""
+        width = sum(t.rank for t in terms)
+        out, inn = terms[0].shape
+        Bs = torch.empty(out, width, dtype=COMPUTE_DTYPE, device=terms[0].device)
+        As = torch.empty(inn, width, dtype=COMPUTE_DTYPE, device=terms[0].device)
+        col = 0
+        for t in terms:
+            Bs[:, col:col + t.rank].copy_(t.B)
+            As[:, col:col + t.rank].copy_(t.A.T)
+            col += t.rank
+        return Bs, As
 
     @classmethod
     def of(cls, terms: list[LowRank], shape: tuple[int, int],
