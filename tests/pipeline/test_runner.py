@@ -441,3 +441,28 @@ def test_recipe_name_titles_the_model_card(toy, run_cli):
     assert res.exit_code == 0, res.output
     plain = (toy / "out" / "plain" / "README.md").read_text().split("---\n", 2)[2]
     assert plain.splitlines()[0] == "# plain"
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.02])
+def test_consensus_reference_apart_from_the_basis(tmp_path, monkeypatch, dense_expr, noise):
+    """Issue 27: the v58 step's consensus-only input (v54e2) stays out of the step's basis (p = 3 ranks, not 4);
+    the gate's rows (inner product, norms, cosine) still match dense float64 to rtol 1e-9, and the direction and
+    step are those of a basis that holds it (the same update)."""
+    from vecmerge.linalg.subspace import Apart
+    from vecmerge.pipeline.evaluation import consensus_rows, evaluate_cores
+
+    toy_trajectory(tmp_path / "t", factor_noise=noise)
+    monkeypatch.chdir(tmp_path / "t")
+    ev = evaluate_cores(Recipe.from_dict({"base": "v54", "dir": "v51 - v28", "trust": 0.0113,
+                                          "consensus": {"ref": "v54 - v54e2"}, "out": "o"}), Workspace())
+    ref, d = dense_expr({"v54": 1.0, "v54e2": -1.0}), dense_expr({"v51": 1.0, "v28": -1.0})
+    for row in consensus_rows(ev):
+        m = row["module"]
+        assert isinstance(ev.operands["ref"][m], Apart)
+        ranks = sum(ev.vectors[n].modules[m].rank for n in ("v54", "v51", "v28"))
+        space, (out, inn) = ev.operands["dir"][m].space, ev.specs[m].shape
+        assert (space.p, space.q) == (min(ranks, out), min(ranks, inn))  # v54e2 is not in the basis
+        inner, rn, dn = float((ref[m] * d[m]).sum()), float(ref[m].norm()), float(d[m].norm())
+        assert row["inner"] == pytest.approx(inner, rel=1e-9)
+        assert row["ref_norm"] == pytest.approx(rn, rel=1e-9) and row["dir_norm"] == pytest.approx(dn, rel=1e-9)
+        assert row["cosine"] == pytest.approx(inner / (rn * dn), rel=1e-9)

@@ -48,15 +48,23 @@ def resolve_device(name) -> torch.device:
 SAFE_MAX, SAFE_MIN = 1e150, 1e-150
 
 
+def max_abs(t: torch.Tensor) -> float:
+    """``max |t|`` (0.0 for an empty tensor; NaN when t holds a NaN): one pass, no ``abs`` copy."""
+    if not t.numel():
+        return 0.0
+    lo, hi = (float(v) for v in torch.aminmax(t))
+    return hi if hi != hi else max(-lo, hi)  # NaN makes both NaN
+
+
 def magnitude(x) -> float:
     """The size of ``x``'s entries: the largest of a tensor, ``|s| max|B| max|A|`` for a LowRank, ``|x|``
     for a number."""
     if isinstance(x, LowRank):
         if x.rank == 0 or x.scale == 0.0:
             return 0.0
-        return abs(x.scale) * float(x.B.abs().max()) * float(x.A.abs().max())
+        return abs(x.scale) * max_abs(x.B) * max_abs(x.A)
     if isinstance(x, torch.Tensor):
-        return float(x.abs().max()) if x.numel() else 0.0
+        return max_abs(x)
     return abs(float(x))
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .lowrank import COMPUTE_DTYPE, SVD, LowRank, f64
+from .lowrank import COMPUTE_DTYPE, SVD, LowRank
 
 KAPPA_MAX = 1e6  # lift through ``S R^-1`` only below this condition number of R (error ~ kappa * 1e-16)
 
@@ -73,7 +73,17 @@ class Subspace:
 
     @staticmethod
     def _stacks(terms: list[LowRank]) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.cat([f64(t.B) for t in terms], 1), torch.cat([f64(t.A).T for t in terms], 1)
+        """``([B_1 .. B_n], [A_1^T .. A_n^T])`` in float64: each factor converted as it is copied in (one pass)."""
+        width = sum(t.rank for t in terms)
+        out, inn = terms[0].shape
+        Bs = torch.empty(out, width, dtype=COMPUTE_DTYPE, device=terms[0].device)
+        As = torch.empty(inn, width, dtype=COMPUTE_DTYPE, device=terms[0].device)
+        col = 0
+        for t in terms:
+            Bs[:, col:col + t.rank].copy_(t.B)
+            As[:, col:col + t.rank].copy_(t.A.T)
+            col += t.rank
+        return Bs, As
 
     @classmethod
     def of(cls, terms: list[LowRank], shape: tuple[int, int],
@@ -229,3 +239,36 @@ class InSpan:
         """The same update as factors ``(Qb C, Qa^T)`` (rank q), for code that wants a LowRank."""
         eye = torch.eye(self.space.q, dtype=self.C.dtype, device=self.C.device)
         return LowRank(self.space.left(self.C), self.space.right(eye), 1.0)
+
+
+@dataclass(frozen=True, eq=False)
+class Apart:
+    """An operand of a module kept out of its basis, known by the figures the consensus gate reads.
+
+    The consensus reference of a stepped method that does not read it (``v54 - v54e2`` of the v58 step): its
+    inputs would widen the basis (p = 4r where the step needs 3r, about 40% more QR, lifts and rounding)
+    for nothing but one inner product and one norm. Both are exact in factored form: the norm from the
+    reference's own R-only QR (``LowRank.norm``), the inner product with the direction in Gram form
+    (``LowRank.inner``), measured once when the module's cores are made.
+
+    Args:
+        shape (tuple[int, int]): (out, in). value (float): ``||x||_F``. floor (float): the round-off scale
+            (``consensus.roundoff_floor`` of its stacked factors). against (InSpan): the core it was measured
+            against. product (float): ``<x, against>_F``.
+    """
+
+    shape: tuple
+    value: float
+    floor: float
+    against: InSpan
+    product: float
+
+    def norm(self) -> float:
+        return self.value
+
+    def inner(self, other) -> float:
+        """``<x, other>_F`` for the one core it was measured against (ValueError for any other)."""
+        if other is not self.against:
+            raise ValueError("Apart.inner: measured against another operand only")
+        return self.product
+

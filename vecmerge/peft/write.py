@@ -28,7 +28,7 @@ from ..errors import OutputError
 from ..io.hashing import sha256_file
 from ..io.safetensors_read import DTYPE_CODES
 from ..io.safetensors_write import SafetensorsStream
-from ..linalg.lowrank import COMPUTE_DTYPE, LowRank
+from ..linalg.lowrank import COMPUTE_DTYPE, LowRank, max_abs
 from ..outputs.card import CARD_NAME
 from ..outputs.manifest import MANIFEST_NAME, adapter_files, finish, write_manifest
 from .format import (
@@ -144,7 +144,7 @@ def prepare_modules(modules: dict, specs: dict, dtype: str = "fp32", keep_factor
         x, alpha = _alpha_for(x, x.rank, name in keep)
         B = x.B.to(device="cpu", dtype=tdtype).contiguous()
         A = x.A.to(device="cpu", dtype=tdtype).contiguous()
-        if not (torch.isfinite(B).all() and torch.isfinite(A).all()):
+        if not (math.isfinite(max_abs(B)) and math.isfinite(max_abs(A))):
             big = max(float(x.B.abs().max()), float(x.A.abs().max()))
             fix = ("use --dtype fp32 (or bf16, which has fp32's range)" if dtype == "fp16" else
                    "the update is too large for any stored dtype; scale the expression's coefficients down")

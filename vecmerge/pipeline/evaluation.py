@@ -22,12 +22,12 @@ import re
 from dataclasses import dataclass, field, replace
 
 from .. import methods
-from ..analysis.consensus import ConsensusResult, agreement_rows, apply_on_disagree
+from ..analysis.consensus import ConsensusResult, agreement_rows, apply_on_disagree, roundoff_floor
 from ..analysis.step import StepSize, choose_step
 from ..errors import Problem, RecipeError, few
 from ..expr import parse
-from ..linalg.lowrank import LowRank, check_magnitude
-from ..linalg.subspace import InSpan, Subspace
+from ..linalg.lowrank import LowRank, check_magnitude, combine
+from ..linalg.subspace import Apart, InSpan, Subspace
 from ..linalg.threads import map_modules
 from ..methods.base import Method, ModuleOperands
 from ..peft.adapter import Adapter
@@ -47,7 +47,9 @@ class Evaluation:
         recipe (Recipe): what was asked. method (Method): the registered method that computes it.
         inputs (dict[str, InputRecord]): every input adapter, hashed.
         names (tuple[str]): the modules, in order. specs (dict[str, ModuleSpec]): their layouts.
-        operands (dict[str, TaskVector]): ``base``/``dir``/``ref`` as cores (InSpan) per module.
+        operands (dict[str, TaskVector]): ``base``/``dir``/``ref`` as cores (InSpan) per module; a
+            consensus reference the method does not read is kept out of the basis (``Apart``: its norm and
+            its inner product with ``dir``, all the gate reads).
         vectors (dict[str, TaskVector]): each input's own factors (LowRank), as read.
         missing (dict[str, list[str]]): input name -> modules it lacks (treated as zero).
         template (Adapter): the first base input (its config is the output's template).
@@ -191,17 +193,25 @@ def evaluate_cores(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
     missing = opened.missing(names)
     specs = {m: next(v.specs[m] for v in vecs.values() if m in v.specs) for m in names}
 
+    # A stepped method that does not read the consensus reference keeps it out of the basis (``Apart``):
+    # the basis spans the base and the direction only (the v58 step: p = 3r, not 4r).
+    apart = {"ref"} if method.stepped and "ref" in forms and "dir" in forms and "ref" not in method.operands \
+        else set()
+    spanned = {n for k, form in forms.items() if k not in apart for n in form.names()}
+
     # Keep every module's bases when they fit in BASES_BUDGET (saves forming them twice); else
     # hold only the small cores and form one module's bases at a time when writing.
-    widths = {m: sum(v.modules[m].rank for v in vecs.values() if m in v.modules) for m in names}
+    widths = {m: sum(v.modules[m].rank for n, v in vecs.items() if n in spanned and m in v.modules) for m in names}
     keep = sum(8 * w * sum(specs[m].shape) for m, w in widths.items()) <= BASES_BUDGET
 
     def module_cores(m: str) -> dict:
-        terms = {n: v.modules[m] for n, v in vecs.items() if m in v.modules}
+        terms = {n: v.modules[m] for n, v in vecs.items() if m in v.modules and n in spanned}
         space, own = Subspace.of(list(terms.values()), specs[m].shape, keep_bases=keep, device=ws.device)
         proj = dict(zip(terms, own))
         out = {}
         for k, form in forms.items():
+            if k in apart:
+                continue
             x = space.zero()
             for n in form.names():
                 if n in proj and form.coeffs[n] != 0.0:
@@ -210,6 +220,8 @@ def evaluate_cores(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
             check_magnitude(m, f"{k} ({form})", x.C, "keep the expression's coefficients and the inputs' scales "
                             f"(lora_alpha / r, here up to {scales:.3g}) in a sane range")
             out[k] = x
+        for k in apart:
+            out[k] = apart_operand(m, k, forms[k], forms["dir"], vecs, specs[m].shape, out["dir"])
         return out
 
     per = map_modules(module_cores, names, progress)
@@ -218,6 +230,28 @@ def evaluate_cores(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
                       {k: v for k, v in missing.items() if v}, ws.adapter(order[0], recipe.modules_to_save),
                       unselected=() if not method.stepped else left_out,
                       excluded=left_out if not method.stepped else (), multipliers=mult)
+
+
+def apart_operand(m: str, k: str, form, dir_form, vecs: dict, shape: tuple, d: InSpan) -> Apart:
+    """Operand ``k`` of module m outside its basis (``Apart``): its norm by its own R-only QR, its inner
+    product with the direction ``d`` in Gram form over both expressions' factors as read.
+
+    Args:
+        m (str): the module. k (str): the operand. form, dir_form (LinearForm): its expression and the direction's.
+        vecs (dict[str, TaskVector]): the inputs. shape (tuple): (out, in). d (InSpan): the direction's core.
+    """
+    def factors(f) -> LowRank:
+        live = [(c, vecs[n].modules[m]) for n, c in f.coeffs.items() if c != 0.0 and m in vecs[n].modules]
+        return combine(live) if live else LowRank.zeros(shape, d.space.device)
+
+    x = factors(form)
+    scales = max((abs(vecs[n].modules[m].scale) for n in form.coeffs if m in vecs[n].modules), default=0.0)
+    fix = ("keep the expression's coefficients and the inputs' scales "
+           f"(lora_alpha / r, here up to {scales:.3g}) in a sane range")
+    check_magnitude(m, f"{k} ({form})", x, fix)
+    norm = x.norm()
+    check_magnitude(m, f"{k} ({form})", norm, fix)
+    return Apart(shape, norm, roundoff_floor(x), d, x.inner(factors(dir_form)) if x.rank else 0.0)
 
 
 def consensus_rows(ev: Evaluation) -> list[dict] | None:
@@ -256,7 +290,7 @@ def complete(ev: Evaluation, rows: list[dict] | None = None) -> Evaluation:
     def shaped(m: str, d: InSpan) -> InSpan:
         if m in drop or m not in sel:
             return d * 0.0
-        ref = operands["ref"][m] if "ref" in operands else None
+        ref = operands["ref"][m] if "ref" in method.operands else None  # else not read (and maybe Apart)
         out = method.module(ModuleOperands(m, operands["base"][m], d, ref), params)
         return out * mult[m] if mult.get(m, 1.0) != 1.0 else out
 

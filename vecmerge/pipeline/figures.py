@@ -47,6 +47,17 @@ def _rounding_terms(written: LowRank, exact: LowRank):
     return B1 - B2, A1, B2, A1 - A2
 
 
+def _differences(written: LowRank, exact: LowRank):
+    """``(dB, dA)`` of ``_rounding_terms``, bit for bit, in one pass each where both scales are 1 (the cut's
+    factors and their stored copy: no scaled copies, the stored dtype promoted to float64 inside the subtraction,
+    exactly)."""
+    if written.scale != 1.0 or exact.scale != 1.0:
+        dB, _, _, dA = _rounding_terms(written, exact)
+        return dB, dA
+    dev = exact.device
+    return (torch.sub(written.B.to(dev), f64(exact.B)), torch.sub(written.A.to(dev), f64(exact.A)))
+
+
 def _rounding_sq(dB, A1, B2, dA) -> float:
     """``||dB A1 + B2 dA||^2`` from Gram blocks: ``<dB^T dB, A1 A1^T> + <B2^T B2, dA dA^T> + 2 <dB^T B2, A1 dA^T>``.
 
@@ -78,10 +89,11 @@ def rounding(written: LowRank, exact: LowRank, space: Subspace, cores=None) -> t
     """
     if exact.rank == 0:
         return 0.0, space.zero().C
-    dB, A1, B2, dA = _rounding_terms(written, exact)
     if cores is None:
+        dB, A1, B2, dA = _rounding_terms(written, exact)
         core = space.core_of(torch.cat([dB, B2], 1), torch.cat([A1, dA], 0))
         return max(_rounding_sq(dB, A1, B2, dA), 0.0) ** 0.5, core
+    dB, dA = _differences(written, exact)
     L, Rc = cores
     Pb, Pa = space.core_of_left(dB), space.core_of_right(dA)
     dAdA = dA @ dA.T
