@@ -27,7 +27,7 @@ import torch
 from finetune import logits, make_pair, prompt, rel_max
 from safetensors.torch import load_file
 
-from vecmerge.errors import UsageError, VecmergeError
+from vecmerge.errors import ModelError, UsageError, VecmergeError
 from vecmerge.models.extract_write import extract
 from vecmerge.verify.output import verify_output
 
@@ -429,3 +429,18 @@ def test_a_non_finite_value_is_never_written(tmp_path, run_cli):
     r = run_cli("extract", "--base-model", base, "--tuned", tuned, "--rank", "2", "--others", "drop",
                 "--out", tmp_path / "o")
     assert r.exit_code == 0, r.output  # the NaN is in no tensor written
+
+
+def test_a_non_finite_difference_names_its_tensor_and_model(tmp_path):
+    """Issue 23: a NaN in a targeted weight said "the difference has NaN/Inf entries; check both models"; now the
+    tensor and the model holding the value are named."""
+    b = small()
+    t = {k: v.clone() for k, v in b.items()}
+    t["model.layers.0.q_proj.weight"][2, 3] = float("nan")
+    base, tuned = write_model(tmp_path / "b", b), write_model(tmp_path / "t", t)
+    with pytest.raises(ModelError, match=r"tensor model.layers.0.q_proj.weight holds NaN/Inf values in --tuned "
+                                         r".*t \(1 NaN/Inf value\(s\)\)"):
+        extract(base, tuned, tmp_path / "o", rank="2", others="drop")
+    with pytest.raises(ModelError, match=r"in --base-model .*t \(1 NaN/Inf"):
+        extract(tuned, base, tmp_path / "o", rank="2", others="drop")
+    assert not (tmp_path / "o").exists()

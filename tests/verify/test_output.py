@@ -853,3 +853,25 @@ def test_a_rank_cut_without_a_numeric_recorded_survival_fails_the_step_check(toy
     path.write_text(json.dumps(man))
     step = by_name(verify_output("out"))["step"]
     assert not step["passed"] and step["detail"].endswith("expected nan within 0.0001"), step["detail"]
+
+
+def test_a_copied_output_verifies_against_the_workspace_given(tmp_path, monkeypatch, run_cli):
+    """Issue 23: an output copied out of its workspace looked its inputs up beside the copy and ignored
+    ``--workspace``; now the manifest's relative input paths start at the given workspace's folder (and the
+    inputs check says so); without it, the failure says to pass ``--workspace``."""
+    import shutil
+
+    from vecmerge.testing import toy_trajectory
+
+    toy_trajectory(tmp_path / "t")
+    monkeypatch.chdir(tmp_path / "t")
+    assert run_cli("project", "--base", "v54", "--dir", "v51-v28", "--alpha", "0.1", "--out", "mv/o").exit_code == 0
+    shutil.copytree(tmp_path / "t" / "mv", tmp_path / "copy" / "mv")
+    monkeypatch.chdir(tmp_path)
+    r = run_cli("verify", "copy/mv/o")
+    assert r.exit_code == 1 and "pass --workspace PATH/vecmerge.yaml" in r.output
+    r = run_cli("verify", "--workspace", "t/vecmerge.yaml", "copy/mv/o", "--json")
+    assert r.exit_code == 0, r.output
+    inputs = json.loads(r.output)["checks"][0]
+    assert inputs["name"] == "inputs" and f"resolved against --workspace {(tmp_path / 't').resolve()}" in inputs[
+        "detail"]

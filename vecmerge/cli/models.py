@@ -52,10 +52,13 @@ def extract(obj: Ctx, base_model, tuned, rank, targets, others, dtype, seed, out
 @click.pass_obj
 @handled
 def fuse(obj: Ctx, adapter, base_model, out, dtype, force, as_json):
-    """ADAPTER added into the base model's weights, written as a plain sharded safetensors model."""
-    base_model = base_model or obj.ws().base_model
+    """ADAPTER (a workspace name or a folder) added into the base model's weights, written as a plain sharded
+    safetensors model."""
+    ws = obj.ws()
+    base_model = base_model or ws.base_model
     if base_model is None:
         usage("fuse: give --base-model (or base_model in vecmerge.yaml)")
+    adapter = ws.path_of(adapter)  # a name in vecmerge.yaml, as every command reads it, else a folder
     from .. import commands
 
     commands.fuse(adapter, base_model, out, dtype=dtype, force=force, as_json=as_json, echo=echo,

@@ -29,4 +29,5 @@ def verify(obj: Ctx, target, base_model, allow_base_mismatch, identities, as_jso
     from .. import commands
 
     commands.verify(obj.ws(), list(target), base_model=base_model, identities=identities, as_json=as_json,
-                    allow_base_mismatch=allow_base_mismatch, echo=echo, progress=obj.bars())
+                    allow_base_mismatch=allow_base_mismatch, echo=echo, progress=obj.bars(),
+                    workspace_given=obj.workspace is not None)

@@ -76,7 +76,7 @@ def merge_config(ws: Workspace, path, flags: dict, *, force: bool = False, dry_r
 
 
 def verify(ws: Workspace, targets: list[str], *, base_model=None, identities: bool = False, as_json: bool = False,
-           allow_base_mismatch: bool = False, echo=print, progress=None) -> dict:
+           allow_base_mismatch: bool = False, echo=print, progress=None, workspace_given: bool = False) -> dict:
     """``vecmerge verify``: re-derive an output from its manifest (or check identities); CheckFailed if any fails.
 
     Args:
@@ -85,6 +85,8 @@ def verify(ws: Workspace, targets: list[str], *, base_model=None, identities: bo
         targets (list[str]): one output folder, or adapters (names or folders) with ``identities``.
         base_model (str | Path | None): a local transformers model folder: also load through PEFT.
         allow_base_mismatch (bool): run the PEFT checks on a base model the output does not declare.
+        workspace_given (bool): ``--workspace`` was given: the manifest's relative input paths start at its
+            folder (an output moved or copied out of the workspace it was made in).
     """
     bar = progress_bar(progress, "verify")
     if identities:
@@ -93,7 +95,8 @@ def verify(ws: Workspace, targets: list[str], *, base_model=None, identities: bo
     else:
         aliases = {ws.base_model: ws.base_model_id} if ws.base_model and ws.base_model_id else None
         result = verify_output(targets[0], base_model=base_model or ws.base_model, progress=bar,
-                               allow_base_mismatch=allow_base_mismatch, base_model_aliases=aliases)
+                               allow_base_mismatch=allow_base_mismatch, base_model_aliases=aliases,
+                               workspace=ws.home if workspace_given else None)
     echo(to_json(result) if as_json else report_verify.render(result))
     if not result["passed"]:
         failed = [c["name"] for c in result["checks"] if not c["passed"]]

@@ -290,7 +290,11 @@ def cut_all(ex: Extraction, sink, progress=None) -> None:
             continue
         part = weights[name]
         t0 = time.perf_counter()
-        D = lora_difference(ex.base.read(name), ex.tuned.read(name), part)
+        b, t = ex.base.read(name), ex.tuned.read(name)
+        D = lora_difference(b, t, part)
+        if not bool(torch.isfinite(D).all()):
+            _refuse_non_finite(name, (ex.base, b), (ex.tuned, t))
+        del b, t
         total = float(torch.linalg.vector_norm(D) ** 2)
         c = cut_module(D, ex.policy, ex.seed, total)
         del D
@@ -308,6 +312,15 @@ def cut_all(ex: Extraction, sink, progress=None) -> None:
         if name not in ex.tuned.tensors:
             for _ in ex.base.read_chunks(name):
                 pass
+
+
+def _refuse_non_finite(name: str, *sides) -> None:
+    """A ModelError naming the tensor and the model(s) holding its NaN/Inf values (a float64 difference of two
+    finite tensors is finite, so one of them is not)."""
+    held = [(m, int((~torch.isfinite(t)).sum())) for m, t in sides]
+    held = [f"{m.flag} {m.path} ({n} NaN/Inf value(s))" for m, n in held if n]
+    raise ModelError(f"tensor {name} holds NaN/Inf values in {' and '.join(held) or 'neither model (overflow)'}; "
+                     "extract needs finite weights: check or re-save that model")
 
 
 def base_model_name(path: Path) -> str:

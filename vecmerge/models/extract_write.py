@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..io.hashing import sha256_file
 from ..io.model_folder import ModelFolder
 from ..io.safetensors_read import DTYPE_CODES
 from ..io.safetensors_write import SafetensorsWriter, tensor_bytes
@@ -187,13 +188,14 @@ def extract(base_model, tuned, out, *, rank: str, targets=(ALL_LINEAR,), others:
                 for name in ex.tuned.other_files():
                     if name in TOKENIZER_FILES:
                         shutil.copyfile(ex.tuned.path / name, tmp / name)
-            man = finish(man, {**adapter_files(tmp, SAFETENSORS_NAME, CONFIG_NAME), "dtype": dtype,
-                               "modules": len(fac.written), "files": sorted(p.name for p in tmp.iterdir())
-                               + [MANIFEST_NAME, CARD_NAME]})
-            write_manifest(tmp, man)
+            files = sorted(p.name for p in tmp.iterdir()) + [MANIFEST_NAME, CARD_NAME]
             # a local path is not a hub id: the card's front matter names no base model (as project's without
             # --base-model-id); the body names both folders
             (tmp / CARD_NAME).write_text(model_card(None, f"LoRA extracted from {ex.tuned.path.name}", card_body(man)))
+            man = finish(man, {**adapter_files(tmp, SAFETENSORS_NAME, CONFIG_NAME), "dtype": dtype,
+                               "modules": len(fac.written), "files": files,
+                               "card_sha256": sha256_file(tmp / CARD_NAME)})
+            write_manifest(tmp, man)
             txn.commit()
     finally:
         ex.base.close()

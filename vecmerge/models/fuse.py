@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from ..errors import AdapterError, ModelError, UsageError, few
+from ..io.hashing import sha256_file
 from ..io.model_folder import CONFIG, INDEX_NAME, ModelFolder
 from ..io.safetensors_read import DTYPE_CODES, ST_DTYPES, itemsize, to_tensor
 from ..io.safetensors_write import SafetensorsWriter, tensor_bytes, write_index
@@ -216,9 +217,10 @@ def fuse(adapter, base_model, out, *, dtype: str | None = None, force: bool = Fa
             tmp = txn.folder(out)
             man = _write(tmp, a, base, mods, saved, dtype, progress)
             man["figures"]["seconds"] = time.perf_counter() - t0
-            write_manifest(tmp, man)
             (tmp / CARD_NAME).write_text(model_card(None, f"{base.path.name} with {a.path.name} fused in",
                                                     card_body(man)))
+            man["output"]["card_sha256"] = sha256_file(tmp / CARD_NAME)  # verify: the card as written
+            write_manifest(tmp, man)
             txn.commit()
     finally:
         base.close()

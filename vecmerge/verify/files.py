@@ -40,19 +40,26 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 SHOWN = 4  # differences named in a detail line
 
 
-def files_check(path: Path, manifest: dict) -> dict:
-    """The folder holds exactly ``OUTPUT_FILES``, as regular files, and README.md hashes as pinned.
+def files_check(path: Path, manifest: dict, expected=OUTPUT_FILES, pin_required: bool = True) -> dict:
+    """The folder holds exactly ``expected``, as regular files, and README.md hashes as pinned.
+
+    Anything else, dotfiles and folders included, fails by name.
 
     Args:
         path (Path): the output folder. manifest (dict): its vecmerge.json.
+        expected (Iterable[str]): every entry the folder should hold (default: an adapter output's ``OUTPUT_FILES``;
+            ``verify.models`` gives a fuse's or an extract's list).
+        pin_required (bool): a manifest without ``output.card_sha256`` fails (pipeline outputs always pin the
+            card); False: the card is checked only when pinned (extract and fuse manifests of vecmerge <= 0.1.0).
     """
+    expected = tuple(dict.fromkeys(expected))
     try:
         entries = sorted(os.listdir(path))
     except OSError as e:
         return check("files", False, f"{path}: cannot list it ({e.strerror or e})")
-    extra = [n for n in entries if n not in OUTPUT_FILES]
-    missing = [n for n in OUTPUT_FILES if n not in entries]
-    odd = [n for n in entries if n in OUTPUT_FILES and not stat.S_ISREG(os.lstat(path / n).st_mode)]
+    extra = [n for n in entries if n not in expected]
+    missing = [n for n in expected if n not in entries]
+    odd = [n for n in entries if n in expected and not stat.S_ISREG(os.lstat(path / n).st_mode)]
     problems = []
     if extra:
         problems.append(f"{few(extra)} in {path} {'is' if len(extra) == 1 else 'are'} not written by vecmerge "
@@ -64,11 +71,12 @@ def files_check(path: Path, manifest: dict) -> dict:
     pin = (manifest.get("output") or {}).get("card_sha256")
     card = path / CARD_NAME
     got = sha256_file(card) if CARD_NAME in entries and CARD_NAME not in odd else None
-    if got is not None and got != pin:
+    if got is not None and got != pin and (pin_required or pin is not None):
         problems.append(f"{card} has sha256 {got[:16]}..., the manifest pins {short(pin, 20)}: the model card "
                         "was edited after writing")
+    pinned = "as pinned" if pin is not None else "not pinned (a manifest of vecmerge <= 0.1.0)"
     return check("files", not problems, "; ".join(problems) or
-                 f"exactly {', '.join(OUTPUT_FILES)}; {CARD_NAME} as pinned",
+                 f"exactly {few(list(expected), 8)}; {CARD_NAME} {pinned}",
                  {"extra": extra, "missing": missing, "card_sha256": got})
 
 

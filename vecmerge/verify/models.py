@@ -21,7 +21,13 @@ Fuse output OUT (``kind: fuse``), every tensor against the base and the adapter:
   with ``W + D`` formed here in float64 from the base weight and ``scale * B @ A``;
 - saved and copied: modules_to_save tensors equal the adapter's, every other tensor equals the base's
   (byte for byte when its dtype is kept);
-- files: the base's other files copied unchanged (config.json: only the recorded dtype edits).
+- copies: the base's other files copied unchanged (config.json: only the recorded dtype edits).
+
+Both kinds: ``files`` (``verify.files.files_check``): the folder holds exactly what the writer writes (fuse: the
+shards, the index when sharded, the base's other files, vecmerge.json, README.md; extract: the adapter's files and
+the tokenizer files the manifest lists), anything else failing by name, dotfiles and folders included, and
+README.md as pinned; ``figures`` (``verify.model_figures``): every number of ``modules`` and ``figures``
+recomputed from what was measured here.
 """
 
 from __future__ import annotations
@@ -32,12 +38,19 @@ import torch
 
 from ..errors import VecmergeError, few
 from ..io.hashing import sha256_file
-from ..io.model_folder import CONFIG, ModelFolder
+from ..io.model_folder import CONFIG, INDEX_NAME, ModelFolder
 from ..io.parse import ParseError, load_json
 from ..io.safetensors_read import to_tensor
+from ..outputs.card import CARD_NAME
+from ..outputs.manifest import MANIFEST_NAME
 from ..peft.adapter import Adapter
-from ..peft.format import CONFIG_NAME, PREFIX, targeted
-from .checks import VerifyReport, check, result, within
+from ..peft.format import CONFIG_NAME, DTYPES, PREFIX, targeted
+from ..peft.write import OUTPUT_FILES
+from .checks import VerifyReport, check, not_run, result, within
+from .files import files_check
+from .model_figures import extract_figures, fuse_figures
+
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}  # a stored dtype's tolerance row (float64: fp32's)
 
 
 def _hash_check(name: str, recorded: dict, got: dict, what: str) -> dict:
@@ -93,7 +106,9 @@ def _extract_config(out: Adapter, man: dict) -> list[dict]:
                                            f"{len(mods)} LoRA modules and {len(want_keys)} saved tensors as recorded")]
 
 
-def _extract_update(out: Adapter, base: ModelFolder, tuned: ModelFolder, man: dict, tol: float, progress) -> list:
+def _extract_update(out: Adapter, base: ModelFolder, tuned: ModelFolder, man: dict, tol: float, progress,
+                    measured: dict) -> list:
+    """The ``update`` check; ``measured[m] = (||D||^2, ||D - W|| / ||D||)`` filled for ``figures``."""
     mods, errs, bad, missing = man.get("modules") or {}, {}, [], []
     weights = {f"{m}.weight": m for m in mods}
     order = [n for n in tuned.in_file_order()]
@@ -116,6 +131,7 @@ def _extract_update(out: Adapter, base: ModelFolder, tuned: ModelFolder, man: di
         n = float(torch.linalg.vector_norm(D))
         rel = float(torch.linalg.vector_norm(D - W)) / n if n > 0 else float(torch.linalg.vector_norm(W))
         errs[m] = rel
+        measured[m] = (n * n, rel)
         want = mods[m].get("rel_error")
         if not isinstance(want, (int, float)) or not within(abs(rel - want), tol):
             bad.append(m)
@@ -153,6 +169,7 @@ def _extract_saved(out: Adapter, tuned: ModelFolder, man: dict) -> dict:
 def verify_extract(path: Path, man: dict, tol: dict, progress=None) -> VerifyReport:
     """Every check of an extract output (see the module docstring). Returns ``checks.result``."""
     from ..models.extract import find_others
+    from ..models.extract_write import TOKENIZER_FILES
 
     checks = []
     base, fail_b = _open(man["inputs"]["base"]["path"], "--base-model")
@@ -170,8 +187,12 @@ def verify_extract(path: Path, man: dict, tol: dict, progress=None) -> VerifyRep
                             f"{out.weights_path.name} or {CONFIG_NAME} changed after writing (sha256 "
                             f"{out.sha256[:16]}..., recorded {str(want.get('sha256'))[:16]}...)"))
         checks += _extract_config(out, man)
+    listed = (man.get("output") or {}).get("files")
+    copies = [n for n in listed if n in TOKENIZER_FILES] if isinstance(listed, list) else []
+    checks.append(files_check(path, man, OUTPUT_FILES + tuple(copies), pin_required=False))
     if out is not None and base is not None and tuned is not None:
-        checks += _extract_update(out, base, tuned, man, tol["update"], progress)
+        measured = {}
+        checks += _extract_update(out, base, tuned, man, tol["update"], progress, measured)
         checks.append(_extract_saved(out, tuned, man))
         target_weights = {f"{m}.weight" for m in man.get("modules") or {}}
         got = sorted((o.tensor, o.kind) for o in find_others(base, tuned, target_weights))
@@ -179,6 +200,10 @@ def verify_extract(path: Path, man: dict, tol: dict, progress=None) -> VerifyRep
         checks.append(check("others", got == rec, f"{len(got)} differing tensors outside the targets, as recorded"
                             if got == rec else f"the models differ outside the targets in "
                             f"{few([t for t, _ in sorted(set(got) ^ set(rec))])}, which the manifest lists otherwise"))
+        checks.append(extract_figures(man, measured, {m: s.rank for m, s in out.specs.items()}, len(got),
+                                      (man.get("output") or {}).get("dtype")))
+    else:
+        checks.append(not_run("figures", "a model or the output cannot be opened (see above)"))
     for m in (base, tuned):
         if m is not None and (base is None or tuned is None):
             m.close()
@@ -198,22 +223,29 @@ def _prefixed(side: str, files: dict) -> dict:
 
 
 # -- fuse ---------------------------------------------------------------------------------------
-def _fused_ok(got: torch.Tensor, W: torch.Tensor, B, A, scale: float, transposed: bool) -> float:
-    """Worst ``|got - (W + D)| / (eps |W + D| + tiny)`` (<= 1: within one ulp of the float64 sum), in row blocks."""
+def _fused_ok(got: torch.Tensor, W: torch.Tensor, B, A, scale: float, transposed: bool) -> tuple[float, float, float]:
+    """Worst ``|got - (W + D)| / (eps |W + D| + tiny)`` (<= 1: within one ulp of the float64 sum), in row blocks;
+    with ``||D||^2`` and ``||got - (W + D)||^2`` (float64) for the manifest's figures."""
     left, right = B.to(torch.float64) * scale, A.to(torch.float64)
     if transposed:
         left, right = right.T, left.T
     fi = torch.finfo(got.dtype)
-    worst, step = 0.0, max(1, (32 << 20) // (8 * max(W.shape[1], 1)))
+    worst, d_sq, e_sq, step = 0.0, 0.0, 0.0, max(1, (32 << 20) // (8 * max(W.shape[1], 1)))
     for i in range(0, W.shape[0], step):
-        exact = W[i:i + step].to(torch.float64) + left[i:i + step] @ right
+        D = left[i:i + step] @ right
+        exact = W[i:i + step].to(torch.float64) + D
         bound = fi.eps * exact.abs() + fi.smallest_normal * fi.eps
-        worst = max(worst, float(((got[i:i + step].to(torch.float64) - exact).abs() / bound).max()))
-    return worst
+        err = got[i:i + step].to(torch.float64) - exact
+        worst = max(worst, float((err.abs() / bound).max()))
+        d_sq += float((D * D).sum())
+        e_sq += float((err * err).sum())
+    return worst, d_sq, e_sq
 
 
 def verify_fuse(path: Path, man: dict, tol: dict, progress=None) -> VerifyReport:
     """Every check of a fuse output (see the module docstring). Returns ``checks.result``."""
+    from ..models.fuse import SKIPPED_FILES
+
     checks = []
     base, fail = _open(man["inputs"]["base"]["path"], "--base-model")
     outm, fail_o = _open(path, "output")
@@ -235,7 +267,8 @@ def verify_fuse(path: Path, man: dict, tol: dict, progress=None) -> VerifyReport
         return result(str(path), checks, kind="fuse output")
     mods = {r["tensor"]: m for m, r in (man.get("modules") or {}).items()}
     saved = man.get("saved") or {}
-    ulps, bad, order = {}, [], outm.in_file_order()
+    ulps, bad, order, measured = {}, [], outm.in_file_order(), {}
+    counts = {"modules": 0, "saved": 0, "copied": 0, "converted": 0, "tensors": len(base.tensors)}
     if set(outm.tensors) != set(base.tensors):
         bad.append(f"tensor names differ from the base's: {few(sorted(set(outm.tensors) ^ set(base.tensors)))}")
     for n in progress(order) if progress else order:
@@ -245,13 +278,18 @@ def verify_fuse(path: Path, man: dict, tol: dict, progress=None) -> VerifyReport
         if n in mods:
             m = mods[n]
             lr = a.factors(m)
-            ulps[m] = _fused_ok(got, base.read(n), lr.B, lr.A, lr.scale, a.specs[m].transposed)
+            ulps[m], d_sq, e_sq = _fused_ok(got, base.read(n), lr.B, lr.A, lr.scale, a.specs[m].transposed)
+            measured[m] = {"tensor": n, "shape": list(base.info(n).shape), "d_sq": d_sq, "e_sq": e_sq,
+                           "dtype": DTYPE_NAMES.get(got.dtype, "fp32")}
+            counts["modules"] += 1
             if not within(ulps[m], 1.0):
                 bad.append(f"{n}: {ulps[m]:.3g} ulp from W + D")
         elif n in saved:
+            counts["saved"] += 1
             if not torch.equal(got, a.tensor(saved[n]).to(got.dtype)):
                 bad.append(f"{n}: not the adapter's saved tensor")
         else:
+            counts["copied" if outm.info(n).dtype == base.info(n).dtype else "converted"] += 1
             b = base.read(n)
             if not torch.equal(got, b.to(got.dtype)):
                 bad.append(f"{n}: differs from the base's")
@@ -262,7 +300,11 @@ def verify_fuse(path: Path, man: dict, tol: dict, progress=None) -> VerifyReport
     files = {f.path.name: f.sha256() for f in outm.files}
     checks.insert(0, _hash_check("output files", man["output"]["files"], files, "the output"))
     checks.insert(0, _hash_check("inputs", man["inputs"]["base"]["files"], base.sha256s(), "the base model"))
-    checks.append(_fuse_files(path, base, man))
+    copies = [n for n in base.other_files() if n not in SKIPPED_FILES]
+    expected = [f.path.name for f in outm.files] + ([INDEX_NAME] if outm.sharded else []) + copies
+    checks.append(files_check(path, man, [*expected, MANIFEST_NAME, CARD_NAME], pin_required=False))
+    checks.append(_fuse_files(path, base, man, copies))
+    checks.append(fuse_figures(man, measured, counts))
     rec = man.get("modules") or {}
     off = [m for m in rec if m not in ulps]
     checks.append(check("modules", not off, f"{few(off)} recorded but not fused" if off else
@@ -272,10 +314,13 @@ def verify_fuse(path: Path, man: dict, tol: dict, progress=None) -> VerifyReport
     return result(str(path), checks, kind="fuse output", dtype=man["settings"].get("dtype"), tolerances=tol)
 
 
-def _fuse_files(path: Path, base: ModelFolder, man: dict) -> dict:
+def _fuse_files(path: Path, base: ModelFolder, man: dict, copies: list) -> dict:
     bad = []
     edits = man["output"].get("config_edits") or {}
-    for name in man["output"].get("copied_files") or []:
+    listed = man["output"].get("copied_files")
+    if listed != copies:
+        bad.append(f"output.copied_files is {listed!r}, the base's files to copy are {copies!r}")
+    for name in copies:
         if not (path / name).is_file():
             bad.append(f"{name}: missing")
         elif name == CONFIG and edits:
@@ -289,7 +334,7 @@ def _fuse_files(path: Path, base: ModelFolder, man: dict) -> dict:
                 bad.append(f"{name}: differs from the base's beyond the dtype edit")
         elif sha256_file(path / name) != sha256_file(base.path / name):
             bad.append(f"{name}: differs from the base's")
-    return check("files", not bad, "; ".join(bad[:3]) or "the base's config and tokenizer files copied as recorded")
+    return check("copies", not bad, "; ".join(bad[:3]) or "the base's config and tokenizer files copied as recorded")
 
 
 __all__ = ["verify_extract", "verify_fuse"]

@@ -61,11 +61,13 @@ ALPHA_RTOL = 1e-9       # alpha is a ratio of float64 norms: reproduces to round
 
 
 # -- inputs and the re-derivation -----------------------------------------------------------------
-def input_check(manifest: dict) -> dict:
+def input_check(manifest: dict, where: str = "") -> dict:
     """Every input the manifest pins exists and hashes as recorded: ``sha256(weights) == pin``, same for config.
 
     Args:
-        manifest (dict): the output's vecmerge.json.
+        manifest (dict): the output's vecmerge.json (input paths made absolute).
+        where (str): how the relative input paths were resolved (``--workspace``), said in the detail; empty:
+            from the output folder, and a missing input of a manifest with relative paths says to pass it.
     """
     pinned = manifest["recipe"].get("inputs") or {}
     conf = manifest.get("inputs") or {}
@@ -93,8 +95,15 @@ def input_check(manifest: dict) -> dict:
         figs[name] = a.sha256
     if not pinned:
         problems.append("the manifest pins no inputs")
+    missing = any("is missing or unreadable" in p for p in problems)
+    if where:
+        problems = [f"{p} (input paths resolved against {where})" for p in problems[:1]] + problems[1:]
+    elif missing and isinstance(manifest.get("workspace"), str):
+        problems.insert(0, "the input paths are relative to the workspace the output was made in: if the output "
+                        "was moved or copied, pass --workspace PATH/vecmerge.yaml of that workspace")
     return check("inputs", not problems, "; ".join(problems) or
-                 f"{len(pinned)} inputs hash as pinned: {', '.join(pinned)}", figs)
+                 f"{len(pinned)} inputs hash as pinned: {', '.join(pinned)}" + (f" (paths resolved against {where})"
+                                                                                if where else ""), figs)
 
 
 def recompute(manifest: dict, root: Path, progress=None) -> tuple[dict, dict]:
@@ -199,7 +208,7 @@ def base_model_check(base_model: Path, out: Adapter | None, manifest: dict, allo
 
 
 def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: bool = False,
-                  base_model_aliases: dict | None = None) -> VerifyReport:
+                  base_model_aliases: dict | None = None, workspace: Path | None = None) -> VerifyReport:
     """Re-derive the output at ``path`` from its manifest and run every check (see the module docstring).
 
     Args:
@@ -209,6 +218,8 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
         progress: optional callable wrapping iterables (tqdm).
         allow_base_mismatch (bool): run the PEFT checks on a base model the output does not declare.
         base_model_aliases (dict | None): local folder -> hub id, e.g. the workspace's pair.
+        workspace (Path | None): the folder the manifest's relative input paths start from (``--workspace``'s
+            folder: an output moved or copied out of its workspace); None: the manifest's own pointer.
 
     Returns:
         ``{target, passed, checks: [{name, passed, detail, figures}], dtype, tolerances}``; raises
@@ -232,6 +243,10 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
     if bad:
         raise OutputError(f"{path / 'vecmerge.json'}: {bad[0]}; not a manifest vecmerge wrote (edited?), "
                           "re-run its recipe")
+    where = ""
+    if workspace is not None and isinstance(manifest.get("workspace"), str):  # the pointer is relative to the folder
+        where = f"--workspace {Path(workspace).resolve()}"
+        manifest = {**manifest, "workspace": str(Path(workspace).resolve())}
     manifest = with_absolute_inputs(manifest, path)  # input paths are stored relative to the workspace
     problem = model_folder_problem(base_model) if base_model is not None else None
     if problem:
@@ -239,7 +254,7 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
                          "the adapter was trained on")
     dtype = manifest["output"].get("dtype", "fp32")
     tol = TOLERANCES.get(dtype, TOLERANCES["bf16"])
-    checks = [input_check(manifest)]
+    checks = [input_check(manifest, where)]
     ev = None
     if checks[0]["passed"]:
         try:
