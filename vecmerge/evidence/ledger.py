@@ -154,7 +154,7 @@ class Ledger:
                     schema.create(con)
                 schema.migrate(con, self._check_version(con))
                 # every stored row checked before any write (a refusal's ROLLBACK undoes the migration too)
-                stored.check_rows(con, self.path, SCHEMA_VERSION)
+                stored.check_rows(con, self.path, schema.record_select(SCHEMA_VERSION), schema.PLAN_COLUMNS)
                 out = work(con)
                 con.execute("COMMIT")
                 return out

@@ -18,7 +18,6 @@ from ..io.parse import ParseError, parse_json, short
 from . import EvidenceError
 from .environment import canonical_fields
 from .records import SHA_RE, Plan, Record, name_problem
-from .schema import PLAN_COLUMNS, record_select
 
 STORED_JSON_CHARS = 1 << 20
 STORED_JSON_DEPTH = 4
@@ -150,16 +149,20 @@ def plan_from_row(row: tuple, path: Path) -> Plan:
     return plan
 
 
-def check_rows(con: sqlite3.Connection, path: Path, version: int) -> None:
+def check_rows(con: sqlite3.Connection, path: Path, record_columns: str, plan_columns: str) -> None:
     """Every stored row a write builds on, checked as a read would (``record_from_row``, ``direction_from_row``,
     ``plan_from_row``): the first bad one raises its EvidenceError line. A write calls this inside its
     transaction before it writes, so a ledger changed outside vecmerge is refused with nothing written, and a
     ledger a write accepted is one every reader reads. It costs a read of the whole ledger per write (about
-    0.75 s per 50,000 records)."""
+    0.75 s per 50,000 records).
+
+    Args:
+        record_columns, plan_columns (str): the column lists that read ``schema.RECORD_COLUMNS`` and
+            ``schema.PLAN_COLUMNS`` from this ledger (``schema.record_select``).
+    """
     for metric, higher in con.execute("SELECT metric, higher_is_better FROM directions ORDER BY metric"):
         direction_from_row(metric, higher, path)
-    for row in con.execute(f"SELECT {record_select(version)} FROM records ORDER BY id"):
+    for row in con.execute(f"SELECT {record_columns} FROM records ORDER BY id"):
         record_from_row(row, path)
-    if version >= 2:
-        for row in con.execute(f"SELECT {PLAN_COLUMNS} FROM plans ORDER BY id"):
-            plan_from_row(row, path)
+    for row in con.execute(f"SELECT {plan_columns} FROM plans ORDER BY id"):
+        plan_from_row(row, path)
