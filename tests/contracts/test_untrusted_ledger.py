@@ -139,3 +139,33 @@ def test_escapes_never_reach_the_terminal_and_formulas_never_reach_a_spreadsheet
     line = one_line(run_cli("evidence", "add", "v51\x1b[2J", "1.0", "--external"))
     assert "\x1b" not in line and "control character 0x1b" in line
     assert "control character 0x00" in one_line(run_cli("evidence", "add", "v5\x001", "1.0", "--external"))
+
+
+WRITERS = [("evidence", "add", "v28", "0.7"), ("evidence", "add", "v28", "0.7", "--metric", "acc"),
+           ("evidence", "import", "more.csv"),
+           ("evidence", "plan", "v54", "--vs", "v28", "--min-effect", "0.01", "--max-runs", "6")]
+
+
+@pytest.mark.parametrize("sql, match", [
+    ("INSERT INTO directions VALUES ('acc', 'yes', 'x')", "direction of 'acc': higher_is_better 'yes' is not true"),
+    ("UPDATE records SET subs = 'not json{' WHERE id = 2",
+     "record 2 (v51, official_total): its stored sub-scores 'not json{' are unreadable"),
+])
+def test_a_refused_write_writes_nothing(ws, run_cli, sql, match):
+    """The stranger's probe: `evidence add` said error (exit 2) yet its record was written, since the check of the
+    stored direction ran on the read after the write. Every writer now refuses first: the same one line, the
+    ledger the same byte for byte."""
+    (ws / "more.csv").write_text("model,metric,value\nv28,official_total,0.97\n")
+    con = sqlite3.connect(ws / "vecmerge-evidence.db")
+    con.execute(sql)
+    con.commit()
+    con.close()
+    before = (ws / "vecmerge-evidence.db").read_bytes()
+    for args in WRITERS:
+        line = one_line(run_cli(*args))
+        assert match in line and "changed outside vecmerge" in line, args
+        assert (ws / "vecmerge-evidence.db").read_bytes() == before, args
+    con = sqlite3.connect(ws / "vecmerge-evidence.db")
+    assert con.execute("SELECT COUNT(*) FROM records").fetchone() == (9,)
+    assert con.execute("SELECT COUNT(*) FROM plans").fetchone() == (1,)
+    con.close()

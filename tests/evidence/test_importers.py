@@ -418,3 +418,21 @@ def test_names_with_nul_or_escapes_are_refused(ledger):
         with pytest.raises(EvidenceError, match="control character"):
             ledger.write([Entry(name, "m", 1.0)])
     assert not ledger.path.exists()
+
+
+@pytest.mark.parametrize("header, row, field", [
+    ("model,metric,value", "v28,acc," + "9" * 100_000, "value"),
+    ("model,metric,value", "v28,acc,1" + "x" * 100_000, "value"),
+    ("model,metric,value,stderr", "v28,acc,0.5,-" + "1" * 100_000, "stderr"),
+    ("model,metric,value,sha256", "v28,acc,0.5," + "f" * 100_000, "sha256"),
+    ("model,metric,value,sub." + "k" * 100_000, "v28,acc,0.5,abc", "sub.kkkk"),
+])
+def test_a_huge_cell_or_header_is_echoed_shortened(ledger, tmp_path, header, row, field):
+    """Issue 23 follow-up: a 100,000-digit value was one line of 100,121 characters (the whole number echoed)."""
+    path = tmp_path / "huge.csv"
+    path.write_text(f"{header}\n{row}\n")
+    with pytest.raises(EvidenceError) as info:
+        import_files(ledger, [path])
+    text = str(info.value)
+    assert "\n" not in text and len(text) < 600 and f"field '{field}" in text and "nothing was recorded" in text
+    assert not ledger.path.exists()

@@ -92,3 +92,39 @@ def test_a_newer_ledger_asks_for_an_upgrade(ledger):
     tamper(ledger, "UPDATE schema_version SET version = 99")
     with pytest.raises(EvidenceError, match="ledger schema version 99, this vecmerge reads 1 to 3; upgrade vecmerge"):
         ledger.records()
+
+
+def _writes():
+    from vecmerge.evidence import pairs
+    from vecmerge.evidence.ledger import Entry, Plan
+
+    pair = pairs.PairEntry("probe:t:kl", "1", "v51", None, "v28", None, 0.5, "probe:t.jsonl@x")
+    return {
+        "add": lambda led: led.add("v51", None, "official_total", 0.7),
+        "add with a direction": lambda led: led.write([Entry("v51", "acc", 0.7)], {"acc": True}),
+        "items": lambda led: led.add_items("v51", None, "official_total", {"a": 1.0}),
+        "direction": lambda led: led.set_direction("acc", True),
+        "plan": lambda led: led.add_plan(Plan(0, "v51", "v28", "official_total", None, None, 0.01, 10, 0.05, True,
+                                              None, 1.0, "t-mixture")),
+        "probe's pairs": lambda led: pairs.write(led, [Entry("v51", "probe:t:loglik", -1.0, item="1")], [pair]),
+    }
+
+
+@pytest.mark.parametrize("write", list(_writes()))
+@pytest.mark.parametrize("sql, args, match", [
+    ("UPDATE directions SET higher_is_better = ?", ("yes",), "higher_is_better 'yes' is not true"),
+    (SUBS, ("not json{",), r"record 2 \(v51, official_total\): its stored sub-scores 'not json\{' are unreadable"),
+    ("UPDATE records SET value = ? WHERE id = 1", ("abc",), "record 1 .*value 'abc' is not a finite number"),
+])
+def test_a_write_into_a_changed_ledger_is_refused_and_writes_nothing(ledger, write, sql, args, match):
+    """Issue 23 follow-up: every stored row a write builds on is checked inside its transaction before it writes
+    (``stored.check_rows``): the refusal names the record and the file is the same byte for byte."""
+    tamper(ledger, sql, *args)
+    before = ledger.path.read_bytes()
+    with pytest.raises(EvidenceError, match=match) as info:
+        _writes()[write](ledger)
+    assert "\n" not in str(info.value) and "changed outside vecmerge" in str(info.value)
+    assert ledger.path.read_bytes() == before
+    con = sqlite3.connect(ledger.path)
+    assert con.execute("SELECT COUNT(*) FROM records").fetchone() == (2,)
+    con.close()

@@ -80,7 +80,7 @@ def handled(fn):
         lines = dict.fromkeys(f"warning: {str(w.message).strip().splitlines()[0]} ({w.category.__name__})"
                               for w in held if str(w.message).strip())
         for line in lines:
-            click.echo(line, err=True)
+            echo(line, err=True)
         return result
 
     return wrapper
@@ -117,7 +117,12 @@ def _run(ctx, fn, args, kwargs):
 
 
 def echo(text: str, err: bool = False) -> None:
-    click.echo(text, err=err)
+    """Every command's output: reports, CSV and JSON, with escape sequences and control characters a stranger's
+    names or paths may hold removed (``io.safe_text.printable``; line breaks kept). JSON and vecmerge's CSV hold
+    none (both escape or strip them), so machine output passes unchanged."""
+    from ..io.safe_text import printable
+
+    click.echo(printable(text, keep_newlines=True), err=err)
 
 
 def usage(msg: str):
@@ -170,7 +175,9 @@ class _OneLineUsageError(click.UsageError):
     def show(self, file=None) -> None:
         where = self.ctx.command_path if self.ctx is not None else "vecmerge"
         msg = " ".join(self.format_message().split()).rstrip(".")
-        click.echo(f"error: {msg}; see '{where} --help'", file=file, err=file is None)
+        from ..io.safe_text import printable
+
+        click.echo(f"error: {printable(msg)}; see '{where} --help'", file=file, err=file is None)
 
 
 def _one_line(e: click.UsageError) -> click.UsageError:

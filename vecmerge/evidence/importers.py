@@ -29,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..io.files import open_regular
+from ..io.parse import short
 from ..io.safe_text import printable, spreadsheet_cell, spreadsheet_text
 from . import EvidenceError
 from .environment import canonical_fields, canonical_value, key_problem
@@ -95,7 +96,7 @@ def parse_csv(path: str | Path) -> Parsed:
             if (s := cells.get("stderr", "").strip()):
                 stderr = parse_number(s, problems, where, "stderr")
                 if stderr is not None and stderr < 0:
-                    problems.add(where, "stderr", f"{s!r} is negative")
+                    problems.add(where, "stderr", f"{short(s)} is negative")
             item = plain(cells.get("item", ""), problems, where, "item", False)
             cluster = plain(cells.get("cluster", ""), problems, where, "cluster", False)
             subscore = plain(cells.get("subscore", ""), problems, where, "subscore", False)
@@ -108,7 +109,7 @@ def parse_csv(path: str | Path) -> Parsed:
                 if SHA_RE.match(s):
                     sha = s
                 else:
-                    problems.add(where, "sha256", f"{s!r} is not 64 lowercase hex digits")
+                    problems.add(where, "sha256", f"{short(s)} is not 64 lowercase hex digits")
             note = cells.get("note", "").strip() or None
             subs, env, bad_env = {}, {}, False
             for name in header:

@@ -3,7 +3,9 @@
 Evidence follows the weights, not the name. A record keeps the adapter's content hash at the time it was
 recorded; when the caller passes the models' current hashes, records of other weights are *stale* and left
 out unless asked for. Every write is one transaction (``BEGIN IMMEDIATE`` on a WAL database with a busy
-timeout), so two processes may write at once and neither loses a record.
+timeout), so two processes may write at once and neither loses a record. Before it writes, a write reads back
+every stored row (``stored.check_rows``): a ledger changed outside vecmerge is refused naming the record, with
+nothing written.
 
     ledger = Ledger("vecmerge-evidence.db")
     ledger.set_direction("official_total", higher_is_better=True)
@@ -151,6 +153,8 @@ class Ledger:
                 if not schema.tables(con):  # a new file: create the ledger (never inside someone else's database)
                     schema.create(con)
                 schema.migrate(con, self._check_version(con))
+                # every stored row checked before any write (a refusal's ROLLBACK undoes the migration too)
+                stored.check_rows(con, self.path, schema.record_select(SCHEMA_VERSION), schema.PLAN_COLUMNS)
                 out = work(con)
                 con.execute("COMMIT")
                 return out

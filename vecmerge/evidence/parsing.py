@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..io.parse import ECHO_CHARS, short
 from . import EvidenceError
 from .records import Entry
 
@@ -24,14 +25,21 @@ class Parsed:
     files: list[str] = field(default_factory=list)
 
 
+MESSAGE_CHARS = 300
+
+
 class Problems:
-    """Collects (where, field, message) for one file and raises them as one line."""
+    """Collects (where, field, message) for one file and raises them as one line, bounded: each value a message
+    echoes is shortened where it is named (``io.parse.short``), and a field name or message still longer than
+    ``MESSAGE_CHARS`` is cut here, so a hostile file never makes the line as long as itself."""
 
     def __init__(self, path: Path):
         self.path, self.items = path, []
 
     def add(self, where: str, field_name: str | None, message: str) -> None:
-        self.items.append((where, field_name, message))
+        if len(message) > MESSAGE_CHARS:
+            message = message[:MESSAGE_CHARS] + f"... ({len(message)} chars)"
+        self.items.append((where, None if field_name is None else _bounded(field_name), message))
 
     def raise_if_any(self) -> None:
         if not self.items:
@@ -45,20 +53,25 @@ class Problems:
         raise EvidenceError(head + "; nothing was recorded")
 
 
+def _bounded(name: str) -> str:
+    """A field name as a message shows it: at most ``io.parse.ECHO_CHARS`` characters."""
+    return name if len(name) <= ECHO_CHARS else f"{name[:ECHO_CHARS]}... ({len(name)} chars)"
+
+
 def parse_number(text, problems: Problems, where: str, name: str, *, allow_bool: bool = False) -> float | None:
     """A finite float from a cell or JSON value, or None after noting the problem."""
     if allow_bool and isinstance(text, bool):
         return float(text)
     if isinstance(text, bool) or text is None or isinstance(text, (list, dict)):
-        problems.add(where, name, f"{text!r} is not a number")
+        problems.add(where, name, f"{short(text)} is not a number")
         return None
     try:
         value = float(text)
     except (TypeError, ValueError):
-        problems.add(where, name, f"{text!r} is not a number")
+        problems.add(where, name, f"{short(text)} is not a number")
         return None
     if not math.isfinite(value):
-        problems.add(where, name, f"{text!r} is not finite (NaN and infinities cannot be recorded)")
+        problems.add(where, name, f"{short(text)} is not finite (NaN and infinities cannot be recorded)")
         return None
     return value
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sqlite3
 from pathlib import Path
 
 from ..io.parse import ParseError, parse_json, short
@@ -146,3 +147,22 @@ def plan_from_row(row: tuple, path: Path) -> Plan:
     if problems:
         raise EvidenceError(f"{path}: {what}: {problems[0]}; {_FIX}")
     return plan
+
+
+def check_rows(con: sqlite3.Connection, path: Path, record_columns: str, plan_columns: str) -> None:
+    """Every stored row a write builds on, checked as a read would (``record_from_row``, ``direction_from_row``,
+    ``plan_from_row``): the first bad one raises its EvidenceError line. A write calls this inside its
+    transaction before it writes, so a ledger changed outside vecmerge is refused with nothing written, and a
+    ledger a write accepted is one every reader reads. It costs a read of the whole ledger per write (about
+    0.75 s per 50,000 records).
+
+    Args:
+        record_columns, plan_columns (str): the column lists that read ``schema.RECORD_COLUMNS`` and
+            ``schema.PLAN_COLUMNS`` from this ledger (``schema.record_select``).
+    """
+    for metric, higher in con.execute("SELECT metric, higher_is_better FROM directions ORDER BY metric"):
+        direction_from_row(metric, higher, path)
+    for row in con.execute(f"SELECT {record_columns} FROM records ORDER BY id"):
+        record_from_row(row, path)
+    for row in con.execute(f"SELECT {plan_columns} FROM plans ORDER BY id"):
+        plan_from_row(row, path)

@@ -1,19 +1,35 @@
-"""The primitives every report shares: a table, JSON, a number in few digits."""
+"""The primitives every report shares: a table, JSON, a number in few digits.
+
+``table`` is where names and paths taken from the user or from files (an adapter folder, a module, a metric)
+reach a terminal: every text cell and header goes through ``io.safe_text.printable`` before tabulate measures
+the columns, so an escape sequence is neither sent nor counted in a width. JSON needs nothing: it escapes every
+control character itself. The CLI's ``echo`` strips what the lines around the tables hold (``cli.app.echo``)."""
 
 from __future__ import annotations
 
 import json
+import numbers
 
 from tabulate import tabulate
 
+from ..io.safe_text import printable
 from ..outputs.manifest import jsonable
 
 
 def table(rows: list, headers: list, fmt: str = "simple") -> str:
-    """A tabulate table (``simple``, ``github`` for markdown, ...)."""
+    """A tabulate table (``simple``, ``github`` for markdown, ...); text cells and headers shown printable (a
+    control character, line break included, or an escape sequence in a name is removed: module docstring)."""
+    rows = [[_shown(c) for c in row] for row in rows]
+    headers = [_shown(h) for h in headers]
     if not any(headers):
         return tabulate(rows, tablefmt=fmt, disable_numparse=True)
     return tabulate(rows, headers=headers, tablefmt=fmt, floatfmt=".4g", disable_numparse=True)
+
+
+def _shown(cell):
+    """A cell as tabulate gets it: numbers and None as they are (tabulate formats them), anything else as
+    printable text (a Path or a name)."""
+    return cell if cell is None or isinstance(cell, numbers.Number) else printable(cell)
 
 
 def to_json(obj) -> str:
