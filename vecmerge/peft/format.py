@@ -8,10 +8,9 @@ What PEFT writes and reads, and how it resolves a module's update ``scale * B @ 
 - the scale ``lora_alpha / r``, or ``lora_alpha / sqrt(r)`` with rsLoRA (``peft_scale``), where r and
   alpha come from ``rank_pattern`` / ``alpha_pattern`` by PEFT's first-match rule (``pattern_key``);
 - which modules a config targets (``targeted``: PEFT's ``check_target_module_exists`` rule);
-- LoRA on raw parameters (``target_parameters``, PEFT's ``ParamWrapper``, used for the fused 3-D expert
-  weights of MoE models): the key nesting, the per-expert layout and the entry names (see below).
+- LoRA on raw parameters (``target_parameters``, PEFT's ``ParamWrapper``: MoE models' fused 3-D experts).
 
-The reader (``adapter.py``), the writer (``export.py``), ``testing`` and ``verify`` all use these names.
+Used by the reader (``adapter.py``), the writer (``write.py``) and ``testing`` (not by ``verify.lora_terms``).
 """
 
 from __future__ import annotations
@@ -49,8 +48,7 @@ UNSUPPORTED = {
     "monteclora_config": "MonteCLoRA samples its update",
 }
 BIAS_KEY = "{prefix}{module}.lora_B.bias"  # lora_bias: lora_B's bias, the layer's output gains scale * it
-# init_lora_weights values that move the base weight, so B@A alone is not the update.
-BASE_CHANGING_INITS = ("pissa", "olora", "corda", "lora_ga", "loftq")
+BASE_CHANGING_INITS = ("pissa", "olora", "corda", "lora_ga", "loftq")  # inits that move the base weight
 
 KEY = re.compile(
     r"^(?:base_model\.model\.)?(?P<mod>.+?)\.(?P<kind>lora_A|lora_B|lora_embedding_A|lora_embedding_B)"
