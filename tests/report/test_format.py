@@ -21,3 +21,13 @@ def test_a_table_strips_escapes_and_controls_from_cells_and_headers_before_measu
 def test_json_keeps_a_name_exact():
     name = "a\x1b[31mred\x07"
     assert json.loads(to_json({"name": name}))["name"] == name
+
+
+def test_a_wrapped_cell_keeps_its_line_breaks():
+    """verify's detail column is wrapped text: its line breaks are layout, not control characters to strip."""
+    from vecmerge.report.format import table
+
+    text = table([["files", "PASS", "exactly a, b,\nc; README.md as pinned"]], ["check", "result", "detail"], "simple")
+    lines = text.splitlines()
+    assert any(line.rstrip().endswith("exactly a, b,") for line in lines)
+    assert any(line.strip() == "c; README.md as pinned" for line in lines)

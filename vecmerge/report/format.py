@@ -29,7 +29,7 @@ def table(rows: list, headers: list, fmt: str = "simple") -> str:
 def _shown(cell):
     """A cell as tabulate gets it: numbers and None as they are (tabulate formats them), anything else as
     printable text (a Path or a name)."""
-    return cell if cell is None or isinstance(cell, numbers.Number) else printable(cell)
+    return cell if cell is None or isinstance(cell, numbers.Number) else printable(cell, keep_newlines=True)
 
 
 def to_json(obj) -> str:
