@@ -28,8 +28,11 @@ def table(rows: list, headers: list, fmt: str = "simple") -> str:
 
 def _shown(cell):
     """A cell as tabulate gets it: numbers and None as they are (tabulate formats them), anything else as
-    printable text (a Path or a name)."""
-    return cell if cell is None or isinstance(cell, numbers.Number) else printable(cell, keep_newlines=True)
+    printable text; a text cell keeps its line breaks (a renderer's wrapped detail), a Path or other object
+    shows on one line."""
+    if cell is None or isinstance(cell, numbers.Number):
+        return cell
+    return printable(cell, keep_newlines=isinstance(cell, str))
 
 
 def to_json(obj) -> str:
