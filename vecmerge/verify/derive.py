@@ -162,6 +162,7 @@ class Derivation:
     allow_missing: bool = False
     slerp: dict | None = None
     spectral: dict | None = None
+    dir_norms: dict = field(default_factory=dict)   # ||dir'_m|| (project): ||step_m|| = |k alpha_m| ||dir'_m||
 
     def _slerp_weights(self, xs: dict) -> dict:
         """SLERP's (c0, c1): recorded over all modules (global scope) or from module m's two updates."""
@@ -195,7 +196,9 @@ class Derivation:
         c = self.coeff.get(m)
         if c is None:
             return d.scaled(0.0)
-        return (d.scaled(c[0]) + base.scaled(c[1])) if c[2] is None else self.operand("ref", m).scaled(c[2])
+        if c[2] is not None:
+            return self.operand("ref", m).scaled(c[2])
+        return d.scaled(c[0]) + base.scaled(c[1]) if c[1] != 0.0 else d.scaled(c[0])
 
     def intended(self, m: str) -> tuple[Stack, Stack | None, Stack | None]:
         """``(I_m, base_m, step_m)``: the update module m should hold, and for a step its backbone and step."""
@@ -307,17 +310,22 @@ def _fill(d: Derivation, r: dict, method: str, kind: str, folders: dict) -> None
 
 
 def _step(d: Derivation, r: dict, method: str) -> None:
-    """The consensus, the mode's coefficients and alpha of a project recipe (pass 1 over the modules)."""
+    """The consensus, the mode's coefficients and alpha of a project recipe (one pass over the modules: each
+    operand read once, each norm taken once)."""
     cons = r.get("consensus") or {}
     bn, dn, agree, signed, bad = {}, {}, 0, 0, []
     for m in d.names:
         base, direction = d.operand("base", m), d.operand("dir", m)
         bn[m] = base.norm()
         if not _selected(r, m):  # only/exclude: no step, and no say in the consensus
+            dn[m] = 0.0
             continue
+        nd = direction.norm()
+        dir_zero = nd <= ZERO_RTOL * direction.bound
         ref = d.operand("ref", m) if "ref" in d.forms else None
+        nr = ref.norm() if ref is not None else 0.0
         if cons.get("ref"):
-            if not (ref.is_zero() or direction.is_zero()):
+            if not (nr <= ZERO_RTOL * ref.bound or dir_zero):
                 signed += 1
                 if ref.inner(direction) < 0:
                     bad.append(m)
@@ -325,16 +333,17 @@ def _step(d: Derivation, r: dict, method: str) -> None:
                     agree += 1
         k = _multiplier(r, m)
         if method == "add":
-            c = (k, 0.0, None)
+            c, dn[m] = (k, 0.0, None), abs(k) * nd
         elif method == "orthogonal":
             nb = bn[m]
             a = direction.inner(base) / (nb * nb) if nb else 0.0
             c = (k, -a * k, None)
+            dn[m] = (direction + base.scaled(-a)).norm() * abs(k) if a != 0.0 else abs(k) * nd  # QR: no cancelling
         else:
-            nr = ref.norm()
             a = direction.inner(ref) / (nr * nr) if nr else 0.0
             c = (0.0, 0.0, max(a, 0.0) * k)
-            if a <= 0 and not direction.is_zero() and k != 0:
+            dn[m] = abs(c[2]) * nr
+            if a <= 0 and not dir_zero and k != 0:
                 d.zeroed.append(m)
         d.coeff[m] = c
     if cons.get("ref"):
@@ -347,8 +356,8 @@ def _step(d: Derivation, r: dict, method: str) -> None:
             d.dropped = bad
             for m in bad:
                 d.coeff.pop(m, None)
-    for m in d.names:
-        dn[m] = d.stepped_dir(m, d.operand("base", m), d.operand("dir", m)).norm()
+                dn[m] = 0.0
+    d.dir_norms = dn
     _alpha(d, r, bn, dn)
 
 

@@ -72,7 +72,7 @@ def compare_module(m: str, d: Derivation, out, seed: str, cut: bool) -> dict:
         row["diff"] = _ratio(float(np.linalg.norm(WX - IX)), nI)
     if step is not None:
         row["moved"] = W.inner(step) - base.inner(step)
-        row["step_sq"] = step.norm() ** 2
+        row["step_sq"] = (d.module_alpha[m] * d.dir_norms[m]) ** 2  # the norms of pass 1, not a second QR
     return row
 
 
