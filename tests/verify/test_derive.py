@@ -10,7 +10,8 @@ import pytest
 
 from vecmerge.expr import parse
 from vecmerge.recipe.load import with_absolute_inputs
-from vecmerge.verify.derive import Uncovered, coefficients, derive
+from vecmerge.verify.derive import Uncovered, derive
+from vecmerge.verify.expressions import coefficients
 
 
 @pytest.mark.parametrize("text", ["v54 + 0.12*(v51 - v28)", "-v28", "2*(a-b)", "(a+b)/2", "v1.e2 - 0.5*v1.e2 + b",

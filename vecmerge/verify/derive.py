@@ -28,13 +28,14 @@ re-evaluating the recipe (``verify.update``), which is not independent of the pi
 
 from __future__ import annotations
 
-import ast
 import math
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .expressions import coefficients
 from .lora_terms import LoraFolder, read_folder, uncovered
 from .references import SPECTRAL, Uncovered, shared_cores, spectral
 
@@ -43,7 +44,6 @@ STEPPED = ("add", "onto-ref", "orthogonal")
 LINEAR_MERGES = ("linear", "svd", "cat", "task_arithmetic", "slerp")
 SLERP_DOT = 0.9995    # mergekit's colinearity threshold on |cos theta|
 DIVISOR_EPS = 1e-8    # normalize by sum(weights) only when it is not ~0 (mergekit's rule)
-MAX_NODES = 2000
 
 
 @dataclass
@@ -82,56 +82,6 @@ class Stack:
     def apply(self, X: np.ndarray) -> np.ndarray:
         """``B (A X)``."""
         return self.B @ (self.A @ X)
-
-
-def coefficients(expr: str) -> dict[str, float]:
-    """``{name: c}`` of a linear expression over adapter names, read by Python's ``ast`` (names may hold dots)."""
-    tree = ast.parse(expr.strip(), mode="eval")
-    if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
-        raise Uncovered(f"expression {expr[:40]!r} is too long")
-
-    def name(node) -> str | None:
-        if isinstance(node, ast.Name):
-            return node.id
-        if isinstance(node, ast.Attribute):
-            head = name(node.value)
-            return None if head is None else f"{head}.{node.attr}"
-        return None
-
-    def ev(node):  # -> (coeffs, const): exactly one of them is set
-        n = name(node)
-        if n is not None:
-            return {n: 1.0}, None
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value,
-                                                                                                     bool):
-            return None, float(node.value)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-            c, k = ev(node.operand)
-            s = -1.0 if isinstance(node.op, ast.USub) else 1.0
-            return ({n: s * v for n, v in c.items()}, None) if c is not None else (None, s * k)
-        if isinstance(node, ast.BinOp):
-            (lc, lk), (rc, rk) = ev(node.left), ev(node.right)
-            if isinstance(node.op, (ast.Add, ast.Sub)):
-                s = 1.0 if isinstance(node.op, ast.Add) else -1.0
-                if lc is None or rc is None:
-                    raise Uncovered(f"expression {expr!r} adds a number to an adapter")
-                out = dict(lc)
-                for n, v in rc.items():
-                    out[n] = out.get(n, 0.0) + s * v
-                return out, None
-            if isinstance(node.op, ast.Mult) and (lk is None) != (rk is None):
-                c, k = (lc, rk) if lk is None else (rc, lk)
-                return {n: v * k for n, v in c.items()}, None
-            if isinstance(node.op, ast.Div) and lc is not None and rk is not None and rk != 0:
-                return {n: v / rk for n, v in lc.items()}, None
-            if lk is not None and rk is not None:
-                return None, {ast.Mult: lk * rk, ast.Div: lk / rk if rk else math.nan}.get(type(node.op), math.nan)
-        raise Uncovered(f"expression {expr!r}: {ast.dump(node)[:40]} is not linear in the adapters")
-
-    coeffs, const = ev(tree.body)
-    if coeffs is None:
-        raise Uncovered(f"expression {expr!r} names no adapter")
-    return coeffs
 
 
 @dataclass
@@ -309,44 +259,49 @@ def _fill(d: Derivation, r: dict, method: str, kind: str, folders: dict) -> None
             d.slerp["c"] = slerp_weights(math.sqrt(n0), math.sqrt(n1), inner, d.slerp["t"])
 
 
-def _step(d: Derivation, r: dict, method: str) -> None:
-    """The consensus, the mode's coefficients and alpha of a project recipe (one pass over the modules: each
-    operand read once, each norm taken once)."""
-    cons = r.get("consensus") or {}
-    bn, dn, agree, signed, bad = {}, {}, 0, 0, []
-    for m in d.names:
-        base, direction = d.operand("base", m), d.operand("dir", m)
-        bn[m] = base.norm()
+def _module_step(d: Derivation, r: dict, method: str, m: str) -> dict:
+    """Module m's part of the step's pass: its norms, its consensus sign and the mode's coefficients."""
+    with np.errstate(over="raise", invalid="raise", divide="raise"):  # per thread: errstate is thread-local
+        base = d.operand("base", m)
+        out = {"bn": base.norm(), "dn": 0.0}
         if not _selected(r, m):  # only/exclude: no step, and no say in the consensus
-            dn[m] = 0.0
-            continue
+            return out
+        direction = d.operand("dir", m)
         nd = direction.norm()
         dir_zero = nd <= ZERO_RTOL * direction.bound
         ref = d.operand("ref", m) if "ref" in d.forms else None
         nr = ref.norm() if ref is not None else 0.0
-        if cons.get("ref"):
-            if not (nr <= ZERO_RTOL * ref.bound or dir_zero):
-                signed += 1
-                if ref.inner(direction) < 0:
-                    bad.append(m)
-                else:
-                    agree += 1
+        if (r.get("consensus") or {}).get("ref") and not (nr <= ZERO_RTOL * ref.bound or dir_zero):
+            out["sign"] = -1 if ref.inner(direction) < 0 else 1
         k = _multiplier(r, m)
         if method == "add":
-            c, dn[m] = (k, 0.0, None), abs(k) * nd
+            out.update(c=(k, 0.0, None), dn=abs(k) * nd)
         elif method == "orthogonal":
-            nb = bn[m]
+            nb = out["bn"]
             a = direction.inner(base) / (nb * nb) if nb else 0.0
-            c = (k, -a * k, None)
-            dn[m] = (direction + base.scaled(-a)).norm() * abs(k) if a != 0.0 else abs(k) * nd  # QR: no cancelling
+            dn = (direction + base.scaled(-a)).norm() if a != 0.0 else nd  # by QR: nothing cancels
+            out.update(c=(k, -a * k, None), dn=abs(k) * dn)
         else:
             a = direction.inner(ref) / (nr * nr) if nr else 0.0
-            c = (0.0, 0.0, max(a, 0.0) * k)
-            dn[m] = abs(c[2]) * nr
-            if a <= 0 and not dir_zero and k != 0:
-                d.zeroed.append(m)
-        d.coeff[m] = c
+            c = max(a, 0.0) * k
+            out.update(c=(0.0, 0.0, c), dn=abs(c) * nr, zeroed=a <= 0 and not dir_zero and k != 0)
+        return out
+
+
+def _step(d: Derivation, r: dict, method: str, threads: int = 2) -> None:
+    """The consensus, the mode's coefficients and alpha of a project recipe: one pass over the modules on
+    worker threads (each operand read once, each norm taken once), summed in module order."""
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        rows = dict(zip(d.names, pool.map(lambda m: _module_step(d, r, method, m), d.names)))
+    bn = {m: x["bn"] for m, x in rows.items()}
+    dn = {m: x["dn"] for m, x in rows.items()}
+    d.coeff = {m: x["c"] for m, x in rows.items() if "c" in x}
+    d.zeroed = [m for m, x in rows.items() if x.get("zeroed")]
+    cons = r.get("consensus") or {}
     if cons.get("ref"):
+        signs = {m: x["sign"] for m, x in rows.items() if "sign" in x}
+        bad = [m for m, v in signs.items() if v < 0]
+        agree, signed = len(signs) - len(bad), len(signs)
         share = agree / signed if signed else 0.0
         if cons.get("min_agree") is not None and share < cons["min_agree"]:
             d.problems.append(f"consensus: {agree}/{signed} agree < min_agree {cons['min_agree']}")
