@@ -19,9 +19,9 @@ own arithmetic: every operand of module m is a stack of factors ``X_m = [c_1 s_1
   their papers' formulas on the weighted updates (``verify.references``); ``refactor``: the expression; each
   times its multiplier.
 
-Norms come from R factors (``||B A|| = ||R_b R_a^T||``, stable for nearly cancelling differences such as
-v51 - v28), inner products from Grams (``<X, Y> = sum((B_x^T B_y) * (A_x A_y^T))``). The written update W is
-then compared with I (``verify.compare``). Recipes this path does not cover (the other merge methods,
+Inner products come from Grams (``<X, Y> = sum((B_x^T B_y) * (A_x A_y^T))``), norms too where nothing cancels
+(``Stack.norm``: the Gram's error bounded against the terms' norms) and from R factors (``||R_b R_a^T||``) where
+a difference nearly cancels. The written update W is then compared with I (``verify.independent``). Recipes this path does not cover (the other merge methods,
 ``keep-base``, DoRA or expert inputs) are named by ``Derivation.uncovered``; their update is still checked by
 re-evaluating the recipe (``verify.update``), which is not independent of the pipeline.
 """
@@ -40,6 +40,7 @@ from .lora_terms import LoraFolder, read_folder, uncovered
 from .references import SPECTRAL, Uncovered, shared_cores, spectral
 
 ZERO_RTOL = 1e-9      # a module whose norm is below this share of its terms' norms is zero (it has no sign)
+GRAM_FLOOR = 1e-6     # a norm from the Grams only where ||X||^2 >= this share of bound^2, else from R factors
 STEPPED = ("add", "onto-ref", "orthogonal")
 LINEAR_MERGES = ("linear", "svd", "cat", "task_arithmetic", "slerp")
 SLERP_DOT = 0.9995    # mergekit's colinearity threshold on |cos theta|
@@ -71,9 +72,14 @@ class Stack:
         return float(np.sum((self.B.T @ o.B) * (self.A @ o.A.T)))
 
     def norm(self) -> float:
-        """``||B A||_F = ||R_b R_a^T||_F`` (R factors of B and A^T)."""
+        """``||B A||_F``: from the Grams, ``sqrt(sum((B^T B) * (A A^T)))``, whose error is about ``eps * bound^2``,
+        so it is taken only where ``||B A||^2 >= GRAM_FLOOR * bound^2`` (relative error <= 1e-10); below, where the
+        terms nearly cancel (``v - v``), from R factors, ``||R_b R_a^T||_F``, stable at any size."""
         if not self.B.shape[1]:
             return 0.0
+        gram = float(np.sum((self.B.T @ self.B) * (self.A @ self.A.T)))
+        if gram >= GRAM_FLOOR * self.bound * self.bound > 0.0:
+            return math.sqrt(gram)
         return float(np.linalg.norm(np.linalg.qr(self.B, mode="r") @ np.linalg.qr(self.A.T, mode="r").T))
 
     def is_zero(self) -> bool:
