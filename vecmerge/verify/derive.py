@@ -21,9 +21,10 @@ own arithmetic: every operand of module m is a stack of factors ``X_m = [c_1 s_1
 
 Inner products come from Grams (``<X, Y> = sum((B_x^T B_y) * (A_x A_y^T))``), norms too where nothing cancels
 (``Stack.norm``: the Gram's error bounded against the terms' norms) and from R factors (``||R_b R_a^T||``) where
-a difference nearly cancels. The written update W is then compared with I (``verify.independent``). Recipes this path does not cover (the other merge methods,
-``keep-base``, DoRA or expert inputs) are named by ``Derivation.uncovered``; their update is still checked by
-re-evaluating the recipe (``verify.update``), which is not independent of the pipeline.
+a difference nearly cancels. The written update W is then compared with I (``verify.independent``). What this
+path does not cover (the other merge methods, ``keep-base``, DoRA, expert or lora_bias inputs) raises
+``Uncovered`` with the reason; that update is still checked by re-evaluating the recipe (``verify.update``),
+which is not independent of the pipeline.
 """
 
 from __future__ import annotations
