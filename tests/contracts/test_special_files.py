@@ -112,6 +112,8 @@ CASES = {"fuse base weights": (_fuse, "base/model.safetensors"),
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_fifo_is_refused_at_once_with_one_line(tmp_path, case):
+    if "MUTANT_UNDER_TEST" in os.environ:  # make mutate: a child process outside mutmut's folder cannot run its code
+        pytest.skip("child processes do not run under mutmut")
     make, name = CASES[case]
     args = make(tmp_path)
     env = dict(os.environ, PYTHONPATH=str(REPO))
