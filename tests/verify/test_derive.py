@@ -47,3 +47,43 @@ def test_the_intended_step_equals_a_dense_reference(toy, run_cli, dense_expr):
         got = intended.B @ intended.A
         assert np.linalg.norm(got - ref) <= 1e-12 * np.linalg.norm(ref), m
     d.close()
+
+
+@pytest.mark.parametrize("text, want", [("+a", {"a": 1.0}), ("-0.5*a + +b", {"a": -0.5, "b": 1.0}),
+                                        ("(-3)*a", {"a": -3.0}), ("a/1", {"a": 1.0}), ("(2*3)*a", {"a": 6.0}),
+                                        ("(1/4)*a - -b", {"a": 0.25, "b": 1.0}), ("-(a - 2*b)", {"a": -1.0, "b": 2.0})])
+def test_signs_and_constant_arithmetic(text, want):
+    assert coefficients(text) == pytest.approx(want, abs=0.0)
+    assert coefficients(text) == pytest.approx(parse(text).coeffs, abs=0.0)
+
+
+@pytest.mark.parametrize("text, says", [("a + 1", "adds a number to an adapter"), ("2", "names no adapter"),
+                                        ("a / 0", "is not linear in the adapters"),
+                                        ("f(a).b", "is not linear in the adapters")])
+def test_what_is_not_covered_says_why(text, says):
+    with pytest.raises(Uncovered) as e:
+        coefficients(text)
+    assert says in str(e.value) and repr(text) in str(e.value)
+
+
+def test_the_message_of_a_non_linear_term_shows_its_node():
+    import ast
+
+    with pytest.raises(Uncovered) as e:
+        coefficients("a * b")
+    node = ast.parse("a * b", mode="eval").body
+    assert str(e.value) == f"expression 'a * b': {ast.dump(node)[:40]} is not linear in the adapters"
+
+
+def test_the_node_bound_is_sharp(monkeypatch):
+    import ast
+
+    from vecmerge.verify import expressions
+
+    text = " + ".join(f"x{i}" for i in range(30))
+    nodes = sum(1 for _ in ast.walk(ast.parse(text, mode="eval")))
+    monkeypatch.setattr(expressions, "MAX_NODES", nodes)
+    assert len(coefficients(text)) == 30
+    monkeypatch.setattr(expressions, "MAX_NODES", nodes - 1)
+    with pytest.raises(Uncovered, match="too long"):
+        coefficients(text)
