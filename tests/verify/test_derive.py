@@ -59,7 +59,9 @@ def test_signs_and_constant_arithmetic(text, want):
 
 @pytest.mark.parametrize("text, says", [("a + 1", "adds a number to an adapter"), ("2", "names no adapter"),
                                         ("a / 0", "is not linear in the adapters"),
-                                        ("f(a).b", "is not linear in the adapters")])
+                                        ("f(a).b", "is not linear in the adapters"),
+                                        ("(2**3)*a", "is not linear in the adapters"),
+                                        ("(1/0)*a", "is not linear in the adapters")])
 def test_what_is_not_covered_says_why(text, says):
     with pytest.raises(Uncovered) as e:
         coefficients(text)
@@ -73,6 +75,16 @@ def test_the_message_of_a_non_linear_term_shows_its_node():
         coefficients("a * b")
     node = ast.parse("a * b", mode="eval").body
     assert str(e.value) == f"expression 'a * b': {ast.dump(node)[:40]} is not linear in the adapters"
+
+
+def test_a_long_expression_is_named_by_its_first_40_characters(monkeypatch):
+    from vecmerge.verify import expressions
+
+    text = " + ".join(f"x{i}" for i in range(30))
+    monkeypatch.setattr(expressions, "MAX_NODES", 3)
+    with pytest.raises(Uncovered) as e:
+        coefficients(text)
+    assert str(e.value) == f"expression {text[:40]!r} is too long"
 
 
 def test_the_node_bound_is_sharp(monkeypatch):

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import ast
-import math
 
 from .references import Uncovered
 
@@ -51,8 +50,10 @@ def coefficients(expr: str) -> dict[str, float]:
                 return {n: v * k for n, v in c.items()}, None
             if isinstance(node.op, ast.Div) and lc is not None and rk is not None and rk != 0:
                 return {n: v / rk for n, v in lc.items()}, None
-            if lk is not None and rk is not None:
-                return None, {ast.Mult: lk * rk, ast.Div: lk / rk if rk else math.nan}.get(type(node.op), math.nan)
+            if lk is not None and rk is not None and isinstance(node.op, ast.Mult):
+                return None, lk * rk
+            if lk is not None and rk is not None and isinstance(node.op, ast.Div) and rk != 0:
+                return None, lk / rk
         raise Uncovered(f"expression {expr!r}: {ast.dump(node)[:40]} is not linear in the adapters")
 
     coeffs, const = ev(tree.body)
