@@ -224,20 +224,20 @@ def derive(manifest: dict) -> Derivation:
     d.problems += [f"input {n}: its weights hash to {folders[n].sha256[:16]}..., not the pinned "
                    f"{str(pins.get(n))[:16]}..." for n in changed]
     try:
-        _fill(d, r, method, kind, folders)
+        _fill(d, r, method, kind)
     except BaseException:
         d.close()
         raise
     return d
 
 
-def _fill(d: Derivation, r: dict, method: str, kind: str, folders: dict) -> None:
+def _fill(d: Derivation, r: dict, method: str, kind: str) -> None:
     """The forms, modules and coefficients of ``d`` from the recipe ``r`` (see ``derive``)."""
     if kind == "project":
         d.forms = {k: coefficients(r[k]) for k in ("base", "dir")}
         if r.get("consensus") or method == "onto-ref":
             d.forms["ref"] = coefficients((r.get("consensus") or {})["ref"])
-        d.names = list(folders[next(iter(d.forms["base"]))].keys)
+        d.names = list(d.folders[next(iter(d.forms["base"]))].keys)
         _step(d, r, method)
         return
     exprs = [r["base"]] if kind == "refactor" else [e["model"] for e in r["models"]]
@@ -249,7 +249,7 @@ def _fill(d: Derivation, r: dict, method: str, kind: str, folders: dict) -> None
             lam /= sum(weights)
     d.forms = {f"models[{i}]": coefficients(x) for i, x in enumerate(exprs)}
     d.forms["_weights"] = {f"models[{i}]": w * lam for i, w in enumerate(weights)}
-    seen = dict.fromkeys(m for form in exprs for n in coefficients(form) for m in folders[n].keys)
+    seen = dict.fromkeys(m for w in d.forms["_weights"] for n in d.forms[w] for m in d.folders[n].keys)
     d.names = [m for m in seen if _selected(r, m)]
     d.coeff = {m: _multiplier(r, m) for m in d.names}
     if method in SPECTRAL:  # the papers' definitions on the models' weighted cores (verify.references)

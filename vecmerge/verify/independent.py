@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import few
 from .checks import check, close, within
-from .derive import Derivation, Stack, Uncovered, derive
+from .derive import Derivation, Stack, derive
 from .lora_terms import read_folder
 
 PROBES = 16
@@ -76,9 +76,9 @@ def compare_module(m: str, d: Derivation, out, seed: str, cut: bool) -> dict:
     return row
 
 
-def independent_check(path: Path, manifest: dict, tol: dict, threads: int = 2) -> dict | None:
-    """The ``independent`` check of the output at ``path`` (manifest inputs at absolute paths), or None with
-    ``Uncovered`` re-raised for the caller to name (see ``verify.derive``)."""
+def independent_check(path: Path, manifest: dict, tol: dict, threads: int = 2) -> dict:
+    """The ``independent`` check of the output at ``path`` (manifest inputs at absolute paths); raises
+    ``Uncovered`` for a recipe verify's own path does not cover, for the caller to name (see ``verify.derive``)."""
     d = derive(manifest)
     out = read_folder(Path(path))
     try:
@@ -167,5 +167,3 @@ def _step_problems(d: Derivation, manifest: dict, rows: dict, cut: bool, ts: flo
             problems.append(f"survival {surv:.8f}, expected {want!r} within {ts:g}")
     return problems
 
-
-__all__ = ["independent_check", "Uncovered"]

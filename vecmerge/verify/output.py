@@ -53,8 +53,9 @@ from ..workspace.names import Workspace
 from .adapter import config_checks, identity_checks, open_output
 from .checks import VerifyReport, check, close, not_run, result
 from .files import figures_check, files_check, manifest_check
-from .independent import Uncovered, independent_check
+from .independent import independent_check
 from .peft_load import peft_checks
+from .references import Uncovered
 from .update import compare_to_recomputed
 
 ALPHA_RTOL = 1e-9       # alpha is a ratio of float64 norms: reproduces to round-off
