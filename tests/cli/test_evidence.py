@@ -433,3 +433,23 @@ def test_replicates_report_variance_components_in_show_and_compare(ws, run_cli):
                for r in out["reasons"])
     text = ok(run_cli("evidence", "compare", "v51", "v28")).stdout
     assert "over trainings (2 of v51: v51, v51b; 1 of v28: v28; training plus evaluation noise" in text
+
+
+def test_show_with_a_name_shows_its_replicate_group(ws, run_cli):
+    """Issue 36 item 12: ``evidence show v51`` shows v51's replicate group (v51b's runs included), not only
+    without a name; a name outside any group shows none."""
+    import shutil
+
+    shutil.copytree(ws / "v51", ws / "v51b")
+    (ws / "vecmerge.yaml").write_text(WORKSPACE.replace("metric:", "  v51b: {path: v51b, replicate_of: v51}\nmetric:"))
+    ok(run_cli("evidence", "add", "v51", "1.00", "1.01", "1.02", "--higher-is-better"))
+    ok(run_cli("evidence", "add", "v51b", "0.96", "0.97", "0.98"))
+    ok(run_cli("evidence", "add", "v28", "0.95", "0.951", "0.952"))
+    for name in ("v51", "v51b"):
+        shown = json.loads(ok(run_cli("evidence", "show", name, "--json")).stdout)
+        (comp,) = shown["replicates"]
+        assert comp["members"] == ["v51", "v51b"] and comp["var_within_eval"] == pytest.approx(0.0001, rel=1e-9)
+        assert comp["var_between_training"] == pytest.approx(0.0023 / 3, rel=1e-9)  # by hand, as above
+        assert {s["model"] for s in shown["summaries"]} == {name}  # the summaries stay the named model's
+    assert "replicates of v51 on official_total: 2 trainings" in ok(run_cli("evidence", "show", "v51")).stdout
+    assert json.loads(ok(run_cli("evidence", "show", "v28", "--json")).stdout)["replicates"] == []

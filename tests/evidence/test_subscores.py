@@ -154,3 +154,19 @@ def test_one_sided_power_against_a_simulation():
     simulated = np.mean(t > stats.t.ppf(0.95, 2 * n - 2))
     assert power_two_sample(n, effect, 1.0, 0.05, sides=1) == pytest.approx(simulated, abs=0.012)
     assert power_two_sample(n, -effect, 1.0, 0.05, sides=1) < 0.05
+
+
+def test_lower_is_better_interval_holding_zero_is_not_worse():
+    """Issue 36 mutant: for a lower-is-better sub-score the worst plausible ``better`` is -(A - B)'s upper end;
+    reading the other end of the interval called an interval holding 0 "worse"."""
+    a = runs("x", [{"loss": v} for v in (1.00, 1.04, 0.97, 1.02, 0.99)])
+    b = runs("y", [{"loss": v} for v in (1.01, 0.98, 1.03, 1.00, 0.99)], start=10)
+    ref = stats.ttest_ind([1.00, 1.04, 0.97, 1.02, 0.99], [1.01, 0.98, 1.03, 1.00, 0.99], equal_var=False)
+    lo, hi = ref.confidence_interval(0.95)
+    assert lo < 0 < hi and -hi < -0.01 < -lo  # the interval holds 0; only its A-worse end (hi) lies past the margin
+    row = compare_subscores("x", "y", a + b, higher_is_better=False, margins=0.01).row("loss")
+    assert (row.test.ci_low, row.test.ci_high) == pytest.approx((lo, hi), rel=1e-9)
+    assert row.status == UNKNOWN and "not shown either way at margin 0.01" in row.reason
+    # the mirror image with higher-is-better: A - B negated is the same question, with the same answer
+    flip = compare_subscores("y", "x", a + b, higher_is_better=True, margins=0.01).row("loss")
+    assert flip.status == UNKNOWN

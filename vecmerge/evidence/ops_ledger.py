@@ -14,7 +14,7 @@ from .environment import EnvChoice, canonical_fields, environments
 from .grades import detect_grid
 from .importers import export_csv_text, import_files
 from .ledger import Entry, Ledger
-from .replicates import components
+from .replicates import components, members, trainings
 from .stats import runs_by_model, summarize_records
 from .subscores import sub_runs
 from .suggest import close_name
@@ -139,7 +139,8 @@ def show(ledger: Ledger, names: Sequence[str] | None = None, metric: str | None 
         "item_level": [{"model": m, "metric": k, "items": len(set(v)), "records": len(v)}
                        for (m, k), v in items.items()],
         "grids": [g for e, rs in envs.values() for g in _grids(rs, e.id)],
-        "replicates": _replicate_rows(used, replicates, confidence),
+        "replicates": _replicate_rows(_group_records(ledger, names, used, metric, current_sha, include_stale,
+                                                     choice, replicates), replicates, confidence, names),
         "directions": ledger.directions(), "include_stale": include_stale,
     }
 
@@ -159,13 +160,28 @@ def _grids(records, env_id: str) -> list[dict]:
     return out
 
 
-def _replicate_rows(records, replicates, confidence: float) -> list[dict]:
-    """Variance components of every replicate group, per metric and environment of ``records``."""
+def _group_records(ledger: Ledger, names, used, metric, current_sha, include_stale: bool, choice: EnvChoice,
+                   replicates) -> list:
+    """The records the replicate rows need: ``used``, and with names given, every member of their groups (so
+    ``show v54`` shows v54's replicate group, not only v54's own runs)."""
+    if not names or not replicates:
+        return used
+    wanted = sorted(members(names, replicates))
+    if set(wanted) <= set(names):
+        return used
+    return [r for r in ledger.records(wanted, metric, current_sha=current_sha, include_stale=True)
+            if choice.matches(r.environment) and (include_stale or not r.stale)]
+
+
+def _replicate_rows(records, replicates, confidence: float, names=None) -> list[dict]:
+    """Variance components of every replicate group (of ``names`` when given), per metric and environment."""
     out = []
     for env, recs in environments(records).values():
         for metric in dict.fromkeys(r.metric for r in recs):
             runs = runs_by_model(r for r in recs if r.metric == metric)
             for root in replicates or {}:
+                if names is not None and not set(trainings(root, replicates, {})) & set(names):
+                    continue
                 c = components(root, replicates, runs, metric=metric, env=env.id, confidence=confidence)
                 if c is not None:
                     out.append(c.to_dict())
