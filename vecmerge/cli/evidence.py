@@ -76,7 +76,7 @@ def evidence_add(obj: Ctx, name, values, metric, subs, note, higher, env, extern
 
 
 @evidence.command("import")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("--model", help="The model name for lm-eval files (default: from their model_args).")
 @click.option("--cluster-field", help="A field of each --log_samples doc to cluster items by (e.g. topic; "
               "dotted for nested).")
@@ -92,7 +92,8 @@ def evidence_add(obj: Ctx, name, values, metric, subs, note, higher, env, extern
 @click.pass_obj
 @handled
 def evidence_import(obj: Ctx, files, model, cluster_field, task, higher, lower, env, as_json):
-    """Import FILES: CSV (model,metric,value[,note,item,cluster,sub.KEY]), lm-eval results .json, samples .jsonl.
+    """Import FILES: CSV (model,metric,value[,note,item,cluster,sub.KEY]), lm-eval results .json, samples .jsonl;
+    a folder: every lm-eval results_*.json and samples_*.jsonl under it (each samples file with its run's results).
 
     Every file is read before anything is written; a malformed row is one error line and nothing is recorded.
     """

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import EvidenceError
 from .grades import Grid, detect_grid
 from .ledger import Record
 from .noise import PooledNoise, pooled_noise, repeats_needed
 from .replicates import ReplicateEvidence, replicate_evidence
-from .stats import DiffResult, Summary, item_means, paired, runs_by_model, summarize, welch
+from .stats import DiffResult, Summary, harness_se, item_means, paired, runs_by_model, summarize, welch
 from .subscores import SubScoreComparison, compare_subscores, sub_keys
 
 VERDICTS = {
@@ -107,8 +107,9 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
         metric = next(iter(metrics), "")
     records = [r for r in records if r.metric == metric]
     runs = runs_by_model(records)
-    sa = summarize(runs[a], model=a, metric=metric, confidence=confidence) if runs.get(a) else None
-    sb = summarize(runs[b], model=b, metric=metric, confidence=confidence) if runs.get(b) else None
+    sa, sb = (replace(summarize(runs[m], model=m, metric=metric, confidence=confidence),
+                      harness_se=harness_se(r for r in records if r.model == m)) if runs.get(m) else None
+              for m in (a, b))
     w = welch(runs.get(a, []), runs.get(b, []), confidence)
     ia, ca = item_means(r for r in records if r.model == a)
     ib, cb = item_means(r for r in records if r.model == b)

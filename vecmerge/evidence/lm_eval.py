@@ -22,9 +22,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from ..io.hashing import sha256_file
 from ..io.parse import ParseError, load_json, parse_json, read_text
 from . import EvidenceError
 from .environment import canonical_fields
+from .lm_eval_groups import with_group_environments
 from .parsing import Parsed, Problems, parse_number
 from .records import Entry
 
@@ -36,6 +38,14 @@ _SAMPLES_NAME = re.compile(r"samples_(?P<task>.+?)(?:_\d{4}-\d{2}-\d{2}T[\d.:\-]
 def _problem(err: ParseError) -> str:
     """What the bounded parser found, without its advice (the importer's is: nothing was recorded)."""
     return err.problem.split("; ")[0]
+
+
+def source_of(path: Path) -> str:
+    """``lm-eval:PATH@SHA256``: the file and its content's sha256 (the same file imported twice is recognised)."""
+    try:
+        return f"lm-eval:{path}@{sha256_file(path)}"
+    except OSError as err:
+        raise EvidenceError(f"{path}: cannot read the file ({err.strerror or err}); nothing was recorded") from None
 
 
 def _load_json(path: Path):
@@ -181,7 +191,7 @@ def parse_lm_eval_results(path: str | Path, model: str | None = None, *, adapter
     if not model:
         raise EvidenceError(f"{path}: the file names no model (model_name, config.model_args); "
                             "give the model name; nothing was recorded")
-    source = f"lm-eval:{path}"
+    source = source_of(path)
     entries = []
     for task, scores in results.items():
         where = f"results.{task}"
@@ -221,7 +231,11 @@ def parse_lm_eval_results(path: str | Path, model: str | None = None, *, adapter
     problems.raise_if_any()
     if not entries:
         raise EvidenceError(f"{path}: no 'METRIC,FILTER' scores under results; nothing was recorded")
-    return Parsed(_group_subscores(entries, data.get("group_subtasks")), directions, [str(path)])
+    groups = data.get("group_subtasks") if isinstance(data.get("group_subtasks"), dict) else {}
+    entries = with_group_environments(_group_subscores(entries, groups), groups,
+                                      lambda task: lm_eval_environment(data, task, problems))
+    problems.raise_if_any()
+    return Parsed(entries, directions, [str(path)], groups)
 
 
 def _group_subscores(entries: list[Entry], groups) -> list[Entry]:
@@ -272,7 +286,7 @@ def parse_lm_eval_samples(path: str | Path, model: str | None, *, task: str | No
         task = m["task"]
     wanted = None if metrics is None else set(metrics)
     problems = Problems(path)
-    source = f"lm-eval:{path}"
+    source = source_of(path)
     entries = []
     try:
         lines = read_text(path, max_bytes=SAMPLES_MAX_BYTES).splitlines()

@@ -60,14 +60,16 @@ def render_import(d: dict) -> str:
 
 def _summary_table(summaries: list[dict], env_column: bool) -> str:
     rows = []
+    harness = any(s.get("harness_se") is not None for s in summaries)
     for s in summaries:
         rows.append([s["model"], s["metric"] if s["sub"] is None else f"  sub.{s['sub']}",
                      *([s.get("env") or "-"] if env_column else []), s["n"], _f(s["mean"]), g(s["std"]), g(s["se"]),
+                     *([g(s.get("harness_se"))] if harness else []),
                      _ci(s["ci_low"], s["ci_high"]), _f(s["min"]), _f(s["max"]), g(s["range"]),
                      "single run: no spread, no interval" if s["single_run"] else ""])
     conf = f"{summaries[0]['confidence']:.0%} CI (t)" if summaries else "CI"
-    head = ["model", "metric", *(["env"] if env_column else []), "n", "mean", "std", "SE", conf, "min", "max", "range",
-            "note"]
+    head = ["model", "metric", *(["env"] if env_column else []), "n", "mean", "std", "SE",
+            *(["lm-eval SE (items)"] if harness else []), conf, "min", "max", "range", "note"]
     return table(rows, head) if rows else "no whole-run records"
 
 
@@ -212,18 +214,24 @@ def render_compare(d: dict) -> str:
         d["higher_is_better"]]
     out = [f"compare {d['a']} vs {d['b']} on {d['metric']} ({direction})", *_env_line(d.get("env"))]
     rows = []
-    for s in (d["a_summary"], d["b_summary"]):
-        if s is not None:
-            rows.append([s["model"], s["n"], _f(s["mean"]), g(s["std"]), g(s["se"]), _ci(s["ci_low"], s["ci_high"])])
+    shown = [s for s in (d["a_summary"], d["b_summary"]) if s is not None]
+    harness = any(s.get("harness_se") is not None for s in shown)
+    for s in shown:
+        rows.append([s["model"], s["n"], _f(s["mean"]), g(s["std"]), g(s["se"]),
+                     *([g(s.get("harness_se"))] if harness else []), _ci(s["ci_low"], s["ci_high"])])
     if rows:
-        out.append(table(rows, ["model", "runs", "mean", "std", "SE", f"{d['confidence']:.0%} CI"]))
+        out.append(table(rows, ["model", "runs", "mean", "std", "SE", *(["lm-eval SE (items)"] if harness else []),
+                                f"{d['confidence']:.0%} CI"]))
     tests = []
     for kind in ("welch", "paired", "clustered"):
         t = d[kind]
         if t is not None:
             n = f"{t['n'][0]} vs {t['n'][1]} runs" if kind == "welch" else f"{t['n'][0]} items" + (
                 f", {t['clusters']} clusters" if t["clusters"] else "")
-            tests.append([kind, f"{t['diff']:+.5g}", g(t["se"]), f"{t['df']:.3g}", _ci(t["ci_low"], t["ci_high"]),
+            if t.get("discordant") is not None:
+                n += f"; {t['discordant'][0]} only {d['a']} right, {t['discordant'][1]} only {d['b']}"
+            name = kind if t.get("method", "t") == "t" else f"{kind} ({t['method']})"
+            tests.append([name, f"{t['diff']:+.5g}", g(t["se"]), f"{t['df']:.3g}", _ci(t["ci_low"], t["ci_high"]),
                           f"{t['p']:.3g}", n, "yes" if t["beyond_noise"] else "no"])
     if tests:
         out.append(table(tests, [f"test ({d['a']} - {d['b']})", "diff", "SE", "df", f"{d['confidence']:.0%} CI",
