@@ -453,3 +453,21 @@ def test_show_with_a_name_shows_its_replicate_group(ws, run_cli):
         assert {s["model"] for s in shown["summaries"]} == {name}  # the summaries stay the named model's
     assert "replicates of v51 on official_total: 2 trainings" in ok(run_cli("evidence", "show", "v51")).stdout
     assert json.loads(ok(run_cli("evidence", "show", "v28", "--json")).stdout)["replicates"] == []
+
+
+def test_group_compare_facts_acc_pairs_items_from_an_imported_tree(ws, run_cli, tmp_path):
+    """Issue 33 item 3's finding: `compare v54 v60 --metric facts/acc` said "no item-level records for both";
+    a folder imports in one command, lm-eval's stderr shows beside vecmerge's SE, a second import adds nothing."""
+    from lm_eval_layout import scores, write_run
+
+    out = tmp_path / "out"
+    write_run(out, "v54", "2026-12-01T10-00-00.000001", scores(5, 0.8))
+    write_run(out / "x", "v60", "2026-12-01T11-00-00.000001", scores(6, 0.6))
+    first = ok(run_cli("evidence", "import", str(out))).stdout
+    assert "imported " in first and "not counted twice" not in first
+    again = ok(run_cli("evidence", "import", str(out))).stdout
+    assert again.startswith("imported 0 records") and again.count("not counted twice: ") == 8
+    text = ok(run_cli("evidence", "compare", "v54", "v60", "--metric", "facts/acc")).stdout
+    assert "no item-level records" not in text and "paired (McNemar" in text and "lm-eval SE (items)" in text
+    res = json.loads(ok(run_cli("evidence", "compare", "v54", "v60", "--metric", "facts/acc", "--json")).stdout)
+    assert res["paired"]["n"] == [120] and res["decided_by"] == "paired"

@@ -5,7 +5,6 @@ A malformed file gets ONE error line naming the file, the row and the field, and
 from __future__ import annotations
 
 import hashlib
-
 import json
 from pathlib import Path
 

@@ -55,6 +55,8 @@ def render_import(d: dict) -> str:
                                                 for m, h in d["directions"].items()))
     for env_id, fields in (d.get("environments") or {}).items():
         lines += _env_line({"id": env_id, "fields": fields})
+    for dup in d.get("duplicates") or []:
+        lines.append(f"not counted twice: {dup['file']} has the content of {dup['same_as']}")
     return "\n".join(lines)
 
 
