@@ -426,3 +426,12 @@ def test_an_item_scored_several_times_counts_once_at_its_mean():
     ref = stats.ttest_rel(a3.mean(axis=0), b1)
     assert c.decided_by == "paired" and c.paired.n == (12,)
     assert (c.paired.t, c.paired.p) == pytest.approx((ref.statistic, ref.pvalue), rel=1e-10)
+
+
+def test_spread_below_round_off_is_zero():
+    """Three identical 0.092 values: std 0, no Welch test (it gave p 1.4e-57); a spread of one ulp in 0.3 is kept
+    as zero too, a real spread of 1e-12 is not."""
+    assert summarize([0.092] * 3).std == 0.0 and welch([0.092] * 3, [0.1226] * 3) is None
+    assert summarize([0.1 + 0.2, 0.3, 0.3]).std == 0.0
+    s = summarize([0.3, 0.3 + 1e-12, 0.3])
+    assert s.std == pytest.approx(np.std([0.3, 0.3 + 1e-12, 0.3], ddof=1), rel=1e-3) and s.std > 0

@@ -170,3 +170,20 @@ def test_lower_is_better_interval_holding_zero_is_not_worse():
     # the mirror image with higher-is-better: A - B negated is the same question, with the same answer
     flip = compare_subscores("y", "x", a + b, higher_is_better=True, margins=0.01).row("loss")
     assert flip.status == UNKNOWN
+
+
+def test_zero_spread_verdict_says_its_assumption_and_round_off_is_zero():
+    """Issue 33 item 5: three identical 0.092 runs have a float std of 1.7e-17 (round-off of the mean), which
+    gave p 1.4e-57; it is no spread, and a verdict resting on no spread says what it assumes."""
+    xs = [0.092] * 3
+    m = math.fsum(xs) / 3
+    assert 0 < math.sqrt(math.fsum((x - m) ** 2 for x in xs) / 2) < 1e-16  # what the float formula gives
+    a = runs("v60", [{"item": 0.092}] * 3)
+    b = runs("v54", [{"item": 0.1226}] * 3, start=10)
+    row = compare_subscores("v60", "v54", a + b, higher_is_better=True).row("item")
+    assert row.test is None and row.p is None and row.zero_variance  # no Welch p from round-off
+    assert row.status == WORSE and row.diff == pytest.approx(0.092 - 0.1226, abs=1e-15)
+    assert "assuming this sub-score does not vary between runs of one model" in row.reason
+    same = compare_subscores("v60", "v54", a + runs("v54", [{"item": 0.092}] * 3, start=10),
+                             higher_is_better=True).row("item")
+    assert same.status == NOT_WORSE and "assuming this sub-score does not vary" in same.reason

@@ -3,7 +3,8 @@
 The plain, well-known statistics (Evan Miller, "Adding Error Bars to Evals", 2024, is the anchor):
 
     mean        x̄ = Σ x_i / n
-    std         s = sqrt(Σ (x_i - x̄)² / (n - 1))                 (sample, ddof=1)
+    std         s = sqrt(Σ (x_i - x̄)² / (n - 1))                 (sample, ddof=1); 0 when s ≤ 4 n ε max|x_i|
+                (round-off of the mean: three runs of 0.092 give s 1.7e-17, which is no spread)
     SE          s / sqrt(n)
     CI          x̄ ± t_{1-α/2, n-1} · SE                           (Student t, α = 1 - confidence)
     Welch       Δ = x̄_A - x̄_B,  SE = sqrt(s_A²/n_A + s_B²/n_B),
@@ -29,6 +30,7 @@ verdict built on these tests. Everything is scipy on plain floats; records come 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
@@ -79,6 +81,11 @@ class Summary:
         return asdict(self)
 
 
+def round_off(values: Sequence[float]) -> float:
+    """``4 n ε max|x_i|``: a spread this small is the float round-off of a mean of ``values``, not noise."""
+    return 4 * len(values) * sys.float_info.epsilon * max((abs(x) for x in values), default=0.0)
+
+
 def summarize(values: Sequence[float], *, model: str = "", metric: str = "", sub: str | None = None,
               confidence: float = 0.95, env: str | None = None) -> Summary:
     """Summary of repeated scores (formulas in the module docstring).
@@ -95,6 +102,8 @@ def summarize(values: Sequence[float], *, model: str = "", metric: str = "", sub
     std = se = lo = hi = None
     if n >= 2:
         std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+        if std <= round_off(xs):
+            std = 0.0
         se = std / math.sqrt(n)
         lo, hi = t_interval(mean, se, n - 1, confidence)
     return Summary(model, metric, sub, n, mean, std, se, lo, hi, min(xs), max(xs), max(xs) - min(xs), n == 1,

@@ -14,7 +14,8 @@ Per sub-score K of the metric (whole runs carry K in their ``subs``; item-level 
     unknown        neither; with the runs per model a one-sided t test would need (power 0.8, alpha / family
                    size, the pooled noise of K) to show it not worse at the observed difference, or worse when
                    the observed difference is below -m
-    zero variance  each model's runs of K are one value (>= min_runs runs each): the difference is exact;
+    zero variance  each model's runs of K are one value, up to float round-off (>= min_runs runs each): the
+                   difference is exact, ASSUMING K does not vary between runs of one model (said in the reason);
                    worse when better < 0, else not worse; decided without a p-value, outside the families
     margin         given (one value, or one per sub-score), else one grade where K's values across all models
                    lie on a grid (``grades.detect_grid``), else K's pooled within-model noise sd (the change one
@@ -41,6 +42,7 @@ from .noise import pooled_noise, repeats_needed
 from .stats import DiffResult, Summary, item_means, paired, summarize, welch
 
 WORSE, NOT_WORSE, UNKNOWN = "worse", "not_worse", "unknown"
+ZERO_SPREAD = "assuming this sub-score does not vary between runs of one model"
 
 
 @dataclass(frozen=True)
@@ -146,9 +148,8 @@ def _one(key, a, b, metric, runs, items, margins, margin_source, confidence, min
     ib, cb = item_means(items.get(b, []))
     pr, cl = paired(ia, ib, {**cb, **ca}, confidence=confidence, min_items=min_items)
     test = cl or pr or welch(ra, rb, confidence)
-    zero = (test is None and min(len(ra), len(rb)) >= max(min_runs, 2) and len(set(ra)) == 1
-            and len(set(rb)) == 1)
-    diff = test.diff if test else (ra[0] - rb[0]) if zero else None
+    zero = (test is None and min(len(ra), len(rb)) >= max(min_runs, 2) and sa.std == 0 and sb.std == 0)
+    diff = test.diff if test else (sa.mean - sb.mean) if zero else None
     grid = detect_grid([v for vs in runs.values() for v in vs])
     pooled = pooled_noise(runs)
     noise = pooled.sd if pooled and pooled.sd > 0 else (
@@ -216,7 +217,7 @@ def compare_subscores(a: str, b: str, records: Iterable[Record], *, metric: str 
         elif p["zero_variance"]:
             status = WORSE if better < 0 else NOT_WORSE
             reason = (f"every run of each model scored one value ({na} and {nb} runs): the difference "
-                      f"{p['diff']:+.4g} is exact")
+                      f"{p['diff']:+.4g} is exact, {ZERO_SPREAD}")
         elif t is None:
             reason = (f"runs of {key}: {a} {na}, {b} {nb}" + (" (no spread to estimate noise from)"
                       if min(na, nb) >= 2 else f" (Welch needs {max(min_runs, 2)} each)"))
