@@ -133,9 +133,6 @@ class ModelFolder:
         """Tensor names ordered by shard, then by position in the shard (reads in this order hash on the fly)."""
         return sorted(self.tensors, key=lambda k: (self.tensors[k].file, self.tensors[k].start))
 
-    def weight_files(self) -> list[str]:
-        return [f.path.name for f in self.files] + ([INDEX_NAME] if self.sharded else [])
-
     def sha256s(self) -> dict:
         """``{file name: sha256}`` of config.json, the index and every shard."""
         out = {CONFIG: sha256_file(self.path / CONFIG)}

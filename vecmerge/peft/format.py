@@ -228,11 +228,6 @@ def module_layer(name: str) -> int | None:
     return None
 
 
-def module_type(name: str) -> str:
-    """The last path component (``q_proj``); ``module_types`` tells apart types that share it."""
-    return name.rsplit(".", 1)[-1]
-
-
 def type_path(name: str) -> str:
     """What a module is within its layer: the components after the layer index (``attn.c_proj``).
 
