@@ -4,6 +4,7 @@
   evidence-plan-example markers: the evidence commands on the user's published scores (``EVIDENCE``).
 - examples/WALKTHROUGH.md, between the walkthrough-output markers: what examples/walkthrough.py prints
   in that demo folder.
+- docs/ARCHITECTURE.md, between the import-picture markers: the packages' imports (tools/import_picture.py).
 - docs/RECIPES.md: the recipe keys (``vecmerge.recipe.docs.recipe_markdown``), the same as ``vecmerge run --help``.
 
 tests/demo/test_run.py checks that the pasted GUIDE transcript still matches a demo run (numbers masked,
@@ -24,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
 from walkthrough import run_walkthrough  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tools"))
+import import_picture  # noqa: E402
 
 
 def paste(doc: Path, name: str, text: str, header: str = "") -> None:
@@ -72,6 +76,7 @@ def main() -> int:
     for block, commands in EVIDENCE.items():
         paste(ROOT / "docs" / "GUIDE.md", block, evidence_transcript(commands))
 
+    import_picture.paste(import_picture.picture())
     (ROOT / "docs" / "RECIPES.md").write_text(recipe_markdown())
     print(f"updated {ROOT / 'docs' / 'RECIPES.md'}", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
