@@ -255,7 +255,7 @@ def test_import_json_states_what_was_imported(ws, run_cli):
     out = json.loads(res.stdout)
     assert out == {"files": ["runs.csv"], "records": 8, "ids": [3, 10], "models": ["v51", "v60"],
                    "metrics": ["item_acc", "official_total"], "item_level": 2, "directions": {"official_total": True},
-                   "unhashed": ["v60"], "environments": {}}
+                   "unhashed": ["v60"], "environments": {}, "duplicates": []}
     ledger = Ledger(ws / "vecmerge-evidence.db")
     recs = ledger.records(["v51", "v60"], "official_total") + ledger.records(["v51"], "item_acc")
     assert sorted(r.id for r in recs) == list(range(3, 11)) and record_count(ws) == 10

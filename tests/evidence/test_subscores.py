@@ -113,8 +113,11 @@ def test_margin_defaults_to_one_grade_on_a_grid_else_the_pooled_noise():
     recs = [r for i, g in enumerate(grades) for r in runs(f"m{i}", [{"item": g}], start=10 * i)]
     recs += runs("x", [{"item": 0.2453}, {"item": 0.2146}, {"item": 0.2453}], start=100)
     recs += runs("y", [{"item": 0.2146}, {"item": 0.2146}, {"item": 0.2453}], start=200)
-    row = compare_subscores("x", "y", recs, higher_is_better=True).row("item")
+    row = compare_subscores("x", "y", recs, higher_is_better=True, decimals={"item": 4}).row("item")
     assert row.grid is not None and row.margin == row.grid.step and row.margin_source.startswith("one grade")
+    assert "6 distinct values sit on it within their written precision 1e-04" in row.margin_source
+    unknown = compare_subscores("x", "y", recs, higher_is_better=True).row("item")  # precision not known: no grade
+    assert unknown.grid is None and unknown.margin_source == "pooled within-model noise sd"
     assert row.below_one_grade and row.diff == pytest.approx(0.0307 / 3, abs=1e-4)
     row = compare_subscores("v58", "v54", pair(), higher_is_better=True).row("video")
     pooled = math.sqrt((np.var(A_VIDEO, ddof=1) * 4 + np.var(B_VIDEO, ddof=1) * 3) / 7)

@@ -5,7 +5,7 @@ sub-score (``subscores.compare_subscores``) and, where A or B has training repli
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from . import EvidenceError
@@ -73,7 +73,8 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
                     higher_is_better: bool | None = None, confidence: float = 0.95, min_runs: int = 2,
                     min_items: int = 2, detect: float | None = None, alpha: float = 0.05,
                     power: float = 0.8, target: str | None = None, margins: float | dict | None = None,
-                    margin_source: str = "given", replicates=None, env: dict | None = None) -> Comparison:
+                    margin_source: str = "given", replicates=None, env: dict | None = None,
+                    decimals: Mapping[str | None, int] | None = None) -> Comparison:
     """Compare A and B on one metric; the verdict rule is exact:
 
     1. Tests: ``clustered`` (item-level records of both, with cluster keys, ≥ 2 clusters), ``paired``
@@ -98,6 +99,8 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
         higher_is_better (bool | None): the metric's direction (``Ledger.direction``).
         replicates (Mapping[str, Sequence[str]] | None): replicate groups, root -> members (``Workspace``).
         env (dict | None): the records' one eval environment, reported as it is (the caller chose it).
+        decimals (Mapping[str | None, int] | None): the decimals the values were written with, per sub-score (None:
+            the metric's own value; ``precision.of_metric``); a grid is looked for only where they are known.
     """
     records = list(records)
     metrics = {r.metric for r in records}
@@ -145,7 +148,7 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
     if sub_keys(records, [a, b]) or target is not None:
         subs = compare_subscores(a, b, records, metric=metric, higher_is_better=higher_is_better,
                                  confidence=confidence, target=target, margins=margins, margin_source=margin_source,
-                                 min_runs=min_runs, min_items=min_items, power=power)
+                                 min_runs=min_runs, min_items=min_items, power=power, decimals=decimals)
     reps = replicate_evidence(a, b, runs, replicates, metric=metric, env=(env or {}).get("id"), confidence=confidence)
     if reps is not None and reps.test is not None and decided is not None and (
             reps.test.beyond_noise != decided.beyond_noise):
@@ -155,4 +158,5 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
     return Comparison(a, b, metric, higher_is_better, confidence, sa, sb, w, pr, cl, pooled, detect, noise,
                       needed, decided.kind if decided else None, code,
                       VERDICTS[code].format(a=a, b=b, metric=metric), tuple(reasons), subs,
-                      detect_grid([v for vs in runs.values() for v in vs]), env, reps)
+                      detect_grid([v for vs in runs.values() for v in vs], decimals=(decimals or {}).get(None)), env,
+                      reps)

@@ -14,6 +14,8 @@ from .gate import GateConfig
 from .ledger import Ledger
 from .noise import pooled_noise
 from .ops_plans import check_plan_weights, plan_looks
+from .precision import of_metric
+from .precision import read as read_decimals
 from .replicates import components, members
 from .sequential import decide_plan
 from .stats import runs_by_model
@@ -44,9 +46,10 @@ def gate_evidence(ledger: Ledger, backbone: str, x: str, y: str, metric: str, *,
     group = members([backbone], replicates)
     keys = None if c.protect in (None, "all") else list(c.protect)
     direction = ledger.direction(metric)
+    decimals = of_metric(read_decimals(ledger, metric), metric)
     subs = compare_subscores(x, y, records, metric=metric, higher_is_better=direction, confidence=c.confidence,
                              keys=keys, margins=c.margin, margin_source=c.source_of("margin"),
-                             min_runs=c.min_evidence_runs)
+                             min_runs=c.min_evidence_runs, decimals=decimals)
     plans = ledger.plans(x, y, metric)
     latest = plans[-1] if plans else None
     decision = None
@@ -62,6 +65,7 @@ def gate_evidence(ledger: Ledger, backbone: str, x: str, y: str, metric: str, *,
             "typical_noise": pooled_noise({m: v for m, v in runs.items() if m not in group}),
             "comparison": compare_records(x, y, records, metric=metric, higher_is_better=direction,
                                           confidence=c.confidence, min_runs=c.min_evidence_runs,
-                                          replicates=replicates, env=chosen.to_dict() if chosen else None),
+                                          replicates=replicates, env=chosen.to_dict() if chosen else None,
+                                          decimals=decimals),
             "subscores": subs, "plan": latest, "plan_decision": decision,
             "env": chosen.to_dict() if chosen else None}

@@ -38,6 +38,9 @@ from .lm_eval import lm_eval_model, metric_name, parse_lm_eval_results, parse_lm
 from .lm_eval_groups import group_items
 from .lm_eval_tree import expand, match_samples
 from .parsing import Parsed, Problems, parse_number, plain
+from .precision import check_decimals, decimals_of
+from .precision import note as note_decimals
+from .precision import write as write_decimals
 from .records import SHA_RE, Entry
 
 __all__ = ["parse_csv", "parse_lm_eval_results", "parse_lm_eval_samples", "lm_eval_model", "metric_name",
@@ -81,6 +84,7 @@ def parse_csv(path: str | Path) -> Parsed:
     problems.raise_if_any()
 
     entries, start = [], reader.line_num + 1
+    decimals: dict = {}
     source = f"csv:{path}"
     try:
         for row in reader:
@@ -127,10 +131,14 @@ def parse_csv(path: str | Path) -> Parsed:
                 continue
             entries.append(Entry(model, metric, value, sha, subs, stderr, item, cluster, source, note, subscore,
                                  canonical_fields(env)))
+            if item is None:  # grades are read from whole runs: the decimals their cells are written with
+                note_decimals(decimals, metric, None, decimals_of(cells["value"]))
+                for key in subs:
+                    note_decimals(decimals, metric, key, decimals_of(cells[f"sub.{key}"]))
     except csv.Error as err:
         problems.add(f"line {reader.line_num}", None, f"not valid CSV ({err})")
     problems.raise_if_any()
-    return Parsed(entries, {}, [str(path)])
+    return Parsed(entries, {}, [str(path)], decimals=decimals)
 
 
 def detect_kind(path: str | Path) -> str:
@@ -145,7 +153,7 @@ def detect_kind(path: str | Path) -> str:
 
 def parse_files(paths: Iterable[str | Path], *, model: str | None = None, cluster_field: str | None = None,
                 task: str | None = None, adapters: Mapping[str, Path] | None = None, home: Path | None = None,
-                env: Mapping[str, str] | None = None) -> Parsed:
+                env: Mapping[str, str] | None = None, decimals: int | None = None) -> Parsed:
     """Parse every file (kind from its suffix; a folder: the lm-eval files under it, ``lm_eval_tree.expand``)
     before anything is written. A samples file takes the model, the eval environment of its task and the groups
     of the results file of its run (``lm_eval_tree.match_samples``); unmatched, the model of the results given
@@ -156,6 +164,8 @@ def parse_files(paths: Iterable[str | Path], *, model: str | None = None, cluste
             paths to them).
         env (Mapping[str, str] | None): environment fields added to every entry (``--env KEY=VALUE``); one a file
             already gives with another value is refused.
+        decimals (int | None): the decimals every value and sub-score is written with (``--decimals``), in place
+            of those read from the files' text.
     """
     paths = expand(paths)
     if not paths:
@@ -172,6 +182,8 @@ def parse_files(paths: Iterable[str | Path], *, model: str | None = None, cluste
             continue
         out.entries += part.entries
         out.directions.update(part.directions)
+        for (metric, sub), n in part.decimals.items():
+            note_decimals(out.decimals, metric, sub, n)
     results = [e for e in out.entries if e.source.startswith("lm-eval:")]
     result_models = {e.model for e in results}
     groups = {k: v for run in runs.values() for k, v in run.groups.items()}
@@ -194,6 +206,10 @@ def parse_files(paths: Iterable[str | Path], *, model: str | None = None, cluste
                                     f"{clash[0]}={dict(e.env)[clash[0]]} for {e.model} on {e.metric}; drop the "
                                     "option or fix the file; nothing was recorded")
         out.entries = [replace(e, env=canonical_fields({**dict(e.env), **dict(extra)})) for e in out.entries]
+    if decimals is not None:
+        check_decimals(decimals)
+        out.decimals = {(e.metric, k): decimals for e in out.entries if e.item is None
+                        for k in (None, *dict(e.subs))}
     out.files = [str(p) for p in paths]
     return out
 
@@ -202,7 +218,7 @@ def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
                  sha_of: Mapping[str, str | None] | Callable[[str], str | None] | None = None,
                  model: str | None = None, cluster_field: str | None = None, task: str | None = None,
                  directions: Mapping[str, bool] | None = None, adapters: Mapping[str, Path] | None = None,
-                 home: Path | None = None, env: Mapping[str, str] | None = None) -> dict:
+                 home: Path | None = None, env: Mapping[str, str] | None = None, decimals: int | None = None) -> dict:
     """Parse all ``paths``, fill each entry's sha256 from ``sha_of`` (where the file carried none) and
     write everything in one transaction.
 
@@ -210,7 +226,7 @@ def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
         ledger (Ledger): where to record.
         paths: the files (.csv, lm-eval results .json, samples .jsonl).
         sha_of: model name -> its current content sha256 (a mapping or a function); None leaves them unhashed.
-        model, cluster_field, task, adapters, home, env: see ``parse_files``.
+        model, cluster_field, task, adapters, home, env, decimals: see ``parse_files``.
         directions (Mapping[str, bool] | None): metric -> higher_is_better to declare in the same transaction
             (a CSV carries none); one that contradicts a file's own declaration raises, nothing written.
 
@@ -219,7 +235,7 @@ def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
         "item_level": int, "directions": {metric: higher_is_better}, "environments": {id: fields}}``.
     """
     parsed = parse_files(paths, model=model, cluster_field=cluster_field, task=task, adapters=adapters, home=home,
-                         env=env)
+                         env=env, decimals=decimals)
     for metric, higher in (directions or {}).items():
         if parsed.directions.get(metric, higher) != higher:
             raise EvidenceError(f"{metric}: the files say {'higher' if parsed.directions[metric] else 'lower'} "
@@ -228,7 +244,7 @@ def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
     look = sha_of.get if isinstance(sha_of, Mapping) else (sha_of or (lambda name: None))
     kept, duplicates = _first_imports(ledger, parsed.entries)
     entries = [e if e.sha256 is not None else replace(e, sha256=look(e.model)) for e in kept]
-    ids = ledger.write(entries, parsed.directions)
+    ids = ledger.write(entries, parsed.directions, also=lambda con, now: write_decimals(con, parsed.decimals))
     envs = {e.environment.id: dict(e.env) for e in entries}
     return {"files": parsed.files, "records": len(ids), "ids": [ids[0], ids[-1]] if ids else [],
             "models": sorted({e.model for e in entries}), "metrics": sorted({e.metric for e in entries}),

@@ -151,7 +151,10 @@ def render_subscores(s: dict) -> list[str]:
             "" if t is None else f" {_ci(t['ci_low'], t['ci_high'], 3)}")
         status = "target" if r["target"] else {"worse": "WORSE", "not_worse": "not worse"}.get(r["status"], "unknown")
         rows.append([key, _runs(r["a_summary"]), _runs(r["b_summary"]), diff, r["kind"] or "-", _p(r["p"], r["p_holm"]),
-                     g(r["margin"]), _p(r["p_noninferior"], r["p_noninferior_holm"]), status])
+                     g(r["margin"]), (r["margin_source"] or "-").split(",")[0],
+                     _p(r["p_noninferior"], r["p_noninferior_holm"]), status])
+        if r["margin_source"] and r["margin_source"].startswith("one grade"):
+            notes.append(f"margin of {key}: {r['margin_source']}")
         if r["grid"] is not None:
             moved = "" if r["diff"] is None else f"; the difference is {r['diff'] / r['grid']['step']:+.2f} grades" + (
                 ", below one grade" if r["below_one_grade"] else "")
@@ -163,7 +166,7 @@ def render_subscores(s: dict) -> list[str]:
     out = [f"sub-scores of {s['metric']} ({a} - {b}; Holm across the {len(s['family'])} tested; margin: "
            f"{', '.join(sources) or 'none'})",
            table(rows, ["sub-score", f"{a} n: mean {conf} CI", f"{b} n: mean {conf} CI", f"diff {conf} CI", "test",
-                        "p / Holm", "margin", "not worse p / Holm", "status"])]
+                        "p / Holm", "margin", "margin from", "not worse p / Holm", "status"])]
     out += notes
     cost = s["cost"]
     target = f" of raising {s['target']}" if s["target"] else ""
