@@ -31,7 +31,7 @@ _API = {
     # recipes, the pipeline and verify
     "Recipe": "recipe.recipe", "Consensus": "recipe.recipe", "load_recipe": "recipe.load",
     "run": "pipeline.runner", "RunReport": "pipeline.runner", "evaluate": "pipeline.evaluation",
-    "verify_output": "verify.output", "VerifyReport": "verify.checks",
+    "verify_output": "verify.checks.output", "VerifyReport": "verify.report",
     # measuring
     "describe": "analysis.inspect", "AdapterSummary": "analysis.inspect",
     "audit_trajectories": "analysis.audit", "audit_pairwise": "analysis.audit",
@@ -103,8 +103,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from .pipeline.runner import RunReport, run
     from .recipe.load import load as load_recipe
     from .recipe.recipe import Consensus, Recipe
-    from .verify.checks import VerifyReport
-    from .verify.output import verify_output
+    from .verify.checks.output import verify_output
+    from .verify.report import VerifyReport
     from .workspace.names import Workspace
     from .workspace.taskvector import TaskVector, linear_combination
 

@@ -1,7 +1,7 @@
 """``verify``'s ``independent`` check: the written update against verify's own derivation of the intended one.
 
-Per module m, with W the update read back by ``verify.lora_terms`` and I the intended update from
-``verify.derive`` (both float64 factors, no pipeline code), and X a block of ``PROBES`` Gaussian probe
+Per module m, with W the update read back by ``verify.independent.lora_terms`` and I the intended update from
+``verify.independent.derive`` (both float64 factors, no pipeline code), and X a block of ``PROBES`` Gaussian probe
 vectors drawn from a seed that is the output's sha256 and the module's name (a change cannot be aimed at
 the probes: they change with every byte of the file):
 
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import few
-from .checks import check, close, within
+from ...errors import few
+from ..report import check, close, within
 from .derive import Derivation, Stack, derive
 from .lora_terms import read_folder
 
@@ -78,7 +78,7 @@ def compare_module(m: str, d: Derivation, out, seed: str, cut: bool) -> dict:
 
 def independent_check(path: Path, manifest: dict, tol: dict, threads: int = 2) -> dict:
     """The ``independent`` check of the output at ``path`` (manifest inputs at absolute paths); raises
-    ``Uncovered`` for a recipe verify's own path does not cover, for the caller to name (see ``verify.derive``)."""
+    ``Uncovered`` for a recipe verify's own path does not cover, for the caller to name (see ``derive``)."""
     d = derive(manifest)
     out = read_folder(Path(path))
     try:

@@ -10,8 +10,8 @@ import pytest
 
 from vecmerge.expr import parse
 from vecmerge.recipe.load import with_absolute_inputs
-from vecmerge.verify.derive import Uncovered, derive
-from vecmerge.verify.expressions import coefficients
+from vecmerge.verify.independent.derive import Uncovered, derive
+from vecmerge.verify.independent.expressions import coefficients
 
 
 @pytest.mark.parametrize("text", ["v54 + 0.12*(v51 - v28)", "-v28", "2*(a-b)", "(a+b)/2", "v1.e2 - 0.5*v1.e2 + b",
@@ -78,7 +78,7 @@ def test_the_message_of_a_non_linear_term_shows_its_node():
 
 
 def test_a_long_expression_is_named_by_its_first_40_characters(monkeypatch):
-    from vecmerge.verify import expressions
+    from vecmerge.verify.independent import expressions
 
     text = " + ".join(f"x{i}" for i in range(30))
     monkeypatch.setattr(expressions, "MAX_NODES", 3)
@@ -90,7 +90,7 @@ def test_a_long_expression_is_named_by_its_first_40_characters(monkeypatch):
 def test_the_node_bound_is_sharp(monkeypatch):
     import ast
 
-    from vecmerge.verify import expressions
+    from vecmerge.verify.independent import expressions
 
     text = " + ".join(f"x{i}" for i in range(30))
     nodes = sum(1 for _ in ast.walk(ast.parse(text, mode="eval")))

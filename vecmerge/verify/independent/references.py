@@ -1,4 +1,4 @@
-"""The spectral merges by their papers' definitions, in numpy, for ``verify.derive``: never the methods' code.
+"""The spectral merges by their papers' definitions, in numpy, for ``independent.derive``: never the methods' code.
 
 Each definition is the papers' dense one applied to the models' weighted updates ``D_i = w_i DeltaW_i``. All of
 them are built from SVDs, polar factors, sums and inner products, which an orthonormal change of basis carries

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from vecmerge.verify.lora_terms import read_folder, uncovered
+from vecmerge.verify.independent.lora_terms import read_folder, uncovered
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vecmerge.testing import toy_adapter
-from vecmerge.verify.output import verify_output
+from vecmerge.verify.checks.output import verify_output
 
 CUT_MODULE = "model.layers.0.self_attn.q_proj"
 
@@ -125,7 +125,7 @@ def test_a_pipeline_bug_that_drops_the_dose_is_caught_though_the_pipelines_own_r
     ``verify``'s re-evaluation shares), so update, step, figures and manifest pass; the independent check,
     which measures the dose outside the pipeline, fails."""
     import vecmerge.pipeline.build as build
-    import vecmerge.verify.update as update
+    import vecmerge.verify.checks.update as update
 
     real = build.intended_core
 
@@ -165,7 +165,7 @@ def test_a_method_without_an_independent_reference_is_named_not_passed_silently(
 
 def test_the_independent_check_reads_bf16_outputs_itself(toy, run_cli):
     """bf16 decoded by numpy (the top 16 bits of a float32) equals torch's reading."""
-    from vecmerge.verify.lora_terms import read_folder
+    from vecmerge.verify.independent.lora_terms import read_folder
 
     run_ok(run_cli, "project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--dtype", "bf16",
            "--out", "out")

@@ -14,8 +14,8 @@ import pytest
 
 from vecmerge.io.parse import short
 from vecmerge.outputs.manifest import shape_problems
-from vecmerge.verify.files import FIGURES_RTOL, differences, figures_check, files_check
-from vecmerge.verify.output import verify_output
+from vecmerge.verify.checks.files import FIGURES_RTOL, differences, figures_check, files_check
+from vecmerge.verify.checks.output import verify_output
 
 
 def test_differences_names_each_place_that_differs():

@@ -2,7 +2,7 @@
 
 The pipeline reads adapters through ``peft.adapter`` (its key rules, scale rules and dtype handling); a bug
 there would be a bug in every output *and* in any check that read them the same way. This module reads a
-folder again by PEFT's rules written out once more, on its own, for ``verify.derive``:
+folder again by PEFT's rules written out once more, on its own, for ``verify.independent.derive``:
 
 - keys ``base_model.model.<module>.lora_A.weight`` / ``lora_B.weight`` (``lora_embedding_A`` / ``_B`` for
   embeddings); every other key (``modules_to_save``, a trained head) is not part of ``B @ A`` and is skipped;
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io.parse import load_json
-from ..io.patterns import PatternSet
-from ..io.safetensors_read import TensorFile
+from ...io.parse import load_json
+from ...io.patterns import PatternSet
+from ...io.safetensors_read import TensorFile
 
 PREFIX = "base_model.model."
 FACTORS = {".lora_A.weight": ("A", ".lora_B.weight"), ".lora_embedding_A": ("A", ".lora_embedding_B")}

@@ -39,23 +39,23 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import OutputError, UsageError, VecmergeError, few, shown
-from ..outputs.manifest import TOLERANCES, read_manifest, shape_problems
-from ..peft.adapter import Adapter
-from ..peft.format import CONFIG_NAME, LoraConfig
-from ..pipeline import evaluate
-from ..pipeline.build import build_output
-from ..pipeline.manifest import manifest_figures, merge_formula, resolved_for
-from ..recipe.load import manifest_root, with_absolute_inputs
-from ..recipe.recipe import Recipe
-from ..workspace.base_model import folder_is, model_folder_problem
-from ..workspace.names import Workspace
+from ...errors import OutputError, UsageError, VecmergeError, few, shown
+from ...outputs.manifest import TOLERANCES, read_manifest, shape_problems
+from ...peft.adapter import Adapter
+from ...peft.format import CONFIG_NAME, LoraConfig
+from ...pipeline import evaluate
+from ...pipeline.build import build_output
+from ...pipeline.manifest import manifest_figures, merge_formula, resolved_for
+from ...recipe.load import manifest_root, with_absolute_inputs
+from ...recipe.recipe import Recipe
+from ...workspace.base_model import folder_is, model_folder_problem
+from ...workspace.names import Workspace
+from ..independent.independent import independent_check
+from ..independent.references import Uncovered
+from ..report import VerifyReport, check, close, not_run, result
 from .adapter import config_checks, identity_checks, open_output
-from .checks import VerifyReport, check, close, not_run, result
 from .files import figures_check, files_check, manifest_check
-from .independent import independent_check
 from .peft_load import peft_checks
-from .references import Uncovered
 from .update import compare_to_recomputed
 
 ALPHA_RTOL = 1e-9       # alpha is a ratio of float64 norms: reproduces to round-off

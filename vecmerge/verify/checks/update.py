@@ -18,16 +18,16 @@ import math
 
 import torch
 
-from ..errors import VecmergeError, few
-from ..linalg.dense import Dense
-from ..linalg.lowrank import LowRank
-from ..linalg.subspace import InSpan
-from ..linalg.threads import map_modules
-from ..peft.adapter import Adapter
-from ..peft.format import CONFIG_NAME
-from ..pipeline.bias import has_biases, intended_bias
-from ..pipeline.evaluation import intended_core
-from .checks import check, within
+from ...errors import VecmergeError, few
+from ...linalg.dense import Dense
+from ...linalg.lowrank import LowRank
+from ...linalg.subspace import InSpan
+from ...linalg.threads import map_modules
+from ...peft.adapter import Adapter
+from ...peft.format import CONFIG_NAME
+from ...pipeline.bias import has_biases, intended_bias
+from ...pipeline.evaluation import intended_core
+from ..report import check, within
 
 
 def _inner(W: LowRank, target) -> float:

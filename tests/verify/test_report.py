@@ -2,8 +2,8 @@
 
 import math
 
-from vecmerge.verify.adapter import _law
-from vecmerge.verify.checks import check, close, not_run, result, within
+from vecmerge.verify.checks.adapter import _law
+from vecmerge.verify.report import check, close, not_run, result, within
 
 
 def test_within_and_close_refuse_non_finite():

@@ -16,14 +16,14 @@ own arithmetic: every operand of module m is a stack of factors ``X_m = [c_1 s_1
 - merges ``linear``, ``svd``, ``cat``: ``I_m = sum_i w_i x_i``; ``task_arithmetic``: ``lambda`` times it
   (over ``sum_i w_i`` with ``normalize``); ``slerp``: ``c0 x0 + c1 x1`` by mergekit's formula (``slerp_weights``,
   the angle per module or over all modules); the spectral merges ``tsv_m``, ``iso_c``, ``iso_cts``, ``svc`` by
-  their papers' formulas on the weighted updates (``verify.references``); ``refactor``: the expression; each
+  their papers' formulas on the weighted updates (``verify.independent.references``); ``refactor``: the expression; each
   times its multiplier.
 
 Inner products come from Grams (``<X, Y> = sum((B_x^T B_y) * (A_x A_y^T))``), norms too where nothing cancels
 (``Stack.norm``: the Gram's error bounded against the terms' norms) and from R factors (``||R_b R_a^T||``) where
-a difference nearly cancels. The written update W is then compared with I (``verify.independent``). What this
+a difference nearly cancels. The written update W is then compared with I (``independent.independent``). What this
 path does not cover (the other merge methods, ``keep-base``, DoRA, expert or lora_bias inputs) raises
-``Uncovered`` with the reason; that update is still checked by re-evaluating the recipe (``verify.update``),
+``Uncovered`` with the reason; that update is still checked by re-evaluating the recipe (``verify.checks.update``),
 which is not independent of the pipeline.
 """
 
@@ -252,7 +252,7 @@ def _fill(d: Derivation, r: dict, method: str, kind: str) -> None:
     seen = dict.fromkeys(m for w in d.forms["_weights"] for n in d.forms[w] for m in d.folders[n].keys)
     d.names = [m for m in seen if _selected(r, m)]
     d.coeff = {m: _multiplier(r, m) for m in d.names}
-    if method in SPECTRAL:  # the papers' definitions on the models' weighted cores (verify.references)
+    if method in SPECTRAL:  # the papers' definitions on the models' weighted cores (verify.independent.references)
         d.spectral = {k: r.get(k) for k in ("lambda", "sv_reduction", "common_space_fraction", "svc_alpha")
                       if r.get(k) is not None}
         d.spectral["method"] = method

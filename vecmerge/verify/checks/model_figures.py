@@ -1,6 +1,6 @@
 """The ``figures`` row of ``vecmerge verify`` for extract and fuse outputs: every number of the manifest accounted for.
 
-Each recorded number is recomputed here from what ``verify.models`` measured on the models and the written
+Each recorded number is recomputed here from what ``verify.checks.models`` measured on the models and the written
 weights (float64), or, for a total, from the per-module values it sums once those are checked; the detail
 names the field that differs (``modules.q_proj.delta_norm is 9.1, recomputes to 6.08``). Tolerances:
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 
-from ..outputs.manifest import TOLERANCES
-from .checks import check
+from ...outputs.manifest import TOLERANCES
+from ..report import check
 from .files import FIGURES_RTOL, SHOWN, differences
 
 FUSE_MODULE_KEYS = ("tensor", "shape", "delta_norm", "rounding_rel")

@@ -35,10 +35,10 @@ from pathlib import Path
 
 import torch
 
-from ..errors import few
-from ..peft.adapter import Adapter
-from ..peft.format import PREFIX, entry_name, unwrap
-from .checks import check, not_run, within
+from ...errors import few
+from ...peft.adapter import Adapter
+from ...peft.format import PREFIX, entry_name, unwrap
+from ..report import check, not_run, within
 
 PEFT_DELTA_RTOL = 1e-5
 LOGITS_RTOL = 1e-4

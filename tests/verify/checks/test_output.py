@@ -1,6 +1,6 @@
 """``vecmerge verify``: a clean output passes; every way an upload can go wrong fails with exit 1, by name.
 
-Tolerances (see ``vecmerge.verify.output``): the written update must equal the recomputed one within 1e-5
+Tolerances (see ``vecmerge.verify.checks.output``): the written update must equal the recomputed one within 1e-5
 (fp32), 5e-3 (fp16), 3e-2 (bf16) relative Frobenius; the measured errors are ~0.6 u of the dtype
 (fp32 ~4e-8), which these tests also pin so that the tolerances keep a wide margin. Tampering is
 done at 10x the fp32 tolerance (one tensor scaled by 1 + 1e-4) to show the check is that sharp.
@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from vecmerge.errors import OutputError
 from vecmerge.peft.adapter import Adapter
 from vecmerge.testing import assert_merge_identity, toy_adapter, write_peft_folder
-from vecmerge.verify.output import TOLERANCES, verify_identities, verify_output
+from vecmerge.verify.checks.output import TOLERANCES, verify_identities, verify_output
 
 MODULE = "model.layers.1.self_attn.v_proj"
 B_KEY = f"base_model.model.{MODULE}.lora_B.weight"
@@ -519,12 +519,12 @@ def test_verify_reports_progress_over_every_module(toy, run_cli):
 
 
 def test_compare_returns_the_recomputed_updates_unless_asked_not_to(toy, run_cli, dense_expr):
-    """verify.update.compare_to_recomputed keeps every module's recomputed update by default (the PEFT checks
+    """verify.checks.update.compare_to_recomputed keeps every module's recomputed update by default (the PEFT checks
     compare against them): each is ``base_m + alpha dir_m`` of dense float64 from the raw files (alpha from
     the manifest; rtol 1e-12)."""
     from vecmerge.recipe.load import with_absolute_inputs
-    from vecmerge.verify.output import TOLERANCES, recompute
-    from vecmerge.verify.update import compare_to_recomputed
+    from vecmerge.verify.checks.output import TOLERANCES, recompute
+    from vecmerge.verify.checks.update import compare_to_recomputed
 
     project(run_cli)
     man = json.loads(Path("out/vecmerge.json").read_text())
@@ -751,7 +751,7 @@ NOT_MAPS = "the manifest's recipe.inputs and inputs must map names to {path, sha
 def test_a_malformed_inputs_map_fails_the_inputs_check_by_name(toy, run_cli, edit, message):
     """A hand-edited manifest whose inputs are not maps of {path, sha256} fails the inputs check with a message
     naming what is wrong (not a crash); an input without a path is named and the inputs after it still checked."""
-    from vecmerge.verify.output import input_check
+    from vecmerge.verify.checks.output import input_check
 
     project(run_cli)
     man = json.loads(Path("out/vecmerge.json").read_text())
@@ -766,7 +766,7 @@ def test_a_malformed_inputs_map_fails_the_inputs_check_by_name(toy, run_cli, edi
 def test_an_input_without_a_recorded_config_hash_is_checked_by_its_weights(toy, run_cli):
     """The manifest's ``inputs`` section pins each input's config; an input it has no entry for (or a malformed
     one) has its weights checked all the same, and no config hash is asked of it."""
-    from vecmerge.verify.output import input_check
+    from vecmerge.verify.checks.output import input_check
 
     project(run_cli)
     man = json.loads(Path("out/vecmerge.json").read_text())
@@ -786,7 +786,7 @@ def test_a_dense_space_merge_is_verified_one_dense_update_at_a_time(toy, monkeyp
     import gc
     import weakref
 
-    import vecmerge.verify.update as verify
+    import vecmerge.verify.checks.update as verify
 
     _full_space_ties("ties")
     monkeypatch.setenv("VECMERGE_THREADS", "1")

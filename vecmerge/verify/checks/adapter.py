@@ -24,14 +24,14 @@ from pathlib import Path
 
 import torch
 
-from ..errors import VecmergeError, few, shown
-from ..io.parse import short
-from ..linalg.rank_policy import RankPolicy
-from ..linalg.rankcut import cut
-from ..peft.adapter import Adapter
-from ..peft.format import CONFIG_NAME, param_targeted, pattern_key, peft_scale, targeted
-from ..workspace.taskvector import TaskVector
-from .checks import check, within
+from ...errors import VecmergeError, few, shown
+from ...io.parse import short
+from ...linalg.rank_policy import RankPolicy
+from ...linalg.rankcut import cut
+from ...peft.adapter import Adapter
+from ...peft.format import CONFIG_NAME, param_targeted, pattern_key, peft_scale, targeted
+from ...workspace.taskvector import TaskVector
+from ..report import check, within
 
 IDENTITY_RTOL = 1e-9
 EXACT_REFACTOR_RTOL = 1e-8

@@ -24,15 +24,15 @@ import re
 import stat
 from pathlib import Path
 
-from ..errors import few
-from ..io.hashing import sha256_file
-from ..io.parse import short
-from ..outputs.card import CARD_NAME
-from ..outputs.manifest import CONFIG_KEYS, MANIFEST_KEYS, MANIFEST_NAME, OPTIONAL_KEYS, OUTPUT_KEYS, jsonable
-from ..peft.adapter import Adapter
-from ..peft.format import SAFETENSORS_NAME
-from ..peft.write import OUTPUT_FILES
-from .checks import check, close
+from ...errors import few
+from ...io.hashing import sha256_file
+from ...io.parse import short
+from ...outputs.card import CARD_NAME
+from ...outputs.manifest import CONFIG_KEYS, MANIFEST_KEYS, MANIFEST_NAME, OPTIONAL_KEYS, OUTPUT_KEYS, jsonable
+from ...peft.adapter import Adapter
+from ...peft.format import SAFETENSORS_NAME
+from ...peft.write import OUTPUT_FILES
+from ..report import check, close
 
 FIGURES_RTOL = 1e-6  # recorded figures reproduce: same formulas on the same stored weights
 RESOLVED_RTOL = 1e-9  # alpha and the realized step are ratios of float64 norms: they reproduce to round-off
@@ -48,7 +48,7 @@ def files_check(path: Path, manifest: dict, expected=OUTPUT_FILES, pin_required:
     Args:
         path (Path): the output folder. manifest (dict): its vecmerge.json.
         expected (Iterable[str]): every entry the folder should hold (default: an adapter output's ``OUTPUT_FILES``;
-            ``verify.models`` gives a fuse's or an extract's list).
+            ``verify.checks.models`` gives a fuse's or an extract's list).
         pin_required (bool): a manifest without ``output.card_sha256`` fails (pipeline outputs always pin the
             card); False: the card is checked only when pinned (extract and fuse manifests of vecmerge <= 0.1.0).
     """

@@ -1,4 +1,4 @@
-"""``vecmerge verify`` of fuse and extract outputs (``verify.models``, ``verify.model_figures``): every file and every
+"""``vecmerge verify`` of fuse and extract outputs (``verify.checks.models``, ``model_figures``): every file and every
 figure of the manifest accounted for (issue 23's probes: a dotfile, an edited card, figures raised 1.5x passed)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 from vecmerge.models.extract_write import extract
 from vecmerge.models.fuse import fuse
 from vecmerge.testing import toy_adapter
-from vecmerge.verify.output import verify_output
+from vecmerge.verify.checks.output import verify_output
 
 Q = "model.layers.0.self_attn.q_proj"
 

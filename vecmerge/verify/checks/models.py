@@ -23,10 +23,10 @@ Fuse output OUT (``kind: fuse``), every tensor against the base and the adapter:
   (byte for byte when its dtype is kept);
 - copies: the base's other files copied unchanged (config.json: only the recorded dtype edits).
 
-Both kinds: ``files`` (``verify.files.files_check``): the folder holds exactly what the writer writes (fuse: the
+Both kinds: ``files`` (``verify.checks.files.files_check``): the folder holds exactly what the writer writes (fuse: the
 shards, the index when sharded, the base's other files, vecmerge.json, README.md; extract: the adapter's files and
 the tokenizer files the manifest lists), anything else failing by name, dotfiles and folders included, and
-README.md as pinned; ``figures`` (``verify.model_figures``): every number of ``modules`` and ``figures``
+README.md as pinned; ``figures`` (``verify.checks.model_figures``): every number of ``modules`` and ``figures``
 recomputed from what was measured here.
 """
 
@@ -36,17 +36,17 @@ from pathlib import Path
 
 import torch
 
-from ..errors import VecmergeError, few
-from ..io.hashing import sha256_file
-from ..io.model_folder import CONFIG, INDEX_NAME, ModelFolder
-from ..io.parse import ParseError, load_json
-from ..io.safetensors_read import to_tensor
-from ..outputs.card import CARD_NAME
-from ..outputs.manifest import MANIFEST_NAME
-from ..peft.adapter import Adapter
-from ..peft.format import CONFIG_NAME, DTYPES, PREFIX, targeted
-from ..peft.write import OUTPUT_FILES
-from .checks import VerifyReport, check, not_run, result, within
+from ...errors import VecmergeError, few
+from ...io.hashing import sha256_file
+from ...io.model_folder import CONFIG, INDEX_NAME, ModelFolder
+from ...io.parse import ParseError, load_json
+from ...io.safetensors_read import to_tensor
+from ...outputs.card import CARD_NAME
+from ...outputs.manifest import MANIFEST_NAME
+from ...peft.adapter import Adapter
+from ...peft.format import CONFIG_NAME, DTYPES, PREFIX, targeted
+from ...peft.write import OUTPUT_FILES
+from ..report import VerifyReport, check, not_run, result, within
 from .files import files_check
 from .model_figures import extract_figures, fuse_figures
 
@@ -168,8 +168,8 @@ def _extract_saved(out: Adapter, tuned: ModelFolder, man: dict) -> dict:
 
 def verify_extract(path: Path, man: dict, tol: dict, progress=None) -> VerifyReport:
     """Every check of an extract output (see the module docstring). Returns ``checks.result``."""
-    from ..models.extract import find_others
-    from ..models.extract_write import TOKENIZER_FILES
+    from ...models.extract import find_others
+    from ...models.extract_write import TOKENIZER_FILES
 
     checks = []
     base, fail_b = _open(man["inputs"]["base"]["path"], "--base-model")
@@ -244,7 +244,7 @@ def _fused_ok(got: torch.Tensor, W: torch.Tensor, B, A, scale: float, transposed
 
 def verify_fuse(path: Path, man: dict, tol: dict, progress=None) -> VerifyReport:
     """Every check of a fuse output (see the module docstring). Returns ``checks.result``."""
-    from ..models.fuse import SKIPPED_FILES
+    from ...models.fuse import SKIPPED_FILES
 
     checks = []
     base, fail = _open(man["inputs"]["base"]["path"], "--base-model")

@@ -1,5 +1,5 @@
 """Linear expressions over adapter names (``v54 + 0.12*(v51 - v28)``) read by Python's own ``ast``, for
-``verify.derive``: the pipeline's parser (``vecmerge.expr``) is what verify must not share."""
+``verify.independent.derive``: the pipeline's parser (``vecmerge.expr``) is what verify must not share."""
 
 from __future__ import annotations
 
