@@ -14,7 +14,7 @@ from . import operations as evidence
 
 def rank(ws: Workspace, candidates: list[str], proxies: list[str], target: str | None = None, *,
          min_models: int | None = None, env=(), as_json: bool = False, echo=print) -> dict:
-    """``vecmerge rank CANDIDATES... --proxy P[,P2] [--target T]``: ``evidence.operations.rank``.
+    """``vecmerge rank CANDIDATES... --proxy P[,P2] [--target T]``: ``commands.operations.rank``.
 
     Args:
         ws (Workspace): the ledger and the candidates' current hashes. candidates (list[str]): names or folders.
