@@ -468,6 +468,6 @@ def test_group_compare_facts_acc_pairs_items_from_an_imported_tree(ws, run_cli, 
     again = ok(run_cli("evidence", "import", str(out))).stdout
     assert again.startswith("imported 0 records") and again.count("not counted twice: ") == 8
     text = ok(run_cli("evidence", "compare", "v54", "v60", "--metric", "facts/acc")).stdout
-    assert "no item-level records" not in text and "paired (McNemar" in text and "lm-eval SE (items)" in text
+    assert "no item-level records" not in text and "paired (McNemar" in text and "harness SE (items)" in text
     res = json.loads(ok(run_cli("evidence", "compare", "v54", "v60", "--metric", "facts/acc", "--json")).stdout)
     assert res["paired"]["n"] == [120] and res["decided_by"] == "paired"

@@ -71,7 +71,7 @@ def _summary_table(summaries: list[dict], env_column: bool) -> str:
                      "single run: no spread, no interval" if s["single_run"] else ""])
     conf = f"{summaries[0]['confidence']:.0%} CI (t)" if summaries else "CI"
     head = ["model", "metric", *(["env"] if env_column else []), "n", "mean", "std", "SE",
-            *(["lm-eval SE (items)"] if harness else []), conf, "min", "max", "range", "note"]
+            *(["harness SE (items)"] if harness else []), conf, "min", "max", "range", "note"]
     return table(rows, head) if rows else "no whole-run records"
 
 
@@ -225,7 +225,7 @@ def render_compare(d: dict) -> str:
         rows.append([s["model"], s["n"], _f(s["mean"]), g(s["std"]), g(s["se"]),
                      *([g(s.get("harness_se"))] if harness else []), _ci(s["ci_low"], s["ci_high"])])
     if rows:
-        out.append(table(rows, ["model", "runs", "mean", "std", "SE", *(["lm-eval SE (items)"] if harness else []),
+        out.append(table(rows, ["model", "runs", "mean", "std", "SE", *(["harness SE (items)"] if harness else []),
                                 f"{d['confidence']:.0%} CI"]))
     tests = []
     for kind in ("welch", "paired", "clustered"):
