@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from ..errors import OutputError
 
-__all__ = ["pyplot", "Point", "limits", "interval_panel", "show_figure", "report_figures", "png_bytes"]
+__all__ = ["pyplot", "Point", "limits", "interval_panel", "show_figure", "show_fig", "report_figures", "png_bytes"]
 
 Point = dict  # {"label", "mean", "low", "high"} (low/high None: a single run), JSON-ready
 
@@ -117,10 +117,16 @@ def _point(s: dict, several_envs: bool) -> Point:
 
 
 def show_figure(d: dict, f) -> None:
-    """``evidence show --plot``: one wide panel per metric, then its sub-scores as small multiples (4 a row).
+    """``evidence show --plot``: ``show_fig``'s figure as a PNG written to ``f`` (a binary file object)."""
+    f.write(png_bytes(show_fig(d)))
 
-    Each panel is zoomed to its own data (module docstring). Args: d (dict): ``evidence.operations.show``'s
-    result. f (BinaryIO): where the PNG goes (``outputs.transaction.write_file`` stages it).
+
+def show_fig(d: dict):
+    """The figure of ``evidence show --plot``: one wide panel per metric, then its sub-scores as small multiples
+    (4 a row), each panel zoomed to its own data (module docstring).
+
+    Args:
+        d (dict): ``evidence.operations.show``'s result.
     """
     plt = pyplot()
     rows = d["summaries"]
@@ -147,7 +153,7 @@ def show_figure(d: dict, f) -> None:
         ax = fig.add_subplot(grid[len(metrics) + j // ncols, j % ncols])
         interval_panel(ax, [_point(s, several) for s in mine], title=f"{metric} / {key}")
     fig.tight_layout()
-    f.write(png_bytes(fig))
+    return fig
 
 
 def _summary_point(label: str, s: dict) -> Point:
