@@ -131,7 +131,10 @@ def test_report_submits_a_candidate_better_beyond_noise_and_refuses_one_that_cos
                "item_understanding=0.2453,0.2453,0.2453,0.2453"))
     ok(run_cli("evidence", "add", "v62", *costly, "--metric", "official_total", "--sub",
                "item_understanding=0.18,0.19,0.17"))
-    ok(run_cli("report", "v58", "v61", "v62", "--vs", "v51", "--out", "r.md"))
+    runner_up = [1.0330, 1.0300, 1.0360]
+    ok(run_cli("evidence", "add", "v63", *runner_up, "--metric", "official_total", "--sub",
+               "item_understanding=0.2453,0.2453,0.2453"))
+    ok(run_cli("report", "v58", "v61", "v62", "v63", "--vs", "v51", "--out", "r.md"))
     md = (ledger / "r.md").read_text()
     assert "submit v61: better than v51 beyond eval noise, and no sub-score worse" in md
     diff, lo, hi, p = welch(good, V51)
@@ -142,8 +145,11 @@ def test_report_submits_a_candidate_better_beyond_noise_and_refuses_one_that_cos
     assert chi < 0 and cp < 0.05  # one sub-score in the family: Holm leaves p as it is
     assert (f"it costs a sub-score, worse beyond noise: item_understanding: v62 - v51 = {cost:+.5g} (CI [{clo:.5g}, "
             f"{chi:.5g}], Holm p {cp:.3g})") in md
-    # v58 is eligible-or-not by its own test; the lead of v61 over the next eligible one is stated only if one exists
-    assert "next eligible candidate" not in md
+    assert welch(runner_up, V51)[1] > 0  # v63 is eligible too: the lead of v61 over it is tested and quoted
+    lead, llo, lhi, lp = welch(good, runner_up)
+    assert llo > 0
+    assert (f"over v63, the next eligible candidate: v61 is better beyond eval noise (v61 - v63 = {lead:+.5g}, 95% "
+            f"CI [{llo:.5g}, {lhi:.5g}], welch p {lp:.3g})") in md
 
 
 def test_report_html_has_its_plots_inline(ledger, run_cli):
