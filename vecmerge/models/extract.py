@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -322,6 +321,3 @@ def _refuse_non_finite(name: str, *sides) -> None:
     raise ModelError(f"tensor {name} holds NaN/Inf values in {' and '.join(held) or 'neither model (overflow)'}; "
                      "extract needs finite weights: check or re-save that model")
 
-
-def base_model_name(path: Path) -> str:
-    return str(Path(path).resolve())
