@@ -10,8 +10,10 @@ __all__ = ["render_report", "cell"]
 
 
 def cell(text) -> str:
-    """Text safe in a Markdown table cell and line: printable, one line, ``|`` escaped."""
-    return printable(str(text)).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """Text safe in a Markdown table cell and line: printable, one line, ``|`` escaped, ``<`` as ``&lt;`` (no raw
+    HTML from a stranger's name reaches a Markdown viewer)."""
+    return (printable(str(text)).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+            .replace("\n", " "))
 
 
 def render_report(d: dict, html_name: str) -> str:
