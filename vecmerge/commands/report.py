@@ -12,10 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import EvidenceError, OutputError, UsageError
-from ..evidence import operations as evidence
-from ..evidence.environment import EnvChoice
-from ..evidence.ledger import Ledger
-from ..evidence.ops_ledger import check_known
+from ..evidence.ledger.environment import EnvChoice
+from ..evidence.ledger.ledger import Ledger
 from ..outputs.manifest import read_manifest
 from ..outputs.policy import HTML_REPORT, MARKDOWN_REPORT
 from ..outputs.transaction import OutputPolicy, OutputTransaction
@@ -23,7 +21,9 @@ from ..report import html as report_html
 from ..report import markdown as report_markdown
 from ..report import plots
 from ..workspace.names import Workspace
+from . import operations as evidence
 from .evidence import _show_path
+from .ops_ledger import check_known
 from .recommend import advise, recommend
 
 __all__ = ["report", "gather", "plan_state"]
