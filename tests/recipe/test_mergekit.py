@@ -65,7 +65,9 @@ def test_a_mergekit_yaml_writes_the_same_adapter_as_the_same_merge_by_flags(thre
     man = json.loads((three / "yml" / "vecmerge.json").read_text())
     want = hashlib.sha256((three / "ties.yml").read_bytes()).hexdigest()
     assert man["config"] == {"format": "mergekit", "path": "ties.yml", "sha256": want, "merge_method": "ties",
-                             "base_model": "Qwen/Qwen3-0.6B"}
+                             "base_model": "Qwen/Qwen3-0.6B", "mergekit_defaults": {"rescale": False},
+                             "notes": ["base_model Qwen/Qwen3-0.6B: not checked against a, b, c, which declare no "
+                                       "hub id (ORG/NAME) as base_model_name_or_path"]}
     assert man["recipe"]["normalize"] is True and man["recipe"]["dtype"] == "bf16"
     assert run_cli("verify", "yml").exit_code == 0
     assert run_cli("run", "yml/vecmerge.json", "--out", "rerun").exit_code == 0  # the recipe re-runs on its own
@@ -107,7 +109,7 @@ def test_linear_is_task_arithmetic_normalized_and_the_base_model_is_skipped(thre
                                            {"model": "c", "parameters": {"weight": 0.7}}]}, "f.yml", three)
     assert rec == {"method": "task_arithmetic", "normalize": True,
                    "models": [{"model": "b", "weight": 0.3}, {"model": "c", "weight": 0.7}]}
-    assert notes == {"mergekit_method": "linear", "base_model": "a"}
+    assert notes == {"mergekit_method": "linear", "base_model": "a", "defaults": {"normalize": True}, "notes": []}
     rec, _ = from_mergekit({"merge_method": "slerp", "base_model": "b", "parameters": {"t": 0.3},
                             "models": [{"model": "a"}, {"model": "b"}]}, "f.yml", three)
     assert rec["models"] == [{"model": "b"}, {"model": "a"}] and rec["t"] == 0.3  # from base_model (t=0) to a
@@ -117,19 +119,19 @@ def test_linear_is_task_arithmetic_normalized_and_the_base_model_is_skipped(thre
 
 def test_every_unsupported_key_is_named_in_one_line(three):
     with pytest.raises(RecipeError) as e:
-        from_mergekit({"merge_method": "passthrough", "models": [{"model": "a", "parameters": {"weight": [0, 1]}},
+        from_mergekit({"merge_method": "passthrough", "models": [{"model": "a", "parameters": {"weight": "x y"}},
                                                                  {"model": "nope/missing"}],
                        "tokenizer_source": "union", "chat_template": "chatml", "modules": {}, "dtype": "int8",
-                       "parameters": {"t": [{"filter": "mlp", "value": 0.5}]}}, "f.yml", three)
+                       "parameters": {"t": [{"filter": "mlp", "value": {"a": 1}}]}}, "f.yml", three)
     p = e.value.problems
-    assert p[0] == ("not supported for LoRA merges: tokenizer_source, chat_template, modules (vecmerge reads "
-                    "merge_method, base_model, models, parameters, dtype, slices that select layers)")
+    assert p[0] == ("modules: mergekit's per-module configurations are not supported for LoRA merges; use models "
+                    "or slices")
     text = "\n".join(p)
     assert "merge_method='passthrough': it has no LoRA-to-LoRA form" in text
-    assert "models[0].parameters.weight: a gradient (a list of values over the layers) is not supported" in text
-    assert "parameters.t: a gradient" in text
+    assert "parameters.t[0].value" in text
     assert "'nope/missing' is neither a workspace adapter nor a LoRA folder (a hub id" in text
     assert "dtype='int8': one of float32, bfloat16, float16" in text
+    assert "tokenizer_source" not in text and "chat_template" not in text  # ignored with a note, not refused
     with pytest.raises(RecipeError, match=r"slices\[1\]: layers 1-2 overlap another slice"):
         from_mergekit({"merge_method": "ties", "slices": [
             {"sources": [{"model": "a", "layer_range": [0, 2]}]},
@@ -148,4 +150,4 @@ def test_config_excludes_inputs_and_method_flags(three, run_cli):
     assert res.exit_code == 2 and "needs INPUT... and --method (or --config FILE.yml" in res.output
     (three / "bad.yml").write_text("merge_method: ties\nmodels: [a]\nslices: []\nfoo: 1\n")
     res = run_cli("merge", "--config", "bad.yml", "--out", "x")
-    assert res.exit_code == 2 and "not supported for LoRA merges: foo" in res.output and not (three / "x").exists()
+    assert res.exit_code == 2 and "foo: not a mergekit key" in res.output and not (three / "x").exists()
