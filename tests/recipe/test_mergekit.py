@@ -151,3 +151,86 @@ def test_config_excludes_inputs_and_method_flags(three, run_cli):
     (three / "bad.yml").write_text("merge_method: ties\nmodels: [a]\nslices: []\nfoo: 1\n")
     res = run_cli("merge", "--config", "bad.yml", "--out", "x")
     assert res.exit_code == 2 and "foo: not a mergekit key" in res.output and not (three / "x").exists()
+
+
+def _manifest(folder: Path) -> dict:
+    return json.loads((folder / "vecmerge.json").read_text())
+
+
+def test_config_without_normalize_uses_mergekits_default_and_says_so(three, run_cli):
+    """Item 2 of issue 36: ties and dare_ties with no normalize key take mergekit's defaults (ties: normalize true;
+    dare_*: normalize false, rescale true, the L1 rescale), written exactly as the flags that spell them; the report
+    and the manifest say which rule was used."""
+    (three / "t.yml").write_text("merge_method: ties\nmodels:\n  - {model: a, parameters: {weight: 0.5}}\n"
+                                 "  - {model: b, parameters: {weight: 2}}\nparameters: {density: 0.5}\n")
+    res = run_cli("merge", "--config", "t.yml", "--rank", "exact", "--out", "yml")
+    assert res.exit_code == 0, res.output
+    assert "config: mergekit's defaults for what the file leaves out: normalize: true, rescale: false" in res.output
+    assert _manifest(three / "yml")["config"]["mergekit_defaults"] == {"normalize": True, "rescale": False}
+    assert run_cli("merge", "--method", "ties", "a", "b", "--weights", "0.5,2", "--density", "0.5", "--normalize",
+                   "--rank", "exact", "--out", "flags").exit_code == 0
+    assert sha(three / "yml") == sha(three / "flags")
+    (three / "d.yml").write_text("merge_method: dare_ties\nmodels:\n  - {model: a, parameters: {weight: 0.5}}\n"
+                                 "  - {model: b, parameters: {weight: 2}}\nparameters: {density: 0.5}\n")
+    res = run_cli("merge", "--config", "d.yml", "--rank", "exact", "--seed", "3", "--out", "dyml")
+    assert res.exit_code == 0, res.output  # --seed beside --config, as --rank
+    assert "normalize: false, rescale: true" in res.output
+    assert run_cli("merge", "--method", "dare_ties", "a", "b", "--weights", "0.5,2", "--density", "0.5",
+                   "--no-normalize", "--rescale", "--seed", "3", "--rank", "exact", "--out", "dflags").exit_code == 0
+    assert sha(three / "dyml") == sha(three / "dflags")
+    res = run_cli("merge", "--method", "dare_ties", "a", "b", "--density", "0.5", "--rescale", "--out", "x")
+    assert res.exit_code == 2 and "--rescale: mergekit's option" in res.output and "--normalize too" in res.output
+
+
+@pytest.mark.parametrize("method,base,noted", [("slerp", None, True), ("nuslerp", None, True),
+                                               ("nuslerp", "Org/base", False), ("karcher", "Org/base", True),
+                                               ("multislerp", None, True), ("ties", None, False)])
+def test_a_meaning_that_differs_from_mergekit_is_noted_on_every_config_run(three, run_cli, method, base, noted):
+    """Item 3: slerp, nuslerp without base_model and karcher with one interpolate full weights in mergekit and
+    updates here: a note in the report and the manifest (docs/METHODS.md, "mergekit configurations")."""
+    params = {"slerp": "parameters: {t: 0.3}\n", "ties": "parameters: {density: 0.5}\n"}.get(method, "")
+    base_line = f"base_model: {base}\n" if base else ""
+    (three / "c.yml").write_text(f"merge_method: {method}\nmodels: [a, b]\n{params}{base_line}")
+    res = run_cli("merge", "--config", "c.yml", "--rank", "exact", "--out", "o")
+    assert res.exit_code == 0, res.output
+    notes = _manifest(three / "o")["config"]["notes"]
+    said = [n for n in notes if "full weights" in n]
+    assert bool(said) == noted, (notes, res.output)
+    for n in said:
+        assert f"config note: {n}" in res.output and n.startswith(method)
+
+
+def test_linear_weights_summing_to_zero_refused_and_a_difference_noted(three, run_cli):
+    """Item 5: linear (normalize on) with weights 1, -1 cannot divide by 0: refused naming the key and the fix;
+    task_arithmetic with 1, -1 writes the difference, and says so."""
+    (three / "z.yml").write_text("merge_method: linear\nmodels:\n  - {model: a, parameters: {weight: 1}}\n"
+                                 "  - {model: b, parameters: {weight: -1}}\n")
+    res = run_cli("merge", "--config", "z.yml", "--out", "z")
+    assert res.exit_code == 2 and "parameters.normalize: merge_method linear divides by the sum of the weights, " \
+        "which is 0 here" in res.output and "use merge_method task_arithmetic" in res.output
+    assert not (three / "z").exists()
+    (three / "d.yml").write_text((three / "z.yml").read_text().replace("linear", "task_arithmetic"))
+    res = run_cli("merge", "--config", "d.yml", "--out", "d")
+    assert res.exit_code == 0 and "config note: task_arithmetic with a negative weight: the output subtracts" \
+        in res.output
+    assert run_cli("refactor", "a - b", "--out", "ref").exit_code == 0
+    assert sha(three / "d") == sha(three / "ref")
+
+
+def test_tokenizer_keys_ignored_rank_in_the_file_and_the_hub_base_checked(three, run_cli):
+    """tokenizer_source and chat_template: a note, not a refusal; rank in the file (an element-wise method needs
+    one); a hub base_model that an adapter's declared hub id contradicts: refused, unless allowed."""
+    toy_adapter(three / "q", rank=4, seed=5, base_model="Org/other")
+    (three / "k.yml").write_text("merge_method: ties\nmodels: [a, b]\nparameters: {density: 0.5}\nrank: 4\n"
+                                 "tokenizer_source: union\nchat_template: chatml\n")
+    res = run_cli("merge", "--config", "k.yml", "--out", "k")
+    assert res.exit_code == 0, res.output
+    assert "config note: tokenizer_source: ignored" in res.output and "config note: chat_template: ignored" in \
+        res.output
+    assert _manifest(three / "k")["recipe"]["rank"] == "4"
+    (three / "h.yml").write_text("merge_method: task_arithmetic\nbase_model: Org/base\nmodels: [a, q]\n")
+    res = run_cli("merge", "--config", "h.yml", "--out", "h")
+    assert res.exit_code == 2 and "base_model: Org/base is not the base model the adapters declare: q (Org/other)" \
+        in res.output and not (three / "h").exists()
+    res = run_cli("merge", "--config", "h.yml", "--out", "h", "--allow-base-mismatch")
+    assert res.exit_code == 0, res.output

@@ -85,7 +85,7 @@ def _params(raw, where: str, problems: list, allowed) -> dict:
         return {}
     if not isinstance(raw, dict):
         problems.append(f"{where}={mv.shown(raw)}: a mapping of mergekit parameters, e.g. {{weight: 0.5, density: "
-                        "0.3}}")
+                        "0.3}")
         return {}
     out = {}
     for k, v in raw.items():
@@ -214,7 +214,8 @@ def from_mergekit(data, source: str, root: Path, known=(), layers=None) -> tuple
     if data.get("slices") is not None:
         raw_models, ranges = _slices(data["slices"], p)
     if not isinstance(raw_models, list) or not raw_models:
-        p.append("models: a list of {model: NAME-or-FOLDER, parameters: {weight, density}}")
+        if data.get("slices") is None:
+            p.append("models: a list of {model: NAME-or-FOLDER, parameters: {weight, density}}")
         raw_models = []
     inputs: dict = {}
     base = data.get("base_model")
@@ -337,8 +338,9 @@ def _linear(rec: dict, weights: list, base_weight, p: list) -> None:
     if rec.get("normalize"):
         if abs(total) < 1e-8:
             p.append(f"parameters.normalize: merge_method linear divides by the sum of the weights, which is "
-                     f"{total:g} here (mergekit then silently skips the division and drops the base model); set "
-                     "normalize: false, or use merge_method task_arithmetic for the weighted sum of the updates")
+                     f"{total:g} here (mergekit then silently skips the division, and its output loses the base "
+                     "model); use merge_method task_arithmetic for the weighted sum of the updates (weights 1, -1: "
+                     "their difference)")
         elif base_weight is not None:
             rec["normalize"] = False
             for item in rec["models"]:
