@@ -301,7 +301,7 @@ def per_module(key: Key, value, r: Reading) -> dict | None:
         m = PER_MODEL_KEY.fullmatch(str(k))
         if m is None and str(k) not in own:
             r.add(Problem("{per_module}.{}: not a field of this method ({}) nor models.I.weight / models.I.density",
-                          short(k, 40), ", ".join(own) or "none"))
+                          short(k, 40)[1:-1] if isinstance(k, str) else short(k, 40), ", ".join(own) or "none"))
             continue
         if m is not None and int(m.group(1)) >= len(r.kw.get("models") or ()):
             r.add(Problem("{per_module}.{}: there is no model {} (models has {})", k, m.group(1),
@@ -318,7 +318,7 @@ def per_module(key: Key, value, r: Reading) -> dict | None:
             try:
                 re.compile(row[0])
             except re.error as e:
-                r.add(Problem("{per_module}.{}: {!r} is not a regular expression ({})", k, row[0], e))
+                r.add(Problem("{per_module}.{}: {} is not a regular expression ({})", k, repr(row[0]), e))
                 break
             if m is not None:
                 ok = _real(row[1]) and (m.group(2) == "weight" or 0 < row[1] <= 1)
