@@ -141,9 +141,10 @@ def describe(adapter: Adapter, progress=None, updates: dict | None = None, dora_
         config_sha256=adapter.config_sha256,
     )
     if updates is not None:
-        info.update(dora_base=dora_base)
+        info["dora_base"] = dora_base
     if adapter.bias_keys:
-        info.update(bias_norm=math.sqrt(sum(float(adapter.bias(m).square().sum()) for m in adapter.bias_keys)))
+        biases = [adapter.bias(m) for m in adapter.bias_keys]
+        info["bias_norm"] = math.sqrt(sum(float(b.square().sum()) for b in biases if b is not None))
     if experts:  # MoE adapters only: {parameter: {layer, parameter, experts, rank, shape, scale, norm}}
         info.update(experts=experts, target_parameters=cfg.raw.get("target_parameters"))
     return AdapterSummary(**info)
