@@ -223,6 +223,9 @@ def test_tokenizer_keys_ignored_rank_in_the_file_and_the_hub_base_checked(three,
     assert "config note: tokenizer_source: ignored" in res.output and "config note: chat_template: ignored" in \
         res.output
     assert _manifest(three / "k")["recipe"]["rank"] == "4"
+    res = run_cli("merge", "--config", "k.yml", "--space", "core", "--rank", "exact", "--out", "core")
+    assert res.exit_code == 0, res.output  # --space beside --config, as --rank
+    assert _manifest(three / "core")["recipe"]["space"] == "core"
     (three / "h.yml").write_text("merge_method: task_arithmetic\nbase_model: Org/base\nmodels: [a, q]\n")
     res = run_cli("merge", "--config", "h.yml", "--out", "h")
     assert res.exit_code == 2 and "base_model: Org/base is not the base model the adapters declare: q (Org/other)" \
