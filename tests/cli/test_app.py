@@ -258,3 +258,27 @@ def test_errors_name_the_flags_the_user_typed(toy, run_cli, args, flag_msg):
     assert "mode=onto-ref: needs consensus.ref" in run_cli("run", "r.yaml").output  # a recipe names its keys
     res = run_cli("refactor", "v54", "--rank", "step-energy:0.9", "--out", "o")
     assert res.exit_code == 2 and "refactor: --rank step-energy" in res.output
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path):
+    """`vecmerge ... | head`: the reader goes away; no `error: BrokenPipeError` line, exit 141 (128 + SIGPIPE)."""
+    script = (
+        "import sys; from vecmerge.cli import main\n"
+        "from vecmerge.cli.app import main as group, handled\n"
+        "import click\n"
+        "@group.command('flood')\n"
+        "@handled\n"
+        "def flood():\n"
+        "    for i in range(200000):\n"
+        "        click.echo('x' * 60)\n"
+        "main(['flood'])\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=tmp_path)
+    with proc:
+        proc.stdout.read(100)
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        code = proc.wait(timeout=120)
+    assert code == 141, err
+    assert "error" not in err and "Traceback" not in err, err

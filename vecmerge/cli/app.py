@@ -45,6 +45,7 @@ class Ctx:
 
 
 INTERRUPTED, TERMINATED = 130, 143  # 128 + SIGINT / SIGTERM, what shells report for a stopped command
+BROKEN_PIPE = 141  # 128 + SIGPIPE: the output's reader closed it
 
 
 class _Terminated(KeyboardInterrupt):
@@ -97,6 +98,12 @@ def _run(ctx, fn, args, kwargs):
         click.echo(f"error: {how}; vecmerge writes every output whole or not at all, so nothing is "
                    "half-written", err=True)
         ctx.exit(TERMINATED if isinstance(e, _Terminated) else INTERRUPTED)
+    except BrokenPipeError:  # the reader of the output went away (``| head``): stop quietly, as Unix tools do
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        except (OSError, ValueError):
+            pass
+        ctx.exit(BROKEN_PIPE)
     except Exception as e:
         from ..errors import VecmergeError
 
