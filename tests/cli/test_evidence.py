@@ -433,3 +433,16 @@ def test_replicates_report_variance_components_in_show_and_compare(ws, run_cli):
                for r in out["reasons"])
     text = ok(run_cli("evidence", "compare", "v51", "v28")).stdout
     assert "over trainings (2 of v51: v51, v51b; 1 of v28: v28; training plus evaluation noise" in text
+
+
+def test_plan_max_runs_past_sqlite_integers_is_one_line_exit_2(ws, run_cli):
+    """Issue 36 item 10: ``--max-runs 99999999999999999999`` was an SQLite OverflowError (exit 3); now bounded."""
+    from vecmerge.evidence.records import MAX_PLAN_RUNS
+
+    ok(run_cli("evidence", "add", "v28", "0.97", "--higher-is-better"))
+    for n in ("99999999999999999999", str(MAX_PLAN_RUNS + 1)):
+        line = one_error_line(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01",
+                                      "--max-runs", n))
+        assert f"max_runs: {n} must be at most {MAX_PLAN_RUNS}" in line
+    assert Ledger(ws / "vecmerge-evidence.db").plans() == []
+    ok(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01", "--max-runs", str(MAX_PLAN_RUNS)))

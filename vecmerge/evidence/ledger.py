@@ -19,6 +19,7 @@ versioned (``schema.py``): an older ledger is read as it is and migrated by its 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import numbers
@@ -62,7 +63,8 @@ class Ledger:
         where the folder cannot be written, so a ledger on read-only media is read without locks or a -shm file).
 
         A write opens nothing but a ledger or an empty file: a foreign or damaged database is refused before any
-        byte of it changes (a truncated one before SQLite opens it, ``_damaged``)."""
+        byte of it changes (a truncated one before SQLite opens it, ``_damaged``; a ledger whose rows are refused
+        stays in its journal mode: WAL is switched on only after a write commits)."""
         if (why := self._damaged()) is not None:
             raise EvidenceError(f"{self.path}: cannot open the evidence ledger: {why}; restore it from a copy (nothing "
                                 "was changed)")
@@ -72,12 +74,11 @@ class Ledger:
             else:
                 con = sqlite3.connect(self._read_uri(), uri=True, timeout=self.timeout, isolation_level=None)
             con.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-            if write:  # only a ledger (or an empty file) is switched to WAL; readers leave the file alone
-                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                if tables and "schema_version" not in tables:
+            if write:  # only a ledger (or an empty database) is written; WAL is switched on after a commit
+                names = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+                if names and "schema_version" not in names:
                     con.close()
                     raise self._not_a_ledger("no schema_version table")
-                self._use_wal(con)
         except sqlite3.Error as err:
             raise EvidenceError(f"{self.path}: cannot open the evidence ledger ({err})") from err
         return con
@@ -157,12 +158,16 @@ class Ledger:
                 stored.check_rows(con, self.path, schema.record_select(SCHEMA_VERSION), schema.PLAN_COLUMNS)
                 out = work(con)
                 con.execute("COMMIT")
-                return out
             except BaseException:
-                con.execute("ROLLBACK")
+                if con.in_transaction:  # SQLite may have rolled back itself (a full disk): keep the first error
+                    with contextlib.suppress(sqlite3.Error):
+                        con.execute("ROLLBACK")
                 raise
+            with contextlib.suppress(sqlite3.OperationalError):  # committed; a later write switches it if not now
+                self._use_wal(con)
+            return out
         except sqlite3.Error as err:
-            raise EvidenceError(f"{self.path}: could not write to the evidence ledger ({err})") from err
+            raise EvidenceError(f"{self.path}: could not write to the evidence ledger ({err}){_why(err)}") from err
         finally:
             con.close()
 
@@ -378,6 +383,14 @@ class Ledger:
         rows = self._read(lambda v: None if v < 2 else
                           f"SELECT {schema.PLAN_COLUMNS} FROM plans{clause} ORDER BY id", args)
         return [stored.plan_from_row(row, self.path) for row in rows]
+
+
+def _why(err: sqlite3.Error) -> str:
+    """What a failed write's error means for the user: a full disk (SQLITE_FULL), said in words."""
+    code = getattr(err, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL or "disk is full" in str(err):
+        return ": the disk is full; free space there and run it again (nothing was recorded)"
+    return ""
 
 
 def _env_json(fields) -> str | None:

@@ -18,6 +18,7 @@ from . import EvidenceError
 from .environment import Environment, canonical_fields
 
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+MAX_PLAN_RUNS = 100_000  # a plan's most runs of each model (its looks are searched one run at a time)
 
 
 def utc_now() -> str:
@@ -257,6 +258,8 @@ class Plan:
                 out.append(str(err))
         if isinstance(self.max_runs, bool) or not isinstance(self.max_runs, int) or self.max_runs < 2:
             out.append(f"max_runs: {self.max_runs!r} must be an integer >= 2 (a look needs two runs of each)")
+        elif self.max_runs > MAX_PLAN_RUNS:
+            out.append(f"max_runs: {self.max_runs} must be at most {MAX_PLAN_RUNS} runs of each model")
         if not isinstance(self.higher_is_better, bool):
             out.append(f"higher_is_better: {self.higher_is_better!r} must be true or false")
         return out
