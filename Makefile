@@ -41,6 +41,7 @@ bench: install
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/bench_extract.py
 	$(PY) benchmarks/bench_probe.py
+	$(PY) benchmarks/bench_ledger.py
 
 check: lint test
 

@@ -446,3 +446,18 @@ def test_plan_max_runs_past_sqlite_integers_is_one_line_exit_2(ws, run_cli):
         assert f"max_runs: {n} must be at most {MAX_PLAN_RUNS}" in line
     assert Ledger(ws / "vecmerge-evidence.db").plans() == []
     ok(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01", "--max-runs", str(MAX_PLAN_RUNS)))
+
+
+def test_export_is_written_in_pieces_with_the_same_text(ws, run_cli, monkeypatch):
+    """``evidence export`` streams (issue 36 item 10): written in pieces of ``CHUNK`` characters, the output is the
+    text written at once, for CSV and JSON."""
+    import vecmerge.commands.evidence as command
+
+    for i in range(30):
+        ok(run_cli("evidence", "add", "v51", str(1 + i / 100), "--sub", f"video={i / 10}"))
+    for args in ((), ("--json",)):
+        whole = ok(run_cli("evidence", "export", *args)).stdout
+        monkeypatch.setattr(command, "CHUNK", 64)
+        assert ok(run_cli("evidence", "export", *args)).stdout == whole
+        monkeypatch.undo()
+    assert whole.endswith("}\n") and not whole.endswith("\n\n")

@@ -9,6 +9,7 @@ Pure library code (no torch, no click): the CLI and the pipeline are thin layers
     importers.py   CSV, lm-eval results JSON and --log_samples JSONL -> entries (all parsed, then written)
     lm_eval.py     lm-eval's files: scores, directions, each task's environment, the model matched by its path
     schema.py      the ledger's SQLite schema, its version, and the migrations of older ledgers
+    sqlite_file.py the ledger file before SQLite opens it (a damaged header), and a failed write in words
     stats.py       summaries, and Welch / paired / clustered tests of a difference (Miller 2024)
     noise.py       the ledger's pooled within-model noise, power, and the repeats a difference needs
     variance.py    variance components of training replicates: between trainings, within evaluations (ANOVA)

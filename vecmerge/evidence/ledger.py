@@ -26,12 +26,11 @@ import numbers
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from ..errors import few
-from ..io.files import open_regular
-from . import EvidenceError, schema, stored
+from . import EvidenceError, schema, sqlite_file, stored
 from .environment import canonical_fields
 from .records import SHA_RE, Entry, Plan, Record, finite_number, is_stale, name_problem, utc_now
 from .schema import SCHEMA_VERSION
@@ -63,9 +62,9 @@ class Ledger:
         where the folder cannot be written, so a ledger on read-only media is read without locks or a -shm file).
 
         A write opens nothing but a ledger or an empty file: a foreign or damaged database is refused before any
-        byte of it changes (a truncated one before SQLite opens it, ``_damaged``; a ledger whose rows are refused
-        stays in its journal mode: WAL is switched on only after a write commits)."""
-        if (why := self._damaged()) is not None:
+        byte of it changes (a truncated one before SQLite opens it, ``sqlite_file.damaged``; a ledger whose rows
+        are refused stays in its journal mode: WAL is switched on only after a write commits)."""
+        if (why := sqlite_file.damaged(self.path)) is not None:
             raise EvidenceError(f"{self.path}: cannot open the evidence ledger: {why}; restore it from a copy (nothing "
                                 "was changed)")
         try:
@@ -82,30 +81,6 @@ class Ledger:
         except sqlite3.Error as err:
             raise EvidenceError(f"{self.path}: cannot open the evidence ledger ({err})") from err
         return con
-
-    def _damaged(self) -> str | None:
-        """Why the file cannot be a whole SQLite database, from its 100-byte header (None when it may be one):
-        not SQLite's magic string, or shorter than the pages the header counts (a truncated copy). An empty
-        file is a new database; with a write-ahead log waiting, the header's count is not checked."""
-        try:
-            with open_regular(self.path) as f:  # a FIFO or device is refused, never opened (nor by SQLite)
-                size = os.fstat(f.fileno()).st_size
-                head = f.read(100)
-        except FileNotFoundError:
-            return None
-        except OSError as err:
-            return f"cannot read it ({err.strerror or err})"
-        if size == 0:
-            return None
-        if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
-            return "not an SQLite database (its first bytes are not SQLite's header)"
-        page = int.from_bytes(head[16:18], "big")
-        page = 65536 if page == 1 else page
-        pages, counter, valid_for = (int.from_bytes(head[i:i + 4], "big") for i in (28, 24, 92))
-        wal = self.path.with_name(self.path.name + "-wal")
-        if counter == valid_for and pages and size < pages * page and not (wal.exists() and wal.stat().st_size):
-            return f"truncated: {size} bytes, its header counts {pages} pages of {page} bytes"
-        return None
 
     def _read_uri(self) -> str:
         """``file:...?mode=ro``, plus ``&immutable=1`` when the folder is not writable and no write-ahead log
@@ -154,6 +129,7 @@ class Ledger:
                 if not schema.tables(con):  # a new file: create the ledger (never inside someone else's database)
                     schema.create(con)
                 schema.migrate(con, self._check_version(con))
+                schema.index(con)
                 # every stored row checked before any write (a refusal's ROLLBACK undoes the migration too)
                 stored.check_rows(con, self.path, schema.record_select(SCHEMA_VERSION), schema.PLAN_COLUMNS)
                 out = work(con)
@@ -167,7 +143,8 @@ class Ledger:
                 self._use_wal(con)
             return out
         except sqlite3.Error as err:
-            raise EvidenceError(f"{self.path}: could not write to the evidence ledger ({err}){_why(err)}") from err
+            raise EvidenceError(f"{self.path}: could not write to the evidence ledger ({err})"
+                                f"{sqlite_file.failed_write(err)}") from err
         finally:
             con.close()
 
@@ -329,8 +306,39 @@ class Ledger:
             stale = is_stale(rec, current_sha)
             if stale and not include_stale:
                 continue
-            out.append(dataclasses.replace(rec, stale=stale))
+            out.append(dataclasses.replace(rec, stale=True) if stale else rec)
         return out
+
+    def iter_records(self, current_sha: Mapping[str, str | None] | None = None, *,
+                     batch: int = 10_000) -> Iterator[Record]:
+        """Every record in id order (stale ones included, flagged), read ``batch`` rows at a time: a whole ledger
+        streamed without holding it (``export``). Each row is checked as ``records`` checks it."""
+        if not self.path.exists():
+            return
+        con = self._connect(write=False)
+        try:
+            if not schema.tables(con):
+                return
+            cur = con.execute(f"SELECT {schema.record_select(self._check_version(con))} FROM records ORDER BY id")
+            while rows := cur.fetchmany(batch):
+                for row in rows:
+                    rec = stored.record_from_row(row, self.path)
+                    yield dataclasses.replace(rec, stale=True) if is_stale(rec, current_sha) else rec
+        except sqlite3.Error as err:
+            raise EvidenceError(f"{self.path}: could not read the evidence ledger ({err})") from err
+        finally:
+            con.close()
+
+    def export_columns(self) -> tuple[list[str], list[str], bool]:
+        """What an export's columns depend on, from the distinct stored cells (one pass in SQLite): the sub-score
+        keys, the environment keys (both sorted) and whether any record names its sub-score."""
+        subs = self._read("SELECT DISTINCT subs FROM records")
+        envs = self._read(lambda v: None if v < 3 else "SELECT DISTINCT env FROM records WHERE env IS NOT NULL")
+        named = self._read(lambda v: None if v < 2 else
+                           "SELECT 1 FROM records WHERE subscore IS NOT NULL AND subscore != '' LIMIT 1")
+        sub_keys = {k for (text,) in subs for k, _ in stored.stored_pairs(self.path, "subs", text)}
+        env_keys = {k for (text,) in envs for k, _ in stored.stored_pairs(self.path, "env", text)}
+        return sorted(sub_keys), sorted(env_keys), bool(named)
 
     def metrics(self) -> list[str]:
         """Every metric with at least one record, sorted."""
@@ -383,14 +391,6 @@ class Ledger:
         rows = self._read(lambda v: None if v < 2 else
                           f"SELECT {schema.PLAN_COLUMNS} FROM plans{clause} ORDER BY id", args)
         return [stored.plan_from_row(row, self.path) for row in rows]
-
-
-def _why(err: sqlite3.Error) -> str:
-    """What a failed write's error means for the user: a full disk (SQLITE_FULL), said in words."""
-    code = getattr(err, "sqlite_errorcode", None)
-    if code == sqlite3.SQLITE_FULL or "disk is full" in str(err):
-        return ": the disk is full; free space there and run it again (nothing was recorded)"
-    return ""
 
 
 def _env_json(fields) -> str | None:

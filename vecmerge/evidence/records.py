@@ -18,6 +18,7 @@ from . import EvidenceError
 from .environment import Environment, canonical_fields
 
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # NUL, escapes and the other control characters
 MAX_PLAN_RUNS = 100_000  # a plan's most runs of each model (its looks are searched one run at a time)
 
 
@@ -43,8 +44,9 @@ def name_problem(value, what: str) -> str | None:
         return f"{what}: {value!r} must be a non-empty string"
     if value != value.strip() or "\n" in value:
         return f"{what}: {value!r} has surrounding spaces or a line break"
-    bad = next((c for c in value if ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f), None)
-    if bad is not None:
+    found = _CONTROL.search(value)
+    if found is not None:
+        bad = found.group()
         return f"{what}: {value[:40]!r} holds control character 0x{ord(bad):02x} (NUL, escapes and the like: refused)"
     return None
 
