@@ -79,7 +79,7 @@ def written(folder) -> dict:
     return {m: a.factors(m).dense() for m in a.modules}
 
 
-def test_refactor_exact_equals_peft_merge_and_unload(ws, tmp_path, tiny_base, dora, run_cli):
+def test_refactor_exact_equals_peft_merge_and_unload(ws, tmp_path, tiny_base, dora, run_cli, monkeypatch):
     want = peft_updates(tiny_base, dora)
     assert len(want) == 2 * len(TARGETS)
     res = run_cli("refactor", "d", "--base-model", str(tiny_base), "--rank", "exact", "--out", "exact")
@@ -94,6 +94,10 @@ def test_refactor_exact_equals_peft_merge_and_unload(ws, tmp_path, tiny_base, do
     cfg = json.loads((tmp_path / "exact" / "adapter_config.json").read_text())
     assert cfg["use_dora"] is False  # written as a plain LoRA
     res = verify_output(tmp_path / "exact", base_model=tiny_base)
+    assert res["passed"], [c for c in res["checks"] if not c["passed"]]
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # the relative DoRA base starts at the workspace, not here
+    res = verify_output(tmp_path / "exact")
     assert res["passed"], [c for c in res["checks"] if not c["passed"]]
 
 
