@@ -31,9 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from vecmerge.evidence import operations as ops
-from vecmerge.evidence.ledger import Ledger
-from vecmerge.evidence.schema import RECORD_COLUMNS
+from vecmerge.commands import operations as ops
+from vecmerge.evidence.ledger.ledger import Ledger
+from vecmerge.evidence.ledger.schema import RECORD_COLUMNS
 
 T0 = time.perf_counter()
 METRIC, ITEMS = "official_total", "probe:toy:loglik"

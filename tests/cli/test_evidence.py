@@ -17,7 +17,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 from scipy import stats
 
-from vecmerge.evidence.ledger import Ledger
+from vecmerge.evidence.ledger.ledger import Ledger
 
 FIX = Path(__file__).parents[1] / "fixtures" / "lm_eval"
 V51 = [1.0180, 0.9895, 1.0004, 1.0105, 1.0142]
@@ -338,15 +338,15 @@ def test_ls_lists_lineage_hashes_and_runs(ws, run_cli):
 
 
 @pytest.mark.parametrize("block, count", [("evidence-example", 3), ("evidence-plan-example", 4)])
-def test_the_readme_evidence_example_is_what_the_cli_prints(tmp_path, monkeypatch, run_cli, block, count):
-    """README.md pastes `import`, `show` and `compare v51 v28` on the user's scores, and a plan with its decision
+def test_the_guide_evidence_example_is_what_the_cli_prints(tmp_path, monkeypatch, run_cli, block, count):
+    """docs/GUIDE.md pastes `import`, `show` and `compare v51 v28` on the user's scores, and a plan with its decision
     over them (tools/update_docs.py); run them and compare."""
     import shlex
     import shutil
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    pasted = (root / "README.md").read_text().split(f"<!-- {block}:start -->")[1].split(
+    pasted = (root / "docs" / "GUIDE.md").read_text().split(f"<!-- {block}:start -->")[1].split(
         f"<!-- {block}:end -->")[0].split("```text\n", 1)[1].rsplit("```", 1)[0]
     for csv in (root / "examples" / "evidence").glob("*.csv"):
         shutil.copy(csv, tmp_path / csv.name)
@@ -437,7 +437,7 @@ def test_replicates_report_variance_components_in_show_and_compare(ws, run_cli):
 
 def test_plan_max_runs_past_sqlite_integers_is_one_line_exit_2(ws, run_cli):
     """Issue 36 item 10: ``--max-runs 99999999999999999999`` was an SQLite OverflowError (exit 3); now bounded."""
-    from vecmerge.evidence.records import MAX_PLAN_RUNS
+    from vecmerge.evidence.ledger.records import MAX_PLAN_RUNS
 
     ok(run_cli("evidence", "add", "v28", "0.97", "--higher-is-better"))
     for n in ("99999999999999999999", str(MAX_PLAN_RUNS + 1)):

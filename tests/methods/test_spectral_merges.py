@@ -16,21 +16,10 @@ from merge_references import iso_c, iso_cts, knots, svc, tsv_m
 from vecmerge.pipeline import run
 from vecmerge.recipe.recipe import Recipe
 from vecmerge.testing import toy_adapter
-from vecmerge.verify.output import verify_output
+from vecmerge.verify.checks.output import verify_output
 from vecmerge.workspace.names import Workspace
 
 W3 = [0.5, -1.0, 2.0]
-
-
-@pytest.fixture
-def three(tmp_path, monkeypatch):
-    root = tmp_path / "three"
-    toy_adapter(root / "a", rank=4, seed=1)
-    toy_adapter(root / "b", rank=4, seed=2, lora_alpha=4)
-    toy_adapter(root / "c", rank=6, seed=3, rslora=True, lora_alpha=6)
-    (root / "vecmerge.yaml").write_text("adapters:\n  a: a\n  b: b\n  c: c\n")
-    monkeypatch.chdir(root)
-    return root
 
 
 @pytest.fixture

@@ -33,10 +33,10 @@ def recipe_options(command: str):
         if command == "run":
             text = f"Override the recipe's {key.name}. {text}"
         if key.kind in ("flag", "gate"):
-            return click.option(key.flag, key.param, is_flag=True, help=text)
+            return click.option(str(key.flag), key.param, is_flag=True, help=text)
         kind = click.Choice(key.allowed()) if key.allowed() else _TYPES.get(key.kind, str)
         shown = {} if key.default is None else {"default": key.default, "show_default": True}
-        return click.option(key.flag, key.param, type=kind, required=key.required, help=text, **shown)
+        return click.option(str(key.flag), key.param, type=kind, required=key.required, help=text, **shown)
 
     def deco(fn):
         for key in reversed(offered(command)):
@@ -143,7 +143,7 @@ def run_recipe(obj: Ctx, data: dict, command: str, *, force, dry_run, as_json, s
 
 
 CONFIG_FLAGS = ("rank", "out", "dtype", "allow_missing", "modules_to_save", "strict", "only", "exclude",
-                "allow_base_mismatch", "base_model_id", "base_model")  # what --config leaves to the flags
+                "allow_base_mismatch", "base_model_id", "base_model", "seed", "space")  # what --config leaves to flags
 
 
 def run_mergekit(obj: Ctx, path, data: dict, *, typed=(), force, dry_run, as_json, show_modules):

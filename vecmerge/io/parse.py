@@ -126,7 +126,7 @@ class StrictLoader(yaml.SafeLoader):
             self._depth -= 1
 
     def construct_mapping(self, node, deep=False):
-        seen = {}
+        seen: dict = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # '<<' merges; its keys may be overridden
                 continue
@@ -172,6 +172,10 @@ def parse_yaml(text: str, source, *, max_depth: int = MAX_DEPTH, max_chars: int 
         raise ParseError(source, problem, line) from None
     except RecursionError:  # only reachable with a very large max_depth
         raise ParseError(source, "nested too deeply to read; flatten the file") from None
+    except ValueError as e:  # an integer of thousands of digits (Python's int_max_str_digits)
+        mark = getattr(loader, "mark", None) if loader is not None else None
+        raise ParseError(source, f"a number too long to read ({str(e).split(':')[0]}); write it with at most a few "
+                         "dozen digits", mark.line + 1 if mark is not None else None) from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -261,7 +265,7 @@ def parse_jsonl(text: str, source, *, max_lines: int, max_depth: int = MAX_DEPTH
         text (str): the file's text. source (str | Path): the file name for messages.
         max_lines (int): the most values accepted. max_depth, max_int_digits: as for :func:`parse_json`.
     """
-    out = []
+    out: list = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue

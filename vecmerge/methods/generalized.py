@@ -10,8 +10,19 @@ at a time, cut to ``rank``) or ``core`` (the module's principal bases, never den
 
 from __future__ import annotations
 
+from ..errors import Problem
 from .base import Field
-from .elementwise import DENSITY, LAMBDA, NORMALIZE_HELP, SEED, SPACE, Elementwise, generator, module_densities
+from .elementwise import (
+    DENSITY,
+    LAMBDA,
+    NORMALIZE_HELP,
+    RESCALE_HELP,
+    SEED,
+    SPACE,
+    Elementwise,
+    generator,
+    module_densities,
+)
 
 GAMMA = Field("gamma", "breadcrumbs: share of each model's largest entries dropped as outliers (mergekit's "
               "default 0.01)", default=0.01, low=0.0, high=1.0)
@@ -24,9 +35,7 @@ def normalize_field(default: bool) -> Field:
 
 
 def rescale_field(default: bool) -> Field:
-    return Field("rescale", "mergekit's rescale: scale each sparsified update back to its L1 norm (default true "
-                 "for della and della_linear, false for breadcrumbs and breadcrumbs_ties, as mergekit's)",
-                 kind="bool", default=default)
+    return Field("rescale", RESCALE_HELP, kind="bool", default=default)
 
 
 class Generalized(Elementwise):
@@ -39,8 +48,8 @@ class Generalized(Elementwise):
     sparsify = "outliers"
     consensus = "none"
 
-    def validate(self, recipe) -> list[str]:
-        p = super().validate(recipe)
+    def validate(self, recipe) -> list:
+        p: list[Problem | str] = list(super().validate(recipe))
         eps = recipe.params.get("epsilon")
         if self.sparsify == "della" and eps is not None:
             ds = [e.get("density") for e in recipe.models or []] + [recipe.params.get("density")]

@@ -9,7 +9,7 @@ safetensors file is then streamed from the scratch file and, for ``modules_to_sa
 ``vecmerge.json`` (``kind: extract``) records both models' file hashes, the settings, every module's
 rank, method, total and dropped energy, kept share and relative error, every other differing tensor and
 what was done with it (the common part through ``outputs.manifest``); ``vecmerge verify`` re-derives the
-output from it (``verify.models``).
+output from it (``verify.checks.models``).
 """
 
 from __future__ import annotations
@@ -69,7 +69,10 @@ class _Factors:
     """Each module's rounded factors appended to a scratch file; what the final file needs is remembered."""
 
     def __init__(self, path: Path, dtype: str):
-        self.path, self.dtype, self.entries, self.specs, self.written = path, dtype, [], {}, {}
+        self.path, self.dtype = path, dtype
+        self.entries: list = []
+        self.specs: dict = {}
+        self.written: dict = {}
         self._f = open(path, "xb")
         self._off = 0
 
