@@ -25,7 +25,6 @@ import json
 import numbers
 import os
 import sqlite3
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -94,20 +93,6 @@ class Ledger:
         immutable = not os.access(path.parent, os.W_OK) and not (wal.exists() and wal.stat().st_size > 0)
         return path.as_uri() + "?mode=ro" + ("&immutable=1" if immutable else "")
 
-    def _use_wal(self, con: sqlite3.Connection) -> None:
-        """Switch to WAL (once per file). SQLite answers "locked" at once, without its busy handler, when two
-        processes switch a new file together, so this retries until ``timeout``."""
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                    con.execute("PRAGMA journal_mode = WAL")
-                return
-            except sqlite3.OperationalError as err:
-                if "locked" not in str(err) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.005)
-
     def _not_a_ledger(self, why) -> EvidenceError:
         return EvidenceError(f"{self.path}: not a vecmerge evidence ledger ({why}); "
                              "point `evidence:` in vecmerge.yaml at another file")
@@ -141,7 +126,7 @@ class Ledger:
                         con.execute("ROLLBACK")
                 raise
             with contextlib.suppress(sqlite3.OperationalError):  # committed; a later write switches it if not now
-                self._use_wal(con)
+                sqlite_file.use_wal(con, self.timeout)
             return out
         except sqlite3.Error as err:
             raise EvidenceError(f"{self.path}: could not write to the evidence ledger ({err})"
@@ -333,13 +318,19 @@ class Ledger:
     def export_columns(self) -> tuple[list[str], list[str], bool]:
         """What an export's columns depend on, from the distinct stored cells (one pass in SQLite): the sub-score
         keys, the environment keys (both sorted) and whether any record names its sub-score."""
-        subs = self._read("SELECT DISTINCT subs FROM records")
-        envs = self._read(lambda v: None if v < 3 else "SELECT DISTINCT env FROM records WHERE env IS NOT NULL")
+        keys = {}
+        for column, least in (("subs", 1), ("env", 3)):
+            cells = self._read(lambda v, c=column, n=least: None if v < n else f"SELECT DISTINCT {c} FROM records")
+            try:
+                keys[column] = sorted({k for (t,) in cells if t is not None
+                                       for k, _ in stored.stored_pairs(self.path, column, t)})
+            except EvidenceError:
+                for _ in self.iter_records():  # the first bad row raises, naming its record as every read does
+                    pass
+                raise
         named = self._read(lambda v: None if v < 2 else
                            "SELECT 1 FROM records WHERE subscore IS NOT NULL AND subscore != '' LIMIT 1")
-        sub_keys = {k for (text,) in subs for k, _ in stored.stored_pairs(self.path, "subs", text)}
-        env_keys = {k for (text,) in envs for k, _ in stored.stored_pairs(self.path, "env", text)}
-        return sorted(sub_keys), sorted(env_keys), bool(named)
+        return keys["subs"], keys["env"], bool(named)
 
     def metrics(self) -> list[str]:
         """Every metric with at least one record, sorted."""

@@ -1,13 +1,15 @@
-"""The ledger's file as SQLite sees it, outside any connection: whether a write may open it, what a failed write means.
+"""The ledger's file as SQLite sees it: whether a write may open it, its journal mode, what a failed write means.
 
 ``damaged`` reads the 100-byte header before SQLite opens the file (a truncated or foreign file is refused before
-any byte of it changes); ``failed_write`` turns SQLite's error into the words a user needs (a full disk).
+any byte of it changes); ``use_wal`` switches a ledger to WAL; ``failed_write`` turns SQLite's error into the
+words a user needs (a full disk).
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from ...io.files import open_regular
@@ -44,3 +46,18 @@ def failed_write(err: sqlite3.Error) -> str:
     if code == sqlite3.SQLITE_FULL or "disk is full" in str(err):
         return ": the disk is full; free space there and run it again (nothing was recorded)"
     return ""
+
+
+def use_wal(con: sqlite3.Connection, timeout: float) -> None:
+    """Switch the connection's database to WAL (once per file). SQLite answers "locked" at once, without its
+    busy handler, when two processes switch a new file together, so this retries for ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                con.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
