@@ -42,6 +42,7 @@ bench: install
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/bench_extract.py
 	$(PY) benchmarks/bench_probe.py
+	$(PY) benchmarks/bench_ledger.py
 
 # the mergekit oracle tests (tests/methods/test_mergekit_oracle*.py) run in check: it installs the extra first
 check: lint oracle test

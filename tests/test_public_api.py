@@ -69,6 +69,8 @@ BUILDING_BLOCKS = {
     "vecmerge.probe.runner": {"ProbeModel", "run_probe", "_batch_tensors"},  # the probe runner and its batching
     "vecmerge.probe.prompts": {"read_prompts"},  # the runner's input
     "vecmerge.linalg.lowrank": {"resolve_device"},  # the --device rule
+    "vecmerge.commands.operations": {"show", "compare_models", "export_lines"},  # the ledger's reads, in-process
+    "vecmerge.evidence.ledger.schema": {"RECORD_COLUMNS"},  # the columns of the plain sqlite3 scan
 }
 
 

@@ -435,6 +435,34 @@ def test_replicates_report_variance_components_in_show_and_compare(ws, run_cli):
     assert "over trainings (2 of v51: v51, v51b; 1 of v28: v28; training plus evaluation noise" in text
 
 
+def test_plan_max_runs_past_sqlite_integers_is_one_line_exit_2(ws, run_cli):
+    """Issue 36 item 10: ``--max-runs 99999999999999999999`` was an SQLite OverflowError (exit 3); now bounded."""
+    from vecmerge.evidence.ledger.records import MAX_PLAN_RUNS
+
+    ok(run_cli("evidence", "add", "v28", "0.97", "--higher-is-better"))
+    for n in ("99999999999999999999", str(MAX_PLAN_RUNS + 1)):
+        line = one_error_line(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01",
+                                      "--max-runs", n))
+        assert f"max_runs: {n} must be at most {MAX_PLAN_RUNS}" in line
+    assert Ledger(ws / "vecmerge-evidence.db").plans() == []
+    ok(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01", "--max-runs", str(MAX_PLAN_RUNS)))
+
+
+def test_export_is_written_in_pieces_with_the_same_text(ws, run_cli, monkeypatch):
+    """``evidence export`` streams (issue 36 item 10): written in pieces of ``CHUNK`` characters, the output is the
+    text written at once, for CSV and JSON."""
+    import vecmerge.commands.evidence as command
+
+    for i in range(30):
+        ok(run_cli("evidence", "add", "v51", str(1 + i / 100), "--sub", f"video={i / 10}"))
+    for args in ((), ("--json",)):
+        whole = ok(run_cli("evidence", "export", *args)).stdout
+        monkeypatch.setattr(command, "CHUNK", 64)
+        assert ok(run_cli("evidence", "export", *args)).stdout == whole
+        monkeypatch.undo()
+    assert whole.endswith("}\n") and not whole.endswith("\n\n")
+
+
 def test_show_with_a_name_shows_its_replicate_group(ws, run_cli):
     """Issue 36 item 12: ``evidence show v51`` shows v51's replicate group (v51b's runs included), not only
     without a name; a name outside any group shows none."""

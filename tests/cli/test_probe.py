@@ -62,7 +62,7 @@ def test_one_line_errors(ws, run_cli, tiny_base):
     assert "is a LoRA adapter folder" in res.output and len(res.output.strip().splitlines()) == 1
     (ws / "text.jsonl").write_text(json.dumps({"id": 1, "prompt": "the cat", "target": "sat"}) + "\n")
     res = ok(run_cli("probe", "a", "--prompts", "text.jsonl", "--base-model", tiny_base), 2)
-    assert "line 1: prompt is text, and the base model folder has no tokenizer" in res.output
+    assert "line 1: text (prompt or target), and the base model folder has no tokenizer" in res.output
     assert len(res.output.strip().splitlines()) == 1
     res = ok(run_cli("probe", "a", "a", "--prompts", "heldout.jsonl", "--base-model", tiny_base), 2)
     assert "name each adapter once" in res.output

@@ -307,7 +307,7 @@ def test_a_local_base_model_path_is_noted_not_uploaded(tmp_path, monkeypatch, ru
         in res.output and "--base-model-id" in res.output
     assert "base_model:" not in (tmp_path / "o" / "README.md").read_text()
     man = json.loads((tmp_path / "o" / "vecmerge.json").read_text())
-    assert man["inputs"]["v54"]["base_model"] == str(tmp_path / "models" / "base")  # outside the workspace t/
+    assert man["inputs"]["v54"]["base_model"] == "../models/base"  # outside the workspace t/: relative to it too
     assert run_cli("--workspace", "t/vecmerge.yaml", "project", "--base", "v54", "--dir", "v51-v28", "--trust",
                    "0.01", "--out", "t/o").exit_code == 0
     man = json.loads((tmp_path / "t" / "o" / "vecmerge.json").read_text())
@@ -466,3 +466,58 @@ def test_consensus_reference_apart_from_the_basis(tmp_path, monkeypatch, dense_e
         assert row["inner"] == pytest.approx(inner, rel=1e-9)
         assert row["ref_norm"] == pytest.approx(rn, rel=1e-9) and row["dir_norm"] == pytest.approx(dn, rel=1e-9)
         assert row["cosine"] == pytest.approx(inner / (rn * dn), rel=1e-9)
+
+
+def _strings(x):
+    if isinstance(x, dict):
+        return [s for k, v in x.items() for s in [k, *_strings(v)]]
+    if isinstance(x, list):
+        return [s for v in x for s in _strings(v)]
+    return [x] if isinstance(x, str) else []
+
+
+def test_no_absolute_path_in_an_output_of_an_absolute_path_workspace(tmp_path, monkeypatch, run_cli):
+    """Issue 36 item 8: a workspace naming its adapters by absolute paths outside its folder, whose adapters
+    declare their base by an absolute local folder, with a hub id for the base: no file of a project, merge or
+    merge --config output (inside or outside the workspace, ``--out`` absolute) holds an absolute path or the
+    temporary folder's name; ``verify`` finds the inputs from another folder, and ``verify --workspace`` after
+    the output was copied out of place."""
+    store, ws, base = tmp_path / "store", tmp_path / "ws", tmp_path / "models" / "base"
+    toy_trajectory(store)
+    base.mkdir(parents=True)
+    names = ("v28", "v51", "v54e2", "v54")
+    for n in names:
+        cfg = store / n / "adapter_config.json"
+        cfg.write_text(cfg.read_text().replace('"toy-base"', json.dumps(str(base))))
+    ws.mkdir()
+    (ws / "vecmerge.yaml").write_text("adapters:\n" + "".join(f"  {n}: {store / n}\n" for n in names)
+                                      + "base_model_id: Org/tiny-base\n")
+    (tmp_path / "m.yaml").write_text("merge_method: linear\nmodels:\n" + "".join(
+        f"  - model: {store / n}\n    parameters: {{weight: 0.5}}\n" for n in ("v51", "v54")))
+    monkeypatch.chdir(ws)
+    outs = {"project": ws / "out" / "v58", "merge": tmp_path / "outs" / "m", "config": ws / "c"}
+    for args in (("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--out", outs["project"]),
+                 ("merge", "--method", "linear", "v51", "v54", "--out", outs["merge"]),
+                 ("merge", "--config", tmp_path / "m.yaml", "--out", "c")):
+        res = run_cli(*args)
+        assert res.exit_code == 0, res.output
+    for kind, out in outs.items():
+        for f in out.iterdir():
+            data = f.read_bytes()
+            assert str(tmp_path).encode() not in data and tmp_path.name.encode() not in data, (kind, f.name)
+        man = json.loads((out / "vecmerge.json").read_text())
+        assert not [s for s in _strings(man) if s.startswith("/")], kind
+        assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == "Org/tiny-base"
+    man = json.loads((outs["merge"] / "vecmerge.json").read_text())
+    assert man["workspace"] == "../../ws" and man["recipe"]["out"] == "../outs/m"
+    assert man["inputs"]["v51"]["path"] == "../store/v51" and man["inputs"]["v51"]["base_model"] == "Org/tiny-base"
+    assert json.loads((outs["config"] / "vecmerge.json").read_text())["config"]["path"] == "../m.yaml"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for out in outs.values():
+        res = run_cli("verify", out)
+        assert res.exit_code == 0, res.output
+    shutil.copytree(outs["project"], elsewhere / "copy")
+    res = run_cli("--workspace", ws / "vecmerge.yaml", "verify", elsewhere / "copy")
+    assert res.exit_code == 0, res.output

@@ -61,11 +61,38 @@ def test_every_problem_is_reported_at_once_with_its_line(tmp_path):
 def test_text_without_a_tokenizer_is_refused_naming_the_line(tmp_path):
     f = jsonl(tmp_path / "text.jsonl", {"id": 1, "prompt_ids": [1], "target_ids": [2]},
               {"id": 2, "prompt": "the cat", "target_ids": [2]})
-    with pytest.raises(ParseError, match=r"line 2: prompt is text, and the base model folder has no tokenizer "
-                                         r"\(tokenizer.json.*\); save its tokenizer there or give prompt_ids"):
+    with pytest.raises(ParseError, match=r"line 2: text \(prompt or target\), and the base model folder has no "
+                                         r"tokenizer \(tokenizer.json.*\); save its tokenizer there or give"):
         read_prompts(f, tmp_path)
     with pytest.raises(ParseError, match="no tokenizer"):
         read_prompts(f)  # no folder at all
+
+
+def test_many_text_lines_without_a_tokenizer_give_one_short_line(tmp_path):
+    """Issue 36 item 11: 2000 text items and no tokenizer were one error line of thousands of characters."""
+    rows = [{"id": i, "prompt": "the cat", "target": " sat"} for i in range(2000)]
+    f = jsonl(tmp_path / "text.jsonl", *rows, {"id": "x", "prompt_ids": [1]})
+    with pytest.raises(ParseError) as err:
+        read_prompts(f, tmp_path)
+    msg = str(err.value)
+    assert "\n" not in msg and len(msg) < 500, len(msg)
+    assert "line 1: text (prompt or target)" in msg and "2000 lines hold text: 1, 2, 3, 4, 5 and 1995 more" in msg
+    assert "line 2001: give target (text) or target_ids" in msg  # the file's other problems are still named
+
+
+def test_a_broken_tokenizer_model_is_one_line_without_library_warnings(tmp_path, capfd):
+    """Issue 36 item 11: a corrupt ``tokenizer.model`` let transformers' warnings through; now only the error."""
+    folder = tmp_path / "base"
+    folder.mkdir()
+    (folder / "tokenizer.model").write_bytes(bytes(range(256)) * 2)
+    (folder / "tokenizer_config.json").write_text('{"tokenizer_class": "LlamaTokenizer"}')
+    f = jsonl(tmp_path / "t.jsonl", {"id": 1, "prompt": "the cat", "target": " sat"})
+    capfd.readouterr()
+    with pytest.raises(ParseError, match="its tokenizer does not load") as err:
+        read_prompts(f, folder)
+    out, errs = capfd.readouterr()
+    assert out == "" and errs == "", (out, errs)
+    assert "\n" not in str(err.value)
 
 
 def test_bounds_and_bad_json_name_the_line(tmp_path):

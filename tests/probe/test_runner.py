@@ -237,3 +237,39 @@ def test_gpt2_conv1d_and_embedding_adapters_equal_peft(hf_base, tmp_path):
         loglik, exact, rank, _ = reference(model, item)
         got = result.models["g"]["items"][item.id]
         assert got["loglik"] == pytest.approx(loglik, rel=1e-5) and (got["exact"], got["first_rank"]) == (exact, rank)
+
+
+@pytest.mark.parametrize("kind, context, key", [("llama", 64, "max_position_embeddings"), ("gpt2", 32, "n_positions")])
+def test_prompts_longer_than_the_models_context_are_refused(hf_base, tmp_path, monkeypatch, run_cli, kind, context,
+                                                            key):
+    """Issue 36 item 6: an item of context + 1 tokens was scored silently on Llama (positions past its 64) and an
+    IndexError (exit 3) on GPT-2. Now exit 2, one line naming the file, the item, its length and the context read
+    from the config; nothing recorded. An item of exactly ``context`` tokens is scored."""
+    from conftest import save_peft
+    from transformers import AutoConfig
+
+    base = hf_base(kind)
+    assert getattr(AutoConfig.from_pretrained(base), key) == context  # the independent reading of the limit
+    targets = ["c_attn"] if kind == "gpt2" else ["q_proj"]
+    save_peft(base, tmp_path / "a", seed=3, target_modules=targets, fan_in_fan_out=kind == "gpt2")
+    (tmp_path / "vecmerge.yaml").write_text(f"adapters:\n  a: {tmp_path / 'a'}\nbase_model: {base}\n")
+    rows = [{"id": "fits", "prompt_ids": [1] * (context - 2), "target_ids": [2, 3]},
+            {"id": "long", "prompt_ids": [1] * (context - 1), "target_ids": [2, 3]}]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.chdir(tmp_path)
+    res = run_cli("probe", "a", "--prompts", "p.jsonl")
+    assert res.exit_code == 2, res.output
+    line = res.output.strip()
+    assert "\n" not in line and "p.jsonl" in line and "long" in line and f"{context + 1} tokens" in line
+    assert f"context of {context} positions" in line and "fits" not in line
+    db = tmp_path / "vecmerge-evidence.db"
+    if db.exists():  # the ledger may be opened; it holds no record
+        import sqlite3
+
+        with sqlite3.connect(db) as con:
+            assert "records" not in {r[0] for r in con.execute("SELECT name FROM sqlite_master")} or \
+                con.execute("SELECT COUNT(*) FROM records").fetchone()[0] == 0
+    (tmp_path / "p.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    res = run_cli("probe", "a", "--prompts", "p.jsonl", "--no-record", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["models"]["a"]["items"]["fits"]["tokens"] == 2

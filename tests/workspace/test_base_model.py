@@ -66,8 +66,9 @@ def test_allow_base_mismatch_is_recorded_and_warned(mixed, run_cli, dense_expr, 
     assert any("different base models" in w for w in rep["outputs"][0]["warnings"])
     man = json.loads((root / "o" / "vecmerge.json").read_text())
     assert man["recipe"]["allow_base_mismatch"] is True
-    assert {n: i["base_model"] for n, i in man["inputs"].items()} == {"l1": str(llama), "m1": str(mistral),
-                                                                      "l2": str(llama)}
+    rel = {b: os.path.relpath(b, root) for b in (llama, mistral)}  # relative to the workspace (issue 36 item 8)
+    assert {n: i["base_model"] for n, i in man["inputs"].items()} == {"l1": rel[llama], "m1": rel[mistral],
+                                                                      "l2": rel[llama]}
     alpha = man["resolved"]["alpha"]
     want = dense_expr({"l1": 1.0, "m1": alpha, "l2": -alpha})
     got = dense_updates(root / "o")

@@ -11,6 +11,7 @@ storage and PEFT's float32); a cut output's distance to PEFT's update equals the
 from __future__ import annotations
 
 import json
+import os
 import warnings
 
 import pytest
@@ -78,7 +79,7 @@ def written(folder) -> dict:
     return {m: a.factors(m).dense() for m in a.modules}
 
 
-def test_refactor_exact_equals_peft_merge_and_unload(ws, tmp_path, tiny_base, dora, run_cli):
+def test_refactor_exact_equals_peft_merge_and_unload(ws, tmp_path, tiny_base, dora, run_cli, monkeypatch):
     want = peft_updates(tiny_base, dora)
     assert len(want) == 2 * len(TARGETS)
     res = run_cli("refactor", "d", "--base-model", str(tiny_base), "--rank", "exact", "--out", "exact")
@@ -89,10 +90,14 @@ def test_refactor_exact_equals_peft_merge_and_unload(ws, tmp_path, tiny_base, do
         assert rel(got[m], d) <= 1e-6, (m, rel(got[m], d))
         assert rel(lora_only.factors(m).dense(), d) > 0.05  # sBA alone is not DoRA's update
     man = json.loads((tmp_path / "exact" / "vecmerge.json").read_text())
-    assert man["recipe"]["base_model"] == str(tiny_base) and man["kind"] == "refactor"
+    assert man["recipe"]["base_model"] == os.path.relpath(tiny_base, tmp_path) and man["kind"] == "refactor"
     cfg = json.loads((tmp_path / "exact" / "adapter_config.json").read_text())
     assert cfg["use_dora"] is False  # written as a plain LoRA
     res = verify_output(tmp_path / "exact", base_model=tiny_base)
+    assert res["passed"], [c for c in res["checks"] if not c["passed"]]
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # the relative DoRA base starts at the workspace, not here
+    res = verify_output(tmp_path / "exact")
     assert res["passed"], [c for c in res["checks"] if not c["passed"]]
 
 
@@ -141,3 +146,33 @@ def test_dora_update_is_the_formula_and_its_factors_are_exact():
     want = torch.tensor([[6.0 - 3.0, 8.0 - 4.0], [0.0, 6.0 - 1.0], [0.0, 0.0]], dtype=torch.float64)
     assert torch.allclose(D, want, rtol=0, atol=1e-14)
     assert torch.equal(as_factors(D).dense(), D) and torch.equal(as_factors(D.T).dense(), D.T)
+
+
+def test_nan_in_dora_base_weight_named_not_blamed_on_a_zero_row(ws, tmp_path, tiny_base, dora, run_cli):
+    """A NaN in the base weight of a DoRA module is named (the tensor and NaN), exit 2, nothing written; it is not
+    called a zero row of W + sBA."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    base = tmp_path / "nanbase"
+    shutil.copytree(tiny_base, base)
+    sd = load_file(base / "model.safetensors")
+    name = next(k for k in sd if k.endswith("q_proj.weight"))
+    sd[name][0, 0] = float("nan")
+    save_file(sd, base / "model.safetensors", metadata={"format": "pt"})
+    res = run_cli("refactor", "d", "--base-model", str(base), "--rank", "exact", "--out", "nan")
+    assert res.exit_code == 2, res.output
+    line = res.output.strip().splitlines()[-1]
+    assert name in line and "NaN" in line and "zero" not in line
+    assert not (tmp_path / "nan").exists()
+
+
+def test_dora_update_with_a_non_finite_row_is_not_called_zero():
+    from vecmerge.errors import AdapterError
+    from vecmerge.linalg.lowrank import LowRank
+
+    W = torch.tensor([[float("nan"), 1.0], [0.0, 1.0]], dtype=torch.float64)
+    lora = LowRank(torch.zeros(2, 1, dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64), 1.0)
+    with pytest.raises(AdapterError, match="not finite"):
+        dora_update(W, lora, torch.ones(2, dtype=torch.float64))

@@ -97,12 +97,26 @@ def evidence_import(ws: Workspace, paths: list[str], *, model: str | None = None
     return out
 
 
-def evidence_export(ws: Workspace, fmt: str = "csv", *, echo=print) -> str:
-    """``vecmerge evidence export --format csv|json``: every record, stale ones flagged, to stdout."""
+CHUNK = 1 << 20  # characters an export holds before it writes them
+
+
+def evidence_export(ws: Workspace, fmt: str = "csv", *, echo=print) -> int:
+    """``vecmerge evidence export --format csv|json``: every record, stale ones flagged, streamed to stdout in
+    pieces of about 1 MiB (a ledger of millions of records is never held as one text).
+
+    Returns:
+        int: the characters written.
+    """
     ledger = _ledger(ws)
-    text = evidence.export(ledger, fmt, current_sha=ws.current_shas(ledger.models()))
-    echo(text.rstrip("\n"))
-    return text
+    rest, total = "", 0
+    for piece in evidence.export_lines(ledger, fmt, current_sha=ws.current_shas(ledger.models())):
+        rest += piece
+        if len(rest) >= CHUNK and (cut := rest.rfind("\n")) >= 0:  # whole lines; echo adds the line break
+            echo(rest[:cut])
+            total, rest = total + cut + 1, rest[cut + 1:]
+    if rest.strip("\n") or not total:
+        echo(rest.rstrip("\n"))
+    return total + len(rest)
 
 
 def evidence_show(ws: Workspace, names=(), metric: str | None = None, *, include_stale: bool = False, plot=None,

@@ -15,8 +15,8 @@ The functions live by command family; this module is the one the commands import
 from __future__ import annotations
 
 from .ops_judge import calibrate_loo_metrics, calibrate_metrics, compare_models, rank
-from .ops_ledger import add, export, import_, ls_rows, show
+from .ops_ledger import add, export, export_lines, import_, ls_rows, show
 from .ops_plans import check_plan_weights, decide, plan, plan_looks
 
-__all__ = ["add", "import_", "export", "show", "compare_models", "calibrate_metrics", "calibrate_loo_metrics", "rank",
-           "ls_rows", "plan", "decide", "check_plan_weights", "plan_looks"]
+__all__ = ["add", "import_", "export", "export_lines", "show", "compare_models", "calibrate_metrics",
+           "calibrate_loo_metrics", "rank", "ls_rows", "plan", "decide", "check_plan_weights", "plan_looks"]

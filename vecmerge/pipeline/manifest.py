@@ -4,11 +4,11 @@ The manifest is what makes an output re-derivable: ``vecmerge verify`` re-evalua
 from its pinned ``inputs`` and compares the result with the stored weights and these figures.
 
 Local paths stay portable: ``workspace`` is the workspace folder relative to the output folder, and
-every input path (and an input's declared base model, when it is a folder inside the workspace) is
-relative to that workspace (absolute only outside it), so the workspace can move or be shared with
-its outputs (``recipe.manifest_root`` reads them back). An input's declared base model that is the local
-folder the output's ``base_model_id`` names is recorded as that hub id (no local path in an upload-ready
-folder), and a gated run's ``gate.ledger`` is relative to the workspace too.
+every input path, ``out``, the recipe's and each input's declared base model folder and ``config``'s file
+are relative to that workspace (with ``..`` outside it: no absolute local path in an upload-ready folder),
+so the workspace can move or be shared with its outputs (``recipe.manifest_root`` reads them back). An
+input's declared base model that is the local folder the output's ``base_model_id`` names is recorded as that
+hub id, and a gated run's ``gate.ledger`` is relative to the workspace too.
 
 The parts every manifest shares (``tool``, ``created``, ``kind`` first; ``vecmerge_version`` and ``output``
 last), the file name, its schema and ``verify``'s tolerances are ``outputs.manifest``'s; this module builds
@@ -27,10 +27,11 @@ from .evaluation import Evaluation
 
 
 def portable(path, home: Path) -> str:
-    """``path`` relative to ``home`` (POSIX separators) when it lies inside it, else absolute."""
+    """``path`` relative to ``home`` (POSIX separators), with ``..`` when it lies outside it: an upload-ready
+    folder holds no absolute local path (absolute only where no relative path exists, another drive)."""
     p = Path(path).resolve()
     try:
-        return p.relative_to(home).as_posix() or "."
+        return Path(os.path.relpath(p, Path(home).resolve())).as_posix()
     except ValueError:
         return str(p)
 
@@ -48,8 +49,7 @@ def _portable_base(name, home: Path, hub: tuple | None = None):
             and canonical(name, (home,)) == hub[0]:
         return hub[1]
     if isinstance(name, str) and Path(name).is_absolute():
-        rel = portable(name, home)
-        return name if Path(rel).is_absolute() else rel
+        return portable(name, home)
     return name
 
 
@@ -72,8 +72,8 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
     where = {}
     if home is not None and path is not None:
         home = Path(home).resolve()
-        out = Path(path).resolve()
-        where = {"workspace": Path(os.path.relpath(home, out)).as_posix() if home in out.parents else str(home)}
+        d["out"] = portable(path, home)
+        where = {"workspace": portable(home, Path(path).resolve())}
         hub = None
         if recipe.base_model_id:
             hub = (canonical(ev.template.config.base_model, (home,)), recipe.base_model_id)
@@ -84,6 +84,8 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
         d["base_model"] = portable(d["base_model"], Path(home).resolve())
     if gate is not None and home is not None and gate.get("ledger"):
         gate = {**gate, "ledger": portable(gate["ledger"], Path(home).resolve())}
+    if source is not None and home is not None and isinstance(source.get("path"), str):
+        source = {**source, "path": portable(source["path"], Path(home).resolve())}
     resolved = resolved_for(ev, built.multiple, built.figures["modules"])
     figures, modules = manifest_figures(built.figures)
     return {**stamp(recipe.kind), "method": ev.method.name, **where, "recipe": d, "resolved": resolved,

@@ -89,6 +89,31 @@ class PromptSet:
             raise ParseError(self.path, f"{len(bad)} item(s) hold token ids outside {model}'s vocabulary of {vocab} "
                                         f"({few(bad, 3)}); use ids below {vocab}")
 
+    def check_context(self, context: int | None, model: str) -> None:
+        """ParseError naming each item longer (prompt + target tokens) than ``context``, the model's positions
+        (None: no limit). Such an item would be scored past the positions the model was built for (Llama) or
+        fail inside it (GPT-2's position table)."""
+        if context is None:
+            return
+        bad = [f"line {it.line} (id {it.id}): {it.length} tokens" for it in self.items if it.length > context]
+        if bad:
+            raise ParseError(self.path, f"{len(bad)} item(s) longer than {model}'s context of {context} positions "
+                                        f"({few(bad, 3)}); shorten them to at most {context} prompt + target tokens")
+
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length", "seq_length")
+
+
+def model_context(config) -> int | None:
+    """The most positions a model reads: the first of ``CONTEXT_KEYS`` its config (or its ``text_config``) holds
+    as a positive integer; None when it holds none (a model without a position limit)."""
+    for cfg in (config, getattr(config, "text_config", None)):
+        for key in CONTEXT_KEYS:
+            value = getattr(cfg, key, None) if cfg is not None else None
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
 
 def find_tokenizer(folder) -> Path | None:
     """``folder`` when it holds tokenizer files (``TOKENIZER_FILES``), else None."""
@@ -101,13 +126,29 @@ def load_tokenizer(folder):
     """The base folder's tokenizer (``transformers.AutoTokenizer``), or a ParseError saying why it cannot load."""
     from transformers import AutoTokenizer
 
+    from .quiet import quiet_libraries
+
     check_folder(folder)
     try:
-        return AutoTokenizer.from_pretrained(str(folder))
+        with quiet_libraries():
+            return AutoTokenizer.from_pretrained(str(folder))
     except Exception as e:  # anything transformers raises is the finding
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ParseError(folder, f"its tokenizer does not load ({type(e).__name__}: {short(msg, 120)[1:-1]}); "
                                  "save a working tokenizer there, or give prompt_ids and target_ids") from None
+
+
+_NO_TOKENIZER = "text without a tokenizer"  # one marker per line with text; read_prompts writes them as one problem
+
+
+def _no_tokenizer(problems: list, lines: list[int]) -> list:
+    """``problems`` with the markers of text without a tokenizer replaced by one problem naming the lines."""
+    if not lines:
+        return problems
+    one = (f"line {lines[0]}: text (prompt or target), and the base model folder has no tokenizer "
+           f"({', '.join(TOKENIZER_FILES)}); save its tokenizer there or give prompt_ids and target_ids"
+           + (f" ({len(lines)} lines hold text: {few(lines, 5)})" if len(lines) > 1 else ""))
+    return [one] + [p for p in problems if p != _NO_TOKENIZER]
 
 
 def _ids(value, line: int, key: str, problems: list) -> tuple | None:
@@ -163,8 +204,7 @@ def _item(number: int, raw, tokenizer, problems: list) -> Item | None:
         elif given[0] == side and not (isinstance(raw[side], str) and raw[side]):
             problems.append(f"line {number}: {side}: {short(raw[side], 40)} must be non-empty text")
         elif given[0] == side and tokenizer is None:
-            problems.append(f"line {number}: {side} is text, and the base model folder has no tokenizer "
-                            f"({', '.join(TOKENIZER_FILES)}); save its tokenizer there or give {side}_ids")
+            problems.append(_NO_TOKENIZER)
         elif given[0] == side:
             parts[side] = raw[side]
         else:
@@ -208,7 +248,15 @@ def read_prompts(path, tokenizer_folder=None, *, stem: str | None = None, max_it
     folder = find_tokenizer(tokenizer_folder) if tokenizer_folder is not None and needs_text else None
     tokenizer = load_tokenizer(folder) if folder is not None else None
     problems: list[str] = []
-    items = [it for number, raw in rows if (it := _item(number, raw, tokenizer, problems)) is not None]
+    items, textual = [], []
+    for number, raw in rows:
+        start = len(problems)
+        it = _item(number, raw, tokenizer, problems)
+        if it is not None:
+            items.append(it)
+        if _NO_TOKENIZER in problems[start:]:
+            textual.append(number)
+    problems = _no_tokenizer(problems, textual)
     seen: dict[str, int] = {}
     for it in items:
         if it.id in seen:

@@ -17,10 +17,7 @@ and file computes and records nothing.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import logging
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +29,8 @@ from ..io.files import check_folder
 from ..peft.adapter import Adapter
 from . import records
 from .hooks import LoraHooks, module_updates
-from .prompts import PromptSet
+from .prompts import PromptSet, model_context
+from .quiet import quiet_libraries
 from .scores import divergences, item_scores
 from .space import function_map
 from .summary import model_summary, pair_means
@@ -71,32 +69,13 @@ class ProbeResult:
                 "computed": self.computed, "recorded": self.recorded, "device": self.device}
 
 
-@contextlib.contextmanager
-def _quiet():
-    from transformers.utils import logging as hf_logging
-
-    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
-    peft_logger = logging.getLogger("peft")
-    peft_level = peft_logger.level
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
-        peft_logger.setLevel(peft_level)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
 def load_base(folder: Path, device: torch.device, dtype=torch.float32):
     """The base model (``AutoModelForCausalLM``), in ``dtype``, on ``device``, in eval mode."""
     from transformers import AutoModelForCausalLM
 
     check_folder(folder)  # transformers opens the files it picks: a FIFO among them would hang it
     try:
-        with _quiet(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with quiet_libraries():
             model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
     except Exception as e:  # anything transformers raises is the finding
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -190,6 +169,7 @@ def run_probe(base_model, models: list[ProbeModel], prompts: PromptSet, *, ledge
     if work:
         model = load_base(Path(base_model), device)
         prompts.check_vocab(model.get_input_embeddings().num_embeddings, f"--base-model {base_model}")
+        prompts.check_context(model_context(model.config), f"--base-model {base_model}")
         by_name = {m.name: m for m in models}
         used = {n for who, _ in work for n in who}
         updates = {n: module_updates(by_name[n].adapter, model, device=device) for n in names if n in used}

@@ -52,7 +52,8 @@ def manifest_root(folder, manifest: dict) -> Path:
 
 
 def with_absolute_inputs(manifest: dict, folder) -> dict:
-    """A copy of ``manifest`` whose input paths (``inputs`` and ``recipe.inputs``) are absolute.
+    """A copy of ``manifest`` whose input paths (``inputs`` and ``recipe.inputs``) and DoRA base folder
+    (``recipe.base_model``) are absolute.
 
     Args:
         manifest (dict): a ``vecmerge.json``. folder (str | Path): the output folder it was read from.
@@ -70,4 +71,7 @@ def with_absolute_inputs(manifest: dict, folder) -> dict:
         out["inputs"] = fix(manifest["inputs"])
     if isinstance(manifest.get("recipe"), dict) and "inputs" in manifest["recipe"]:
         out["recipe"] = dict(manifest["recipe"], inputs=fix(manifest["recipe"]["inputs"]))
+    base = out["recipe"].get("base_model") if isinstance(out.get("recipe"), dict) else None
+    if isinstance(base, str) and not Path(base).is_absolute():  # a DoRA base folder, relative to the workspace
+        out["recipe"] = dict(out["recipe"], base_model=str(root / base))
     return out

@@ -38,6 +38,8 @@ def dora_update(W: torch.Tensor, lora: LowRank, m: torch.Tensor) -> torch.Tensor
     W = f64(W)
     V = W + lora.dense().to(W.device)
     n = torch.linalg.vector_norm(V, dim=1)
+    if not bool(torch.isfinite(n).all()):
+        raise AdapterError("DoRA: a row of W + sBA is not finite (NaN or inf in W or in the factors)")
     if not bool((n > 0).all()):
         raise AdapterError("DoRA: a row of W + sBA is zero, so its direction is undefined")
     return (f64(m).to(W.device) / n)[:, None] * V - W
@@ -70,6 +72,11 @@ def dora_modules(adapter: Adapter, base: Path | None, device=None) -> dict[str, 
                 raise AdapterError(f"{adapter.path}: DoRA module {mod}: base weight {tuple(folder.info(name).shape)},"
                                    f" the adapter's update {tuple(spec.shape)}; pass the base model it was trained on")
             W = folder.read(name).to(device=device or "cpu")
+            if not bool(torch.isfinite(W).all()):
+                bad = int((~torch.isfinite(W)).sum())
+                kind = "NaN" if bool(torch.isnan(W).any()) else "inf"
+                raise AdapterError(f"{adapter.path}: DoRA module {mod}: the base model's tensor {name} holds {bad} "
+                                   f"non-finite value(s) ({kind}) in {base}; repair the base model's weights")
             out[mod] = as_factors(dora_update(W, adapter.factors(mod, device), adapter.magnitude(mod).to(W.device)))
     finally:
         folder.close()

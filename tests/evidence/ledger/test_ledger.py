@@ -435,3 +435,100 @@ def test_a_record_whose_stored_sub_scores_are_malformed_is_one_error_naming_it(t
     res = run_cli("evidence", "show")
     assert res.exit_code == 2 and res.output.startswith("error: ") and len(res.output.strip().splitlines()) == 1
     assert "record 2 (v51, official_total)" in res.output and "Traceback" not in res.output
+
+
+def _view_only(path):
+    con = sqlite3.connect(path)
+    con.execute("CREATE VIEW answer AS SELECT 42")
+    con.commit()
+    con.close()
+
+
+def _cell_changed_rollback_journal(path):
+    Ledger(path).add("v51", None, "m", [1.0, 2.0])
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA journal_mode = DELETE")  # a copy made by a tool that leaves WAL
+    con.execute("UPDATE records SET value = 'abc' WHERE id = 2")
+    con.commit()
+    con.close()
+
+
+def _old_ledger_missing_a_table(path):
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    con.execute("INSERT INTO schema_version VALUES (1)")
+    con.execute("CREATE TABLE records (id INTEGER PRIMARY KEY, model TEXT)")
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("make", [_view_only, _cell_changed_rollback_journal, _old_ledger_missing_a_table])
+def test_a_refused_add_does_not_modify_a_corrupt_or_foreign_sqlite_file(tmp_path, make):
+    """Issue 36 item 10: a refused ``add`` switched the file to WAL (bytes 18-19 of its header) before refusing it,
+    and a database holding only a view was taken for an empty one and made a ledger. Byte-compared before/after."""
+    path = tmp_path / "ledger.db"
+    make(path)
+    before, names = path.read_bytes(), sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(EvidenceError, match=str(path)):
+        Ledger(path).add("v51", None, "m", 1.0)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == names
+
+
+def test_a_new_ledger_is_switched_to_wal_after_its_first_write(ledger):
+    ledger.add("v51", None, "m", 1.0)
+    con = sqlite3.connect(ledger.path)
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    con.close()
+
+
+class _FullDisk:
+    """A connection whose first INSERT fails as SQLite does on a full disk: it rolls the transaction back itself
+    (SQLITE_FULL), then raises; everything else goes to the real connection."""
+
+    def __init__(self, con):
+        self._con = con
+
+    def execute(self, sql, *args):
+        if sql.lstrip().startswith("INSERT"):
+            self._con.execute("ROLLBACK")
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._con.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+def test_a_full_disk_during_a_ledger_write_says_the_disk_is_full(ledger, monkeypatch):
+    """Issue 36 item 10: the error was "cannot rollback - no transaction is active" (the ROLLBACK after SQLite's
+    own), never that the disk is full. Now it names the full disk, and nothing is written."""
+    ledger.add("v51", None, "m", [1.0, 2.0])
+    before = ledger.export()
+    real = Ledger._connect
+    monkeypatch.setattr(Ledger, "_connect", lambda self, write: _FullDisk(real(self, write)) if write
+                        else real(self, write))
+    with pytest.raises(EvidenceError) as err:
+        ledger.add("v51", None, "m", [3.0, 4.0])
+    msg = str(err.value)
+    assert "disk is full" in msg and "free space" in msg and "cannot rollback" not in msg and "\n" not in msg
+    monkeypatch.undo()
+    assert ledger.export() == before
+
+
+def test_a_real_sqlite_full_error_is_said_and_writes_nothing(ledger, monkeypatch):
+    """The same with SQLite's own SQLITE_FULL: ``max_page_count`` caps the file at its current size."""
+    ledger.add("v51", None, "m", [1.0, 2.0])
+    before = ledger.export()
+    real = Ledger._connect
+
+    def capped(self, write):
+        con = real(self, write)
+        if write:
+            pages = con.execute("PRAGMA page_count").fetchone()[0]
+            con.execute(f"PRAGMA max_page_count = {pages}")
+        return con
+
+    monkeypatch.setattr(Ledger, "_connect", capped)
+    with pytest.raises(EvidenceError, match="the disk is full; free space there"):
+        ledger.add("v51", None, "m", [float(i) for i in range(2000)], note="x" * 500)
+    monkeypatch.undo()
+    assert ledger.export() == before

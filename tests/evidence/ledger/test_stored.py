@@ -128,3 +128,46 @@ def test_a_write_into_a_changed_ledger_is_refused_and_writes_nothing(ledger, wri
     con = sqlite3.connect(ledger.path)
     assert con.execute("SELECT COUNT(*) FROM records").fetchone() == (2,)
     con.close()
+
+
+def test_the_fast_name_check_accepts_exactly_what_name_problem_accepts():
+    """``stored.is_name`` (a regex, for a million rows) against ``records.name_problem`` (the rule), on every
+    character below U+3100 alone, inside a name and at its edges, and on non-text cells."""
+    from vecmerge.evidence.ledger.records import name_problem
+    from vecmerge.evidence.ledger.stored import is_name
+
+    cases = ["", "a", "a b", 5, 1.5, None, b"ab"]
+    for code in range(0x3100):
+        c = chr(code)
+        cases += [c, f"a{c}b", f"{c}ab", f"ab{c}"]
+    wrong = [c for c in cases if is_name(c) != (name_problem(c, "x") is None)]
+    assert wrong == []
+
+
+def test_export_streamed_equals_the_whole_ledger_formatted_at_once(ledger):
+    """``export_lines`` streams; its JSON is ``json.dumps(..., indent=2)`` of every record at once, its CSV the same
+    rows (read back with the csv module), stale flags, sub-scores and environments included."""
+    import csv
+    import io
+    import json
+
+    from vecmerge.commands.ops_ledger import export_lines
+
+    ledger.add("v51", "a" * 64, "official_total", [0.5, 1 / 3], subs=[{"video": 0.25, "q\u00e9": 1e-300}, {}],
+               note='say "hi", \u00e9', env={"temperature": 0})
+    ledger.add_items("v52", None, "probe:x", {"q1": -1.5, "q2": -0.25}, clusters={"q1": "c"},
+                     subscores={"q2": "t"})
+    current = {"v51": "a" * 64}
+    whole = [r.to_dict() for r in ledger.records(current_sha=current, include_stale=True)]
+    assert any(r["stale"] for r in whole) and any(not r["stale"] for r in whole)
+    text = "".join(export_lines(ledger, "json", current_sha=current))
+    assert text == json.dumps({"directions": ledger.directions(), "records": whole}, indent=2) + "\n"
+    rows = list(csv.DictReader(io.StringIO("".join(export_lines(ledger, "csv", current_sha=current)))))
+    assert [r["id"] for r in rows] == [str(r["id"]) for r in whole]
+    for got, want in zip(rows, whole):
+        assert float(got["value"]) == want["value"] and got["stale"] == str(want["stale"])
+        assert {k: float(v) for k, v in got.items() if k.startswith("sub.") and v} == \
+            {k: v for k, v in want.items() if k.startswith("sub.")}
+        assert got["subscore"] == (want["subscore"] or "") and got["note"] == (want["note"] or "")
+    empty = Ledger(ledger.path.with_name("empty.db"))
+    assert json.loads("".join(export_lines(empty, "json"))) == {"directions": {}, "records": []}

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,7 +44,8 @@ from .lm_eval_tree import expand, match_samples
 from .parsing import Parsed, Problems, parse_number, plain
 
 __all__ = ["parse_csv", "parse_lm_eval_results", "parse_lm_eval_samples", "lm_eval_model", "metric_name",
-           "detect_kind", "parse_files", "import_files", "export_csv_text", "Parsed", "CSV_COLUMNS"]
+           "detect_kind", "parse_files", "import_files", "export_csv_text", "export_csv_lines", "Parsed",
+           "CSV_COLUMNS"]
 
 CSV_COLUMNS = ("model", "metric", "value", "note", "stderr", "item", "cluster", "sha256", "subscore")
 CSV_IGNORED = ("id", "source", "created", "stale", "env_id")
@@ -291,17 +292,46 @@ def export_csv_text(rows: Iterable[dict]) -> str:
     ``'=HYPERLINK(...)``, which ``parse_csv`` reads back without the quote).
     """
     rows = list(rows)
-    subs = sorted({k for r in rows for k in r if k.startswith("sub.")})
-    envs = sorted({k for r in rows for k in r if k.startswith("env.")})
+    subs = sorted({k[4:] for r in rows for k in r if k.startswith("sub.")})
+    envs = sorted({k[4:] for r in rows for k in r if k.startswith("env.")})
+    return "".join(export_csv_lines(rows, subs, envs, any(r.get("subscore") for r in rows)))
+
+
+def export_csv_lines(rows: Iterable[dict], subs: Sequence[str], envs: Sequence[str], subscore: bool) -> Iterator[str]:
+    """``export_csv_text`` one line at a time, its columns given (a ledger streamed: ``Ledger.export_columns``).
+
+    Args:
+        rows (Iterable[dict]): ``Record.to_dict()`` rows. subs, envs (Sequence[str]): the sub-score and environment
+            keys, sorted. subscore (bool): whether the ``subscore`` column is written.
+    """
     columns = ["model", "metric", "value", "stderr", "item", "cluster", "note", "sha256", "source", "created",
-               "stale", "id", *(["subscore"] if any(r.get("subscore") for r in rows) else []), *subs,
-               *(["env_id"] if envs else []), *envs]
+               "stale", "id", *(["subscore"] if subscore else []), *(f"sub.{k}" for k in subs),
+               *(["env_id"] if envs else []), *(f"env.{k}" for k in envs)]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([spreadsheet_cell(printable(c)) for c in columns])
+
+    def line(cells) -> str:
+        buf.seek(0)
+        buf.truncate()
+        writer.writerow(cells)
+        return buf.getvalue()
+
+    yield line([spreadsheet_cell(printable(c)) for c in columns])
+    texts: dict[str, str] = {}  # a text cell as written: models, metrics, hashes and times repeat row after row
     for r in rows:
-        writer.writerow([_cell(r.get(c)) for c in columns])
-    return buf.getvalue()
+        cells = []
+        for c in columns:
+            value = r.get(c)
+            if type(value) is str:
+                shown = texts.get(value)
+                if shown is None:
+                    if len(texts) >= 1 << 16:
+                        texts.clear()
+                    shown = texts[value] = _cell(value)
+                cells.append(shown)
+            else:
+                cells.append(_cell(value))
+        yield line(cells)
 
 
 def _cell(value) -> str:

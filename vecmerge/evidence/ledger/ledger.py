@@ -19,19 +19,18 @@ versioned (``schema.py``): an older ledger is read as it is and migrated by its 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import numbers
 import os
 import sqlite3
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from ...errors import few
-from ...io.files import open_regular
 from .. import EvidenceError
-from . import schema, stored
+from . import schema, sqlite_file, stored
 from .environment import canonical_fields
 from .records import SHA_RE, Entry, Plan, Record, finite_number, is_stale, name_problem, utc_now
 from .schema import SCHEMA_VERSION
@@ -63,8 +62,9 @@ class Ledger:
         where the folder cannot be written, so a ledger on read-only media is read without locks or a -shm file).
 
         A write opens nothing but a ledger or an empty file: a foreign or damaged database is refused before any
-        byte of it changes (a truncated one before SQLite opens it, ``_damaged``)."""
-        if (why := self._damaged()) is not None:
+        byte of it changes (a truncated one before SQLite opens it, ``sqlite_file.damaged``; a ledger whose rows
+        are refused stays in its journal mode: WAL is switched on only after a write commits)."""
+        if (why := sqlite_file.damaged(self.path)) is not None:
             raise EvidenceError(f"{self.path}: cannot open the evidence ledger: {why}; restore it from a copy (nothing "
                                 "was changed)")
         try:
@@ -73,39 +73,14 @@ class Ledger:
             else:
                 con = sqlite3.connect(self._read_uri(), uri=True, timeout=self.timeout, isolation_level=None)
             con.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-            if write:  # only a ledger (or an empty file) is switched to WAL; readers leave the file alone
-                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                if tables and "schema_version" not in tables:
+            if write:  # only a ledger (or an empty database) is written; WAL is switched on after a commit
+                names = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+                if names and "schema_version" not in names:
                     con.close()
                     raise self._not_a_ledger("no schema_version table")
-                self._use_wal(con)
         except sqlite3.Error as err:
             raise EvidenceError(f"{self.path}: cannot open the evidence ledger ({err})") from err
         return con
-
-    def _damaged(self) -> str | None:
-        """Why the file cannot be a whole SQLite database, from its 100-byte header (None when it may be one):
-        not SQLite's magic string, or shorter than the pages the header counts (a truncated copy). An empty
-        file is a new database; with a write-ahead log waiting, the header's count is not checked."""
-        try:
-            with open_regular(self.path) as f:  # a FIFO or device is refused, never opened (nor by SQLite)
-                size = os.fstat(f.fileno()).st_size
-                head = f.read(100)
-        except FileNotFoundError:
-            return None
-        except OSError as err:
-            return f"cannot read it ({err.strerror or err})"
-        if size == 0:
-            return None
-        if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
-            return "not an SQLite database (its first bytes are not SQLite's header)"
-        page = int.from_bytes(head[16:18], "big")
-        page = 65536 if page == 1 else page
-        pages, counter, valid_for = (int.from_bytes(head[i:i + 4], "big") for i in (28, 24, 92))
-        wal = self.path.with_name(self.path.name + "-wal")
-        if counter == valid_for and pages and size < pages * page and not (wal.exists() and wal.stat().st_size):
-            return f"truncated: {size} bytes, its header counts {pages} pages of {page} bytes"
-        return None
 
     def _read_uri(self) -> str:
         """``file:...?mode=ro``, plus ``&immutable=1`` when the folder is not writable and no write-ahead log
@@ -117,20 +92,6 @@ class Ledger:
         wal = path.with_name(path.name + "-wal")
         immutable = not os.access(path.parent, os.W_OK) and not (wal.exists() and wal.stat().st_size > 0)
         return path.as_uri() + "?mode=ro" + ("&immutable=1" if immutable else "")
-
-    def _use_wal(self, con: sqlite3.Connection) -> None:
-        """Switch to WAL (once per file). SQLite answers "locked" at once, without its busy handler, when two
-        processes switch a new file together, so this retries until ``timeout``."""
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                    con.execute("PRAGMA journal_mode = WAL")
-                return
-            except sqlite3.OperationalError as err:
-                if "locked" not in str(err) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.005)
 
     def _not_a_ledger(self, why) -> EvidenceError:
         return EvidenceError(f"{self.path}: not a vecmerge evidence ledger ({why}); "
@@ -154,16 +115,22 @@ class Ledger:
                 if not schema.tables(con):  # a new file: create the ledger (never inside someone else's database)
                     schema.create(con)
                 schema.migrate(con, self._check_version(con))
+                schema.index(con)
                 # every stored row checked before any write (a refusal's ROLLBACK undoes the migration too)
                 stored.check_rows(con, self.path, schema.record_select(SCHEMA_VERSION), schema.PLAN_COLUMNS)
                 out = work(con)
                 con.execute("COMMIT")
-                return out
             except BaseException:
-                con.execute("ROLLBACK")
+                if con.in_transaction:  # SQLite may have rolled back itself (a full disk): keep the first error
+                    with contextlib.suppress(sqlite3.Error):
+                        con.execute("ROLLBACK")
                 raise
+            with contextlib.suppress(sqlite3.OperationalError):  # committed; a later write switches it if not now
+                sqlite_file.use_wal(con, self.timeout)
+            return out
         except sqlite3.Error as err:
-            raise EvidenceError(f"{self.path}: could not write to the evidence ledger ({err})") from err
+            raise EvidenceError(f"{self.path}: could not write to the evidence ledger ({err})"
+                                f"{sqlite_file.failed_write(err)}") from err
         finally:
             con.close()
 
@@ -325,8 +292,45 @@ class Ledger:
             stale = is_stale(rec, current_sha)
             if stale and not include_stale:
                 continue
-            out.append(dataclasses.replace(rec, stale=stale))
+            out.append(dataclasses.replace(rec, stale=True) if stale else rec)
         return out
+
+    def iter_records(self, current_sha: Mapping[str, str | None] | None = None, *,
+                     batch: int = 10_000) -> Iterator[Record]:
+        """Every record in id order (stale ones included, flagged), read ``batch`` rows at a time: a whole ledger
+        streamed without holding it (``export``). Each row is checked as ``records`` checks it."""
+        if not self.path.exists():
+            return
+        con = self._connect(write=False)
+        try:
+            if not schema.tables(con):
+                return
+            cur = con.execute(f"SELECT {schema.record_select(self._check_version(con))} FROM records ORDER BY id")
+            while rows := cur.fetchmany(batch):
+                for row in rows:
+                    rec = stored.record_from_row(row, self.path)
+                    yield dataclasses.replace(rec, stale=True) if is_stale(rec, current_sha) else rec
+        except sqlite3.Error as err:
+            raise EvidenceError(f"{self.path}: could not read the evidence ledger ({err})") from err
+        finally:
+            con.close()
+
+    def export_columns(self) -> tuple[list[str], list[str], bool]:
+        """What an export's columns depend on, from the distinct stored cells (one pass in SQLite): the sub-score
+        keys, the environment keys (both sorted) and whether any record names its sub-score."""
+        keys = {}
+        for column, least in (("subs", 1), ("env", 3)):
+            cells = self._read(lambda v, c=column, n=least: None if v < n else f"SELECT DISTINCT {c} FROM records")
+            try:
+                keys[column] = sorted({k for (t,) in cells if t is not None
+                                       for k, _ in stored.stored_pairs(self.path, column, t)})
+            except EvidenceError:
+                for _ in self.iter_records():  # the first bad row raises, naming its record as every read does
+                    pass
+                raise
+        named = self._read(lambda v: None if v < 2 else
+                           "SELECT 1 FROM records WHERE subscore IS NOT NULL AND subscore != '' LIMIT 1")
+        return keys["subs"], keys["env"], bool(named)
 
     def metrics(self) -> list[str]:
         """Every metric with at least one record, sorted."""

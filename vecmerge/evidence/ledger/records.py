@@ -18,6 +18,8 @@ from .. import EvidenceError
 from .environment import Environment, canonical_fields
 
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # NUL, escapes and the other control characters
+MAX_PLAN_RUNS = 100_000  # a plan's most runs of each model (its looks are searched one run at a time)
 
 
 def utc_now() -> str:
@@ -42,8 +44,9 @@ def name_problem(value, what: str) -> str | None:
         return f"{what}: {value!r} must be a non-empty string"
     if value != value.strip() or "\n" in value:
         return f"{what}: {value!r} has surrounding spaces or a line break"
-    bad = next((c for c in value if ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f), None)
-    if bad is not None:
+    found = _CONTROL.search(value)
+    if found is not None:
+        bad = found.group()
         return f"{what}: {value[:40]!r} holds control character 0x{ord(bad):02x} (NUL, escapes and the like: refused)"
     return None
 
@@ -257,6 +260,8 @@ class Plan:
                 out.append(str(err))
         if isinstance(self.max_runs, bool) or not isinstance(self.max_runs, int) or self.max_runs < 2:
             out.append(f"max_runs: {self.max_runs!r} must be an integer >= 2 (a look needs two runs of each)")
+        elif self.max_runs > MAX_PLAN_RUNS:
+            out.append(f"max_runs: {self.max_runs} must be at most {MAX_PLAN_RUNS} runs of each model")
         if not isinstance(self.higher_is_better, bool):
             out.append(f"higher_is_better: {self.higher_is_better!r} must be true or false")
         return out

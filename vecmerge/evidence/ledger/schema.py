@@ -67,6 +67,10 @@ MIGRATIONS: dict[int, list[str]] = {
     2: ["ALTER TABLE records ADD COLUMN env TEXT"],
 }
 
+# what reads filter on, beside CREATE_V1's (metric, model): a model's records on every metric (show NAME, compare's
+# stale counts, ls). Indexes change no row and no version: every write adds a missing one (``index``).
+INDEXES = ["CREATE INDEX IF NOT EXISTS records_model_metric ON records (model, metric)"]
+
 RECORD_COLUMNS = ("id, model, sha256, metric, value, subs, stderr, item, cluster, source, note, created, subscore, "
                   "env")
 ADDED = {"subscore": 2, "env": 3}  # a record column -> the version that added it
@@ -99,6 +103,13 @@ def migrate(con: sqlite3.Connection, found: int) -> int:
     if found < SCHEMA_VERSION:
         con.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
     return found
+
+
+def index(con: sqlite3.Connection) -> None:
+    """Add the ``INDEXES`` a ledger lacks (inside the caller's transaction; an older ledger gets them at its first
+    write, and reads it without them until then)."""
+    for statement in INDEXES:
+        con.execute(statement)
 
 
 def record_select(version: int) -> str:

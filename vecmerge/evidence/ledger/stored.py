@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 import sqlite3
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from .records import SHA_RE, Plan, Record, name_problem
 
 STORED_JSON_CHARS = 1 << 20
 STORED_JSON_DEPTH = 4
+CACHED = 1 << 16  # distinct cell texts whose check is remembered (names, hashes, sub-scores, environments)
 _FIX = "the ledger was changed outside vecmerge: delete that row or restore the file from a copy"
 
 
@@ -68,6 +70,10 @@ def _shown(name) -> str:
     return name if name_problem(name, "name") is None and len(name) <= 60 else short(name, 30)
 
 
+def _what(rid, model, metric) -> str:
+    return f"record {short(rid, 20)} ({_shown(model)}, {_shown(metric)})"
+
+
 def _stored_subs(path: Path, what: str, text) -> tuple[tuple[str, float], ...]:
     """A record's stored sub-scores as sorted pairs; refused unless a JSON object of finite numbers."""
     try:
@@ -82,42 +88,107 @@ def _stored_subs(path: Path, what: str, text) -> tuple[tuple[str, float], ...]:
     raise EvidenceError(f"{path}: {what}: its stored sub-scores {short(text, 60)} are unreadable ({why}); {_FIX}")
 
 
+_NAMES: set = set()  # cell texts read as good names, hashes, sub-scores and environments (at most CACHED each):
+_SHAS: set = set()  # a ledger repeats its models, metrics, sources, clusters and items on row after row
+_SUBS: dict = {}
+_ENVS: dict = {}
+
+
+_NEW, _SET = object.__new__, object.__setattr__
+_NAME_RE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f])?")
+
+
+def is_name(text) -> bool:
+    """``name_problem(text) is None``, fast: a name seen before, or text without edge spaces or control characters
+    (``re``'s ``\\s`` is ``str.isspace``, what ``str.strip`` removes)."""
+    return text in _NAMES or (type(text) is str and _NAME_RE.fullmatch(text) is not None)
+
+
+def _remember(table, key, value=None) -> None:
+    if len(table) >= CACHED:
+        table.clear()
+    if isinstance(table, set):
+        table.add(key)
+    else:
+        table[key] = value
+
+
 def record_from_row(row: tuple, path: Path) -> Record:
-    """A Record from one ``schema.RECORD_COLUMNS`` row, every cell checked (module docstring)."""
+    """A Record from one ``schema.RECORD_COLUMNS`` row, every cell checked (module docstring).
+
+    A row whose every text cell was seen good before (``_NAMES``, ``_SHAS``, ``_SUBS``, ``_ENVS``) and whose
+    numbers are finite floats takes the fast path; any other row is checked cell by cell (``_checked``)."""
     rid, model, sha, metric, value, subs, stderr, item, cluster, source, note, created, subscore, env = row
-    what = f"record {short(rid, 20)} ({_shown(model)}, {_shown(metric)})"
+    if (type(rid) is int and is_name(model) and is_name(metric) and is_name(source)
+            and (item is None or is_name(item)) and (cluster is None or is_name(cluster))
+            and (subscore is None or is_name(subscore)) and (sha is None or sha in _SHAS)
+            and type(value) is float and value - value == 0
+            and (stderr is None or (type(stderr) is float and stderr - stderr == 0 and stderr >= 0))
+            and (note is None or type(note) is str) and type(created) is str and subs in _SUBS
+            and (env is None or env in _ENVS)):
+        rec = _NEW(Record)  # the frozen dataclass's __init__ without its 15 guarded setattrs: the same object
+        _SET(rec, "__dict__", {"id": rid, "model": model, "sha256": sha, "metric": metric, "value": value,
+                               "subs": _SUBS[subs], "stderr": stderr, "item": item, "cluster": cluster,
+                               "source": source, "note": note, "created": created, "subscore": subscore,
+                               "env": () if env is None else _ENVS[env], "stale": False})
+        return rec
+    return _checked(row, path)
+
+
+def _checked(row: tuple, path: Path) -> Record:
+    """``record_from_row``'s cell-by-cell check (the first bad cell raises); the good cells are remembered."""
+    rid, model, sha, metric, value, subs, stderr, item, cluster, source, note, created, subscore, env = row
     if isinstance(rid, bool) or not isinstance(rid, int):
-        raise _changed(path, what, "id", rid, "is not an integer")
-    for column, text in (("model", model), ("metric", metric), ("source", source)):
+        raise _changed(path, _what(rid, model, metric), "id", rid, "is not an integer")
+    for column, text in (("model", model), ("metric", metric), ("source", source), ("item", item),
+                         ("cluster", cluster), ("subscore", subscore)):
+        if text is None and column in ("item", "cluster", "subscore"):
+            continue
         if (p := name_problem(text, column)) is not None:
-            raise _changed(path, what, column, text, f"is not a name ({p.split(': ', 1)[-1]})")
-    for column, text in (("item", item), ("cluster", cluster), ("subscore", subscore)):
-        if text is not None and (p := name_problem(text, column)) is not None:
-            raise _changed(path, what, column, text, f"is not a name ({p.split(': ', 1)[-1]})")
+            raise _changed(path, _what(rid, model, metric), column, text, f"is not a name ({p.split(': ', 1)[-1]})")
+        _remember(_NAMES, text)
     if sha is not None and not (isinstance(sha, str) and SHA_RE.fullmatch(sha)):
-        raise _changed(path, what, "sha256", sha, "is not 64 lowercase hex digits")
+        raise _changed(path, _what(rid, model, metric), "sha256", sha, "is not 64 lowercase hex digits")
+    problem = None
     if not _real(value):
-        raise _changed(path, what, "value", value, "is not a finite number")
-    if stderr is not None and not (_real(stderr) and stderr >= 0):
-        raise _changed(path, what, "stderr", stderr, "is not a finite number >= 0")
-    if note is not None and not isinstance(note, str):
-        raise _changed(path, what, "note", note, "is not text")
-    if not isinstance(created, str):
-        raise _changed(path, what, "created", created, "is not a time")
-    pairs = _stored_subs(path, what, subs)
-    fields: tuple = ()
+        problem = ("value", value, "is not a finite number")
+    elif stderr is not None and not (_real(stderr) and stderr >= 0):
+        problem = ("stderr", stderr, "is not a finite number >= 0")
+    elif note is not None and not isinstance(note, str):
+        problem = ("note", note, "is not text")
+    elif not isinstance(created, str):
+        problem = ("created", created, "is not a time")
+    if problem is not None:
+        raise _changed(path, _what(rid, model, metric), *problem)
+    pairs = _stored_subs(path, _what(rid, model, metric), subs)
+    fields = () if env is None else _stored_env(path, _what(rid, model, metric), env)
+    if sha is not None:
+        _remember(_SHAS, sha)
+    _remember(_SUBS, subs, pairs)
     if env is not None:
-        stored = _json(path, what, "env", env)
-        if not isinstance(stored, dict) or not all(isinstance(v, str) for v in stored.values()):
-            raise _changed(path, what, "env", env, "is not a JSON object of environment fields and texts")
-        try:
-            fields = canonical_fields(stored, "env")
-        except EvidenceError as err:
-            raise _changed(path, what, "env", env, f"is not an environment ({err})") from None
-        if fields != tuple(sorted(stored.items())):
-            raise _changed(path, what, "env", env, "is not in canonical form")
+        _remember(_ENVS, env, fields)
     return Record(rid, model, sha, metric, float(value), pairs, None if stderr is None else float(stderr), item,
                   cluster, source, note, created, subscore, fields)
+
+
+def stored_pairs(path: Path, column: str, text) -> tuple:
+    """A stored ``subs`` or ``env`` cell as the pairs a record holds (checked as ``record_from_row`` checks it)."""
+    what = f"a record's {column}"
+    return _stored_subs(path, what, text) if column == "subs" else _stored_env(path, what, text)
+
+
+def _stored_env(path: Path, what: str, env) -> tuple[tuple[str, str], ...]:
+    """A record's stored environment as canonical ``(key, text)`` pairs; refused unless it is one."""
+    stored = _json(path, what, "env", env)
+    if not isinstance(stored, dict) or not all(isinstance(v, str) for v in stored.values()):
+        raise _changed(path, what, "env", env, "is not a JSON object of environment fields and texts")
+    try:
+        fields = canonical_fields(stored, "env")
+    except EvidenceError as err:
+        raise _changed(path, what, "env", env, f"is not an environment ({err})") from None
+    if fields != tuple(sorted(stored.items())):
+        raise _changed(path, what, "env", env, "is not in canonical form")
+    return fields
 
 
 def direction_from_row(metric, higher, path: Path) -> tuple[str, bool]:
