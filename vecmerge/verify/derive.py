@@ -237,7 +237,8 @@ def _fill(d: Derivation, r: dict, method: str, kind: str) -> None:
         d.forms = {k: coefficients(r[k]) for k in ("base", "dir")}
         if r.get("consensus") or method == "onto-ref":
             d.forms["ref"] = coefficients((r.get("consensus") or {})["ref"])
-        d.names = list(d.folders[next(iter(d.forms["base"]))].keys)
+        order = dict.fromkeys(n for form in d.forms.values() for n in form)  # the inputs in first use
+        d.names = list(dict.fromkeys(m for n in order for m in d.folders[n].keys))  # a module some input lacks
         _step(d, r, method)
         return
     exprs = [r["base"]] if kind == "refactor" else [e["model"] for e in r["models"]]
