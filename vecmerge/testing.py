@@ -235,7 +235,7 @@ def assert_merge_identity(out, base_model=None) -> None:
     """
     res = verify_output(out, base_model=base_model)
     if not res["passed"]:
-        failed = [f"{c['name']}: {c['detail']}" for c in res["checks"] if not c["passed"]]
+        failed = [f"{c['name']}: {c['detail']}" for c in res["checks"] if c["passed"] is False]
         raise AssertionError(f"{out}: {len(failed)} verify check(s) failed:\n  " + "\n  ".join(failed))
 
 

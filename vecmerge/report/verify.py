@@ -9,6 +9,7 @@ from __future__ import annotations
 import textwrap
 
 from ..errors import few
+from ..verify.checks import failed_names, not_run_names
 from .format import g, table
 
 # Figures shown in the table, in this order; the rest are JSON only.
@@ -43,15 +44,18 @@ def render(result: dict, width: int = DETAIL_WIDTH) -> str:
     rows = []
     for c in result["checks"]:
         detail = "\n".join(textwrap.wrap(c["detail"], width)) or "-"
-        rows.append([c["name"], "PASS" if c["passed"] else "FAIL", detail, figures_text(c.get("figures", {}))])
+        state = "NOT RUN" if c["passed"] is None else "PASS" if c["passed"] else "FAIL"
+        rows.append([c["name"], state, detail, figures_text(c.get("figures", {}))])
     head = [f"verify {result.get('kind', '')}: {result['target']}".replace("  ", " ")]
     if result.get("dtype"):
         tol = result.get("tolerances") or {}
         head.append(f"output dtype {result['dtype']}; tolerances: update {g(tol.get('update'))} relative, "
                     f"survival {g(tol.get('survival'))}")
-    failed = [c["name"] for c in result["checks"] if not c["passed"]]
-    verdict = (f"PASSED: all {len(result['checks'])} checks" if result["passed"] else
-               f"FAILED: {len(failed)} of {len(result['checks'])} checks ({', '.join(failed)})")
+    failed, skipped, n = failed_names(result["checks"]), not_run_names(result["checks"]), len(result["checks"])
+    verdict = (f"FAILED: {len(failed)} of {n} checks ({', '.join(failed)})" if failed else
+               f"PASSED: all {n} checks" if not skipped else f"PASSED: {n - len(skipped)} of {n} checks")
+    if skipped:
+        verdict += f"; NOT RUN: {len(skipped)} ({', '.join(skipped)}: see their rows)"
     note = f"\nnote: {result['not_independent']}" if result.get("not_independent") else ""
     return "\n".join(head) + "\n\n" + table(rows, ["check", "result", "detail", "figures"], "simple") + \
         "\n\n" + verdict + note
