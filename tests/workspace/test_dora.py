@@ -11,10 +11,12 @@ storage and PEFT's float32); a cut output's distance to PEFT's update equals the
 from __future__ import annotations
 
 import json
+import shutil
 import warnings
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from vecmerge.peft.adapter import Adapter
 from vecmerge.verify.output import verify_output
@@ -141,3 +143,27 @@ def test_dora_update_is_the_formula_and_its_factors_are_exact():
     want = torch.tensor([[6.0 - 3.0, 8.0 - 4.0], [0.0, 6.0 - 1.0], [0.0, 0.0]], dtype=torch.float64)
     assert torch.allclose(D, want, rtol=0, atol=1e-14)
     assert torch.equal(as_factors(D).dense(), D) and torch.equal(as_factors(D.T).dense(), D.T)
+
+
+@pytest.mark.parametrize("value, refused", [(3e38, True), (2e19, True), (1e19, False)])
+def test_a_dora_magnitude_beyond_float32s_square_root_is_refused_at_merge_time_naming_the_module(
+        tmp_path, tiny_base, dora, run_cli, monkeypatch, value, refused):
+    """Issue 36 item 5: a magnitude of 3e38 merged with exit 0 and failed its own verify on non-finite logits.
+    Refused (exit 2, one line naming the module, nothing written) above sqrt(float32 max) = 1.84e19; below it
+    the merge proceeds."""
+    bad = tmp_path / "bad"
+    shutil.copytree(dora, bad)
+    sd = load_file(bad / "adapter_model.safetensors")
+    key = next(k for k in sorted(sd) if "layers.1.self_attn.v_proj" in k and "lora_magnitude_vector" in k)
+    sd[key][3] = value
+    save_file(sd, bad / "adapter_model.safetensors", metadata={"format": "pt"})
+    (tmp_path / "vecmerge.yaml").write_text(f"adapters:\n  d: {bad}\n")
+    monkeypatch.chdir(tmp_path)
+    res = run_cli("refactor", "d", "--base-model", str(tiny_base), "--rank", "exact", "--out", "o")
+    if not refused:
+        assert res.exit_code == 0, res.output
+        return
+    assert res.exit_code == 2, res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output
+    assert "DoRA module model.layers.1.self_attn.v_proj: a magnitude of" in res.output and "1.84e+19" in res.output
+    assert not (tmp_path / "o").exists()
