@@ -20,13 +20,10 @@ refuses it before anything is written.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
-from ..errors import Problem, RecipeError, VecmergeError, few
-from ..io.model_folder import ModelFolder
-from ..workspace.base_model import canonical, model_folder_problem
+from ..errors import Problem, RecipeError, few
+from ..workspace.base_model import layers_without_bias
 from .evaluation import Evaluation, method_params, operand_forms
 
 
@@ -60,22 +57,13 @@ def check_base(ev: Evaluation, folders: list, roots=()) -> None:
 
     Args:
         ev (Evaluation): the evaluated recipe. folders (list): candidate base model folders (None, paths or
-            declared names), the first local model folder is read (its safetensors headers only).
+            declared names); the first local model folder is read (``workspace.base_model.layers_without_bias``).
         roots (iterable[Path]): where a relative declared path starts (``workspace.base_model.canonical``).
     """
     if not has_biases(ev):
         return
-    local = [Path(c) for c in (canonical(f, roots) for f in folders if f) if c and Path(c).is_dir()]
-    folder = next((f for f in local if model_folder_problem(f) is None), None)
-    if folder is None:
-        return
-    try:
-        with ModelFolder(folder) as model:
-            names = set(model.tensors)
-    except VecmergeError:  # an unreadable base model: verify --base-model names it
-        return
     biased = [m for m in ev.names if any(m in v.biases for v in ev.vectors.values())]
-    lacking = [m for m in biased if f"{m}.weight" in names and f"{m}.bias" not in names]
+    folder, lacking = layers_without_bias(folders, biased, roots)
     if lacking:
         raise RecipeError([Problem("lora_bias: the base model {} has no bias in {} layer(s) ({}), so PEFT cannot "
                                    "merge the output's lora_B.bias into it; merge adapters trained without "
