@@ -185,3 +185,18 @@ def test_a_merge_whose_polar_factor_is_not_unique_is_named_not_judged(toy, run_c
     res = verify_output("out")
     assert res["passed"] and "independent" not in by_name(res)
     assert "polar factor is not unique" in res["not_independent"]
+
+
+def test_a_keep_base_output_is_re_derived_by_verifys_own_path(toy, run_cli):
+    """Issue 36: rank keep-base (the backbone's factors kept, the step's exact factors appended) is lossless, so
+    verify's own path compares W with I = base + alpha dir directly (it was 'not independent'): clean within fp32
+    round-off (2e-7), and one module's B times 1 + 1e-4 (re-pinned) fails the independent row by name at ~1e-4."""
+    run_ok(run_cli, "project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.05", "--rank", "keep-base",
+           "--out", "out")
+    res = verify_output("out")
+    row = by_name(res)["independent"]
+    assert res["passed"] and "not_independent" not in res and row["figures"]["max_diff"] < 2e-7
+    rehashed(Path("out"), f"{CUT_MODULE}.lora_B", lambda t: t * (1 + 1e-4))
+    row = by_name(verify_output("out"))["independent"]
+    assert not row["passed"] and CUT_MODULE in row["detail"]
+    assert row["figures"]["max_diff"] == pytest.approx(1e-4, rel=0.5)

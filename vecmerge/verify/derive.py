@@ -21,8 +21,9 @@ own arithmetic: every operand of module m is a stack of factors ``X_m = [c_1 s_1
 
 Inner products come from Grams (``<X, Y> = sum((B_x^T B_y) * (A_x A_y^T))``), norms too where nothing cancels
 (``Stack.norm``: the Gram's error bounded against the terms' norms) and from R factors (``||R_b R_a^T||``) where
-a difference nearly cancels. The written update W is then compared with I (``verify.independent``). What this
-path does not cover (the other merge methods, ``keep-base``, DoRA, expert or lora_bias inputs) raises
+a difference nearly cancels. The written update W is then compared with I (``verify.independent``; ``rank:
+keep-base`` is lossless, compared directly). What this path does not cover (the other merge methods, DoRA,
+expert or lora_bias inputs) raises
 ``Uncovered`` with the reason; that update is still checked by re-evaluating the recipe (``verify.update``),
 which is not independent of the pipeline.
 """
@@ -208,8 +209,6 @@ def derive(manifest: dict) -> Derivation:
     kind = "project" if method in STEPPED else "refactor" if method == "expression" else "merge"
     if kind == "merge" and method not in LINEAR_MERGES + SPECTRAL:
         raise Uncovered(f"method {method}: no independent reference yet")
-    if r.get("rank") == "keep-base":
-        raise Uncovered("rank keep-base")
     if r.get("base_model") is not None:
         raise Uncovered("a DoRA base model")
     paths = {n: e["path"] for n, e in (r.get("inputs") or {}).items()}
