@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vecmerge.peft.adapter import Adapter
-from vecmerge.verify.output import verify_output
+from vecmerge.verify.checks.output import verify_output
 from vecmerge.workspace.dora import as_factors, dora_update
 
 pytestmark = pytest.mark.slow

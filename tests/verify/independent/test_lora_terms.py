@@ -1,0 +1,82 @@
+"""verify's own LoRA reading against PEFT's own: ``s * B @ A`` of every module, patterns and rsLoRA included."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from vecmerge.testing import toy_adapter
+from vecmerge.verify.independent.lora_terms import read_folder, uncovered
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kwargs", [
+    dict(r=4, lora_alpha=8),
+    dict(r=4, lora_alpha=8, use_rslora=True),
+    dict(r=4, lora_alpha=8, rank_pattern={"q_proj": 2, "layers.1.mlp.down_proj": 6},
+         alpha_pattern={"v_proj": 3.0}),
+    dict(r=4, lora_alpha=16, target_modules=["q_proj", "embed_tokens"]),
+])
+def test_every_module_equals_peft_get_delta_weight(peft_adapter, tiny_base, peft_deltas, kwargs):
+    """rel 1e-12 against PEFT's get_delta_weight (float64 both; PEFT's layout: embeddings and fan-in-fan-out
+    transposed, as vecmerge holds every module as (out, in) B @ A)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    name = "lt_" + "_".join(f"{k}{v}" for k, v in sorted(kwargs.items()) if not isinstance(v, (dict, list)))
+    name += str(abs(hash(repr(sorted(kwargs.items())))))
+    folder = peft_adapter(name, seed=3, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float64),
+                                          folder)
+    want = peft_deltas(model)
+    got = read_folder(folder)
+    try:
+        assert sorted(got.keys) == sorted(want)
+        for m, d in want.items():
+            B, A = got.factors(m)
+            mine = B @ A
+            ref = d.numpy() if mine.shape == tuple(d.shape) else d.numpy().T
+            assert np.linalg.norm(mine - ref) <= 1e-12 * np.linalg.norm(ref), m
+    finally:
+        got.close()
+
+
+def test_uncovered_folders_are_named(tmp_path):
+    import json
+
+    for key, what in (("use_dora", "DoRA"), ("target_parameters", "MoE")):
+        f = tmp_path / key
+        f.mkdir()
+        (f / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", key: True}))
+        (f / "adapter_model.safetensors").write_bytes(b"")
+        assert what in uncovered(f)
+    g = tmp_path / "bin"
+    g.mkdir()
+    assert "adapter_model.safetensors" in uncovered(g)
+
+
+def test_lora_bias_inputs_are_not_claimed_as_re_derived_by_verifys_own_path(tmp_path, monkeypatch, run_cli):
+    """Issue 36 (mutant): verify's own path reads ``B @ A`` only, never ``lora_B.bias``; so for lora_bias inputs
+    it must say the update was not re-derived (``not_independent``, naming lora_bias) instead of claiming it.
+    The bias itself is checked against the recomputed one (the ``bias`` row)."""
+    monkeypatch.chdir(tmp_path)
+    for name, seed in (("a", 1), ("b", 2)):
+        folder = toy_adapter(name, seed=seed, extra_config={"lora_bias": True})
+        sd = load_file(folder / "adapter_model.safetensors")
+        g = torch.Generator().manual_seed(seed)
+        sd |= {k.replace(".weight", ".bias"): torch.randn(v.shape[0], generator=g) * 0.01 for k, v in sd.items()
+               if k.endswith("lora_B.weight")}
+        save_file(sd, folder / "adapter_model.safetensors", metadata={"format": "pt"})
+    res = run_cli("merge", "--method", "linear", "a", "b", "--weights", "0.6,0.4", "--out", "o")
+    assert res.exit_code == 0, res.output
+    ver = json.loads(run_cli("verify", "o", "--json").stdout)
+    rows = {c["name"]: c for c in ver["checks"]}
+    assert ver["passed"] and rows["bias"]["passed"]
+    assert "independent" not in rows and "lora_bias" in ver["not_independent"]
+    assert not any("re-derived by verify's own" in c["detail"] for c in ver["checks"])
+    assert uncovered(tmp_path / "o") == "o: lora_bias"
