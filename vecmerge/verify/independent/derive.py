@@ -211,6 +211,8 @@ def derive(manifest: dict) -> Derivation:
         raise Uncovered(f"method {method}: no independent reference yet")
     if r.get("base_model") is not None:
         raise Uncovered("a DoRA base model")
+    if r.get("per_module"):
+        raise Uncovered("per-module values (per_module: mergekit's gradients and filters)")
     paths = {n: e["path"] for n, e in (r.get("inputs") or {}).items()}
     for p in paths.values():
         why = uncovered(p)
