@@ -193,8 +193,29 @@ def tree_hashes(folder) -> dict:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-__all__ = ["tree_hashes", "llm_shapes", "shapes_from_config", "random_factors", "write_peft_folder", "toy_adapter",
-           "toy_trajectory", "assert_delta_close", "peft_scale", "relative_error"]
+def forge_tensor(folder, key_part: str, fn) -> None:
+    """A forger's edit of an output: the first tensor (sorted keys) whose key contains ``key_part`` replaced by
+    ``fn(tensor)``, and the weights' new sha256 written into ``folder/vecmerge.json`` (``output.sha256``), so that
+    only a re-derivation of the update can tell (tests of ``vecmerge verify``).
+
+    Args:
+        folder (str | Path): an output folder. key_part (str): part of a tensor key, e.g. ``"v_proj.lora_B"``.
+        fn: ``Tensor -> Tensor``, e.g. ``lambda t: t * (1 + 1e-4)``.
+    """
+    from safetensors.torch import load_file, save_file
+
+    path = Path(folder) / SAFETENSORS_NAME
+    tensors = load_file(path)
+    key = next(k for k in sorted(tensors) if key_part in k)
+    tensors[key] = fn(tensors[key].clone())
+    save_file(tensors, path, metadata={"format": "pt"})
+    man = json.loads((Path(folder) / "vecmerge.json").read_text())
+    man["output"]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (Path(folder) / "vecmerge.json").write_text(json.dumps(man, indent=2))
+
+
+__all__ = ["tree_hashes", "forge_tensor", "llm_shapes", "shapes_from_config", "random_factors", "write_peft_folder",
+           "toy_adapter", "toy_trajectory", "assert_delta_close", "peft_scale", "relative_error"]
 
 
 def assert_merge_identity(out, base_model=None) -> None:
@@ -214,7 +235,7 @@ def assert_merge_identity(out, base_model=None) -> None:
     """
     res = verify_output(out, base_model=base_model)
     if not res["passed"]:
-        failed = [f"{c['name']}: {c['detail']}" for c in res["checks"] if not c["passed"]]
+        failed = [f"{c['name']}: {c['detail']}" for c in res["checks"] if c["passed"] is False]
         raise AssertionError(f"{out}: {len(failed)} verify check(s) failed:\n  " + "\n  ".join(failed))
 
 

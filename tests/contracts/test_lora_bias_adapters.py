@@ -10,6 +10,7 @@ the base model; a non-linear merge of biased adapters is refused with one line.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import pytest
@@ -139,3 +140,37 @@ def test_commands_that_would_drop_the_bias_refuse_it(biased, run_cli, tmp_path):
     base, made = biased
     res = run_cli("fuse", made["a"], "--base-model", base, "--out", tmp_path / "fused")
     assert res.exit_code == 2 and "lora_bias is set" in res.output, res.output
+
+
+@pytest.mark.parametrize("args", [["merge", "--method", "linear", "a", "b"], ["refactor", "0.5*a + 0.5*b"]])
+def test_lora_bias_onto_a_base_without_biases_is_refused_up_front(hf_base, peft_on, run_cli, tmp_path, monkeypatch,
+                                                                  args):
+    """Issue 36 item 5: PEFT cannot merge a lora_B.bias into a layer without a bias, so such an output could only
+    fail its own verify: refused before anything is written (one line, exit 2, naming the base and a layer)."""
+    base = hf_base("llama")  # the same shapes as llama_bias, no bias in any linear layer
+    made = {n: peft_on(base, tmp_path / "in" / n, seed, target_modules=TARGETS, lora_bias=True)
+            for n, seed in (("a", 1), ("b", 2))}
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "vecmerge.yaml").write_text(json.dumps({"adapters": {n: str(p) for n, p in made.items()},
+                                                        "base_model": str(base)}))
+    res = run_cli(*args, "--out", tmp_path / "out")
+    assert res.exit_code == 2, res.output
+    assert len(res.output.strip().splitlines()) == 1 and "has no bias in 8 layer(s)" in res.output, res.output
+    assert str(base) in res.output and "model.layers.0.self_attn.q_proj" in res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_verify_on_a_base_without_biases_says_merge_and_unload_was_not_run(biased, hf_base, run_cli, tmp_path,
+                                                                            monkeypatch):
+    """Issue 36 item 5: the one check PEFT cannot run (merging lora_B.bias into a layer without a bias) is NOT RUN,
+    neither failed (the verdict passes: the logits checks cover the bias) nor passed silently (table and verdict)."""
+    _, made = biased
+    _workspace(tmp_path, monkeypatch, made)
+    assert run_cli("merge", "--method", "linear", "a", "b", "--out", "out").exit_code == 0
+    res = run_cli("verify", "out", "--base-model", hf_base("llama"), "--allow-base-mismatch")
+    assert res.exit_code == 0, res.output
+    assert re.search(r"^merge_and_unload\s+NOT RUN\s+not run: PEFT cannot merge lora_bias", res.stdout, re.M)
+    assert "; NOT RUN: 1 (merge_and_unload: see their rows)" in res.stdout and "FAIL" not in res.stdout
+    rows = {c["name"]: c for c in json.loads(run_cli("verify", "out", "--base-model", hf_base("llama"),
+                                                     "--allow-base-mismatch", "--json").stdout)["checks"]}
+    assert rows["merge_and_unload"]["passed"] is None and rows["logits"]["passed"] and rows["bias"]["passed"]

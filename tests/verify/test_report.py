@@ -1,7 +1,9 @@
 """Check records never pass on NaN or infinity, whatever the comparison."""
 
 import math
+import re
 
+from vecmerge.report.verify import render
 from vecmerge.verify.checks.adapter import _law
 from vecmerge.verify.report import check, close, not_run, result, within
 
@@ -20,16 +22,28 @@ def test_a_law_with_a_nan_residual_fails():
     assert not res["passed"] and res["figures"]["bad_modules"] == ["b"]
 
 
-def test_result_needs_every_check():
-    rows = [check("a", True, "fine"), not_run("b", "no input")]
-    r = result("t", rows)
-    assert not r["passed"] and r["checks"][1]["detail"] == "not run: no input"
+def test_result_needs_every_check_that_ran_to_pass():
+    rows = [check("a", True, "fine"), check("b", False, "off")]
+    assert not result("t", rows)["passed"]
     assert result("t", [check("a", True, "fine")])["passed"]
+
+
+def test_a_not_run_check_is_never_counted_as_failed_nor_passed_silently():
+    """Issue 36 item 5: a row that could not run has ``passed`` null, is not in the failed count, and the table and
+    its verdict name it (NOT RUN); what stops a row from running is itself a failed row, which still fails."""
+    ok = result("t", [check("a", True, "fine"), not_run("merge_and_unload", "no bias in the base")])
+    assert ok["passed"] and ok["checks"][1]["passed"] is None
+    text = render(ok.to_dict())
+    assert re.search(r"^merge_and_unload\s+NOT RUN\s+not run: no bias in the base", text, re.M)
+    assert text.rstrip().endswith("PASSED: 1 of 2 checks; NOT RUN: 1 (merge_and_unload: see their rows)")
+    bad = result("t", [check("inputs", False, "changed"), not_run("update", "an input changed")])
+    assert not bad["passed"]
+    assert "FAILED: 1 of 2 checks (inputs); NOT RUN: 1 (update: see their rows)" in render(bad.to_dict())
 
 
 def test_a_check_that_did_not_run_says_so_in_its_figures():
     row = not_run("peft", "no base model")
-    assert row == {"name": "peft", "passed": False, "detail": "not run: no base model", "figures": {"skipped": True}}
+    assert row == {"name": "peft", "passed": None, "detail": "not run: no base model", "figures": {"skipped": True}}
 
 
 def test_close_is_inclusive_and_relative_to_the_reference():

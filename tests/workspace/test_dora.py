@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import warnings
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from vecmerge.peft.adapter import Adapter
 from vecmerge.verify.checks.output import verify_output
@@ -176,3 +178,27 @@ def test_dora_update_with_a_non_finite_row_is_not_called_zero():
     lora = LowRank(torch.zeros(2, 1, dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64), 1.0)
     with pytest.raises(AdapterError, match="not finite"):
         dora_update(W, lora, torch.ones(2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("value, refused", [(3e38, True), (2e19, True), (1e19, False)])
+def test_a_dora_magnitude_beyond_float32s_square_root_is_refused_at_merge_time_naming_the_module(
+        tmp_path, tiny_base, dora, run_cli, monkeypatch, value, refused):
+    """Issue 36 item 5: a magnitude of 3e38 merged with exit 0 and failed its own verify on non-finite logits.
+    Refused (exit 2, one line naming the module, nothing written) above sqrt(float32 max) = 1.84e19; below it
+    the merge proceeds."""
+    bad = tmp_path / "bad"
+    shutil.copytree(dora, bad)
+    sd = load_file(bad / "adapter_model.safetensors")
+    key = next(k for k in sorted(sd) if "layers.1.self_attn.v_proj" in k and "lora_magnitude_vector" in k)
+    sd[key][3] = value
+    save_file(sd, bad / "adapter_model.safetensors", metadata={"format": "pt"})
+    (tmp_path / "vecmerge.yaml").write_text(f"adapters:\n  d: {bad}\n")
+    monkeypatch.chdir(tmp_path)
+    res = run_cli("refactor", "d", "--base-model", str(tiny_base), "--rank", "exact", "--out", "o")
+    if not refused:
+        assert res.exit_code == 0, res.output
+        return
+    assert res.exit_code == 2, res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output
+    assert "DoRA module model.layers.1.self_attn.v_proj: a magnitude of" in res.output and "1.84e+19" in res.output
+    assert not (tmp_path / "o").exists()

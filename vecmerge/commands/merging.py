@@ -147,6 +147,6 @@ def verify(ws: Workspace, targets: list[str], *, base_model=None, identities: bo
                                workspace=ws.home if workspace_given else None)
     echo(to_json(result) if as_json else report_verify.render(result))
     if not result["passed"]:
-        failed = [c["name"] for c in result["checks"] if not c["passed"]]
+        failed = [c["name"] for c in result["checks"] if c["passed"] is False]
         raise CheckFailed(f"{len(failed)} check(s) failed: {', '.join(failed)}")
     return result

@@ -13,13 +13,17 @@ inputs' biases, exact in float64 (a vector: no rank cut), a missing bias countin
 where each operand is its expression over the inputs. The writer stores ``b_m / scale_out`` as the output's
 ``lora_B.bias`` (``peft.write.bias_tensor``), with ``lora_bias: true``. Any other method's bias is undefined
 (``ties``, ``dare``, the spectral ones act on the weight update's entries or spectrum): ``check`` refuses it.
+PEFT merges ``lora_B.bias`` into the base layer's bias, so a base model (a local folder: the recipe's, the
+workspace's or the one the inputs declare) whose layer has no bias cannot take the output: ``check_base``
+refuses it before anything is written.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..errors import Problem, RecipeError
+from ..errors import Problem, RecipeError, few
+from ..workspace.base_model import layers_without_bias
 from .evaluation import Evaluation, method_params, operand_forms
 
 
@@ -48,6 +52,26 @@ def check(ev: Evaluation) -> None:
     if has_biases(ev) and any(s.param for s in ev.specs.values()):
         raise RecipeError(["lora_bias inputs with target_parameters modules: PEFT stores no bias for a wrapped "
                            "parameter; merge the adapters' modules without target_parameters"])
+
+
+def check_base(ev: Evaluation, folders: list, roots=()) -> None:
+    """RecipeError (one line) when the first local model folder of ``folders`` has a ``<module>.weight`` but no
+    ``<module>.bias`` for a module the output gives a bias: PEFT cannot merge it (``merge_and_unload``).
+
+    Args:
+        ev (Evaluation): the evaluated recipe. folders (list): candidate base model folders (None, paths or
+            declared names); the first local model folder is read (``workspace.base_model.layers_without_bias``).
+        roots (iterable[Path]): where a relative declared path starts (``workspace.base_model.canonical``).
+    """
+    if not has_biases(ev):
+        return
+    biased = [m for m in ev.names if any(m in v.biases for v in ev.vectors.values())]
+    folder, lacking = layers_without_bias(folders, biased, roots)
+    if lacking:
+        raise RecipeError([Problem("lora_bias: the base model {} has no bias in {} layer(s) ({}), so PEFT cannot "
+                                   "merge the output's lora_B.bias into it; merge adapters trained without "
+                                   "lora_bias, or use a base model whose layers have biases", str(folder),
+                                   len(lacking), few(lacking))])
 
 
 def coefficients(ev: Evaluation, m: str, multiple: float) -> dict[str, float]:

@@ -29,6 +29,7 @@ from ..version import __version__
 from ..workspace.base_model import canonical, differ, mismatch_text
 from ..workspace.names import Workspace
 from .bias import check as check_biases
+from .bias import check_base as check_base_biases
 from .bias import has_biases
 from .build import BuiltOutput, build_output
 from .evaluation import Evaluation, evaluate, operand_forms
@@ -277,6 +278,8 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     else:
         ev = evaluate(recipe, ws, progress)
     check_biases(ev)  # lora_bias inputs: their biases merge exactly by a linear recipe, else refused
+    check_base_biases(ev, [recipe.base_model, ws.base_model, *(i.base_model for i in ev.inputs.values())],
+                      (ws.home,))  # ... and only onto a base model whose layers have a bias to merge them into
     report = RunReport(ev, dry_run, gate=gate)
     base_model, notes = _base_model_for(recipe, ev)
     if has_biases(ev):

@@ -43,15 +43,19 @@ def render(result: dict, width: int = DETAIL_WIDTH) -> str:
     rows = []
     for c in result["checks"]:
         detail = "\n".join(textwrap.wrap(c["detail"], width)) or "-"
-        rows.append([c["name"], "PASS" if c["passed"] else "FAIL", detail, figures_text(c.get("figures", {}))])
+        state = "NOT RUN" if c["passed"] is None else "PASS" if c["passed"] else "FAIL"
+        rows.append([c["name"], state, detail, figures_text(c.get("figures", {}))])
     head = [f"verify {result.get('kind', '')}: {result['target']}".replace("  ", " ")]
     if result.get("dtype"):
         tol = result.get("tolerances") or {}
         head.append(f"output dtype {result['dtype']}; tolerances: update {g(tol.get('update'))} relative, "
                     f"survival {g(tol.get('survival'))}")
-    failed = [c["name"] for c in result["checks"] if not c["passed"]]
-    verdict = (f"PASSED: all {len(result['checks'])} checks" if result["passed"] else
-               f"FAILED: {len(failed)} of {len(result['checks'])} checks ({', '.join(failed)})")
+    failed = [c["name"] for c in result["checks"] if c["passed"] is False]
+    skipped, n = [c["name"] for c in result["checks"] if c["passed"] is None], len(result["checks"])
+    verdict = (f"FAILED: {len(failed)} of {n} checks ({', '.join(failed)})" if failed else
+               f"PASSED: all {n} checks" if not skipped else f"PASSED: {n - len(skipped)} of {n} checks")
+    if skipped:
+        verdict += f"; NOT RUN: {len(skipped)} ({', '.join(skipped)}: see their rows)"
     note = f"\nnote: {result['not_independent']}" if result.get("not_independent") else ""
     return "\n".join(head) + "\n\n" + table(rows, ["check", "result", "detail", "figures"], "simple") + \
         "\n\n" + verdict + note

@@ -1,9 +1,10 @@
 """Check records: the one JSON-ready shape every verification result takes.
 
 ``check(name, passed, detail, figures)`` is one row of ``vecmerge verify``'s table; ``result`` gathers
-rows into a verdict (passed only when every row passed), a typed ``VerifyReport`` that reads as its JSON.
-A check that could not run is a failure with its reason (``not_run``): no check passes by default, and none
-passes on NaN (``within``).
+rows into a verdict (passed only when no row failed), a typed ``VerifyReport`` that reads as its JSON.
+A check that could not run (``not_run``) is neither: ``passed`` is null, the table says NOT RUN and the
+verdict names it. What stops a check from running is itself a failed row (an input changed, the output does
+not open), so a not-run row never hides a failure; no check passes by default, none on NaN (``within``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,13 @@ def check(name: str, passed: bool, detail: str, figures: dict | None = None) -> 
 
 
 def not_run(name: str, why: str) -> dict:
-    """A check that could not run counts as failed, with the reason."""
-    return check(name, False, f"not run: {why}", {"skipped": True})
+    """A check that could not run, with the reason: ``passed`` is None (neither passed nor failed)."""
+    return {"name": name, "passed": None, "detail": f"not run: {why}", "figures": {"skipped": True}}
+
+
+def failed_names(checks: list[dict]) -> list[str]:
+    """The names of the rows that failed (``passed`` False; a not-run row is not one)."""
+    return [c["name"] for c in checks if c["passed"] is False]
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,7 +41,7 @@ class VerifyReport(Result):
 
     Args:
         target (str): the output folder, or the adapters' labels joined by "; " (identities).
-        passed (bool): every check passed. checks (list[dict]): the rows (``check``).
+        passed (bool): no check failed (not-run rows are named in the verdict). checks (list[dict]): the rows.
         kind (str | None): output | identities | extract output | fuse output.
         dtype (str | None): the output's dtype (None: each tensor kept its stored dtype, a fuse without
             --dtype); printed, null or not, whenever ``tolerances`` is.
@@ -66,10 +72,10 @@ class VerifyReport(Result):
 
 
 def result(target: str, checks: list[dict], **extra) -> VerifyReport:
-    """``VerifyReport`` ``{target, passed, checks, ...}``: passed when every check passed; known keys (kind,
+    """``VerifyReport`` ``{target, passed, checks, ...}``: passed when no check failed; known keys (kind,
     dtype, tolerances, recipe, adapters) become fields, any other keyword an extra key of the JSON."""
     known = {k: extra.pop(k) for k in ("kind", "dtype", "tolerances", "recipe", "adapters") if k in extra}
-    return VerifyReport(target, all(c["passed"] for c in checks), checks, **known, extra=extra)
+    return VerifyReport(target, not failed_names(checks), checks, **known, extra=extra)
 
 
 def within(value: float, tol: float) -> bool:

@@ -16,15 +16,17 @@ show that a sum of them means anything; the declared names must agree too:
   naming both), unless the user allows it (``--allow-base-mismatch``, recorded in the manifest);
 - ``model_folder_problem``: what keeps a folder from being a transformers model (``verify --base-model``);
 - ``folder_is``: whether a local model folder is the declared base model (same folder, or a hub
-  cache snapshot ``models--ORG--NAME`` of the declared hub id, or the id a workspace gives it).
+  cache snapshot ``models--ORG--NAME`` of the declared hub id, or the id a workspace gives it);
+- ``layers_without_bias``: which of some layers a local model folder holds without a bias (its headers only).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import AlignmentError, few
+from ..errors import AlignmentError, VecmergeError, few
 from ..io.files import check_folder
+from ..io.model_folder import ModelFolder
 
 MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
@@ -147,3 +149,24 @@ def folder_is(folder, declared, aliases: dict | None = None, roots=()) -> bool:
     if "models--" + key.replace("/", "--") in Path(here).parts:
         return True
     return any(canonical(local) == here and canonical(hub) == key for local, hub in (aliases or {}).items())
+
+
+def layers_without_bias(folders: list, modules: list[str], roots=()) -> tuple[Path | None, list[str]]:
+    """``(folder, [m])``: the first local model folder of ``folders`` and the modules m it holds as
+    ``<m>.weight`` without a ``<m>.bias`` (safetensors headers only); ``(None, [])`` when none is readable.
+
+    Args:
+        folders (list): candidate base models (None, paths or declared names, as ``canonical`` reads them).
+        modules (list[str]): layer names as PEFT names them (``model.layers.0.self_attn.q_proj``).
+        roots (iterable[Path]): where a relative declared path starts (``canonical``).
+    """
+    local = [Path(c) for c in (canonical(f, roots) for f in folders if f) if c and Path(c).is_dir()]
+    folder = next((f for f in local if model_folder_problem(f) is None), None)
+    if folder is None:
+        return None, []
+    try:
+        with ModelFolder(folder) as model:
+            names = set(model.tensors)
+    except VecmergeError:  # an unreadable model folder: verify --base-model names it
+        return None, []
+    return folder, [m for m in modules if f"{m}.weight" in names and f"{m}.bias" not in names]

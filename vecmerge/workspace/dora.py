@@ -28,6 +28,10 @@ from ..io.model_folder import ModelFolder
 from ..linalg.lowrank import LowRank, f64
 from ..peft.adapter import Adapter
 
+# A layer's outputs reach m_i |x|; products of two of them (attention's q.k, the MLP's gate * up) overflow
+# float32 above its square root, 1.84e19 (trained magnitudes are near the weight-row norms, ~1).
+MAGNITUDE_MAX = float(torch.finfo(torch.float32).max) ** 0.5
+
 
 def dora_update(W: torch.Tensor, lora: LowRank, m: torch.Tensor) -> torch.Tensor:
     """``diag(m / n) (W + s B A) - W`` with ``n`` the row norms of ``W + s B A`` (float64, (out, in)).
@@ -71,13 +75,20 @@ def dora_modules(adapter: Adapter, base: Path | None, device=None) -> dict[str, 
             if tuple(folder.info(name).shape) != tuple(spec.shape):
                 raise AdapterError(f"{adapter.path}: DoRA module {mod}: base weight {tuple(folder.info(name).shape)},"
                                    f" the adapter's update {tuple(spec.shape)}; pass the base model it was trained on")
+            m = adapter.magnitude(mod)
+            top = float(m.abs().max()) if m.numel() else 0.0
+            if top > MAGNITUDE_MAX:
+                raise AdapterError(f"{adapter.path}: DoRA module {mod}: a magnitude of {top:.3g} is above "
+                                   f"{MAGNITUDE_MAX:.3g} (the square root of float32's largest number), so the "
+                                   "model's products of its outputs overflow to non-finite logits; the adapter is "
+                                   "broken, save it again from training")
             W = folder.read(name).to(device=device or "cpu")
             if not bool(torch.isfinite(W).all()):
                 bad = int((~torch.isfinite(W)).sum())
                 kind = "NaN" if bool(torch.isnan(W).any()) else "inf"
                 raise AdapterError(f"{adapter.path}: DoRA module {mod}: the base model's tensor {name} holds {bad} "
                                    f"non-finite value(s) ({kind}) in {base}; repair the base model's weights")
-            out[mod] = as_factors(dora_update(W, adapter.factors(mod, device), adapter.magnitude(mod).to(W.device)))
+            out[mod] = as_factors(dora_update(W, adapter.factors(mod, device), m.to(W.device)))
     finally:
         folder.close()
     return out

@@ -3,10 +3,12 @@ project recipe against a dense float64 reference computed here from the safetens
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.torch import load_file, save_file
 
 from vecmerge.expr import parse
 from vecmerge.recipe.load import with_absolute_inputs
@@ -99,3 +101,27 @@ def test_the_node_bound_is_sharp(monkeypatch):
     monkeypatch.setattr(expressions, "MAX_NODES", nodes - 1)
     with pytest.raises(Uncovered, match="too long"):
         coefficients(text)
+
+
+def test_a_project_allow_missing_output_whose_backbone_lacks_a_module_passes_verify(toy, run_cli, dense_expr):
+    """Issue 36 item 4: the backbone lacks a module the direction has. The output holds it (the base counts as
+    zero there: I_m = alpha dir_m), verify's own path derives the same module set and alpha, and verify passes.
+    Reference: dense float64 from the safetensors, alpha = T ||base|| / ||dir|| over the union (rel 1e-12)."""
+    gone = "model.layers.1.self_attn.v_proj"
+    shutil.copytree("v54", "v54m")
+    kept = {k: v for k, v in load_file("v54m/adapter_model.safetensors").items() if gone not in k}
+    save_file(kept, "v54m/adapter_model.safetensors", metadata={"format": "pt"})
+    res = run_cli("project", "--base", "v54m", "--dir", "v51-v28", "--trust", "0.05", "--allow-missing", "--out", "o")
+    assert res.exit_code == 0, res.output
+    ver = json.loads(run_cli("verify", "o", "--json").stdout)
+    assert ver["passed"] and "not_independent" not in ver, [c for c in ver["checks"] if not c["passed"]]
+    d = derive(with_absolute_inputs(json.loads(Path("o/vecmerge.json").read_text()), Path("o")))
+    base, direction = dense_expr({"v54m": 1.0}), dense_expr({"v51": 1.0, "v28": -1.0})
+    assert gone not in base and set(d.names) == set(direction)
+    norm = lambda t: math.sqrt(sum(float((x.double() ** 2).sum()) for x in t.values()))  # noqa: E731
+    alpha = 0.05 * norm(base) / norm(direction)
+    assert d.alpha == pytest.approx(alpha, rel=1e-12)
+    intended = d.intended(gone)[0]
+    ref = (alpha * direction[gone]).numpy()
+    assert np.linalg.norm(intended.B @ intended.A - ref) <= 1e-12 * np.linalg.norm(ref)
+    d.close()

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
+from vecmerge.testing import forge_tensor as rehashed
 from vecmerge.testing import toy_adapter
 from vecmerge.verify.checks.output import verify_output
 
@@ -27,18 +28,6 @@ def by_name(res) -> dict:
 def run_ok(run_cli, *args) -> None:
     res = run_cli(*args)
     assert res.exit_code == 0, res.output
-
-
-def rehashed(folder: Path, key_part: str, fn) -> None:
-    """Rewrite one tensor of ``folder`` with ``fn`` and record the new sha256 in its manifest (a forger's edit)."""
-    path = folder / "adapter_model.safetensors"
-    tensors = load_file(path)
-    key = next(k for k in sorted(tensors) if key_part in k)
-    tensors[key] = fn(tensors[key].clone())
-    save_file(tensors, path, metadata={"format": "pt"})
-    man = json.loads((folder / "vecmerge.json").read_text())
-    man["output"]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
-    (folder / "vecmerge.json").write_text(json.dumps(man, indent=2))
 
 
 @pytest.mark.parametrize("args", [
@@ -76,16 +65,16 @@ def test_clean_outputs_pass_the_independent_check(toy, run_cli, args):
     assert row["figures"]["max_diff"] < limit and row["figures"]["modules"] == 14
 
 
-def test_a_scale_of_1_0003_on_one_factor_of_a_cut_output_fails_only_the_independent_check(toy, run_cli):
+def test_a_scale_of_1_0003_on_one_factor_of_a_cut_output_fails_the_independent_and_the_update_check(toy, run_cli):
     """The hole of issue 23: a rank cut's error moves only to second order, so the recorded-error comparison of
-    the re-run pipeline passes; W = Q Q^T I does not hold any more."""
+    the re-run pipeline passed it; W = Q Q^T I does not hold any more, and both checks now test it (issue 36)."""
     run_ok(run_cli, "refactor", "0.5*v51 + 0.5*v28", "--rank", "4", "--out", "out")
     rehashed(Path("out"), f"{CUT_MODULE}.lora_B", lambda t: t * 1.0003)
     res = by_name(verify_output("out"))
-    assert [n for n, c in res.items() if not c["passed"]] == ["independent"]
-    assert res["update"]["passed"]  # the old check is blind to it
-    assert CUT_MODULE in res["independent"]["detail"]
+    assert [n for n, c in res.items() if not c["passed"]] == ["update", "independent"]
+    assert CUT_MODULE in res["independent"]["detail"] and CUT_MODULE in res["update"]["detail"]
     assert res["independent"]["figures"]["max_diff"] == pytest.approx(3e-4, rel=0.5)
+    assert res["update"]["figures"]["max_projected"] == pytest.approx(3e-4, rel=0.5)
 
 
 @pytest.mark.parametrize("factor, passes", [(1 + 3e-5, False), (1 + 1e-6, True)])
@@ -196,3 +185,18 @@ def test_a_merge_whose_polar_factor_is_not_unique_is_named_not_judged(toy, run_c
     res = verify_output("out")
     assert res["passed"] and "independent" not in by_name(res)
     assert "polar factor is not unique" in res["not_independent"]
+
+
+def test_a_keep_base_output_is_re_derived_by_verifys_own_path(toy, run_cli):
+    """Issue 36: rank keep-base (the backbone's factors kept, the step's exact factors appended) is lossless, so
+    verify's own path compares W with I = base + alpha dir directly (it was 'not independent'): clean within fp32
+    round-off (2e-7), and one module's B times 1 + 1e-4 (re-pinned) fails the independent row by name at ~1e-4."""
+    run_ok(run_cli, "project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.05", "--rank", "keep-base",
+           "--out", "out")
+    res = verify_output("out")
+    row = by_name(res)["independent"]
+    assert res["passed"] and "not_independent" not in res and row["figures"]["max_diff"] < 2e-7
+    rehashed(Path("out"), f"{CUT_MODULE}.lora_B", lambda t: t * (1 + 1e-4))
+    row = by_name(verify_output("out"))["independent"]
+    assert not row["passed"] and CUT_MODULE in row["detail"]
+    assert row["figures"]["max_diff"] == pytest.approx(1e-4, rel=0.5)

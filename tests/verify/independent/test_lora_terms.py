@@ -1,11 +1,14 @@
 """verify's own LoRA reading against PEFT's own: ``s * B @ A`` of every module, patterns and rsLoRA included."""
 
+import json
 import warnings
 
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
+from vecmerge.testing import toy_adapter
 from vecmerge.verify.independent.lora_terms import read_folder, uncovered
 
 
@@ -55,3 +58,25 @@ def test_uncovered_folders_are_named(tmp_path):
     g = tmp_path / "bin"
     g.mkdir()
     assert "adapter_model.safetensors" in uncovered(g)
+
+
+def test_lora_bias_inputs_are_not_claimed_as_re_derived_by_verifys_own_path(tmp_path, monkeypatch, run_cli):
+    """Issue 36 (mutant): verify's own path reads ``B @ A`` only, never ``lora_B.bias``; so for lora_bias inputs
+    it must say the update was not re-derived (``not_independent``, naming lora_bias) instead of claiming it.
+    The bias itself is checked against the recomputed one (the ``bias`` row)."""
+    monkeypatch.chdir(tmp_path)
+    for name, seed in (("a", 1), ("b", 2)):
+        folder = toy_adapter(name, seed=seed, extra_config={"lora_bias": True})
+        sd = load_file(folder / "adapter_model.safetensors")
+        g = torch.Generator().manual_seed(seed)
+        sd |= {k.replace(".weight", ".bias"): torch.randn(v.shape[0], generator=g) * 0.01 for k, v in sd.items()
+               if k.endswith("lora_B.weight")}
+        save_file(sd, folder / "adapter_model.safetensors", metadata={"format": "pt"})
+    res = run_cli("merge", "--method", "linear", "a", "b", "--weights", "0.6,0.4", "--out", "o")
+    assert res.exit_code == 0, res.output
+    ver = json.loads(run_cli("verify", "o", "--json").stdout)
+    rows = {c["name"]: c for c in ver["checks"]}
+    assert ver["passed"] and rows["bias"]["passed"]
+    assert "independent" not in rows and "lora_bias" in ver["not_independent"]
+    assert not any("re-derived by verify's own" in c["detail"] for c in ver["checks"])
+    assert uncovered(tmp_path / "o") == "o: lora_bias"

@@ -11,7 +11,8 @@ from the inputs in factored float64 (``pipeline.intended``, through the recipe's
   rank/alpha patterns resolving to the stored ranks, the scale PEFT applies (``lora_alpha / r``);
 - recompute: the recipe re-evaluated gives the recorded alpha (``ALPHA_RTOL``);
 - update: ``||W_m - I_m|| / ||I_m|| <= TOLERANCES[dtype]["update"]``; a rank-cut output (rank not
-  ``exact``) instead reproduces its recorded per-module error within that tolerance;
+  ``exact``) instead is I_m cut on W_m's own columns (``||W_m - P_W I_m|| <= tol ||I_m||``, first order in
+  any edit) and reproduces its recorded per-module error within that tolerance;
 - step: ``survival = sum_m <W_m - base_m, step_m> / ||step||^2`` within ``TOLERANCES[dtype]["survival"]``
   of 1 (of the recorded value for a rank-cut output); it fails when no module could be compared
   (both in ``update.compare_to_recomputed``);

@@ -21,9 +21,10 @@ own arithmetic: every operand of module m is a stack of factors ``X_m = [c_1 s_1
 
 Inner products come from Grams (``<X, Y> = sum((B_x^T B_y) * (A_x A_y^T))``), norms too where nothing cancels
 (``Stack.norm``: the Gram's error bounded against the terms' norms) and from R factors (``||R_b R_a^T||``) where
-a difference nearly cancels. The written update W is then compared with I (``independent.independent``). What this
-path does not cover (the other merge methods, ``keep-base``, DoRA, expert or lora_bias inputs) raises
-``Uncovered`` with the reason; that update is still checked by re-evaluating the recipe (``verify.checks.update``),
+a difference nearly cancels. The written update W is then compared with I (``independent.independent``; ``rank:
+keep-base`` is lossless, compared directly). What this path does not cover (the other merge methods, DoRA,
+expert or lora_bias inputs) raises ``Uncovered`` with the reason; that update is still checked by re-evaluating
+the recipe (``verify.checks.update``),
 which is not independent of the pipeline.
 """
 
@@ -208,10 +209,10 @@ def derive(manifest: dict) -> Derivation:
     kind = "project" if method in STEPPED else "refactor" if method == "expression" else "merge"
     if kind == "merge" and method not in LINEAR_MERGES + SPECTRAL:
         raise Uncovered(f"method {method}: no independent reference yet")
-    if r.get("rank") == "keep-base":
-        raise Uncovered("rank keep-base")
     if r.get("base_model") is not None:
         raise Uncovered("a DoRA base model")
+    if r.get("per_module"):
+        raise Uncovered("per-module values (per_module: mergekit's gradients and filters)")
     paths = {n: e["path"] for n, e in (r.get("inputs") or {}).items()}
     for p in paths.values():
         why = uncovered(p)
@@ -237,7 +238,8 @@ def _fill(d: Derivation, r: dict, method: str, kind: str) -> None:
         d.forms = {k: coefficients(r[k]) for k in ("base", "dir")}
         if r.get("consensus") or method == "onto-ref":
             d.forms["ref"] = coefficients((r.get("consensus") or {})["ref"])
-        d.names = list(d.folders[next(iter(d.forms["base"]))].keys)
+        order = dict.fromkeys(n for form in d.forms.values() for n in form)  # the inputs in first use
+        d.names = list(dict.fromkeys(m for n in order for m in d.folders[n].keys))  # a module some input lacks
         _step(d, r, method)
         return
     exprs = [r["base"]] if kind == "refactor" else [e["model"] for e in r["models"]]
