@@ -18,6 +18,7 @@ from . import EvidenceError
 from .environment import Environment, canonical_fields
 
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+PLAN_TESTS = ("group-sequential", "t-mixture")  # the tests a plan may name (planned.TEST, sequential.TEST)
 
 
 def utc_now() -> str:
@@ -213,9 +214,14 @@ class Plan:
         noise_sd (float | None): the ledger's pooled within-model noise on the metric at that time.
         prior_scale (float): the sd of the test's prior on the standardized effect (A - B) / sigma:
             ``min_effect / noise_sd``, or 1 without a noise estimate.
-        test (str): the anytime-valid test (``t-mixture``, see ``sequential.py``).
+        test (str): ``group-sequential`` (planned looks, ``planned.py``) or ``t-mixture`` (anytime-valid,
+            ``sequential.py``); any other name is refused (``PLAN_TESTS``).
         after_record (int): the largest record id when the plan was made.
         created (str): UTC time.
+        design (dict | None): the planned looks' design and the power stated when the plan was made
+            (``planned.Design`` fields, ``power``); None for a t-mixture plan or one older than schema 4.
+        chain (str | None): the integrity record, sha256 chained over the plan rows (``plan_chain.py``); None
+            only for plans recorded before schema 4.
     """
 
     id: int
@@ -233,6 +239,8 @@ class Plan:
     test: str
     after_record: int = 0
     created: str = ""
+    design: dict | None = None
+    chain: str | None = None
 
     def problems(self) -> list[str]:
         """Every problem with this plan, one short phrase each (empty when it can be recorded)."""
@@ -240,6 +248,10 @@ class Plan:
                            name_problem(self.metric, "metric"), name_problem(self.test, "test")) if p]
         if not out and self.a == self.b:
             out.append(f"--vs {self.b}: a model cannot be planned against itself")
+        if not out and self.test not in PLAN_TESTS:
+            out.append(f"test: {self.test!r} is not a test vecmerge knows ({', '.join(PLAN_TESTS)})")
+        if self.design is not None and not isinstance(self.design, dict):
+            out.append(f"design: {self.design!r} is not a JSON object")
         for what in ("a_sha256", "b_sha256"):
             value = getattr(self, what)
             if value is not None and not (isinstance(value, str) and SHA_RE.match(value)):

@@ -31,8 +31,9 @@ McAuliffe and Sekhon 2021, sqrt((v + ρ) log((v + ρ) / (ρ α²))) on the sum s
 
 Decisions, at each look (after each recorded run, once both models have 2), the first that applies:
     stop_better   the sequence's lower end > 0: A better than B (wrong with probability <= alpha)
-    stop_futile   its upper end < D: A not better by D (when Delta >= D, with probability <= alpha); or both
-                  models have the plan's N runs: the budget is spent (this stop has no error guarantee)
+    stop_worse    its upper end < 0: A worse than B (wrong with probability <= alpha)
+    stop_futile   its upper end < D: A not better by D (when Delta >= D, with probability <= alpha)
+    inconclusive  both models have the plan's N runs and no stop was reached: the budget is spent
     continue      with the runs per model that would decide if d and s_p stayed as they are
 
 The first stop is final: later runs are counted, not looked at; runs past a model's N are not looks.
@@ -49,8 +50,9 @@ from dataclasses import asdict, dataclass
 from . import EvidenceError
 from .records import Plan, Record
 
-STOP_BETTER, STOP_FUTILE, CONTINUE = "stop_better", "stop_futile", "continue"
-DECISIONS = (STOP_BETTER, STOP_FUTILE, CONTINUE)
+STOP_BETTER, STOP_WORSE, STOP_FUTILE = "stop_better", "stop_worse", "stop_futile"
+INCONCLUSIVE, CONTINUE = "inconclusive", "continue"
+DECISIONS = (STOP_BETTER, STOP_WORSE, STOP_FUTILE, INCONCLUSIVE, CONTINUE)
 TEST = "t-mixture"
 
 
@@ -104,7 +106,7 @@ class SequentialDecision:
     """The decision after the last look (or the first stop) and every look before it.
 
     Args:
-        decision (str): ``stop_better``, ``stop_futile`` or ``continue``.
+        decision (str): ``stop_better``, ``stop_worse``, ``stop_futile``, ``inconclusive`` or ``continue``.
         reason (str): why, in words.
         looks (tuple[Look, ...]): in recording order, up to the first stop.
         runs (tuple[int, int]): runs of A and B used (within the plan's maximum, up to the stop).
@@ -198,11 +200,13 @@ def decide_runs(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_eff
         more = None
         if lo is not None and lo > 0:
             decision, stopped = STOP_BETTER, f"the sequence's lower end {lo:.4g} > 0: {a} better than {b}"
+        elif hi is not None and hi < 0:
+            decision, stopped = STOP_WORSE, f"the sequence's upper end {hi:.4g} < 0: {a} worse than {b}"
         elif hi is not None and hi < min_effect:
             decision, stopped = STOP_FUTILE, (f"the sequence's upper end {hi:.4g} < D = {min_effect:g}: {a} is "
                                               f"not better than {b} by D")
         elif na >= max_runs and nb >= max_runs:
-            decision, stopped = STOP_FUTILE, f"both have the plan's {max_runs} runs: the budget is spent"
+            decision, stopped = INCONCLUSIVE, f"both have the plan's {max_runs} runs: the budget is spent"
         else:
             decision = CONTINUE
             more = _more_runs(na, nb, d, sd, min_effect, max_runs, g, alpha)
