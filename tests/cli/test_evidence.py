@@ -141,15 +141,18 @@ def test_plan_and_decide_through_the_cli(ws, run_cli):
     out = json.loads(ok(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01", "--max-runs", "8",
                                 "--json")).stdout)
     plan = out["plan"]
-    assert plan["metric"] == "official_total" and plan["a_sha256"] and plan["b_sha256"] and plan["test"] == "t-mixture"
+    assert plan["metric"] == "official_total" and plan["a_sha256"] and plan["b_sha256"]
+    assert plan["test"] == "group-sequential" and plan["chain"] and out["power"]["power_d"] is None
     assert out["looks_from"] == 2 and plan["prior_scale"] == 1.0  # one run recorded: no noise estimate yet
-    text = ok(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.02", "--max-runs", "8")).stdout
+    text = ok(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.02", "--max-runs", "8",
+                      "--kind", "anytime")).stdout
     assert text.startswith("plan 2 recorded: is v51 better than v28 on official_total (higher is better)")
+    assert "anytime-valid t-mixture" in text and "warning: the plan's power is not simulated without" in text
     for i in range(5):
         ok(run_cli("evidence", "add", "v51", str(1.03 + 0.001 * i)))
         ok(run_cli("evidence", "add", "v28", str(0.98 - 0.002 * i)))
     res = json.loads(ok(run_cli("evidence", "decide", "v51", "--vs", "v28", "--replay", "--json")).stdout)
-    assert res["decision"] in ("stop_better", "stop_futile", "continue") and res["plan"]["id"] == 2
+    assert res["plan"]["id"] == 2 and res["plan"]["test"] == "t-mixture"
     assert res["decision"] == "stop_better" and [x["n_b"] for x in res["looks"]][:2] == [2, 2]
     text = ok(run_cli("evidence", "decide", "v51", "--vs", "v28", "--replay")).stdout
     assert "decision: stop_better (the sequence's lower end" in text and "confidence sequence" in text

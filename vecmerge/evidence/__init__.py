@@ -18,6 +18,10 @@ Pure library code (no torch, no click): the CLI and the pipeline are thin layers
     subscores.py   every sub-score of A against B: tests, Holm, margins, what a change costs the others
     compare.py     A against B: the tests, the noise, repeats needed, a verdict in words, the sub-scores
     sequential.py  pre-registered plans: the anytime-valid t-mixture test and its stop/continue decision
+    group_sequential.py  group-sequential boundaries: crossing probabilities, Lan-DeMets alpha spending
+    planned.py     planned looks (the default plan): a group-sequential Welch test with futility
+    plan_power.py  a plan's power, expected runs and fixed-n runs, by seeded simulation of its own rule
+    plan_chain.py  the plans' integrity record: a sha256 chained over the plan rows
     calibrate.py   is a proxy metric able to rank candidates on the target? (Spearman, Kendall, bootstrap)
     loo.py         the same judged held out: a least-squares fit of the target on proxies, each model left out
     ranking.py     new candidates ranked by a calibrated prediction, or flagged far below the others

@@ -14,8 +14,8 @@ from .gate import GateConfig
 from .ledger import Ledger
 from .noise import pooled_noise
 from .ops_plans import check_plan_weights, plan_looks
+from .planned import decide_plan
 from .replicates import components, members
-from .sequential import decide_plan
 from .stats import runs_by_model
 from .subscores import compare_subscores
 

@@ -87,7 +87,8 @@ class _Walk:
             dens = stats.norm.pdf(z - mean)
         else:
             dk = info - self.info
-            x = (z[:, None] * math.sqrt(info) - self.z[None, :] * math.sqrt(self.info) - self.theta * dk) / math.sqrt(dk)
+            x = (z[:, None] * math.sqrt(info) - self.z[None, :] * math.sqrt(self.info) - self.theta * dk)
+            x /= math.sqrt(dk)
             dens = (np.exp(-0.5 * x * x) @ self.wf) * math.sqrt(info / dk) / math.sqrt(2 * math.pi)
         self.z, self.wf, self.info = z, w * dens, info
 
@@ -131,7 +132,8 @@ class Spending:
             float: b_k on the z scale (``inf`` where the look spends nothing a double holds).
         """
         if not 0 < fraction <= 1 or (self.fractions and fraction <= self.fractions[-1]):
-            raise EvidenceError(f"information fraction {fraction!r} after {self.fractions[-1:]!r}: increasing, in (0, 1]")
+            raise EvidenceError(f"information fraction {fraction!r} after {self.fractions[-1:]!r}: increasing, "
+                                "in (0, 1]")
         now = spent(fraction, self.level, self.family)
         spend, self._before, walk = now - self._before, now, self._walk
         if spend <= 1e-300 or walk.tail(fraction, _HUGE, True) >= spend:

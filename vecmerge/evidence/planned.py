@@ -8,8 +8,8 @@ look). At a look with n_A, n_B runs (direction applied, Δ = mu_A - mu_B):
     information fraction f = n_e / (N/2), n_e = n_A n_B / (n_A + n_B)  (1 when both have N)
 
 Efficacy: ``group_sequential.Spending(alpha/2)`` gives b_k on the z scale; the t boundary is the same nominal
-p on ν degrees of freedom (Jennison and Turnbull 2000, the
-"significance level" approach for an unknown variance): c_k = F_ν⁻¹(Φ(b_k)). Futility: the same spending at level beta, F_k, for the test of Δ >= D.
+p on ν degrees of freedom (Jennison and Turnbull 2000, the "significance level" approach for an unknown
+variance): c_k = F_ν⁻¹(Φ(b_k)). Futility: the same spending at level beta, F_k, for the test of Δ >= D.
 
     stop_better   t >= c_k: A better (wrong with probability <= alpha/2 when Δ <= 0)
     stop_worse    t <= -c_k: A worse (wrong with probability <= alpha/2 when Δ >= 0)
@@ -33,7 +33,17 @@ from scipy import stats
 
 from . import EvidenceError
 from .group_sequential import SPENDING, Spending
-from .sequential import CONTINUE, INCONCLUSIVE, STOP_BETTER, STOP_FUTILE, STOP_WORSE, SequentialDecision
+from .records import Plan, Record
+from .sequential import (
+    CONTINUE,
+    INCONCLUSIVE,
+    STOP_BETTER,
+    STOP_FUTILE,
+    STOP_WORSE,
+    SequentialDecision,
+    decide_runs,
+    plan_runs,
+)
 
 TEST = "group-sequential"
 _ZERO = 1e-12  # a spread below this share of the means' size is round-off: no run-to-run variation
@@ -115,6 +125,15 @@ def t_bound(z_bound: float, df: float) -> float:
     return math.inf if math.isinf(z_bound) else float(stats.t.isf(stats.norm.sf(z_bound), df))
 
 
+def is_look(i: int, na: int, nb: int, since: int, *, leading: int, look_every: int, max_runs: int) -> bool:
+    """Whether the counted run number ``i`` (0-based, ``since`` counted runs after the last look, this one
+    included) is a look: both models have 2 runs, not among the ``leading`` runs recorded before the plan
+    except their last, and ``look_every`` runs since the last look, or the last leading run, or both at N."""
+    if na < 2 or nb < 2 or i < leading - 1:
+        return False
+    return since >= look_every or i == leading - 1 or (na >= max_runs and nb >= max_runs)
+
+
 def _ratio(x: float, se: float) -> float:
     if se > 0:
         return x / se
@@ -141,8 +160,8 @@ def decide_planned(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_
     futile = Spending(design.beta, design.spending) if design.beta > 0 else None
     n, mean, ss = {a: 0, b: 0}, {a: 0.0, b: 0.0}, {a: 0.0, b: 0.0}
     looks: list[PlannedLook] = []
-    stopped, after, beyond, since, zero = None, 0, 0, 0, False
-    for i, run in enumerate(runs):
+    stopped, after, beyond, since, counted, zero = None, 0, 0, 0, 0, False
+    for run in runs:
         model, value = run[0], sign * float(run[1])
         if model not in n:
             raise EvidenceError(f"planned looks: a run of {model!r}, not of {a} or {b}")
@@ -156,10 +175,10 @@ def decide_planned(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_
         delta = value - mean[model]
         mean[model] += delta / n[model]
         ss[model] += delta * (value - mean[model])
-        since += 1
+        since, counted = since + 1, counted + 1
         na, nb = n[a], n[b]
         full = na >= max_runs and nb >= max_runs
-        if na < 2 or nb < 2 or i < leading - 1 or not (since >= design.look_every or full or i == leading - 1):
+        if not is_look(counted - 1, na, nb, since, leading=leading, look_every=design.look_every, max_runs=max_runs):
             continue
         since = 0
         d, se, df = welch(na, nb, mean[a], mean[b], ss[a], ss[b])
@@ -201,3 +220,24 @@ def decide_planned(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_
         reason += "; assuming the metric does not vary between runs of one model (zero spread)"
     return SequentialDecision(looks[-1].decision if looks else CONTINUE, reason, tuple(looks), (n[a], n[b]), after,
                               beyond, None if stopped or not looks else looks[-1].more_runs)
+
+
+def design_of(plan: Plan) -> Design:
+    """The plan's stored design (``Plan.design``) as a ``Design``."""
+    d = plan.design or {}
+    existing = d.get("existing")
+    return Design(d.get("spending", "obf"), d.get("look_every", 1), d.get("beta", 0.1),
+                  None if existing is None else tuple(existing))
+
+
+def decide_plan(plan: Plan, records: Iterable[Record]) -> SequentialDecision:
+    """The plan's decision over its looks: ``decide_planned`` for a group-sequential plan, ``decide_runs`` (the
+    anytime mixture) for a t-mixture plan; runs recorded before the plan lead where the plan counts them."""
+    runs = plan_runs(plan, records)
+    if plan.test != TEST:
+        return decide_runs(runs, a=plan.a, b=plan.b, min_effect=plan.min_effect, max_runs=plan.max_runs,
+                           alpha=plan.alpha, prior_scale=plan.prior_scale, higher_is_better=plan.higher_is_better)
+    design = design_of(plan)
+    leading = sum(1 for r in runs if r[2] <= plan.after_record)
+    return decide_planned(runs, a=plan.a, b=plan.b, min_effect=plan.min_effect, max_runs=plan.max_runs,
+                          alpha=plan.alpha, higher_is_better=plan.higher_is_better, design=design, leading=leading)

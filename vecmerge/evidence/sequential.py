@@ -227,16 +227,18 @@ def decide_runs(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_eff
 
 
 def plan_runs(plan: Plan, records: Iterable[Record]) -> list[tuple[str, float, int]]:
-    """The plan's looks, in recording order: whole runs of its metric by A or B recorded after it (record id
-    above ``after_record``) that measured the weights it names (sha256 equal to the plan's)."""
+    """The plan's looks, in recording order: whole runs of its metric by A or B that measured the weights it
+    names (sha256 equal to the plan's), recorded after it (record id above ``after_record``) or, for a plan
+    that counts the runs recorded before it (``design["existing"]``), at any time."""
     shas = {plan.a: plan.a_sha256, plan.b: plan.b_sha256}
+    since = -1 if (plan.design or {}).get("existing") else plan.after_record
     return [(r.model, r.value, r.id) for r in sorted(records, key=lambda r: r.id)
-            if not r.is_item and r.metric == plan.metric and r.model in shas and r.id > plan.after_record
+            if not r.is_item and r.metric == plan.metric and r.model in shas and r.id > since
             and r.sha256 == shas[r.model]]
 
 
 def decide_plan(plan: Plan, records: Iterable[Record]) -> SequentialDecision:
-    """``decide_runs`` over ``plan_runs(plan, records)`` with the plan's parameters."""
+    """``decide_runs`` over ``plan_runs(plan, records)`` with the plan's parameters (a t-mixture plan)."""
     return decide_runs(plan_runs(plan, records), a=plan.a, b=plan.b, min_effect=plan.min_effect,
                        max_runs=plan.max_runs, alpha=plan.alpha, prior_scale=plan.prior_scale,
                        higher_is_better=plan.higher_is_better)
