@@ -146,6 +146,39 @@ class Spending:
         return b
 
 
+    def copy(self) -> Spending:
+        """An independent copy (the walk's arrays are never changed in place, so they are shared)."""
+        out = Spending.__new__(Spending)
+        out.level, out.family, out.fractions, out.bounds = self.level, self.family, list(self.fractions), list(
+            self.bounds)
+        walk = _Walk(0.0)
+        walk.info, walk.z, walk.wf = self._walk.info, self._walk.z, self._walk.wf
+        out._walk, out._before = walk, self._before
+        return out
+
+
+_MEMO: dict[tuple, Spending] = {}
+_MEMO_SIZE = 20_000
+
+
+def boundary(level: float, family: str, fractions: tuple[float, ...]) -> float:
+    """The boundary at the last of ``fractions`` (``Spending(level, family)`` after each of them), remembered by
+    its prefix: the same looks (every plan of one schedule, every simulation) cost one computation."""
+    key = (level, family, fractions)
+    if key not in _MEMO:
+        if len(_MEMO) > _MEMO_SIZE:
+            _MEMO.clear()
+        k = len(fractions) - 1
+        while k > 0 and (level, family, fractions[:k]) not in _MEMO:
+            k -= 1
+        sp = _MEMO[(level, family, fractions[:k])].copy() if k else Spending(level, family)
+        for j in range(k, len(fractions)):
+            sp.add(fractions[j])
+            _MEMO[(level, family, fractions[:j + 1])] = sp
+            sp = sp.copy()
+    return _MEMO[key].bounds[-1]
+
+
 def spending_bounds(fractions: Sequence[float], level: float, family: str = "obf") -> list[float]:
     """``Spending(level, family)`` boundaries at every fraction in turn (0 < t_1 < ... < t_K <= 1)."""
     sp = Spending(level, family)

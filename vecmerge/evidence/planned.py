@@ -29,10 +29,10 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from scipy import stats
+from scipy import special
 
 from . import EvidenceError
-from .group_sequential import SPENDING, Spending
+from .group_sequential import SPENDING, boundary
 from .records import Plan, Record
 from .sequential import (
     CONTINUE,
@@ -122,7 +122,7 @@ def welch(na: int, nb: int, mean_a: float, mean_b: float, ss_a: float, ss_b: flo
 
 def t_bound(z_bound: float, df: float) -> float:
     """The t boundary with the z boundary's nominal one-sided p: F_ν⁻¹(Φ(b)) (``inf`` stays ``inf``)."""
-    return math.inf if math.isinf(z_bound) else float(stats.t.isf(stats.norm.sf(z_bound), df))
+    return math.inf if math.isinf(z_bound) else float(-special.stdtrit(df, special.ndtr(-z_bound)))
 
 
 def is_look(i: int, na: int, nb: int, since: int, *, leading: int, look_every: int, max_runs: int) -> bool:
@@ -156,8 +156,7 @@ def decide_planned(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_
         raise EvidenceError(f"planned looks: min_effect {min_effect!r} > 0, 0 < alpha {alpha!r} < 1, max_runs "
                             f"{max_runs!r} >= 2 and a valid design are needed ({'; '.join(design.problems())})")
     sign = 1.0 if higher_is_better else -1.0
-    upper = Spending(alpha / 2, design.spending)
-    futile = Spending(design.beta, design.spending) if design.beta > 0 else None
+    fractions: list[float] = []
     n, mean, ss = {a: 0, b: 0}, {a: 0.0, b: 0.0}, {a: 0.0, b: 0.0}
     looks: list[PlannedLook] = []
     stopped, after, beyond, since, counted, zero = None, 0, 0, 0, 0, False
@@ -184,10 +183,11 @@ def decide_planned(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_
         d, se, df = welch(na, nb, mean[a], mean[b], ss[a], ss[b])
         zero = zero or se == 0.0
         fraction = 1.0 if full else min(na * nb / (na + nb) / (max_runs / 2), 1.0)
-        if upper.fractions and fraction <= upper.fractions[-1]:
+        if fractions and fraction <= fractions[-1]:
             continue  # no new information (cannot happen with a new counted run; kept for safety)
-        c = t_bound(upper.add(fraction), df)
-        f = t_bound(futile.add(fraction), df) if futile else math.inf
+        fractions.append(fraction)
+        c = t_bound(boundary(alpha / 2, design.spending, tuple(fractions)), df)
+        f = t_bound(boundary(design.beta, design.spending, tuple(fractions)), df) if design.beta > 0 else math.inf
         t, w = _ratio(d, se), _ratio(d - min_effect, se)
         futile_below = None if math.isinf(f) else min_effect - f * se
         if t >= c:
