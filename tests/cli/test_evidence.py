@@ -436,3 +436,28 @@ def test_replicates_report_variance_components_in_show_and_compare(ws, run_cli):
                for r in out["reasons"])
     text = ok(run_cli("evidence", "compare", "v51", "v28")).stdout
     assert "over trainings (2 of v51: v51, v51b; 1 of v28: v28; training plus evaluation noise" in text
+
+
+# -- issue 33: plans a user can act on ----------------------------------------------------------------------------
+def test_plan_states_its_power_and_warns_before_a_run_is_spent(ws, run_cli):
+    """A 5-run plan at D 0.01, sd 0.012, the direction given on the plan, v28's and v51's runs counted."""
+    ok(run_cli("evidence", "add", "v28", "0.9836", "0.9890", "0.9870"))
+    ok(run_cli("evidence", "add", "v51", "1.0180", "0.9895"))
+    text = ok(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01", "--max-runs", "5",
+                      "--higher-is-better", "--noise-sd", "0.012", "--use-existing")).stdout
+    assert "planned looks (group-sequential Welch, obf alpha spending, a look every 1 run(s), futility beta 0.1)" \
+        in text
+    assert "power (stop_better) 1" in text and "at D = 0.01" in text and "a fixed-n t test needs" in text
+    assert "warning: power 1" in text and "runs of each reach 80%" in text
+    assert "its looks: the 2 + 3 runs recorded before it (the first look)" in text
+    ok(run_cli("evidence", "add", "v51", "1.0004", "1.0105", "1.0142"))
+    ok(run_cli("evidence", "add", "v28", "0.9850", "0.9880"))
+    out = json.loads(ok(run_cli("evidence", "decide", "v51", "--vs", "v28", "--replay", "--json")).stdout)
+    assert out["decision"] == "stop_better" and out["runs"] == [5, 4]  # v51 leads v28 by about 0.02
+    assert out["looks"][0]["n_a"] == 2 and out["looks"][0]["n_b"] == 3 and out["power"]["power_d"] < 0.5
+    text = ok(run_cli("evidence", "decide", "v51", "--vs", "v28", "--replay")).stdout
+    assert "stop at t" in text and "futile if diff <=" in text and "decision: stop_better (t " in text
+    assert "--beta 1.0: in [0, 1)" in one_error_line(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect",
+                                                              "0.01", "--max-runs", "5", "--beta", "1"))
+    assert "--max-runs 99999999999999999999" in one_error_line(run_cli(
+        "evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01", "--max-runs", "99999999999999999999"))
