@@ -9,18 +9,10 @@ look). At a look with n_A, n_B runs (direction applied, Δ = mu_A - mu_B):
 
 Efficacy: ``group_sequential.Spending(alpha/2)`` gives b_k on the z scale; the t boundary is the same nominal
 p on ν degrees of freedom (Jennison and Turnbull 2000, the "significance level" approach for an unknown
-variance): c_k = F_ν⁻¹(Φ(b_k)). Futility: the same spending at level beta, F_k, for the test of Δ >= D.
-
-    stop_better   t >= c_k: A better (wrong with probability <= alpha/2 when Δ <= 0)
-    stop_worse    t <= -c_k: A worse (wrong with probability <= alpha/2 when Δ >= 0)
-    stop_futile   w <= -F_ν⁻¹(Φ(F_k)): A is not better by D (said with probability <= beta when Δ >= D);
-                  non-binding: the efficacy boundary ignores it, so continuing past it keeps alpha
-    inconclusive  both have N runs, no boundary crossed: the budget is spent
-    continue      otherwise
-
-The first stop is final; later runs are counted, not looked at; runs past a model's N are not looks. Assumes
-normal runs; which model runs next may not depend on the scores. The guarantees are exact for known sd and
-approximate through ν (the seeded simulations in the tests measure them at the user's 3-10 runs).
+variance): c_k = F_ν⁻¹(Φ(b_k)). Futility: the same spending at level beta, F_k, for the test of Δ >= D
+(non-binding: the efficacy boundary ignores it). The decisions: ``decide_planned``. Assumes normal runs, and
+a run order that does not depend on the scores; exact for a known sd, approximate through ν (the tests and
+docs/DECISIONS.md measure it at the user's 3-10 runs).
 """
 
 from __future__ import annotations
@@ -143,7 +135,15 @@ def _ratio(x: float, se: float) -> float:
 def decide_planned(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_effect: float, max_runs: int,
                    alpha: float = 0.05, higher_is_better: bool = True, design: Design = Design(),
                    leading: int = 0) -> SequentialDecision:
-    """Apply the planned-looks test (module docstring) to runs in recording order.
+    """Apply the planned-looks test (module docstring) to runs in recording order; at each look, the first of
+
+        stop_better   t >= c_k: A better (wrong with probability <= alpha/2 when Δ <= 0)
+        stop_worse    t <= -c_k: A worse (wrong with probability <= alpha/2 when Δ >= 0)
+        stop_futile   w <= -F_ν⁻¹(Φ(F_k)): A is not better by D (said with probability <= beta when Δ >= D)
+        inconclusive  both have N runs, no boundary crossed: the budget is spent
+        continue      otherwise
+
+    The first stop is final; later runs are counted, not looked at; runs past a model's N are not looks.
 
     Args:
         runs (Iterable[Sequence]): ``(model, value)`` or ``(model, value, record_id)``, model ``a`` or ``b``.
