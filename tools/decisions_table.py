@@ -12,8 +12,8 @@ import math
 import numpy as np
 from scipy import stats
 
-from vecmerge.evidence.planned import Design, decide_planned
-from vecmerge.evidence.sequential import decide_runs
+from vecmerge.evidence.stats.planned import Design, decide_planned
+from vecmerge.evidence.stats.sequential import decide_runs
 
 SD, D, ALPHA, SIMS, MIXTURE_SIMS = 0.012, 0.01, 0.05, 10_000, 2_000
 

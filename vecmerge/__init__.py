@@ -31,7 +31,7 @@ _API = {
     # recipes, the pipeline and verify
     "Recipe": "recipe.recipe", "Consensus": "recipe.recipe", "load_recipe": "recipe.load",
     "run": "pipeline.runner", "RunReport": "pipeline.runner", "evaluate": "pipeline.evaluation",
-    "verify_output": "verify.output", "VerifyReport": "verify.checks",
+    "verify_output": "verify.checks.output", "VerifyReport": "verify.report",
     # measuring
     "describe": "analysis.inspect", "AdapterSummary": "analysis.inspect",
     "audit_trajectories": "analysis.audit", "audit_pairwise": "analysis.audit",
@@ -43,10 +43,11 @@ _API = {
     "Method": "methods.base", "Field": "methods.base", "register": "methods.registry",
     "get_method": "methods.registry",
     # evidence
-    "Ledger": "evidence.ledger", "evaluate_gate": "evidence.gate", "GateConfig": "evidence.gate",
-    "GateFacts": "evidence.gate", "GateResult": "evidence.gate", "import_files": "evidence.importers",
-    "summarize_records": "evidence.stats", "runs_by_model": "evidence.stats", "compare_records": "evidence.compare",
-    "pooled_noise": "evidence.noise",
+    "Ledger": "evidence.ledger.ledger", "evaluate_gate": "evidence.gate.gate", "GateConfig": "evidence.gate.gate",
+    "GateFacts": "evidence.gate.gate", "GateResult": "evidence.gate.gate",
+    "import_files": "evidence.importers.importers", "summarize_records": "evidence.stats.stats",
+    "runs_by_model": "evidence.stats.stats", "compare_records": "evidence.judge.compare",
+    "pooled_noise": "evidence.stats.noise",
     # the toy trajectories the demo trains (tiny random Qwen3 + LoRA), for trying things out
     "make_trajectories": "demo.trajectories", "run_demo": "demo.run",
     # errors
@@ -80,12 +81,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         VecmergeError,
         WorkspaceError,
     )
-    from .evidence.compare import compare_records
-    from .evidence.gate import GateConfig, GateFacts, GateResult, evaluate_gate
-    from .evidence.importers import import_files
-    from .evidence.ledger import Ledger
-    from .evidence.noise import pooled_noise
-    from .evidence.stats import runs_by_model, summarize_records
+    from .evidence.gate.gate import GateConfig, GateFacts, GateResult, evaluate_gate
+    from .evidence.importers.importers import import_files
+    from .evidence.judge.compare import compare_records
+    from .evidence.ledger.ledger import Ledger
+    from .evidence.stats.noise import pooled_noise
+    from .evidence.stats.stats import runs_by_model, summarize_records
     from .expr import LinearForm, parse
     from .linalg.lowrank import LowRank, combine
     from .linalg.rank_policy import RankPolicy
@@ -102,8 +103,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from .pipeline.runner import RunReport, run
     from .recipe.load import load as load_recipe
     from .recipe.recipe import Consensus, Recipe
-    from .verify.checks import VerifyReport
-    from .verify.output import verify_output
+    from .verify.checks.output import verify_output
+    from .verify.report import VerifyReport
     from .workspace.names import Workspace
     from .workspace.taskvector import TaskVector, linear_combination
 
