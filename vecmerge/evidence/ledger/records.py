@@ -209,7 +209,7 @@ class Plan:
             adapter here, like a published score).
         min_effect (float): D > 0, the smallest difference worth finding, in the metric's units and direction.
         max_runs (int): the most runs of each model the plan spends (>= 2).
-        alpha (float): the error rate kept whatever the number of looks, 0 < alpha < 1.
+        alpha (float): the error rate (two-sided: better or worse) at the plan's looks, 0 < alpha < 1.
         higher_is_better (bool): the metric's direction when the plan was made.
         noise_sd (float | None): the ledger's pooled within-model noise on the metric at that time.
         prior_scale (float): the sd of the test's prior on the standardized effect (A - B) / sigma:
