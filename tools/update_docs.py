@@ -42,7 +42,8 @@ EVIDENCE = {  # GUIDE block -> the commands, run in a fresh folder holding examp
     "evidence-example": ["evidence import scores.csv --higher-is-better official_total",
                          "evidence show --metric official_total", "evidence compare v51 v28"],
     "evidence-plan-example": ["evidence import history.csv --higher-is-better official_total",
-                              "evidence plan v51 --vs v28 --metric official_total --min-effect 0.01 --max-runs 10",
+                              "evidence plan v51 --vs v28 --metric official_total --min-effect 0.01 --max-runs 10 "
+                              "--noise-sd 0.012",
                               "evidence import scores.csv", "evidence decide v51 --vs v28 --replay"],
 }
 

@@ -141,15 +141,18 @@ def test_plan_and_decide_through_the_cli(ws, run_cli):
     out = json.loads(ok(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01", "--max-runs", "8",
                                 "--json")).stdout)
     plan = out["plan"]
-    assert plan["metric"] == "official_total" and plan["a_sha256"] and plan["b_sha256"] and plan["test"] == "t-mixture"
+    assert plan["metric"] == "official_total" and plan["a_sha256"] and plan["b_sha256"]
+    assert plan["test"] == "group-sequential" and plan["chain"] and out["power"]["power_d"] is None
     assert out["looks_from"] == 2 and plan["prior_scale"] == 1.0  # one run recorded: no noise estimate yet
-    text = ok(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.02", "--max-runs", "8")).stdout
+    text = ok(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.02", "--max-runs", "8",
+                      "--kind", "anytime")).stdout
     assert text.startswith("plan 2 recorded: is v51 better than v28 on official_total (higher is better)")
+    assert "anytime-valid t-mixture" in text and "warning: the plan's power is not simulated without" in text
     for i in range(5):
         ok(run_cli("evidence", "add", "v51", str(1.03 + 0.001 * i)))
         ok(run_cli("evidence", "add", "v28", str(0.98 - 0.002 * i)))
     res = json.loads(ok(run_cli("evidence", "decide", "v51", "--vs", "v28", "--replay", "--json")).stdout)
-    assert res["decision"] in ("stop_better", "stop_futile", "continue") and res["plan"]["id"] == 2
+    assert res["plan"]["id"] == 2 and res["plan"]["test"] == "t-mixture"
     assert res["decision"] == "stop_better" and [x["n_b"] for x in res["looks"]][:2] == [2, 2]
     text = ok(run_cli("evidence", "decide", "v51", "--vs", "v28", "--replay")).stdout
     assert "decision: stop_better (the sequence's lower end" in text and "confidence sequence" in text
@@ -499,3 +502,28 @@ def test_group_compare_facts_acc_pairs_items_from_an_imported_tree(ws, run_cli, 
     assert "no item-level records" not in text and "paired (McNemar" in text and "harness SE (items)" in text
     res = json.loads(ok(run_cli("evidence", "compare", "v54", "v60", "--metric", "facts/acc", "--json")).stdout)
     assert res["paired"]["n"] == [120] and res["decided_by"] == "paired"
+
+
+# -- issue 33: plans a user can act on ----------------------------------------------------------------------------
+def test_plan_states_its_power_and_warns_before_a_run_is_spent(ws, run_cli):
+    """A 5-run plan at D 0.01, sd 0.012, the direction given on the plan, v28's and v51's runs counted."""
+    ok(run_cli("evidence", "add", "v28", "0.9836", "0.9890", "0.9870"))
+    ok(run_cli("evidence", "add", "v51", "1.0180", "0.9895"))
+    text = ok(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01", "--max-runs", "5",
+                      "--higher-is-better", "--noise-sd", "0.012", "--use-existing")).stdout
+    assert "planned looks (group-sequential Welch, obf alpha spending, a look every 1 run(s), futility beta 0.1)" \
+        in text
+    assert "power (stop_better) 1" in text and "at D = 0.01" in text and "a fixed-n t test needs" in text
+    assert "warning: power 1" in text and "runs of each reach 80%" in text
+    assert "its looks: the 2 + 3 runs recorded before it (the first look)" in text
+    ok(run_cli("evidence", "add", "v51", "1.0004", "1.0105", "1.0142"))
+    ok(run_cli("evidence", "add", "v28", "0.9850", "0.9880"))
+    out = json.loads(ok(run_cli("evidence", "decide", "v51", "--vs", "v28", "--replay", "--json")).stdout)
+    assert out["decision"] == "stop_better" and out["runs"] == [5, 4]  # v51 leads v28 by about 0.02
+    assert out["looks"][0]["n_a"] == 2 and out["looks"][0]["n_b"] == 3 and out["power"]["power_d"] < 0.5
+    text = ok(run_cli("evidence", "decide", "v51", "--vs", "v28", "--replay")).stdout
+    assert "stop at t" in text and "futile if diff <=" in text and "decision: stop_better (t " in text
+    assert "--beta 1.0: in [0, 1)" in one_error_line(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect",
+                                                              "0.01", "--max-runs", "5", "--beta", "1"))
+    assert "--max-runs 99999999999999999999" in one_error_line(run_cli(
+        "evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01", "--max-runs", "99999999999999999999"))

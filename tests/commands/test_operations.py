@@ -120,7 +120,8 @@ def test_the_examples_walkthrough_figures(capsys):
 
 
 def test_plan_then_decide_over_the_runs_recorded_after_it(ledger):
-    out = commands.plan(ledger, "v51", "v28", metric=M, min_effect=0.01, max_runs=6, current_sha=CURRENT)
+    out = commands.plan(ledger, "v51", "v28", metric=M, min_effect=0.01, max_runs=6, current_sha=CURRENT,
+                        kind="t-mixture")
     plan = out["plan"]
     assert (plan["a_sha256"], plan["b_sha256"], plan["after_record"]) == (NEW, SHA28, 11)  # the fixture's 11
     pooled = commands.compare_models(ledger, "v51", "v28", M, current_sha=CURRENT)["pooled"]["sd"]
@@ -144,7 +145,7 @@ def test_plans_are_refused_or_looked_up_clearly(ledger):
     with pytest.raises(EvidenceError, match="no plan of v51 --vs v28 in .*evidence plan v51 --vs v28"):
         commands.decide(ledger, "v51", "v28")
     commands.add(ledger, "v51", [0.5], metric="loss", sha256=NEW)
-    with pytest.raises(EvidenceError, match="loss: no direction recorded; declare it first"):
+    with pytest.raises(EvidenceError, match="loss: no direction recorded; give it on the plan"):
         commands.plan(ledger, "v51", "v28", metric="loss", min_effect=0.01, max_runs=5)
     commands.plan(ledger, "v51", "v28", metric=M, min_effect=0.01, max_runs=5, current_sha=CURRENT)
     with pytest.raises(EvidenceError, match="v51 now has other weights .* record a new plan"):

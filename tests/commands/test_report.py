@@ -175,6 +175,8 @@ def test_report_shows_the_plan_state_as_decide_says_it(ledger, run_cli):
     md = (ledger / "r.md").read_text()
     assert f"decision: {want['decision']}: {want['reason']}" in md
     assert "plan #1: min effect 0.01, at most 10 runs per model" in md
+    assert want["power"]["power_d"] is not None  # the ledger's noise sd when the plan was made
+    assert f"power (stop_better) when made: {want['power']['power_d']:.1%} at D" in md
 
 
 @pytest.mark.parametrize("args, words", [

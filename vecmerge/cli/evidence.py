@@ -208,28 +208,52 @@ def evidence_compare(obj: Ctx, a, b, metric, detect, target, margin, include_sta
 @click.option("--min-effect", type=float, required=True, help="D: the smallest difference worth finding (the "
               "metric's units, its direction).")
 @click.option("--max-runs", type=int, required=True, help="N: the most runs of each model the plan spends.")
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="The error rate kept at every look.")
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="The error rate (two-sided: better or "
+              "worse).")
+@click.option("--kind", type=click.Choice(["group-sequential", "anytime"]), default="group-sequential",
+              show_default=True, help="Planned looks with power, or the anytime-valid mixture (any number of looks).")
+@click.option("--spending", type=click.Choice(["obf", "pocock"]), default="obf", show_default=True,
+              help="Alpha spending of planned looks: O'Brien-Fleming-like or Pocock-like (Lan-DeMets).")
+@click.option("--look-every", type=int, default=1, show_default=True, help="Runs between planned looks.")
+@click.option("--beta", type=float, default=0.1, show_default=True, help="Futility: stop_futile is said with "
+              "probability at most beta when A leads by D (0: no futility stop).")
+@click.option("--use-existing", is_flag=True, help="Count A's and B's runs recorded before the plan (of these "
+              "weights) as its first look.")
+@click.option("--higher-is-better/--lower-is-better", "higher_is_better", default=None,
+              help="The metric's direction (recorded when the ledger has none).")
+@click.option("--noise-sd", type=float, help="The run-to-run sd for the power figures (default: the ledger's "
+              "pooled noise).")
 @json_option
 @global_options
 @click.pass_obj
 @handled
-def evidence_plan(obj: Ctx, a, b, metric, min_effect, max_runs, alpha, as_json):
-    """Pre-register a sequential comparison of A against B: runs recorded after it are its looks.
+def evidence_plan(obj: Ctx, a, b, metric, min_effect, max_runs, alpha, kind, spending, look_every, beta,
+                  use_existing, higher_is_better, noise_sd, as_json):
+    """Pre-register a comparison of A against B: its power before a run is spent; later runs are its looks.
 
-    A plan is immutable (a new one is a new record); it keeps both adapters' sha256, D, N, alpha and the test.
+    A plan is immutable (a new one is a new record); it keeps both adapters' sha256, D, N, alpha, the test and
+    its design. Below 50% power at D it warns and names the runs that reach 80%.
     """
     if not (math.isfinite(min_effect) and min_effect > 0):
         usage(f"--min-effect {min_effect}: a difference > 0")
-    if max_runs < 2:
-        usage(f"--max-runs {max_runs}: at least 2 (a look needs two runs of each model)")
+    if not 2 <= max_runs <= 100_000:
+        usage(f"--max-runs {max_runs}: at least 2 (a look needs two runs of each model), at most 100000")
     if not 0 < alpha < 1:
         usage(f"--alpha {alpha}: between 0 and 1, e.g. 0.05")
+    if not 1 <= look_every <= max_runs:
+        usage(f"--look-every {look_every}: between 1 and --max-runs")
+    if not 0 <= beta < 1:
+        usage(f"--beta {beta}: in [0, 1), e.g. 0.1 (0: no futility stop)")
+    if noise_sd is not None and not (math.isfinite(noise_sd) and noise_sd > 0):
+        usage(f"--noise-sd {noise_sd}: a run-to-run sd > 0 in the metric's units")
     if a == b:
         usage(f"evidence plan: A and --vs are both {a}")
     from .. import commands
 
     commands.evidence_plan(obj.ws(), a, b, metric=metric, min_effect=min_effect, max_runs=max_runs, alpha=alpha,
-                           as_json=as_json, echo=echo)
+                           as_json=as_json, echo=echo, kind="t-mixture" if kind == "anytime" else kind,
+                           spending=spending, look_every=look_every, beta=beta, use_existing=use_existing,
+                           higher_is_better=higher_is_better, noise_sd=noise_sd)
 
 
 @evidence.command("decide")
@@ -243,10 +267,10 @@ def evidence_plan(obj: Ctx, a, b, metric, min_effect, max_runs, alpha, as_json):
 @click.pass_obj
 @handled
 def evidence_decide(obj: Ctx, a, b, metric, replay, env, as_json):
-    """The latest plan's anytime-valid decision: stop_better, stop_futile, or continue (with runs to go).
+    """The latest plan's decision: stop_better, stop_worse, stop_futile, inconclusive (budget spent) or continue.
 
-    A look after every run recorded since the plan, once each model has two; the error rate holds whatever
-    the number of looks (a t test mixed over the effect: evidence/sequential.py).
+    Planned looks (default): a group-sequential Welch test at the plan's looks (evidence/planned.py). Anytime
+    plans: a look after every run, the error rate kept whatever the number of looks (evidence/sequential.py).
     """
     from .. import commands
 

@@ -14,6 +14,7 @@ from ..peft.format import CONFIG_NAME
 from ..pipeline.gate_check import check_gate
 from ..recipe.recipe import Consensus, Recipe
 from ..report import evidence as report_evidence
+from ..report import plans as report_plans
 from ..report import rank as report_rank
 from ..report.format import to_json
 from ..workspace.base_model import declared_base
@@ -195,16 +196,22 @@ def evidence_calibrate(ws: Workspace, proxy, target: str, *, min_models: int | N
 
 
 def evidence_plan(ws: Workspace, a: str, b: str, *, metric: str | None, min_effect: float, max_runs: int,
-                  alpha: float = 0.05, as_json: bool = False, echo=print) -> dict:
-    """``vecmerge evidence plan A --vs B --metric M --min-effect D --max-runs N [--alpha A]``: record a plan, tied to
-    A's and B's content sha256 now (names that are no adapter here: none)."""
+                  alpha: float = 0.05, as_json: bool = False, echo=print, **design) -> dict:
+    """``vecmerge evidence plan A --vs B --metric M --min-effect D --max-runs N [--alpha A] [--kind K] ...``: record a
+    plan, tied to A's and B's content sha256 now (names that are no adapter here: none), with its power.
+
+    Args:
+        design: ``kind``, ``spending``, ``look_every``, ``beta``, ``use_existing``, ``higher_is_better``,
+            ``noise_sd`` (``evidence.plan``'s keywords).
+    """
     metric = metric or ws.metric
     if metric is None:
         raise UsageError("evidence plan: name the metric with --metric M (or set metric: in vecmerge.yaml)")
     ledger = _ledger(ws)
     out = evidence.plan(ledger, a, b, metric=metric, min_effect=min_effect, max_runs=max_runs, alpha=alpha,
-                        current_sha={**ws.current_shas(ledger.models()), a: ws.content_sha(a), b: ws.content_sha(b)})
-    _say(echo, out, report_evidence.render_plan, as_json)
+                        current_sha={**ws.current_shas(ledger.models()), a: ws.content_sha(a), b: ws.content_sha(b)},
+                        **design)
+    _say(echo, out, report_plans.render_plan, as_json)
     return out
 
 
@@ -215,7 +222,7 @@ def evidence_decide(ws: Workspace, a: str, b: str, *, metric: str | None = None,
     ledger = _ledger(ws)
     out = evidence.decide(ledger, a, b, metric, current_sha=ws.current_shas([a, b]), replay=replay,
                           env=EnvChoice.parse(env))
-    _say(echo, out, report_evidence.render_decide, as_json)
+    _say(echo, out, report_plans.render_decide, as_json)
     return out
 
 

@@ -9,14 +9,15 @@ The functions live by command family; this module is the one the commands import
 
     ops_ledger.py  add, import_, export, show, ls_rows: record and read the ledger
     ops_judge.py   compare_models, calibrate_metrics, calibrate_loo_metrics, rank: judge models on its records
-    ops_plans.py   plan, decide (and check_plan_weights, plan_looks, shared with the gate): pre-registered plans
+    ops_plans.py   plan, decide, plan_status (check_plan_weights, plan_looks: shared with the gate): plans
 """
 
 from __future__ import annotations
 
 from .ops_judge import calibrate_loo_metrics, calibrate_metrics, compare_models, rank
 from .ops_ledger import add, export, export_lines, import_, ls_rows, show
-from .ops_plans import check_plan_weights, decide, plan, plan_looks
+from .ops_plans import PlanStatus, check_plan_weights, decide, plan, plan_looks, plan_status
 
 __all__ = ["add", "import_", "export", "export_lines", "show", "compare_models", "calibrate_metrics",
-           "calibrate_loo_metrics", "rank", "ls_rows", "plan", "decide", "check_plan_weights", "plan_looks"]
+           "calibrate_loo_metrics", "rank", "ls_rows", "plan", "decide", "plan_status", "PlanStatus",
+           "check_plan_weights", "plan_looks"]

@@ -69,8 +69,12 @@ def _plan(c: dict, d: dict) -> list:
              f"alpha {plan['alpha']:.3g}; runs so far {p.get('runs')}"]
     if p.get("more_runs"):
         lines.append(f"runs that would decide: {p['more_runs']}")
-    lines.append(f"power: {p['power']}" if p.get("power") is not None else
-                 "power: not stated by this plan's kind (an anytime-valid plan)")
+    w = p.get("power") or {}
+    if w.get("power_d") is not None:
+        lines.append(f"power (stop_better) when made: {w['power_d']:.1%} at D, {w['power_2d']:.1%} at 2D (run sd "
+                     f"{w['sd']:.4g})" + (f"; warning: {w['warning']}" if w.get("warning") else ""))
+    else:
+        lines.append("power: " + (w.get("warning") or "not stated (a plan recorded before vecmerge stated power)"))
     return [("p", "Plan:"), ("ul", lines)]
 
 

@@ -176,43 +176,6 @@ def render_subscores(s: dict) -> list[str]:
     return out
 
 
-def render_plan(d: dict) -> str:
-    """``evidence plan``: what was pre-registered, and how to ask for the decision."""
-    p = d["plan"]
-    prior = (f"prior scale {p['prior_scale']:.4g} = D / pooled noise sd {p['noise_sd']:.4g}" if p["noise_sd"] else
-             "prior scale 1: no run noise recorded yet")
-    return "\n".join([
-        f"plan {p['id']} recorded: is {p['a']} better than {p['b']} on {p['metric']} "
-        f"({'higher' if p['higher_is_better'] else 'lower'} is better) by at least D = {p['min_effect']:g}?",
-        f"at most {p['max_runs']} runs of each, alpha {p['alpha']:g} at every look, test {p['test']}; {prior}",
-        f"weights: {p['a']} {_short(p['a_sha256'])}, {p['b']} {_short(p['b_sha256'])}; immutable "
-        f"(a new plan is a new record)",
-        f"its looks: runs recorded from now on (record id >= {d['looks_from']}); ask with: vecmerge evidence "
-        f"decide {p['a']} --vs {p['b']}"])
-
-
-def render_decide(d: dict) -> str:
-    """``evidence decide``: the plan, each look (``--replay``), and the decision with its reason."""
-    p = d["plan"]
-    out = [f"plan {p['id']}: {p['a']} vs {p['b']} on {p['metric']}; D {p['min_effect']:g}, at most {p['max_runs']} "
-           f"runs each, alpha {p['alpha']:g} ({p['test']}); runs used {d['runs'][0]} + {d['runs'][1]}"]
-    looks = d.get("looks")
-    if looks is None and d["last"] is not None:
-        looks = [d["last"]]
-    if looks:
-        rows = [[x["look"], x["model"], x["n_a"], x["n_b"], f"{x['diff']:+.5g}", g(x["sd"]),
-                 _ci(x["ci_low"], x["ci_high"]) if x["ci_low"] is not None else "(-inf, inf)", g(x["e_value"]),
-                 x["decision"] + (f" (~{x['more_runs']} more each)" if x["more_runs"] else "")] for x in looks]
-        out.append(table(rows, ["look", "run of", f"{p['a']} n", f"{p['b']} n", "diff", "sd",
-                                f"{1 - p['alpha']:.0%} confidence sequence", "e-value", "decision"]))
-    if d["after_stop"]:
-        out.append(f"note: {d['after_stop']} run(s) recorded after the stop were not looked at")
-    if d["beyond_max"]:
-        out.append(f"note: {d['beyond_max']} run(s) past the plan's {p['max_runs']} per model were not looks")
-    out.append(f"decision: {d['decision']} ({d['reason']})")
-    return "\n".join(out)
-
-
 def render_compare(d: dict) -> str:
     """``evidence compare``: both summaries, each test, the ledger's noise, repeats needed and the verdict."""
     direction = {True: "higher is better", False: "lower is better", None: "no direction recorded"}[

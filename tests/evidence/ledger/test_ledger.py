@@ -311,11 +311,13 @@ V2_SCHEMA = [*V1_SCHEMA,  # version 2 as vecmerge wrote it (copied, not imported
 def test_the_migrations_are_ordered_one_version_at_a_time():
     from vecmerge.evidence.ledger import schema
 
-    assert SCHEMA_VERSION == 3 and sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
+    assert SCHEMA_VERSION == 4 and sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
     assert schema.MIGRATIONS[2] == ["ALTER TABLE records ADD COLUMN env TEXT"]
+    assert schema.MIGRATIONS[3] == ["ALTER TABLE plans ADD COLUMN design TEXT",
+                                    "ALTER TABLE plans ADD COLUMN chain TEXT"]
 
 
-def test_a_version_2_ledger_is_read_as_it_is_and_migrated_to_3_by_the_first_write(tmp_path):
+def test_a_version_2_ledger_is_read_as_it_is_and_migrated_to_4_by_the_first_write(tmp_path):
     path = tmp_path / "v2.db"
     con = sqlite3.connect(path)
     for statement in V2_SCHEMA:
@@ -331,7 +333,7 @@ def test_a_version_2_ledger_is_read_as_it_is_and_migrated_to_3_by_the_first_writ
     assert path.read_bytes() == before
     ledger.add("v51", None, "toy", 0.5, env={"temperature": 0, "harness": "lm-eval"})
     con = sqlite3.connect(path)
-    assert con.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
     assert con.execute("SELECT env FROM records ORDER BY id").fetchall() == [
         (None,), ('{"harness":"lm-eval","temperature":"0"}',)]
     con.close()

@@ -90,7 +90,7 @@ def test_a_plan_with_a_hostile_flag_is_refused(ledger):
 
 def test_a_newer_ledger_asks_for_an_upgrade(ledger):
     tamper(ledger, "UPDATE schema_version SET version = 99")
-    with pytest.raises(EvidenceError, match="ledger schema version 99, this vecmerge reads 1 to 3; upgrade vecmerge"):
+    with pytest.raises(EvidenceError, match="ledger schema version 99, this vecmerge reads 1 to 4; upgrade vecmerge"):
         ledger.records()
 
 

@@ -12,8 +12,9 @@ the caller gathers (workspace, ledger, audit, trust):
                          sqrt(σ̂²_b + σ̂²_w) instead of its std (``variance.py``)
     repeated evidence    X is better than Y beyond eval noise on the metric (compare.compare_records's verdict); where a
                          plan (``evidence plan``) exists for X vs Y on the metric, its sequential decision instead:
-                         stop_better PASS, stop_futile FAIL, continue UNKNOWN; with replicates of X or Y, the
-                         test over trainings (training plus evaluation noise, ``replicates.py``) instead of both
+                         stop_better PASS, stop_worse / stop_futile / inconclusive FAIL, continue UNKNOWN; with
+                         replicates of X or Y, the test over trainings (training plus evaluation noise,
+                         ``replicates.py``) instead of both
     module consensus     the share of modules agreeing with the reference >= min_agree
     small trust region   the relative step size trust <= max_trust
     no sub-score         every protected sub-score of X is shown not worse than Y's at its margin (one-sided,
@@ -287,10 +288,11 @@ def _trust(f: GateFacts, c: GateConfig) -> GateRow:
 
 
 def _planned_evidence(f: GateFacts) -> GateRow:
-    """The repeated-evidence row from the plan's sequential decision (``sequential.py``)."""
+    """The repeated-evidence row from the plan's decision (``planned.decide_plan``)."""
     p, d = f.plan, f.plan_decision
     status = {STOP_BETTER: PASS, CONTINUE: UNKNOWN}.get(d.decision, FAIL)
-    threshold = (f"plan {p.id}: {f.x} better than {f.y}, anytime-valid ({p.test}, alpha {p.alpha:g}, "
+    kind = "planned looks" if p.test == "group-sequential" else "anytime-valid"
+    threshold = (f"plan {p.id}: {f.x} better than {f.y}, {kind} ({p.test}, alpha {p.alpha:g}, "
                  f"D {p.min_effect:g}, <= {p.max_runs} runs each)")
     text = f"{d.decision} after {d.runs[0]} + {d.runs[1]} planned runs: {d.reason}"
     return GateRow("repeated evidence", status, text, {"plan": p.to_dict(), "decision": d.to_dict(replay=False)},

@@ -15,8 +15,9 @@ from ..ledger.ledger import Ledger
 from ..ledger.precision import of_metric
 from ..ledger.precision import read as read_decimals
 from ..stats.noise import pooled_noise
+from ..stats.planned import decide_plan
 from ..stats.replicates import components, members
-from ..stats.sequential import check_plan_weights, decide_plan, plan_looks
+from ..stats.sequential import check_plan_weights, plan_looks
 from ..stats.stats import runs_by_model
 from .gate import GateConfig
 

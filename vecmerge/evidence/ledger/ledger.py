@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ...errors import few
 from .. import EvidenceError
-from . import schema, sqlite_file, stored
+from . import plan_chain, schema, sqlite_file, stored
 from .environment import canonical_fields
 from .records import SHA_RE, Entry, Plan, Record, finite_number, is_stale, name_problem, utc_now
 from .schema import SCHEMA_VERSION
@@ -363,26 +363,30 @@ class Ledger:
 
         def work(con):
             last = con.execute("SELECT COALESCE(MAX(id), 0) FROM records").fetchone()[0]
-            rec = dataclasses.replace(plan, after_record=int(last), created=now, min_effect=float(plan.min_effect),
-                                      alpha=float(plan.alpha), prior_scale=float(plan.prior_scale))
-            fields = [f.name for f in dataclasses.fields(Plan) if f.name != "id"]
-            cur = con.execute(f"INSERT INTO plans ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})",
-                              [int(v) if isinstance(v, bool) else v for v in (getattr(rec, f) for f in fields)])
-            return [dataclasses.replace(rec, id=cur.lastrowid)]
+            rows = con.execute(f"SELECT {schema.PLAN_COLUMNS} FROM plans ORDER BY id").fetchall()
+            seq = con.execute("SELECT seq FROM sqlite_sequence WHERE name = 'plans'").fetchone()
+            new_id = max([seq[0] if seq else 0] + [r[0] for r in rows]) + 1
+            design = None if plan.design is None else json.dumps(plan.design, sort_keys=True, ensure_ascii=True,
+                                                                   separators=(",", ":"))
+            rec = dataclasses.replace(plan, id=new_id, after_record=int(last), created=now,
+                                      min_effect=float(plan.min_effect), alpha=float(plan.alpha),
+                                      prior_scale=float(plan.prior_scale), chain=None)
+            cells = [int(v) if isinstance(v, bool) else v for v in (getattr(rec, f.name) for f in
+                                                                     dataclasses.fields(Plan))]
+            cells[-2] = design
+            cells[-1] = plan_chain.link(plan_chain.check_chain(rows, self.path), cells[:-1])
+            con.execute(f"INSERT INTO plans ({schema.PLAN_COLUMNS}) VALUES ({', '.join('?' * len(cells))})", cells)
+            return [dataclasses.replace(rec, chain=cells[-1])]
 
         return self._write(work)[0]
 
     def plans(self, a: str | None = None, b: str | None = None, metric: str | None = None) -> list[Plan]:
         """Recorded plans in id order (oldest first), filtered by A, B and metric where given."""
-        where, args = [], []
-        for column, value in (("a", a), ("b", b), ("metric", metric)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(value)
-        clause = f" WHERE {' AND '.join(where)}" if where else ""
-        rows = self._read(lambda v: None if v < 2 else
-                          f"SELECT {schema.PLAN_COLUMNS} FROM plans{clause} ORDER BY id", args)
-        return [stored.plan_from_row(row, self.path) for row in rows]
+        rows = self._read(lambda v: None if v < 2 else f"SELECT {schema.plan_select(v)} FROM plans ORDER BY id")
+        plans = [stored.plan_from_row(row, self.path) for row in rows]  # every plan: an edit anywhere is seen
+        plan_chain.check_chain(rows, self.path)
+        return [p for p in plans if (a is None or p.a == a) and (b is None or p.b == b)
+                and (metric is None or p.metric == metric)]
 
 
 def _env_json(fields) -> str | None:

@@ -20,6 +20,7 @@ from .environment import Environment, canonical_fields
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # NUL, escapes and the other control characters
 MAX_PLAN_RUNS = 100_000  # a plan's most runs of each model (its looks are searched one run at a time)
+PLAN_TESTS = ("group-sequential", "t-mixture")  # the tests a plan may name (planned.TEST, sequential.TEST)
 
 
 def utc_now() -> str:
@@ -211,14 +212,19 @@ class Plan:
             adapter here, like a published score).
         min_effect (float): D > 0, the smallest difference worth finding, in the metric's units and direction.
         max_runs (int): the most runs of each model the plan spends (>= 2).
-        alpha (float): the error rate kept whatever the number of looks, 0 < alpha < 1.
+        alpha (float): the error rate (two-sided: better or worse) at the plan's looks, 0 < alpha < 1.
         higher_is_better (bool): the metric's direction when the plan was made.
         noise_sd (float | None): the ledger's pooled within-model noise on the metric at that time.
         prior_scale (float): the sd of the test's prior on the standardized effect (A - B) / sigma:
             ``min_effect / noise_sd``, or 1 without a noise estimate.
-        test (str): the anytime-valid test (``t-mixture``, see ``sequential.py``).
+        test (str): ``group-sequential`` (planned looks, ``planned.py``) or ``t-mixture`` (anytime-valid,
+            ``sequential.py``); any other name is refused (``PLAN_TESTS``).
         after_record (int): the largest record id when the plan was made.
         created (str): UTC time.
+        design (dict | None): the planned looks' design and the power stated when the plan was made
+            (``planned.Design`` fields, ``power``); None for a t-mixture plan or one older than schema 4.
+        chain (str | None): the integrity record, sha256 chained over the plan rows (``plan_chain.py``); None
+            only for plans recorded before schema 4.
     """
 
     id: int
@@ -236,6 +242,8 @@ class Plan:
     test: str
     after_record: int = 0
     created: str = ""
+    design: dict | None = None
+    chain: str | None = None
 
     def problems(self) -> list[str]:
         """Every problem with this plan, one short phrase each (empty when it can be recorded)."""
@@ -243,6 +251,10 @@ class Plan:
                            name_problem(self.metric, "metric"), name_problem(self.test, "test")) if p]
         if not out and self.a == self.b:
             out.append(f"--vs {self.b}: a model cannot be planned against itself")
+        if not out and self.test not in PLAN_TESTS:
+            out.append(f"test: {self.test!r} is not a test vecmerge knows ({', '.join(PLAN_TESTS)})")
+        if self.design is not None and not isinstance(self.design, dict):
+            out.append(f"design: {self.design!r} is not a JSON object")
         for what in ("a_sha256", "b_sha256"):
             value = getattr(self, what)
             if value is not None and not (isinstance(value, str) and SHA_RE.match(value)):

@@ -5,6 +5,8 @@
                 + plans (pre-registered sequential comparisons), immutable: triggers refuse UPDATE and DELETE
     version 3   + records.env (the eval environment's fields as canonical JSON, ``environment.py``; NULL: none
                 recorded, the empty environment)
+    version 4   + plans.design (planned looks: the design and its stated power, JSON) and plans.chain (the
+                integrity record, ``plan_chain.py``; NULL for plans recorded before)
 
 A ledger of an older version is READ as it is (a missing column reads as NULL, a missing table as empty) and
 migrated, inside the first write's own transaction, one version at a time (``MIGRATIONS[v]`` takes version v
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _RECORDS_V1 = """CREATE TABLE IF NOT EXISTS records (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -65,6 +67,7 @@ CREATE_V1 = [
 MIGRATIONS: dict[int, list[str]] = {
     1: ["ALTER TABLE records ADD COLUMN subscore TEXT", _PLANS, *_IMMUTABLE],
     2: ["ALTER TABLE records ADD COLUMN env TEXT"],
+    3: ["ALTER TABLE plans ADD COLUMN design TEXT", "ALTER TABLE plans ADD COLUMN chain TEXT"],
 }
 
 # what reads filter on, beside CREATE_V1's (metric, model): a model's records on every metric (show NAME, compare's
@@ -75,7 +78,8 @@ RECORD_COLUMNS = ("id, model, sha256, metric, value, subs, stderr, item, cluster
                   "env")
 ADDED = {"subscore": 2, "env": 3}  # a record column -> the version that added it
 PLAN_COLUMNS = ("id, a, b, metric, a_sha256, b_sha256, min_effect, max_runs, alpha, higher_is_better, noise_sd, "
-                "prior_scale, test, after_record, created")
+                "prior_scale, test, after_record, created, design, chain")
+PLAN_ADDED = {"design": 4, "chain": 4}
 
 
 def tables(con: sqlite3.Connection) -> set[str]:
@@ -116,3 +120,8 @@ def record_select(version: int) -> str:
     """The column list that reads ``RECORD_COLUMNS`` from a ledger of ``version`` (a column added later reads as
     NULL: ``ADDED``)."""
     return ", ".join(f"NULL AS {c}" if ADDED.get(c, 1) > version else c for c in RECORD_COLUMNS.split(", "))
+
+
+def plan_select(version: int) -> str:
+    """The column list that reads ``PLAN_COLUMNS`` from a ledger of ``version`` (``PLAN_ADDED``: NULL before)."""
+    return ", ".join(f"NULL AS {c}" if PLAN_ADDED.get(c, 2) > version else c for c in PLAN_COLUMNS.split(", "))

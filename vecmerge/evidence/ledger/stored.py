@@ -18,6 +18,7 @@ from pathlib import Path
 from ...io.parse import ParseError, parse_json, short
 from .. import EvidenceError
 from .environment import canonical_fields
+from .plan_chain import check_chain
 from .records import SHA_RE, Plan, Record, name_problem
 
 STORED_JSON_CHARS = 1 << 20
@@ -209,7 +210,12 @@ def plan_from_row(row: tuple, path: Path) -> Plan:
     higher = row[9]
     if isinstance(higher, bool) or not isinstance(higher, int) or higher not in (0, 1):
         raise _changed(path, what, "higher_is_better", higher, "is not true (1) or false (0)")
-    plan = Plan(*row[:9], bool(higher), *row[10:])
+    design = row[15]
+    if design is not None:
+        design = _json(path, what, "design", design)
+    if row[16] is not None and not (isinstance(row[16], str) and SHA_RE.fullmatch(row[16])):
+        raise _changed(path, what, "chain", row[16], "is not 64 lowercase hex digits")
+    plan = Plan(*row[:9], bool(higher), *row[10:15], design, row[16])
     problems = plan.problems()
     if isinstance(plan.after_record, bool) or not isinstance(plan.after_record, int):
         problems.append(f"after_record: {plan.after_record!r} is not a record id")
@@ -235,5 +241,7 @@ def check_rows(con: sqlite3.Connection, path: Path, record_columns: str, plan_co
         direction_from_row(metric, higher, path)
     for row in con.execute(f"SELECT {record_columns} FROM records ORDER BY id"):
         record_from_row(row, path)
-    for row in con.execute(f"SELECT {plan_columns} FROM plans ORDER BY id"):
+    rows = con.execute(f"SELECT {plan_columns} FROM plans ORDER BY id").fetchall()
+    for row in rows:
         plan_from_row(row, path)
+    check_chain(rows, path)

@@ -31,8 +31,9 @@ McAuliffe and Sekhon 2021, sqrt((v + ρ) log((v + ρ) / (ρ α²))) on the sum s
 
 Decisions, at each look (after each recorded run, once both models have 2), the first that applies:
     stop_better   the sequence's lower end > 0: A better than B (wrong with probability <= alpha)
-    stop_futile   its upper end < D: A not better by D (when Delta >= D, with probability <= alpha); or both
-                  models have the plan's N runs: the budget is spent (this stop has no error guarantee)
+    stop_worse    its upper end < 0: A worse than B (wrong with probability <= alpha)
+    stop_futile   its upper end < D: A not better by D (when Delta >= D, with probability <= alpha)
+    inconclusive  both models have the plan's N runs and no stop was reached: the budget is spent
     continue      with the runs per model that would decide if d and s_p stayed as they are
 
 The first stop is final: later runs are counted, not looked at; runs past a model's N are not looks.
@@ -50,8 +51,9 @@ from .. import EvidenceError
 from ..ledger.environment import EnvChoice, one_environment
 from ..ledger.records import Plan, Record
 
-STOP_BETTER, STOP_FUTILE, CONTINUE = "stop_better", "stop_futile", "continue"
-DECISIONS = (STOP_BETTER, STOP_FUTILE, CONTINUE)
+STOP_BETTER, STOP_WORSE, STOP_FUTILE = "stop_better", "stop_worse", "stop_futile"
+INCONCLUSIVE, CONTINUE = "inconclusive", "continue"
+DECISIONS = (STOP_BETTER, STOP_WORSE, STOP_FUTILE, INCONCLUSIVE, CONTINUE)
 TEST = "t-mixture"
 
 
@@ -105,7 +107,7 @@ class SequentialDecision:
     """The decision after the last look (or the first stop) and every look before it.
 
     Args:
-        decision (str): ``stop_better``, ``stop_futile`` or ``continue``.
+        decision (str): ``stop_better``, ``stop_worse``, ``stop_futile``, ``inconclusive`` or ``continue``.
         reason (str): why, in words.
         looks (tuple[Look, ...]): in recording order, up to the first stop.
         runs (tuple[int, int]): runs of A and B used (within the plan's maximum, up to the stop).
@@ -199,11 +201,13 @@ def decide_runs(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_eff
         more = None
         if lo is not None and lo > 0:
             decision, stopped = STOP_BETTER, f"the sequence's lower end {lo:.4g} > 0: {a} better than {b}"
+        elif hi is not None and hi < 0:
+            decision, stopped = STOP_WORSE, f"the sequence's upper end {hi:.4g} < 0: {a} worse than {b}"
         elif hi is not None and hi < min_effect:
             decision, stopped = STOP_FUTILE, (f"the sequence's upper end {hi:.4g} < D = {min_effect:g}: {a} is "
                                               f"not better than {b} by D")
         elif na >= max_runs and nb >= max_runs:
-            decision, stopped = STOP_FUTILE, f"both have the plan's {max_runs} runs: the budget is spent"
+            decision, stopped = INCONCLUSIVE, f"both have the plan's {max_runs} runs: the budget is spent"
         else:
             decision = CONTINUE
             more = _more_runs(na, nb, d, sd, min_effect, max_runs, g, alpha)
@@ -224,16 +228,18 @@ def decide_runs(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_eff
 
 
 def plan_runs(plan: Plan, records: Iterable[Record]) -> list[tuple[str, float, int]]:
-    """The plan's looks, in recording order: whole runs of its metric by A or B recorded after it (record id
-    above ``after_record``) that measured the weights it names (sha256 equal to the plan's)."""
+    """The plan's looks, in recording order: whole runs of its metric by A or B that measured the weights it
+    names (sha256 equal to the plan's), recorded after it (record id above ``after_record``) or, for a plan
+    that counts the runs recorded before it (``design["existing"]``), at any time."""
     shas = {plan.a: plan.a_sha256, plan.b: plan.b_sha256}
+    since = -1 if (plan.design or {}).get("existing") else plan.after_record
     return [(r.model, r.value, r.id) for r in sorted(records, key=lambda r: r.id)
-            if not r.is_item and r.metric == plan.metric and r.model in shas and r.id > plan.after_record
+            if not r.is_item and r.metric == plan.metric and r.model in shas and r.id > since
             and r.sha256 == shas[r.model]]
 
 
 def decide_plan(plan: Plan, records: Iterable[Record]) -> SequentialDecision:
-    """``decide_runs`` over ``plan_runs(plan, records)`` with the plan's parameters."""
+    """``decide_runs`` over ``plan_runs(plan, records)`` with the plan's parameters (a t-mixture plan)."""
     return decide_runs(plan_runs(plan, records), a=plan.a, b=plan.b, min_effect=plan.min_effect,
                        max_runs=plan.max_runs, alpha=plan.alpha, prior_scale=plan.prior_scale,
                        higher_is_better=plan.higher_is_better)
