@@ -10,6 +10,7 @@ from __future__ import annotations
 import textwrap
 
 from ..errors import OutputError
+from ..evidence import difference
 from .format import g, table
 
 
@@ -217,16 +218,14 @@ def render_compare(d: dict) -> str:
             rows.append([s["model"], s["n"], _f(s["mean"]), g(s["std"]), g(s["se"]), _ci(s["ci_low"], s["ci_high"])])
     if rows:
         out.append(table(rows, ["model", "runs", "mean", "std", "SE", f"{d['confidence']:.0%} CI"]))
-    tests = []
-    for kind in ("welch", "paired", "clustered"):
-        t = d[kind]
+    rows = []
+    for test in difference.report_order():
+        t = d.get(test.name)
         if t is not None:
-            n = f"{t['n'][0]} vs {t['n'][1]} runs" if kind == "welch" else f"{t['n'][0]} items" + (
-                f", {t['clusters']} clusters" if t["clusters"] else "")
-            tests.append([kind, f"{t['diff']:+.5g}", g(t["se"]), f"{t['df']:.3g}", _ci(t["ci_low"], t["ci_high"]),
-                          f"{t['p']:.3g}", n, "yes" if t["beyond_noise"] else "no"])
-    if tests:
-        out.append(table(tests, [f"test ({d['a']} - {d['b']})", "diff", "SE", "df", f"{d['confidence']:.0%} CI",
+            rows.append([test.name, f"{t['diff']:+.5g}", g(t["se"]), f"{t['df']:.3g}", _ci(t["ci_low"], t["ci_high"]),
+                         f"{t['p']:.3g}", test.size(t), "yes" if t["beyond_noise"] else "no"])
+    if rows:
+        out.append(table(rows, [f"test ({d['a']} - {d['b']})", "diff", "SE", "df", f"{d['confidence']:.0%} CI",
                                  "p", "n", "beyond noise"]))
     if d["pooled"] is not None:
         p = d["pooled"]

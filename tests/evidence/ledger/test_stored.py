@@ -128,3 +128,22 @@ def test_a_write_into_a_changed_ledger_is_refused_and_writes_nothing(ledger, wri
     con = sqlite3.connect(ledger.path)
     assert con.execute("SELECT COUNT(*) FROM records").fetchone() == (2,)
     con.close()
+
+
+def test_a_plan_naming_a_test_the_registry_does_not_know_is_refused(ledger):
+    """Issue 32: a plan's stored test is one the registry knows (``difference.names(plan=True)``); a row changed to
+    another name (``welch-peeking``) is refused on read and on every write, naming the plan and the fix."""
+    from vecmerge.evidence.ledger.ledger import Plan
+
+    ledger.add_plan(Plan(0, "v51", "v28", "official_total", None, None, 0.01, 10, 0.05, True, None, 1.0, "t-mixture"))
+    assert [p.test for p in ledger.plans()] == ["t-mixture"]
+    con = sqlite3.connect(ledger.path)
+    con.execute("DROP TRIGGER plans_no_update")
+    con.execute("UPDATE plans SET test = 'welch-peeking'")
+    con.commit()
+    con.close()
+    line = (r"plan 1: test 'welch-peeking' is not a plan test this vecmerge knows \(t-mixture\); the ledger was "
+            r"changed outside vecmerge: delete that row or restore the file from a copy$")
+    for action in (ledger.plans, lambda: ledger.add("v51", None, "official_total", 0.7)):
+        with pytest.raises(EvidenceError, match=line):
+            action()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ...io.parse import ParseError, parse_json, short
 from .. import EvidenceError
+from ..difference import registry as tests
 from .environment import canonical_fields
 from .records import SHA_RE, Plan, Record, name_problem
 
@@ -131,7 +132,8 @@ def direction_from_row(metric, higher, path: Path) -> tuple[str, bool]:
 
 
 def plan_from_row(row: tuple, path: Path) -> Plan:
-    """A Plan from one ``schema.PLAN_COLUMNS`` row: its flag 0/1, then ``Plan.problems`` (every field checked)."""
+    """A Plan from one ``schema.PLAN_COLUMNS`` row: its flag 0/1, then ``Plan.problems`` (every field checked),
+    then its test: a plan test the registry knows (``difference.names(plan=True)``)."""
     what = f"plan {short(row[0], 20)}"
     if isinstance(row[0], bool) or not isinstance(row[0], int):
         raise _changed(path, what, "id", row[0], "is not an integer")
@@ -144,6 +146,9 @@ def plan_from_row(row: tuple, path: Path) -> Plan:
         problems.append(f"after_record: {plan.after_record!r} is not a record id")
     if not isinstance(plan.created, str):
         problems.append(f"created: {plan.created!r} is not a time")
+    if not problems and plan.test not in tests.names(plan=True):
+        problems.append(f"test {short(plan.test, 40)} is not a plan test this vecmerge knows "
+                        f"({', '.join(tests.names(plan=True))})")
     if problems:
         raise EvidenceError(f"{path}: {what}: {problems[0]}; {_FIX}")
     return plan

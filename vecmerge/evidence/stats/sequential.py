@@ -47,12 +47,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from .. import EvidenceError
+from ..difference.t_mixture import T_MIXTURE
 from ..ledger.environment import EnvChoice, one_environment
 from ..ledger.records import Plan, Record
 
 STOP_BETTER, STOP_FUTILE, CONTINUE = "stop_better", "stop_futile", "continue"
 DECISIONS = (STOP_BETTER, STOP_FUTILE, CONTINUE)
-TEST = "t-mixture"
+TEST = T_MIXTURE.name
 
 
 def mixture_e_value(t: float, nu: float, n_eff: float, g: float) -> float:
