@@ -37,11 +37,11 @@ def test_p_and_interval_match_scipy_binomtest(b, c, n, confidence):
 
 def test_a_hand_computed_example():
     """b = 9, c = 2 of n = 20: p = 2 (C(11,0) + C(11,1) + C(11,2)) / 2^11 = 2 * 67 / 2048 = 0.0654296875,
-    diff = 7/20, z = 7/sqrt(11), Wald SE = sqrt(11 - 49/20) / 20."""
+    diff = 7/20, z = 7/sqrt(11), SE under the null sqrt(11) / 20."""
     r = mcnemar_test(9, 2, 20)
     assert r.p == pytest.approx(134 / 2048, rel=1e-14) and r.diff == 0.35
     assert r.t == pytest.approx(7 / math.sqrt(11), rel=1e-15) and r.df == 11
-    assert r.se == pytest.approx(math.sqrt(11 - 49 / 20) / 20, rel=1e-15)
+    assert r.se == pytest.approx(math.sqrt(11) / 20, rel=1e-15)
     assert r.ci_low < 0 < r.ci_high and not r.beyond_noise  # p 0.065 > 0.05: the interval holds 0
 
 
@@ -73,4 +73,14 @@ def test_compare_reports_it_for_paired_0_1_items_and_it_decides_where_the_paired
     assert "mcnemar" in text and "20 items, 8 discordant (7 vs 1)" in text
     every = compare_records("A", "B", items("A", [1] * 8) + items("B", [0] * 8, 100), higher_is_better=True)
     assert every.paired is None and every.decided_by == "mcnemar" and every.verdict_code == "a_better"
-    assert every.mcnemar.p == pytest.approx(2 / 2**8, rel=1e-14)
+    assert every.mcnemar.p == pytest.approx(2 / 2**8, rel=1e-14) and every.mcnemar.se == pytest.approx(math.sqrt(8) / 8)
+
+
+def test_a_sub_score_it_decides_gets_a_status_not_a_division_by_zero():
+    """Every item discordant one way: the paired t has no spread, McNemar decides the sub-score (SE sqrt(8)/8)."""
+    from vecmerge.evidence.judge.subscores import NOT_WORSE, compare_subscores
+
+    recs = [Record(i, "A", None, "acc", 1.0, item=f"q{i}", subscore="math") for i in range(8)]
+    recs += [Record(20 + i, "B", None, "acc", 0.0, item=f"q{i}", subscore="math") for i in range(8)]
+    row = compare_subscores("A", "B", recs, higher_is_better=True, margins=0.05).row("math")
+    assert row.test.kind == "mcnemar" and row.status == NOT_WORSE and row.p == pytest.approx(2 / 2**8, rel=1e-14)

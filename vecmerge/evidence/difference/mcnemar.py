@@ -3,7 +3,7 @@
     b = #items A got right and B wrong,  c = #items B got right and A wrong,  n = #items both scored
     p = min(1, 2 · BinomCDF(min(b, c); b + c, 1/2))                     (exact, conditional on b + c)
     Δ = (b - c) / n,  interval (b + c)/n · (2π - 1) over π in the Clopper-Pearson interval of b / (b + c)
-    SE = sqrt(b + c - (b - c)²/n) / n (Wald, reported),  statistic z = (b - c) / sqrt(b + c),  df = b + c
+    SE = sqrt(b + c) / n (under the null, given b + c),  statistic z = Δ / SE = (b - c) / sqrt(b + c),  df = b + c
 
 The interval is the exact conditional one (the discordant share (b + c)/n held at its observed value): it
 excludes 0 exactly when p < 1 - confidence, so the verdict and the p-value agree. No discordant item
@@ -37,7 +37,7 @@ def mcnemar_test(b: int, c: int, n: int, confidence: float = 0.95) -> DiffResult
     lo = float(stats.beta.ppf(tail, b, c + 1)) if b > 0 else 0.0
     hi = float(stats.beta.ppf(1 - tail, b + 1, c)) if c > 0 else 1.0
     share = m / n
-    se = math.sqrt(max(m - (b - c) ** 2 / n, 0.0)) / n
+    se = math.sqrt(m) / n  # > 0 whenever there is a test (the Wald SE is 0 when every item is discordant one way)
     return DiffResult(McNemar.name, (b - c) / n, se, float(m), (b - c) / math.sqrt(m), p, share * (2 * lo - 1),
                       share * (2 * hi - 1), (n, b, c))
 
