@@ -172,6 +172,10 @@ def parse_yaml(text: str, source, *, max_depth: int = MAX_DEPTH, max_chars: int 
         raise ParseError(source, problem, line) from None
     except RecursionError:  # only reachable with a very large max_depth
         raise ParseError(source, "nested too deeply to read; flatten the file") from None
+    except ValueError as e:  # an integer of thousands of digits (Python's int_max_str_digits)
+        mark = getattr(loader, "mark", None) if loader is not None else None
+        raise ParseError(source, f"a number too long to read ({str(e).split(':')[0]}); write it with at most a few "
+                         "dozen digits", mark.line + 1 if mark is not None else None) from None
     finally:
         if loader is not None:
             loader.dispose()

@@ -88,6 +88,8 @@ class Recipe:
         multipliers (dict[str, float] | None): module-name pattern -> factor (the first match applies).
         base_model (str | None): a local base model folder: DoRA inputs are read as their effective update
             against its weights (``workspace/dora.py``).
+        per_module (dict | None): a merge's per-module values, ``{field or models.I.weight: [[pattern, value]]}``
+            (the first pattern a module's name matches; mergekit's gradients and filters).
     """
 
     base: str | None = None
@@ -116,6 +118,7 @@ class Recipe:
     exclude: str | None = None
     multipliers: dict | None = None
     base_model: str | None = None
+    per_module: dict | None = None
 
     @property
     def kind(self) -> str:

@@ -19,7 +19,7 @@ from .values import READERS, Reading
 
 # the order in which the kinds of keys are checked, so that problems are listed in it
 ORDER = ("expression", "number", "choice", "rank", "consensus", "dose", "flag", "folder", "model_folder", "text",
-         "hub_id", "gate", "inputs", "models", "pattern", "multipliers")
+         "hub_id", "gate", "inputs", "models", "pattern", "multipliers", "per_module")
 # keys only a step has: a merge of models or a re-factored expression takes none of them
 STEP_ONLY = ("dir", "trust", "alpha", "consensus", "dose", "gate")
 
@@ -130,6 +130,8 @@ def across(data: dict, kw: dict, method) -> list:
                                  ", ".join(methods.names(stepped=True))))
             elif given(key):
                 p.append(Problem.about(key, "only meaningful with {dir}"))
+    if data.get("per_module") is not None and not merging:
+        p.append(Problem("{per_module}: only meaningful with a merge of {models}"))
     if kw.get("trust_scope") == "module" and data.get("trust") is None:
         p.append(Problem("{trust_scope=}module: needs {trust}"))
     if str(kw.get("rank", "")).strip().lower().startswith("step-energy:") and not kw.get("dir"):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import textwrap
 
-from ..errors import OutputError
 from ..evidence import difference
 from .format import g, table
+from .plots import show_figure
 
 
 def _f(x, digits: int = 6) -> str:
@@ -337,42 +337,11 @@ def render_gate(d: dict) -> str:
 
 
 def plot_show(d: dict, f) -> None:
-    """A PNG of each model's mean with its t interval as an error bar (``show``'s summaries, whole runs).
-
-    Single runs are drawn as hollow points without a bar (one run has no spread). One panel per metric.
+    """``evidence show --plot``: ``plots.show_figure`` (each metric zoomed to its data with error bars, its
+    sub-scores as small multiples).
 
     Args:
         d (dict): ``commands.operations.show``'s result. f (BinaryIO): where the PNG goes
             (``outputs.transaction.write_file`` stages it and moves it into place).
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise OutputError("--plot needs matplotlib: pip install 'vecmerge[plot]'") from None
-    summaries = [s for s in d["summaries"] if s["sub"] is None]
-    if not summaries:
-        raise OutputError("--plot: no whole-run records to draw")
-    metrics = list(dict.fromkeys(s["metric"] for s in summaries))
-    fig, axes = plt.subplots(len(metrics), 1, figsize=(1.6 + 0.8 * max(len(summaries), 3), 2.6 * len(metrics)),
-                             dpi=100, squeeze=False)
-    for ax, metric in zip(axes[:, 0], metrics):
-        rows = [s for s in summaries if s["metric"] == metric]
-        for i, s in enumerate(rows):
-            if s["single_run"]:
-                ax.plot([i], [s["mean"]], "o", mfc="none", color="tab:gray")
-            else:
-                ax.errorbar([i], [s["mean"]], yerr=[[s["mean"] - s["ci_low"]], [s["ci_high"] - s["mean"]]],
-                            fmt="o", capsize=4, color="tab:blue")
-        several = len({s.get("env") for s in rows}) > 1  # one point per environment, never pooled: say which
-        labels = [f"{s['model']}\nn={s['n']}" + (f"\nenv {s['env'][:6]}" if several else "") for s in rows]
-        ax.set_xticks(range(len(rows)), labels=labels)
-        ax.set_ylabel(metric)
-        ax.grid(axis="y", alpha=0.3)
-    conf = f"{summaries[0]['confidence']:.0%}"
-    axes[0, 0].set_title(f"mean and {conf} t interval per model (hollow: a single run)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(f, format="png")
-    plt.close(fig)
+    show_figure(d, f)
