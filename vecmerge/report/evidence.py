@@ -56,19 +56,23 @@ def render_import(d: dict) -> str:
                                                 for m, h in d["directions"].items()))
     for env_id, fields in (d.get("environments") or {}).items():
         lines += _env_line({"id": env_id, "fields": fields})
+    for dup in d.get("duplicates") or []:
+        lines.append(f"not counted twice: {dup['file']} has the content of {dup['same_as']}")
     return "\n".join(lines)
 
 
 def _summary_table(summaries: list[dict], env_column: bool) -> str:
     rows = []
+    harness = any(s.get("harness_se") is not None for s in summaries)
     for s in summaries:
         rows.append([s["model"], s["metric"] if s["sub"] is None else f"  sub.{s['sub']}",
                      *([s.get("env") or "-"] if env_column else []), s["n"], _f(s["mean"]), g(s["std"]), g(s["se"]),
+                     *([g(s.get("harness_se"))] if harness else []),
                      _ci(s["ci_low"], s["ci_high"]), _f(s["min"]), _f(s["max"]), g(s["range"]),
                      "single run: no spread, no interval" if s["single_run"] else ""])
     conf = f"{summaries[0]['confidence']:.0%} CI (t)" if summaries else "CI"
-    head = ["model", "metric", *(["env"] if env_column else []), "n", "mean", "std", "SE", conf, "min", "max", "range",
-            "note"]
+    head = ["model", "metric", *(["env"] if env_column else []), "n", "mean", "std", "SE",
+            *(["harness SE (items)"] if harness else []), conf, "min", "max", "range", "note"]
     return table(rows, head) if rows else "no whole-run records"
 
 
@@ -148,7 +152,10 @@ def render_subscores(s: dict) -> list[str]:
             "" if t is None else f" {_ci(t['ci_low'], t['ci_high'], 3)}")
         status = "target" if r["target"] else {"worse": "WORSE", "not_worse": "not worse"}.get(r["status"], "unknown")
         rows.append([key, _runs(r["a_summary"]), _runs(r["b_summary"]), diff, r["kind"] or "-", _p(r["p"], r["p_holm"]),
-                     g(r["margin"]), _p(r["p_noninferior"], r["p_noninferior_holm"]), status])
+                     g(r["margin"]), (r["margin_source"] or "-").split(",")[0],
+                     _p(r["p_noninferior"], r["p_noninferior_holm"]), status])
+        if r["margin_source"] and r["margin_source"].startswith("one grade"):
+            notes.append(f"margin of {key}: {r['margin_source']}")
         if r["grid"] is not None:
             moved = "" if r["diff"] is None else f"; the difference is {r['diff'] / r['grid']['step']:+.2f} grades" + (
                 ", below one grade" if r["below_one_grade"] else "")
@@ -160,7 +167,7 @@ def render_subscores(s: dict) -> list[str]:
     out = [f"sub-scores of {s['metric']} ({a} - {b}; Holm across the {len(s['family'])} tested; margin: "
            f"{', '.join(sources) or 'none'})",
            table(rows, ["sub-score", f"{a} n: mean {conf} CI", f"{b} n: mean {conf} CI", f"diff {conf} CI", "test",
-                        "p / Holm", "margin", "not worse p / Holm", "status"])]
+                        "p / Holm", "margin", "margin from", "not worse p / Holm", "status"])]
     out += notes
     cost = s["cost"]
     target = f" of raising {s['target']}" if s["target"] else ""
@@ -213,17 +220,24 @@ def render_compare(d: dict) -> str:
         d["higher_is_better"]]
     out = [f"compare {d['a']} vs {d['b']} on {d['metric']} ({direction})", *_env_line(d.get("env"))]
     rows = []
-    for s in (d["a_summary"], d["b_summary"]):
-        if s is not None:
-            rows.append([s["model"], s["n"], _f(s["mean"]), g(s["std"]), g(s["se"]), _ci(s["ci_low"], s["ci_high"])])
+    shown = [s for s in (d["a_summary"], d["b_summary"]) if s is not None]
+    harness = any(s.get("harness_se") is not None for s in shown)
+    for s in shown:
+        rows.append([s["model"], s["n"], _f(s["mean"]), g(s["std"]), g(s["se"]),
+                     *([g(s.get("harness_se"))] if harness else []), _ci(s["ci_low"], s["ci_high"])])
     if rows:
-        out.append(table(rows, ["model", "runs", "mean", "std", "SE", f"{d['confidence']:.0%} CI"]))
+        out.append(table(rows, ["model", "runs", "mean", "std", "SE", *(["harness SE (items)"] if harness else []),
+                                f"{d['confidence']:.0%} CI"]))
     rows = []
     for test in difference.report_order():
         t = d.get(test.name)
         if t is not None:
-            rows.append([test.name, f"{t['diff']:+.5g}", g(t["se"]), f"{t['df']:.3g}", _ci(t["ci_low"], t["ci_high"]),
-                         f"{t['p']:.3g}", test.size(t), "yes" if t["beyond_noise"] else "no"])
+            n = test.size(t)
+            if t.get("discordant") is not None:
+                n += f"; {t['discordant'][0]} only {d['a']} right, {t['discordant'][1]} only {d['b']}"
+            name = test.name if t.get("method", "t") == "t" else f"{test.name} ({t['method']})"
+            rows.append([name, f"{t['diff']:+.5g}", g(t["se"]), f"{t['df']:.3g}", _ci(t["ci_low"], t["ci_high"]),
+                         f"{t['p']:.3g}", n, "yes" if t["beyond_noise"] else "no"])
     if rows:
         out.append(table(rows, [f"test ({d['a']} - {d['b']})", "diff", "SE", "df", f"{d['confidence']:.0%} CI",
                                  "p", "n", "beyond noise"]))

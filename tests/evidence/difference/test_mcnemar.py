@@ -30,7 +30,8 @@ def test_p_and_interval_match_scipy_binomtest(b, c, n, confidence):
     ref = stats.binomtest(b, b + c, 0.5)
     ci = ref.proportion_ci(confidence_level=confidence, method="exact")
     share = (b + c) / n
-    assert r.kind == "mcnemar" and r.n == (n, b, c) and r.diff == pytest.approx((b - c) / n, rel=1e-15)
+    assert r.kind == "mcnemar" and r.n == (n,) and r.discordant == (b, c)
+    assert r.diff == pytest.approx((b - c) / n, rel=1e-15)
     assert r.p == pytest.approx(ref.pvalue, rel=1e-12)
     assert (r.ci_low, r.ci_high) == pytest.approx((share * (2 * ci.low - 1), share * (2 * ci.high - 1)), rel=1e-10)
 
@@ -61,26 +62,20 @@ def test_no_test_without_discordant_items_or_for_items_that_are_not_0_1():
     assert McNemar().run(Scores(items_a={"q0": 1.0, "q1": 0.0}, items_b={"q0": 1.0, "q1": 0.0}), 0.95) is None
 
 
-def test_compare_reports_it_for_paired_0_1_items_and_it_decides_where_the_paired_t_cannot():
+def test_compare_reports_it_beside_the_paired_test_s_own_mcnemar_p():
+    """0/1 items: the paired test (which takes McNemar's p on 0/1 items, exact under 25 discordant) decides; this
+    test's row is reported beside it, with the same exact p and its own interval."""
     a = [1, 1, 0, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 0, 1]
     b = [0, 1, 0, 0, 1, 1, 0, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 1, 0, 1]
     c = compare_records("A", "B", items("A", a) + items("B", b, 100), higher_is_better=True)
     disc_b = sum(x > y for x, y in zip(a, b))
     disc_c = sum(x < y for x, y in zip(a, b))
-    assert (disc_b, disc_c) == (7, 1) and c.decided_by == "paired"  # the paired t keeps deciding where it has spread
-    assert c.mcnemar.p == pytest.approx(stats.binomtest(7, 8, 0.5).pvalue, rel=1e-12)
+    ref = stats.binomtest(7, 8, 0.5).pvalue
+    assert (disc_b, disc_c) == (7, 1) and c.decided_by == "paired"
+    assert c.mcnemar.p == pytest.approx(ref, rel=1e-12) and c.paired.p == pytest.approx(ref, rel=1e-12)
+    assert c.mcnemar.discordant == c.paired.discordant == (7, 1)
     text = render_compare(c.to_dict())
-    assert "mcnemar" in text and "20 items, 8 discordant (7 vs 1)" in text
+    assert "mcnemar (exact binomial)" in text and "20 items; 7 only A right, 1 only B" in text
     every = compare_records("A", "B", items("A", [1] * 8) + items("B", [0] * 8, 100), higher_is_better=True)
-    assert every.paired is None and every.decided_by == "mcnemar" and every.verdict_code == "a_better"
     assert every.mcnemar.p == pytest.approx(2 / 2**8, rel=1e-14) and every.mcnemar.se == pytest.approx(math.sqrt(8) / 8)
-
-
-def test_a_sub_score_it_decides_gets_a_status_not_a_division_by_zero():
-    """Every item discordant one way: the paired t has no spread, McNemar decides the sub-score (SE sqrt(8)/8)."""
-    from vecmerge.evidence.judge.subscores import NOT_WORSE, compare_subscores
-
-    recs = [Record(i, "A", None, "acc", 1.0, item=f"q{i}", subscore="math") for i in range(8)]
-    recs += [Record(20 + i, "B", None, "acc", 0.0, item=f"q{i}", subscore="math") for i in range(8)]
-    row = compare_subscores("A", "B", recs, higher_is_better=True, margins=0.05).row("math")
-    assert row.test.kind == "mcnemar" and row.status == NOT_WORSE and row.p == pytest.approx(2 / 2**8, rel=1e-14)
+    assert every.mcnemar.beyond_noise and every.verdict_code == "a_better"

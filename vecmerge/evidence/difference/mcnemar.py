@@ -39,7 +39,7 @@ def mcnemar_test(b: int, c: int, n: int, confidence: float = 0.95) -> DiffResult
     share = m / n
     se = math.sqrt(m) / n  # > 0 whenever there is a test (the Wald SE is 0 when every item is discordant one way)
     return DiffResult(McNemar.name, (b - c) / n, se, float(m), (b - c) / math.sqrt(m), p, share * (2 * lo - 1),
-                      share * (2 * hi - 1), (n, b, c))
+                      share * (2 * hi - 1), (n,), None, "exact binomial", (b, c))
 
 
 @register
@@ -61,5 +61,4 @@ class McNemar:
         return mcnemar_test(b, c, len(pairs), confidence)
 
     def size(self, result: Mapping) -> str:
-        n, b, c = result["n"]
-        return f"{n} items, {b + c} discordant ({b} vs {c})"
+        return f"{result['n'][0]} items"

@@ -1,15 +1,16 @@
-"""Error bars for evaluations: summaries of repeated runs, and the difference tests' entry points.
+"""Error bars for evaluations: summaries of repeated runs, and the tests of a difference A - B.
 
 The plain, well-known statistics (Evan Miller, "Adding Error Bars to Evals", 2024, is the anchor):
 
     mean        x̄ = Σ x_i / n
-    std         s = sqrt(Σ (x_i - x̄)² / (n - 1))                 (sample, ddof=1)
+    std         s = sqrt(Σ (x_i - x̄)² / (n - 1))                 (sample, ddof=1); 0 when s ≤ 4 n ε max|x_i|
+                (round-off of the mean: three runs of 0.092 give s 1.7e-17, which is no spread)
     SE          s / sqrt(n)
     CI          x̄ ± t_{1-α/2, n-1} · SE                           (Student t, α = 1 - confidence)
 
-The difference tests of A - B (Welch over runs, paired and clustered over items, McNemar over 0/1 items)
-are a registry, one file each, in ``evidence/difference/``; ``welch`` and ``paired`` here run them.
-``noise.py`` holds the ledger's pooled noise; ``judge/compare.py`` the verdict built on the tests.
+The difference tests of A - B (Welch over runs; paired, with McNemar's p on 0/1 items, and clustered over
+items; McNemar's exact test) are a registry, one file each, in ``evidence/difference/``; ``welch`` and
+``paired`` here run them. ``noise.py`` holds the ledger's pooled noise; ``judge/compare.py`` the verdict.
 Everything is scipy on plain floats; records come from ``Ledger.records``.
 """
 
@@ -17,15 +18,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .. import EvidenceError
 from ..difference.clustered import Clustered
 from ..difference.clustered import clustered_se as clustered_se
+from ..difference.paired import MCNEMAR_EXACT_BELOW as MCNEMAR_EXACT_BELOW
 from ..difference.paired import Paired
+from ..difference.paired import mcnemar as mcnemar
 from ..difference.registry import Scores
 from ..difference.result import DiffResult, mean_std, t_interval
 from ..difference.result import difference_test as difference_test
+from ..difference.result import round_off as round_off
 from ..difference.welch import welch_test
 from ..ledger.ledger import Record
 
@@ -35,7 +39,9 @@ class Summary:
     """n, mean, sample std, SE, t interval, min, max, range of one model's runs (or of one sub-score).
 
     ``std``, ``se``, ``ci_low`` and ``ci_high`` are None for a single run (``single_run`` is True). ``env``: the
-    id of the eval environment the runs were measured under (``environment.py``), when known.
+    id of the eval environment the runs were measured under (``environment.py``), when known. ``harness_se``:
+    the standard error the harness reported (lm-eval's ``*_stderr``: over items, within a run), the mean over
+    the runs that carry one; shown beside vecmerge's SE (over runs), never used in its place.
     """
 
     model: str
@@ -53,6 +59,7 @@ class Summary:
     single_run: bool
     confidence: float = 0.95
     env: str | None = None
+    harness_se: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -79,6 +86,12 @@ def summarize(values: Sequence[float], *, model: str = "", metric: str = "", sub
                    confidence, env)
 
 
+def harness_se(records: Iterable[Record]) -> float | None:
+    """The mean of the whole-run records' reported standard errors (lm-eval's ``*_stderr``), None without any."""
+    errs = [r.stderr for r in records if not r.is_item and r.stderr is not None]
+    return math.fsum(errs) / len(errs) if errs else None
+
+
 def runs_by_model(records: Iterable[Record]) -> dict[str, list[float]]:
     """Whole-run values (item-level records left out) per model, in record order."""
     out: dict[str, list[float]] = {}
@@ -97,7 +110,8 @@ def summarize_records(records: Iterable[Record], *, confidence: float = 0.95) ->
             groups.setdefault((r.model, r.metric, r.environment.id), []).append(r)
     out = []
     for (model, metric, env), recs in groups.items():
-        out.append(summarize([r.value for r in recs], model=model, metric=metric, confidence=confidence, env=env))
+        out.append(replace(summarize([r.value for r in recs], model=model, metric=metric, confidence=confidence,
+                                     env=env), harness_se=harness_se(recs)))
         keys = sorted({k for r in recs for k, _ in r.subs})
         for key in keys:
             vals = [dict(r.subs)[key] for r in recs if key in dict(r.subs)]
@@ -134,8 +148,8 @@ def welch(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> D
 
 def paired(a: Mapping[str, float], b: Mapping[str, float], clusters: Mapping[str, str] | None = None, *,
            confidence: float = 0.95, min_items: int = 2) -> tuple[DiffResult | None, DiffResult | None]:
-    """Paired per-item difference A - B over the items both scored, and its clustered version
-    (``difference/paired.py``, ``difference/clustered.py``).
+    """Paired per-item difference A - B over the items both scored (McNemar's p when every item is 0 or 1), and
+    its clustered version (``difference/paired.py``, ``difference/clustered.py``).
 
     Args:
         a, b (Mapping[str, float]): item id -> that model's (mean) score on the item.
