@@ -446,7 +446,7 @@ def test_plan_max_runs_past_sqlite_integers_is_one_line_exit_2(ws, run_cli):
     for n in ("99999999999999999999", str(MAX_PLAN_RUNS + 1)):
         line = one_error_line(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01",
                                       "--max-runs", n))
-        assert f"max_runs: {n} must be at most {MAX_PLAN_RUNS}" in line
+        assert n in line and f"at most {MAX_PLAN_RUNS}" in line and "max" in line
     assert Ledger(ws / "vecmerge-evidence.db").plans() == []
     ok(run_cli("evidence", "plan", "v51", "--vs", "v28", "--min-effect", "0.01", "--max-runs", str(MAX_PLAN_RUNS)))
 

@@ -118,7 +118,7 @@ def _one_environment_each(records, metrics, env, what: str) -> tuple[list, dict]
 def calibrate_loo_metrics(ledger: Ledger, proxies: Sequence[str], target: str, *,
                           current_sha: Mapping[str, str | None] | None = None, env: EnvChoice | None = None,
                           **options) -> dict:
-    """``vecmerge evidence calibrate --proxy P1[,P2...] --target T --loo [--env ...]``: ``HeldOutCalibration.to_dict()``
+    """``vecmerge evidence calibrate --proxy P1[,P2...] --target T --loo [--env ...]``: ``Calibration.to_dict()``
     with ``environments`` (each metric in one eval environment, as ``calibrate_metrics``)."""
     for metric in (*proxies, target):
         check_known(ledger, [], metric)

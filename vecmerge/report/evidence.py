@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
+from ..evidence import difference
 from .format import g, table
 from .plots import show_figure
 
@@ -190,19 +191,18 @@ def render_compare(d: dict) -> str:
     if rows:
         out.append(table(rows, ["model", "runs", "mean", "std", "SE", *(["harness SE (items)"] if harness else []),
                                 f"{d['confidence']:.0%} CI"]))
-    tests = []
-    for kind in ("welch", "paired", "clustered"):
-        t = d[kind]
+    rows = []
+    for test in difference.report_order():
+        t = d.get(test.name)
         if t is not None:
-            n = f"{t['n'][0]} vs {t['n'][1]} runs" if kind == "welch" else f"{t['n'][0]} items" + (
-                f", {t['clusters']} clusters" if t["clusters"] else "")
+            n = test.size(t)
             if t.get("discordant") is not None:
                 n += f"; {t['discordant'][0]} only {d['a']} right, {t['discordant'][1]} only {d['b']}"
-            name = kind if t.get("method", "t") == "t" else f"{kind} ({t['method']})"
-            tests.append([name, f"{t['diff']:+.5g}", g(t["se"]), f"{t['df']:.3g}", _ci(t["ci_low"], t["ci_high"]),
-                          f"{t['p']:.3g}", n, "yes" if t["beyond_noise"] else "no"])
-    if tests:
-        out.append(table(tests, [f"test ({d['a']} - {d['b']})", "diff", "SE", "df", f"{d['confidence']:.0%} CI",
+            name = test.name if t.get("method", "t") == "t" else f"{test.name} ({t['method']})"
+            rows.append([name, f"{t['diff']:+.5g}", g(t["se"]), f"{t['df']:.3g}", _ci(t["ci_low"], t["ci_high"]),
+                         f"{t['p']:.3g}", n, "yes" if t["beyond_noise"] else "no"])
+    if rows:
+        out.append(table(rows, [f"test ({d['a']} - {d['b']})", "diff", "SE", "df", f"{d['confidence']:.0%} CI",
                                  "p", "n", "beyond noise"]))
     if d["pooled"] is not None:
         p = d["pooled"]

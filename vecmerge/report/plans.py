@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..evidence.difference.group_sequential import GROUP_SEQUENTIAL
 from .evidence import _ci, _short
 from .format import g, table
 
@@ -30,7 +31,7 @@ def render_plan(d: dict) -> str:
     """``evidence plan``: what was pre-registered, what it can do (power), and how to ask for the decision."""
     p = d["plan"]
     design = p.get("design") or {}
-    if p["test"] == "group-sequential":
+    if p["test"] == GROUP_SEQUENTIAL.name:
         how = (f"planned looks (group-sequential Welch, {design.get('spending', 'obf')} alpha spending, a look every "
                f"{design.get('look_every', 1)} run(s), futility beta {design.get('beta', 0.1):g})")
     else:

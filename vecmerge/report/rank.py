@@ -20,7 +20,7 @@ def render_calibrate_loo(d: dict, *, models: bool = True) -> str:
     """``evidence calibrate --loo``: held-out predictions per model, their agreement with the target, the verdict.
 
     Args:
-        d (dict): ``HeldOutCalibration.to_dict()``. models (bool): include the per-model table.
+        d (dict): ``Calibration.to_dict()`` (held out). models (bool): include the per-model table.
     """
     conf = f"{d['confidence']:.0%}"
     direction = {True: "higher is better", False: "lower is better", None: "no direction recorded"}[

@@ -183,6 +183,31 @@ def test_the_verdict_is_taken_from_the_bootstrap_lower_bound_at_its_boundary(hig
     assert above.verdict == "disaster detector only"
 
 
+def test_one_calibration_type_writes_each_kind_s_json_keys_in_their_order():
+    """Issue 32: ``calibrate`` and ``loo.calibrate_loo`` return one type (``Calibration``); each kind's JSON keeps
+    the keys and order its own type wrote before (listed here as they were)."""
+    from vecmerge.evidence.judge.loo import calibrate_loo
+
+    rng = np.random.default_rng(4)
+    target = {f"m{i}": list(rng.normal(i / 10, 0.01, 2)) for i in range(9)}
+    proxy = {m: [v[0] + float(rng.normal(0, 0.02))] for m, v in target.items()}
+    one, held = calibrate(proxy, target, n_boot=50), calibrate_loo({"p": proxy}, target, n_boot=50)
+    assert type(one) is type(held) and not one.loo and held.loo
+    assert list(one.to_dict()) == [
+        "proxy", "target", "models", "spearman", "spearman_p", "spearman_ci", "kendall", "kendall_p", "kendall_ci",
+        "boot_valid", "pairwise_accuracy", "pairs", "noise_ceiling", "noise_ceiling_models", "flipped",
+        "min_models", "min_spearman_low", "confidence", "n_boot", "seed", "verdict_code", "verdict", "reasons"]
+    assert list(held.to_dict()) == [
+        "proxies", "target", "models", "target_means", "proxy_means", "predictions", "coefficients", "spearman",
+        "spearman_p", "spearman_ci", "kendall", "kendall_p", "kendall_ci", "boot_valid", "pairwise_accuracy",
+        "pairs", "rmse", "noise_ceiling", "noise_ceiling_models", "target_higher_is_better", "min_models",
+        "min_spearman_low", "confidence", "n_boot", "seed", "verdict_code", "verdict", "reasons", "loo", "held_out"]
+    assert held.to_dict()["held_out"][0] == {"model": "m0", "target": held.target_means[0],
+                                             "predicted": held.predictions[0], "proxy:p": proxy["m0"][0]}
+    with pytest.raises(EvidenceError, match="fits no prediction; use --loo"):
+        one.predict({"proxy": 1.0})
+
+
 def test_perfect_rank_correlation_gets_an_exact_p_not_zero():
     """Issue 33 item 7: a perfect order of 5 models printed "p 0" (scipy's t approximation, 1.4e-24); the exact
     permutation p, counted over all 120 orders of the target, is 2/120."""

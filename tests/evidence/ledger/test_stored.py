@@ -171,3 +171,22 @@ def test_export_streamed_equals_the_whole_ledger_formatted_at_once(ledger):
         assert got["subscore"] == (want["subscore"] or "") and got["note"] == (want["note"] or "")
     empty = Ledger(ledger.path.with_name("empty.db"))
     assert json.loads("".join(export_lines(empty, "json"))) == {"directions": {}, "records": []}
+
+
+def test_a_plan_naming_a_test_the_registry_does_not_know_is_refused(ledger):
+    """Issue 32: a plan's stored test is one the registry knows (``difference.names(plan=True)``); a row changed to
+    another name (``welch-peeking``) is refused on read and on every write, naming the plan and the fix."""
+    from vecmerge.evidence.ledger.ledger import Plan
+
+    ledger.add_plan(Plan(0, "v51", "v28", "official_total", None, None, 0.01, 10, 0.05, True, None, 1.0, "t-mixture"))
+    assert [p.test for p in ledger.plans()] == ["t-mixture"]
+    con = sqlite3.connect(ledger.path)
+    con.execute("DROP TRIGGER plans_no_update")
+    con.execute("UPDATE plans SET test = 'welch-peeking'")
+    con.commit()
+    con.close()
+    line = (r"plan 1: test: 'welch-peeking' is not a test vecmerge knows \(group-sequential, t-mixture\); "
+            r"the ledger was changed outside vecmerge: delete that row or restore the file from a copy$")
+    for action in (ledger.plans, lambda: ledger.add("v51", None, "official_total", 0.7)):
+        with pytest.raises(EvidenceError, match=line):
+            action()

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 
 from ...workspace.lineage import Relation
 from .. import EvidenceError
+from ..difference import registry as tests
+from ..difference.group_sequential import GROUP_SEQUENTIAL
 from ..judge.compare import Comparison
 from ..judge.subscores import NOT_WORSE, WORSE, SubScoreComparison
 from ..ledger.records import Plan
@@ -229,12 +231,12 @@ def _repeated_evidence(f: GateFacts, c: GateConfig) -> GateRow:
         raise EvidenceError(f"gate: the comparison used confidence {cmp.confidence}, the gate {c.confidence}")
     numbers = {**cmp.to_dict(), "noise": "evaluation"}
     text = f"{cmp.verdict} on {cmp.metric}" + (f" ({cmp.decided_by})" if cmp.decided_by else "")
-    if cmp.decided_by == "welch" and min(cmp.welch.n) < c.min_evidence_runs:
-        return GateRow("repeated evidence", UNKNOWN, f"{text}; runs {cmp.welch.n} < {c.min_evidence_runs} each",
+    d = dict(cmp.tests)[cmp.decided_by] if cmp.decided_by else None
+    if d is not None and tests.get(d.kind).needs == tests.RUNS and min(d.n) < c.min_evidence_runs:
+        return GateRow("repeated evidence", UNKNOWN, f"{text}; runs {d.n} < {c.min_evidence_runs} each",
                        numbers, threshold, source)
     status = {"a_better": PASS, "b_better": FAIL, "within_noise": FAIL}.get(cmp.verdict_code, UNKNOWN)
-    if cmp.decided_by:
-        d = {"welch": cmp.welch, "paired": cmp.paired, "clustered": cmp.clustered}[cmp.decided_by]
+    if d is not None:
         text += f": diff {d.diff:+.4g}, CI [{d.ci_low:.4g}, {d.ci_high:.4g}], p {d.p:.3g}"
     why = "" if reps is None else f"; {reps.reason}"
     text += f" (evaluation noise only: no replicates of {f.x} or {f.y}{why})"
@@ -291,7 +293,7 @@ def _planned_evidence(f: GateFacts) -> GateRow:
     """The repeated-evidence row from the plan's decision (``planned.decide_plan``)."""
     p, d = f.plan, f.plan_decision
     status = {STOP_BETTER: PASS, CONTINUE: UNKNOWN}.get(d.decision, FAIL)
-    kind = "planned looks" if p.test == "group-sequential" else "anytime-valid"
+    kind = "planned looks" if p.test == GROUP_SEQUENTIAL.name else "anytime-valid"
     threshold = (f"plan {p.id}: {f.x} better than {f.y}, {kind} ({p.test}, alpha {p.alpha:g}, "
                  f"D {p.min_effect:g}, <= {p.max_runs} runs each)")
     text = f"{d.decision} after {d.runs[0]} + {d.runs[1]} planned runs: {d.reason}"

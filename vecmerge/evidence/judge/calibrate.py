@@ -163,13 +163,29 @@ def orientation_flip(proxy_higher_is_better: bool | None, target_higher_is_bette
             and proxy_higher_is_better != target_higher_is_better)
 
 
-@dataclass(frozen=True)
-class Calibration:
-    """How well proxy P ranks the models that target T ranks; see the module docstring for each figure."""
+# The fields only one kind of calibration has: a single proxy's, and the held-out fit's (``loo.py``).
+_ONE_PROXY = ("proxy", "flipped")
+_HELD_OUT = ("proxies", "target_means", "proxy_means", "predictions", "coefficients", "rmse",
+             "target_higher_is_better", "loo")
 
-    proxy: str
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """How well proxies rank the models that target T ranks, and the verdict (figures: the module docstrings).
+
+    One type for both calibrations: ``calibrate`` (one proxy, ``proxy`` and ``flipped`` set) and
+    ``loo.calibrate_loo`` (held-out predictions of a fit on several proxies: ``proxies``, the fit and ``loo``
+    set). ``to_dict`` writes the fields of its kind, in this order (held out: plus ``held_out``, per model).
+    """
+
+    proxy: str | None = None
+    proxies: tuple[str, ...] | None = None
     target: str
     models: tuple[str, ...]
+    target_means: tuple[float, ...] | None = None
+    proxy_means: dict | None = None
+    predictions: tuple[float, ...] | None = None
+    coefficients: dict | None = None
     spearman: float | None
     spearman_p: float | None
     spearman_ci: tuple[float, float] | None
@@ -179,9 +195,11 @@ class Calibration:
     boot_valid: int
     pairwise_accuracy: float | None
     pairs: int
+    rmse: float | None = None
     noise_ceiling: float | None
     noise_ceiling_models: int
-    flipped: bool
+    flipped: bool = False
+    target_higher_is_better: bool | None = None
     min_models: int
     min_spearman_low: float
     confidence: float
@@ -190,11 +208,34 @@ class Calibration:
     verdict_code: str
     verdict: str
     reasons: tuple[str, ...] = ()
+    loo: bool = False
+
+    @property
+    def ranks(self) -> bool:
+        return self.verdict_code == "ranks_candidates"
+
+    def predict(self, values: Mapping[str, float]) -> float:
+        """The held-out kind's full fit: its prediction of the target from ``values`` (proxy -> a model's mean).
+
+        Raises EvidenceError for a one-proxy calibration (it fits nothing)."""
+        c = self.coefficients
+        if c is None or self.proxies is None:
+            raise EvidenceError(f"calibration of {self.proxy} against {self.target} fits no prediction; use --loo")
+        return c["intercept"] + math.fsum(c[p] * values[p] for p in self.proxies)
 
     def to_dict(self) -> dict:
         out = asdict(self)
-        for key in ("models", "spearman_ci", "kendall_ci", "reasons"):
-            out[key] = None if out[key] is None else list(out[key])
+        for key in _ONE_PROXY if self.loo else _HELD_OUT:
+            del out[key]
+        for key in ("proxies", "models", "target_means", "predictions", "spearman_ci", "kendall_ci", "reasons"):
+            if key in out:
+                out[key] = None if out[key] is None else list(out[key])
+        if self.loo:
+            proxy_means = self.proxy_means or {}
+            out["held_out"] = [{"model": m, "target": t, "predicted": None if self.predictions is None else p,
+                                **{f"proxy:{k}": proxy_means[k][i] for k in self.proxies or ()}}
+                               for i, (m, t, p) in enumerate(zip(self.models, self.target_means or (),
+                                                                 self.predictions or [None] * len(self.models)))]
         return out
 
 
@@ -242,9 +283,11 @@ def calibrate(proxy: Mapping[str, Sequence[float]], target: Mapping[str, Sequenc
     if ceiling is not None and ceiling < min_spearman_low:
         reasons.append(f"one run of {target_name} ranks the models only to ρ = {ceiling:.3f}: the target "
                        "itself is noisy")
-    return Calibration(proxy_name, target_name, models, rho, rho_p, rho_ci, tau, tau_p, tau_ci, valid, acc, pairs,
-                       ceiling, ceiling_models, flip, min_models, min_spearman_low, confidence, n_boot, seed,
-                       code, VERDICTS[code], tuple(reasons))
+    return Calibration(proxy=proxy_name, target=target_name, models=models, spearman=rho, spearman_p=rho_p,
+                       spearman_ci=rho_ci, kendall=tau, kendall_p=tau_p, kendall_ci=tau_ci, boot_valid=valid,
+                       pairwise_accuracy=acc, pairs=pairs, noise_ceiling=ceiling, noise_ceiling_models=ceiling_models,
+                       flipped=flip, min_models=min_models, min_spearman_low=min_spearman_low, confidence=confidence,
+                       n_boot=n_boot, seed=seed, verdict_code=code, verdict=VERDICTS[code], reasons=tuple(reasons))
 
 
 def calibrate_records(records: Iterable[Record], proxy: str, target: str, *,

@@ -9,11 +9,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from .. import EvidenceError
+from ..difference import registry as tests
 from ..ledger.ledger import Record
 from ..stats.grades import Grid, detect_grid
 from ..stats.noise import PooledNoise, pooled_noise, repeats_needed
 from ..stats.replicates import ReplicateEvidence, replicate_evidence
-from ..stats.stats import DiffResult, Summary, harness_se, item_means, paired, runs_by_model, summarize, welch
+from ..stats.stats import DiffResult, Summary, harness_se, item_means, runs_by_model, summarize
 from .subscores import SubScoreComparison, compare_subscores, sub_keys
 
 VERDICTS = {
@@ -32,8 +33,10 @@ class Comparison:
 
     verdict_code is one of ``a_better``, ``b_better``, ``a_higher``, ``b_higher`` (no direction recorded),
     ``within_noise``, ``not_enough_runs``; ``verdict`` is the same in words with the names filled in.
-    decided_by is the kind of the test the verdict rests on (None when there is none). subscores: every
-    sub-score of A against B, and what the difference costs the others (None when neither recorded any).
+    tests: every registered difference test's result, name -> result (None: not applicable), in report order;
+    ``comparison.<name>`` reads one. decided_by is the name of the test the verdict rests on (None: none).
+    subscores: every sub-score of A against B, and what the difference costs the others (None when neither
+    recorded any).
     grid: the grid the metric's run values across all models lie on (``grades.detect_grid``), or None.
     env: the eval environment every record compared was measured under (``environment.Environment.to_dict``),
     None when the caller did not say. replicates: the training replicates of A and B (None without any).
@@ -46,9 +49,7 @@ class Comparison:
     confidence: float
     a_summary: Summary | None
     b_summary: Summary | None
-    welch: DiffResult | None
-    paired: DiffResult | None
-    clustered: DiffResult | None
+    tests: tuple[tuple[str, DiffResult | None], ...]
     pooled: PooledNoise | None
     detect: float | None
     noise_sd: float | None
@@ -62,9 +63,21 @@ class Comparison:
     env: dict | None = None
     replicates: ReplicateEvidence | None = None
 
+    def __getattr__(self, name: str) -> DiffResult | None:
+        """A registered test's result by its name (``comparison.<name>``)."""
+        if name.startswith("__") or name == "tests":
+            raise AttributeError(name)
+        found = dict(self.tests)
+        if name not in found:
+            raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
+        return found[name]
+
     def to_dict(self) -> dict:
-        out = {}
+        out: dict = {}
         for key, value in self.__dict__.items():
+            if key == "tests":
+                out.update((name, r.to_dict() if r is not None else None) for name, r in value)
+                continue
             out[key] = value.to_dict() if hasattr(value, "to_dict") else list(value) if key == "reasons" else value
         return out
 
@@ -77,9 +90,10 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
                     decimals: Mapping[str | None, int] | None = None) -> Comparison:
     """Compare A and B on one metric; the verdict rule is exact:
 
-    1. Tests: ``clustered`` (item-level records of both, with cluster keys, ≥ 2 clusters), ``paired``
-       (≥ ``min_items`` items scored by both), ``welch`` (≥ ``min_runs`` whole runs each, some spread).
-    2. The verdict rests on the first available of clustered, paired, welch; none -> "not enough runs".
+    1. Tests: every registered difference test (``difference/``): per item (items both scored, ≥ ``min_items``;
+       with cluster keys, ≥ 2 clusters; 0/1 items) and over whole runs (≥ ``min_runs`` each, some spread).
+    2. The verdict rests on the first available in the registry's decision order (clustered, paired, McNemar,
+       Welch); none -> "not enough runs".
     3. If that test's ``confidence`` interval for A - B excludes 0, the side the metric's direction favours
        "is better beyond eval noise" (without a recorded direction: "scores higher/lower"); otherwise
        "within noise".
@@ -113,13 +127,14 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
     sa, sb = (replace(summarize(runs[m], model=m, metric=metric, confidence=confidence),
                       harness_se=harness_se(r for r in records if r.model == m)) if runs.get(m) else None
               for m in (a, b))
-    w = welch(runs.get(a, []), runs.get(b, []), confidence)
     ia, ca = item_means(r for r in records if r.model == a)
     ib, cb = item_means(r for r in records if r.model == b)
     for item in set(ca) & set(cb):
         if ca[item] != cb[item]:
             raise EvidenceError(f"item {item!r}: cluster {ca[item]!r} for {a} but {cb[item]!r} for {b}")
-    pr, cl = paired(ia, ib, {**cb, **ca}, confidence=confidence, min_items=min_items)
+    results = tests.run_all(tests.Scores(tuple(runs.get(a, [])), tuple(runs.get(b, [])), ia, ib, {**cb, **ca},
+                                         min_items), confidence)
+    w = tests.first_needing(tests.RUNS, results)[1]
     reasons = []
     if min(len(runs.get(a, [])), len(runs.get(b, []))) < max(min_runs, 2):
         reasons.append(f"runs: {a} {len(runs.get(a, []))}, {b} {len(runs.get(b, []))} (Welch needs "
@@ -128,7 +143,7 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
         reasons.append(f"the runs of {a} and {b} do not vary: run noise cannot be estimated from them")
     if not (ia and ib):
         reasons.append("no item-level records for both: no paired test")
-    decided = cl or pr or w
+    decided = tests.deciding(results)
     if decided is None:
         code = "not_enough_runs"
     elif not decided.beyond_noise:
@@ -155,7 +170,7 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
         said = "is beyond" if reps.test.beyond_noise else "is within"
         reasons.append(f"over trainings (training plus evaluation noise) the difference {said} noise "
                        f"(p {reps.test.p:.3g}): the verdict above is about these trainings of {a} and {b}")
-    return Comparison(a, b, metric, higher_is_better, confidence, sa, sb, w, pr, cl, pooled, detect, noise,
+    return Comparison(a, b, metric, higher_is_better, confidence, sa, sb, tuple(results.items()), pooled, detect, noise,
                       needed, decided.kind if decided else None, code,
                       VERDICTS[code].format(a=a, b=b, metric=metric), tuple(reasons), subs,
                       detect_grid([v for vs in runs.values() for v in vs], decimals=(decimals or {}).get(None)), env,

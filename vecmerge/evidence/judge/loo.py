@@ -26,14 +26,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from .. import EvidenceError
 from ..ledger.ledger import Record
 from ..stats.stats import runs_by_model
-from .calibrate import MIN_MODELS, MIN_SPEARMAN_LOW, VERDICTS, noise_ceiling, pairwise_accuracy, rank_agreement
+from .calibrate import (
+    MIN_MODELS,
+    MIN_SPEARMAN_LOW,
+    VERDICTS,
+    Calibration,
+    noise_ceiling,
+    pairwise_accuracy,
+    rank_agreement,
+)
 
 LEVERAGE_TOL = 1e-9
 
@@ -79,65 +86,11 @@ def held_out_predictions(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
-class HeldOutCalibration:
-    """Leave-one-model-out calibration of proxies against a target (figures: the module docstring)."""
-
-    proxies: tuple[str, ...]
-    target: str
-    models: tuple[str, ...]
-    target_means: tuple[float, ...]
-    proxy_means: dict
-    predictions: tuple[float, ...] | None
-    coefficients: dict | None
-    spearman: float | None
-    spearman_p: float | None
-    spearman_ci: tuple[float, float] | None
-    kendall: float | None
-    kendall_p: float | None
-    kendall_ci: tuple[float, float] | None
-    boot_valid: int
-    pairwise_accuracy: float | None
-    pairs: int
-    rmse: float | None
-    noise_ceiling: float | None
-    noise_ceiling_models: int
-    target_higher_is_better: bool | None
-    min_models: int
-    min_spearman_low: float
-    confidence: float
-    n_boot: int
-    seed: int
-    verdict_code: str
-    verdict: str
-    reasons: tuple[str, ...] = ()
-    loo: bool = True
-
-    @property
-    def ranks(self) -> bool:
-        return self.verdict_code == "ranks_candidates"
-
-    def predict(self, values: Mapping[str, float]) -> float:
-        """The full fit's prediction of the target from ``values`` (proxy -> a model's mean)."""
-        c = self.coefficients
-        return c["intercept"] + math.fsum(c[p] * values[p] for p in self.proxies)
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        for key in ("proxies", "models", "target_means", "predictions", "spearman_ci", "kendall_ci", "reasons"):
-            out[key] = None if out[key] is None else list(out[key])
-        out["held_out"] = [{"model": m, "target": t, "predicted": None if self.predictions is None else p,
-                            **{f"proxy:{k}": self.proxy_means[k][i] for k in self.proxies}}
-                           for i, (m, t, p) in enumerate(zip(self.models, self.target_means,
-                                                             self.predictions or [None] * len(self.models)))]
-        return out
-
-
 def calibrate_loo(proxies: Mapping[str, Mapping[str, Sequence[float]]], target: Mapping[str, Sequence[float]], *,
                   target_name: str = "target", directions: Mapping[str, bool] | None = None,
                   min_models: int = MIN_MODELS, min_spearman_low: float = MIN_SPEARMAN_LOW,
                   confidence: float = 0.95, n_boot: int = 2000, seed: int = 0,
-                  ceiling_draws: int = 2000) -> HeldOutCalibration:
+                  ceiling_draws: int = 2000) -> Calibration:
     """Leave-one-model-out calibration of ``proxies`` against ``target`` (module docstring).
 
     Args:
@@ -192,17 +145,20 @@ def calibrate_loo(proxies: Mapping[str, Mapping[str, Sequence[float]]], target: 
     if ceiling is not None and ceiling < min_spearman_low:
         reasons.append(f"one run of {target_name} ranks the models only to ρ = {ceiling:.3f}: the target itself "
                        "is noisy")
-    return HeldOutCalibration(
-        names, target_name, models, tuple(float(v) for v in y), {p: [float(v) for v in X[:, j]] for j, p in
-                                                                  enumerate(names)},
-        None if pred is None else tuple(float(v) for v in pred), coef, rho, rho_p, rho_ci, tau, tau_p, tau_ci, valid,
-        acc, pairs, rmse, ceiling, ceiling_models, directions.get(target_name), min_models, min_spearman_low,
-        confidence, n_boot, seed, code, VERDICTS[code], tuple(reasons))
+    return Calibration(
+        proxies=names, target=target_name, models=models, target_means=tuple(float(v) for v in y),
+        proxy_means={p: [float(v) for v in X[:, j]] for j, p in enumerate(names)},
+        predictions=None if pred is None else tuple(float(v) for v in pred), coefficients=coef, spearman=rho,
+        spearman_p=rho_p, spearman_ci=rho_ci, kendall=tau, kendall_p=tau_p, kendall_ci=tau_ci, boot_valid=valid,
+        pairwise_accuracy=acc, pairs=pairs, rmse=rmse, noise_ceiling=ceiling, noise_ceiling_models=ceiling_models,
+        target_higher_is_better=directions.get(target_name), min_models=min_models, min_spearman_low=min_spearman_low,
+        confidence=confidence, n_boot=n_boot, seed=seed, verdict_code=code, verdict=VERDICTS[code],
+        reasons=tuple(reasons), loo=True)
 
 
 def calibrate_loo_records(records: Iterable[Record], proxies: Sequence[str], target: str, *,
                           directions: Mapping[str, bool] | None = None, exclude: Iterable[str] = (),
-                          **options) -> HeldOutCalibration:
+                          **options) -> Calibration:
     """``calibrate_loo`` over ledger records: each model's whole runs of each proxy and of the target.
 
     Args:

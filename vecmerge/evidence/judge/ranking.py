@@ -1,7 +1,7 @@
 """Ranking new candidates by a proxy: only with a calibration that passed; otherwise flag the ones far below.
 
 With a leave-one-model-out calibration (``loo``) whose verdict is "ranks candidates", each candidate's target is
-predicted by the fit on every past model (``HeldOutCalibration.predict``) and the candidates are ranked by it, best
+predicted by the fit on every past model (``Calibration.predict``) and the candidates are ranked by it, best
 first in the target's direction; the ranking's credibility is the calibration's held-out figures, shown with it,
 and it says when the candidates' predictions span less than the held-out RMSE (an order finer than the proxy was
 shown to resolve) or lie outside the past models' range (an extrapolation).
@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .loo import HeldOutCalibration
+from .calibrate import Calibration
 
 FAR_BELOW = 3.5
 MIN_POOL = 3
@@ -69,7 +69,7 @@ class Ranking:
 
 
 def rank_candidates(values: Mapping[str, Mapping[str, float]], *, history: Mapping[str, Mapping[str, float]],
-                    calibration: HeldOutCalibration | None = None,
+                    calibration: Calibration | None = None,
                     directions: Mapping[str, bool] | None = None) -> Ranking:
     """Rank or flag the candidates (module docstring).
 
@@ -77,7 +77,7 @@ def rank_candidates(values: Mapping[str, Mapping[str, float]], *, history: Mappi
         values (Mapping[str, Mapping[str, float]]): proxy -> candidate -> its mean (every candidate has every proxy;
             the first proxy's candidates, in order, are the candidates).
         history (Mapping[str, Mapping[str, float]]): proxy -> past model -> its mean (the others of the flags).
-        calibration (HeldOutCalibration | None): the proxies' held-out calibration against the target, if any.
+        calibration (Calibration | None): the proxies' held-out calibration against the target, if any.
         directions (Mapping[str, bool] | None): metric -> higher_is_better.
     """
     directions = directions or {}

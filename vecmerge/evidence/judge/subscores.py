@@ -5,7 +5,8 @@ another"); their lesson: raise one sub-score while the other seven are constrain
 
 Per sub-score K of the metric (whole runs carry K in their ``subs``; item-level records name K as ``subscore``):
 
-    test           clustered / paired over K's items scored by both, else Welch over K's run values (``stats``)
+    test           the first registered difference test that applies (``difference/``: clustered, paired,
+                   McNemar over K's items scored by both, else Welch over K's run values)
     direction      the metric's, shared by its sub-scores: better = sign * (A - B), sign = +1 if higher is better
     worse          the two-sided p, Holm-adjusted across the family, < alpha with better < 0; or the whole
                    interval of ``better`` (at ``confidence``) below -margin
@@ -36,11 +37,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import EvidenceError
+from ..difference import registry as tests
 from ..ledger.ledger import Record
 from ..stats.grades import Grid, detect_grid
 from ..stats.holm import holm
 from ..stats.noise import pooled_noise, repeats_needed
-from ..stats.stats import DiffResult, Summary, item_means, paired, summarize, welch
+from ..stats.stats import DiffResult, Summary, item_means, summarize
 
 WORSE, NOT_WORSE, UNKNOWN = "worse", "not_worse", "unknown"
 ZERO_SPREAD = "assuming this sub-score does not vary between runs of one model"
@@ -149,8 +151,8 @@ def _one(key, a, b, metric, runs, items, margins, margin_source, confidence, min
     sb = summarize(rb, model=b, metric=metric, sub=key, confidence=confidence) if rb else None
     ia, ca = item_means(items.get(a, []))
     ib, cb = item_means(items.get(b, []))
-    pr, cl = paired(ia, ib, {**cb, **ca}, confidence=confidence, min_items=min_items)
-    test = cl or pr or welch(ra, rb, confidence)
+    test = tests.deciding(tests.run_all(tests.Scores(tuple(ra), tuple(rb), ia, ib, {**cb, **ca}, min_items),
+                                        confidence))
     zero = (test is None and min(len(ra), len(rb)) >= max(min_runs, 2) and sa.std == 0 and sb.std == 0)
     diff = test.diff if test else (sa.mean - sb.mean) if zero else None
     grid = detect_grid([v for vs in runs.values() for v in vs], decimals=decimals)

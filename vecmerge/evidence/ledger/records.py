@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from .. import EvidenceError
+from .. import EvidenceError, difference
 from .environment import Environment, canonical_fields
 
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # NUL, escapes and the other control characters
 MAX_PLAN_RUNS = 100_000  # a plan's most runs of each model (its looks are searched one run at a time)
-PLAN_TESTS = ("group-sequential", "t-mixture")  # the tests a plan may name (planned.TEST, sequential.TEST)
+PLAN_TESTS = difference.names(plan=True)  # the tests a plan may name: the registry's plan tests
 
 
 def utc_now() -> str:

@@ -203,7 +203,8 @@ def direction_from_row(metric, higher, path: Path) -> tuple[str, bool]:
 
 
 def plan_from_row(row: tuple, path: Path) -> Plan:
-    """A Plan from one ``schema.PLAN_COLUMNS`` row: its flag 0/1, then ``Plan.problems`` (every field checked)."""
+    """A Plan from one ``schema.PLAN_COLUMNS`` row: its flag 0/1, then ``Plan.problems`` (every field checked),
+    its test among the registry's plan tests (``records.PLAN_TESTS``)."""
     what = f"plan {short(row[0], 20)}"
     if isinstance(row[0], bool) or not isinstance(row[0], int):
         raise _changed(path, what, "id", row[0], "is not an integer")

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from scipy import special
 
 from .. import EvidenceError
+from ..difference.group_sequential import GROUP_SEQUENTIAL
 from ..ledger.records import Plan, Record
 from .group_sequential import SPENDING, boundary
 from .sequential import (
@@ -37,7 +38,7 @@ from .sequential import (
     plan_runs,
 )
 
-TEST = "group-sequential"
+TEST = GROUP_SEQUENTIAL.name
 _ZERO = 1e-12  # a spread below this share of the means' size is round-off: no run-to-run variation
 
 

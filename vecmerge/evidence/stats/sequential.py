@@ -48,13 +48,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from .. import EvidenceError
+from ..difference.t_mixture import T_MIXTURE
 from ..ledger.environment import EnvChoice, one_environment
 from ..ledger.records import Plan, Record
 
 STOP_BETTER, STOP_WORSE, STOP_FUTILE = "stop_better", "stop_worse", "stop_futile"
 INCONCLUSIVE, CONTINUE = "inconclusive", "continue"
 DECISIONS = (STOP_BETTER, STOP_WORSE, STOP_FUTILE, INCONCLUSIVE, CONTINUE)
-TEST = "t-mixture"
+TEST = T_MIXTURE.name
 
 
 def mixture_e_value(t: float, nu: float, n_eff: float, g: float) -> float:
