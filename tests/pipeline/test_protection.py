@@ -137,3 +137,56 @@ def test_an_energy_list_writes_one_output_per_energy(protect_ws, run_cli):
     for o in outs:
         assert json.loads((Path(o["path"]) / "vecmerge.json").read_text())["recipe"]["protect_energy"] == [
             o["protection"]["energy"]]
+
+
+def _refused(res, *words) -> str:
+    """The one error line of a refused run (exit 2), holding every one of ``words``."""
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    for w in words:
+        assert w in lines[0], lines[0]
+    return lines[0]
+
+
+def _write(path: Path, rows: list) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path.name
+
+
+def test_bad_protection_input_is_one_line_exit_2_and_nothing_written(protect_ws, run_cli, tiny_base, tmp_path):
+    """No base model, ids outside the vocabulary, an item over the context, an empty file, zero activations,
+    E outside (0, 1], --protect without a step: each one line naming the file or key and the fix, exit 2."""
+    root, _ = protect_ws
+    step = ("project", "--base", "a", "--dir", "b - c", "--trust", TRUST, "--out", "po")
+    big = _write(root / "big.jsonl", [{"id": 1, "prompt_ids": [5, 96], "target_ids": [1]}])
+    long = _write(root / "long.jsonl", [{"id": 1, "prompt_ids": [5] * 70, "target_ids": [1]}])
+    (root / "empty.jsonl").write_text("")
+    cases = [(("--protect", "keep1=keep1.jsonl", "--protect-energy", "1.5"), ("protect-energy", "(0, 1]")),
+             (("--protect", "keep1=keep1.jsonl", "--protect-energy", "0"), ("protect-energy",)),
+             (("--protect", f"k={big}"), ("big.jsonl", "vocabulary of 96")),
+             (("--protect", f"k={long}"), ("long.jsonl", "context of 64", "shorten")),
+             (("--protect", "k=empty.jsonl"), ("empty.jsonl", "no items")),
+             (("--protect", "keep1.jsonl"), ("--protect", "NAME=PROMPTS")),
+             (("--target", "goal=goal.jsonl"), ("--target", "--protect")),
+             (("--protect", "k=missing.jsonl"), ("missing.jsonl",))]
+    for extra, words in cases:
+        _refused(run_cli(*step, *extra), *words)
+        assert not (root / "po").exists()
+    # no base model: neither --base-model nor the workspace's base_model
+    text = (root / "vecmerge.yaml").read_text()
+    (root / "vecmerge.yaml").write_text("\n".join(ln for ln in text.splitlines() if not ln.startswith("base_model")))
+    _refused(run_cli(*step, "--protect", "keep1=keep1.jsonl"), "--protect", "--base-model")
+    # activations that are all zero: a base whose embeddings are zero reads zeros everywhere
+    from transformers import AutoModelForCausalLM
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_pretrained(tiny_base)
+        model.get_input_embeddings().weight.data.zero_()
+        model.save_pretrained(tmp_path / "zero_base")
+    _refused(run_cli(*step, "--protect", "keep1=keep1.jsonl", "--base-model", tmp_path / "zero_base"),
+             "keep1.jsonl", "all zero")
+    # a command without a step: a recipe with protect and no dir
+    (root / "r.yaml").write_text("base: a\nprotect: {keep1: keep1.jsonl}\nout: po\n")
+    _refused(run_cli("run", "r.yaml"), "protect", "dir")
+    assert not (root / "po").exists()
