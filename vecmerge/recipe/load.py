@@ -52,7 +52,8 @@ def manifest_root(folder, manifest: dict) -> Path:
 
 
 def with_absolute_inputs(manifest: dict, folder) -> dict:
-    """A copy of ``manifest`` whose input paths (``inputs`` and ``recipe.inputs``) are absolute.
+    """A copy of ``manifest`` whose input paths (``inputs``, ``recipe.inputs``, ``recipe.protect`` and
+    ``recipe.target``) are absolute.
 
     Args:
         manifest (dict): a ``vecmerge.json``. folder (str | Path): the output folder it was read from.
@@ -70,4 +71,10 @@ def with_absolute_inputs(manifest: dict, folder) -> dict:
         out["inputs"] = fix(manifest["inputs"])
     if isinstance(manifest.get("recipe"), dict) and "inputs" in manifest["recipe"]:
         out["recipe"] = dict(manifest["recipe"], inputs=fix(manifest["recipe"]["inputs"]))
+    r = out.get("recipe")
+    if isinstance(r, dict):  # a protected step's prompt files, like the inputs
+        for key in ("protect", "target"):
+            if isinstance(r.get(key), dict):
+                r = dict(r, **{key: {n: str(root / f) if isinstance(f, str) else f for n, f in r[key].items()}})
+        out["recipe"] = r
     return out
