@@ -35,7 +35,7 @@ from .hooks import LoraHooks, module_updates
 from .prompts import PromptSet
 from .scores import divergences, item_scores
 from .space import function_map
-from .summary import model_summary, pair_means
+from .summary import model_summary, pair_means, task_changes
 
 
 @dataclass(frozen=True)
@@ -230,6 +230,9 @@ def _assemble(prompts, models, cache, new_items, new_pairs, pairs, ledger, count
                      "exact": int(scores[i]["exact"]), "first_rank": int(scores[i]["first_rank"]),
                      "task": by_id[i].task, "cluster": by_id[i].cluster} for i in prompts.ids}
         summary = model_summary(items)
+        if out_models:  # per task, the change from the first model (the reference)
+            summary["changes"] = {"from": models[0].name, "tasks": task_changes(items, out_models[models[0].name]
+                                                                                ["items"])}
         out_models[m.name] = {"sha256": m.sha256, "items": items, "summary": summary}
         if ledger is not None and m.name not in cache.summarized:
             summaries += records.summary_entries(prompts, m.name, m.sha256, summary)
