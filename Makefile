@@ -36,6 +36,7 @@ test-fast: install
 lint: install
 	$(VENV)/bin/ruff check vecmerge tests examples benchmarks tools
 	$(VENV)/bin/lint-imports --no-logo
+	$(VENV)/bin/mypy vecmerge
 
 bench: install
 	$(PY) benchmarks/run.py

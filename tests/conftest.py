@@ -1,6 +1,8 @@
 """The one shared toy-adapter factory: real PEFT folders, written by vecmerge.testing or by PEFT itself.
 
 Fixtures:
+    three        adapters a (r 4), b (r 4, alpha 4), c (r 6, rsLoRA) of a 2-layer toy Qwen3, named in
+                 vecmerge.yaml; the test runs with it as the current directory.
     toy          a folder with v28, v51, v54e2, v54 (vecmerge.testing.toy_trajectory) and
                  vecmerge.yaml; the test runs with it as the current directory.
     tiny_base    a tiny random transformers Qwen3 saved to disk (session-wide).
@@ -32,12 +34,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from vecmerge.testing import toy_trajectory
+from vecmerge.testing import toy_adapter, toy_trajectory
 
 # The one tiny decoder shape every random test model uses (Qwen3, Llama, Mistral: equal shapes).
 TINY_DECODER = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=2, head_dim=8, max_position_embeddings=64, tie_word_embeddings=False)
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@pytest.fixture
+def three(tmp_path, monkeypatch):
+    """Adapters a (r 4), b (r 4, alpha 4), c (r 6, rsLoRA) of a 2-layer toy Qwen3, named in vecmerge.yaml."""
+    root = tmp_path / "three"
+    toy_adapter(root / "a", rank=4, seed=1)
+    toy_adapter(root / "b", rank=4, seed=2, lora_alpha=4)
+    toy_adapter(root / "c", rank=6, seed=3, rslora=True, lora_alpha=6)
+    (root / "vecmerge.yaml").write_text("adapters:\n  a: a\n  b: b\n  c: c\n")
+    monkeypatch.chdir(root)
+    return root
 
 
 @pytest.fixture

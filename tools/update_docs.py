@@ -1,12 +1,13 @@
 """Paste real transcripts into the docs (`make readme`): never edit example output by hand.
 
-- README.md, between the demo-output markers: what `make demo` prints; between the evidence-example and
+- docs/GUIDE.md, between the demo-output markers: what `make demo` prints; between the evidence-example and
   evidence-plan-example markers: the evidence commands on the user's published scores (``EVIDENCE``).
 - examples/WALKTHROUGH.md, between the walkthrough-output markers: what examples/walkthrough.py prints
   in that demo folder.
+- docs/ARCHITECTURE.md, between the import-picture markers: the packages' imports (tools/import_picture.py).
 - docs/RECIPES.md: the recipe keys (``vecmerge.recipe.docs.recipe_markdown``), the same as ``vecmerge run --help``.
 
-tests/demo/test_run.py checks that the pasted README transcript still matches a demo run (numbers masked,
+tests/demo/test_run.py checks that the pasted GUIDE transcript still matches a demo run (numbers masked,
 since training round-off may differ between machines; hashes masked too).
 """
 
@@ -25,6 +26,9 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 from walkthrough import run_walkthrough  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "tools"))
+import import_picture  # noqa: E402
+
 
 def paste(doc: Path, name: str, text: str, header: str = "") -> None:
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
@@ -34,7 +38,7 @@ def paste(doc: Path, name: str, text: str, header: str = "") -> None:
     print(f"updated {doc}", file=sys.stderr)
 
 
-EVIDENCE = {  # README block -> the commands, run in a fresh folder holding examples/evidence/*.csv
+EVIDENCE = {  # GUIDE block -> the commands, run in a fresh folder holding examples/evidence/*.csv
     "evidence-example": ["evidence import scores.csv --higher-is-better official_total",
                          "evidence show --metric official_total", "evidence compare v51 v28"],
     "evidence-plan-example": ["evidence import history.csv --higher-is-better official_total",
@@ -70,15 +74,16 @@ def main() -> int:
     from vecmerge.recipe.docs import recipe_markdown
 
     for block, commands in EVIDENCE.items():
-        paste(ROOT / "README.md", block, evidence_transcript(commands))
+        paste(ROOT / "docs" / "GUIDE.md", block, evidence_transcript(commands))
 
+    import_picture.paste(import_picture.picture())
     (ROOT / "docs" / "RECIPES.md").write_text(recipe_markdown())
     print(f"updated {ROOT / 'docs' / 'RECIPES.md'}", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "demo-out"
         buf = io.StringIO()
         run_demo(out, force=True, quiet=True, echo=lambda s: print(s, file=buf))
-        paste(ROOT / "README.md", "demo-output", buf.getvalue().replace(str(out), "demo-out"), "$ make demo\n")
+        paste(ROOT / "docs" / "GUIDE.md", "demo-output", buf.getvalue().replace(str(out), "demo-out"), "$ make demo\n")
         buf = io.StringIO()
         run_walkthrough(out, echo=lambda s: print(s, file=buf))
         text = buf.getvalue().replace(str(out.resolve()), "demo-out").replace(str(out), "demo-out")

@@ -143,14 +143,16 @@ def in_words(template: str, values=(), flags=None) -> str:
         elif key in flags:
             out.append(flags[key] + ("" if form == "" else " "))
         else:
-            out.append(key + form)
+            out.append(key + (form or ""))
     return "".join(out)
 
 
 def _parts(template: str, n_values: int | None) -> list[tuple[str | None, str | None]]:
     """``[(key, form)]``: ``(None, text)`` literal text, ``(None, None)`` a value slot, ``(key, "" | "=" |
     ": ")`` a key; ValueError for unbalanced braces or a wrong number of values (a programming error)."""
-    parts, i, text, slots = [], 0, [], 0
+    parts: list[tuple[str | None, str | None]] = []
+    text: list[str] = []
+    i = slots = 0
     while i < len(template):
         c = template[i]
         if c in "{}" and template[i + 1:i + 2] == c:

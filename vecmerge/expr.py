@@ -32,9 +32,14 @@ class LinearForm:
     def is_number(self) -> bool:
         return self.const is not None and not self.coeffs
 
+    @property
+    def number(self) -> float:
+        """The plain number this form is (``is_number``); 0.0 for a form that names adapters."""
+        return 0.0 if self.const is None else self.const
+
     def scaled(self, c: float) -> LinearForm:
         if self.is_number:
-            return LinearForm(const=self.const * c)
+            return LinearForm(const=self.number * c)
         return LinearForm({k: v * c for k, v in self.coeffs.items()})
 
     def names(self) -> list[str]:
@@ -99,7 +104,7 @@ class _Parser:
             if m is None or m.end() == pos:
                 bad = pos + (len(text[pos:]) - len(text[pos:].lstrip()))
                 raise _path_error(text, bad) or _fail(text, bad, f"unexpected character {text[bad]!r}")
-            kind = m.lastgroup
+            kind = m.lastgroup or ""
             start = m.start(kind)
             self.tokens.append((kind, m.group(kind), start))
             pos = m.end()
@@ -141,7 +146,7 @@ class _Parser:
             if left.is_number != right.is_number:
                 raise _fail(self.text, pos, "cannot add a number to an adapter")
             if left.is_number:
-                left = LinearForm(const=left.const + (right.const if op == "+" else -right.const))
+                left = LinearForm(const=left.number + (right.number if op == "+" else -right.number))
                 continue
             sign = 1.0 if op == "+" else -1.0
             coeffs = dict(left.coeffs)
@@ -159,13 +164,13 @@ class _Parser:
             if op == "/":
                 if not right.is_number:
                     raise _path_error(self.text, pos) or _fail(self.text, rpos, "can only divide by a number")
-                if right.const == 0:
+                if right.number == 0:
                     raise _fail(self.text, rpos, "division by zero")
-                left = left.scaled(1.0 / right.const)
+                left = left.scaled(1.0 / right.number)
             elif left.is_number:
-                left = right.scaled(left.const)
+                left = right.scaled(left.number)
             elif right.is_number:
-                left = left.scaled(right.const)
+                left = left.scaled(right.number)
             else:
                 raise _fail(self.text, pos, "cannot multiply two adapters (the algebra is linear)")
         return left

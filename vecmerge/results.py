@@ -15,9 +15,14 @@ KEY = "json_key"    # field metadata: the JSON name of a field, where the Python
 OPTIONAL = "omit_when_none"  # field metadata: the key is left out of the JSON when the value is None
 
 
+def json_meta(key: str | None = None, *, optional: bool = False) -> dict:
+    """A field's metadata: its JSON name (``key``) and whether None leaves the key out (``optional``)."""
+    return {KEY: key, OPTIONAL: optional}
+
+
 def json_field(key: str | None = None, *, optional: bool = False, default: Any = ...):
     """A dataclass field with its JSON name (``key``) and whether None leaves the key out (``optional``)."""
-    meta = {KEY: key, OPTIONAL: optional}
+    meta = json_meta(key, optional=optional)
     return field(metadata=meta) if default is ... else field(default=default, metadata=meta)
 
 

@@ -338,15 +338,15 @@ def test_ls_lists_lineage_hashes_and_runs(ws, run_cli):
 
 
 @pytest.mark.parametrize("block, count", [("evidence-example", 3), ("evidence-plan-example", 4)])
-def test_the_readme_evidence_example_is_what_the_cli_prints(tmp_path, monkeypatch, run_cli, block, count):
-    """README.md pastes `import`, `show` and `compare v51 v28` on the user's scores, and a plan with its decision
+def test_the_guide_evidence_example_is_what_the_cli_prints(tmp_path, monkeypatch, run_cli, block, count):
+    """docs/GUIDE.md pastes `import`, `show` and `compare v51 v28` on the user's scores, and a plan with its decision
     over them (tools/update_docs.py); run them and compare."""
     import shlex
     import shutil
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    pasted = (root / "README.md").read_text().split(f"<!-- {block}:start -->")[1].split(
+    pasted = (root / "docs" / "GUIDE.md").read_text().split(f"<!-- {block}:start -->")[1].split(
         f"<!-- {block}:end -->")[0].split("```text\n", 1)[1].rsplit("```", 1)[0]
     for csv in (root / "examples" / "evidence").glob("*.csv"):
         shutil.copy(csv, tmp_path / csv.name)

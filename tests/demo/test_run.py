@@ -124,9 +124,9 @@ def test_demo_refuses_foreign_folders(tmp_path):
 
 
 @pytest.mark.slow
-def test_readme_transcript_matches_the_demo(small_demo):
-    """The README's pasted transcript has the same commands, words and table layout as a demo run."""
-    readme = (ROOT / "README.md").read_text()
+def test_guide_transcript_matches_the_demo(small_demo):
+    """docs/GUIDE.md's pasted transcript has the same commands, words and table layout as a demo run."""
+    readme = (ROOT / "docs" / "GUIDE.md").read_text()
     block = readme.split("<!-- demo-output:start -->")[1].split("<!-- demo-output:end -->")[0]
     pasted = block.split("```text\n$ make demo\n", 1)[1].rsplit("```", 1)[0]
     commands = [line for line in pasted.splitlines() if line.startswith("$ vecmerge")]
@@ -162,7 +162,7 @@ def test_walkthrough_runs_in_the_demo_folder(small_demo):
 
 @pytest.mark.slow
 def test_demo_prints_paths_relative_to_its_folder(small_demo):
-    """Issue 12 item 16: the transcript a user sees holds no machine-specific path; the README says what varies."""
+    """Issue 12 item 16: the transcript a user sees holds no machine-specific path; the guide says what varies."""
     out, text, _ = small_demo
     # only the two lines that echo --out as the user typed it may hold it (here an absolute test folder)
     body = "\n".join(x for x in text.splitlines() if not x.startswith(("# training", "uploadable adapter:")))
@@ -170,7 +170,7 @@ def test_demo_prints_paths_relative_to_its_folder(small_demo):
     assert "path                v54" in text and "base model          base" in text
     manifest = (out / "out" / "v58" / "vecmerge.json").read_text()  # item 9: portable, base model included
     assert str(out.resolve()) not in manifest and json.loads(manifest)["inputs"]["v54"]["base_model"] == "base"
-    readme = (ROOT / "README.md").read_text().split("<!-- demo-output:start -->")[0]
+    readme = (ROOT / "docs" / "GUIDE.md").read_text().split("<!-- demo-output:start -->")[0]
     assert "BLAS" in readme and "round-off" in readme and "What varies" in readme
 
 

@@ -29,18 +29,6 @@ from vecmerge.workspace.names import Workspace
 W3 = [0.5, -1.0, 2.0]
 
 
-@pytest.fixture
-def three(tmp_path, monkeypatch):
-    """Adapters a (r 4), b (r 4, alpha 4), c (r 6, rsLoRA) of a 2-layer toy Qwen3, named in vecmerge.yaml."""
-    root = tmp_path / "three"
-    toy_adapter(root / "a", rank=4, seed=1)
-    toy_adapter(root / "b", rank=4, seed=2, lora_alpha=4)
-    toy_adapter(root / "c", rank=6, seed=3, rslora=True, lora_alpha=6)
-    (root / "vecmerge.yaml").write_text("adapters:\n  a: a\n  b: b\n  c: c\n")
-    monkeypatch.chdir(root)
-    return root
-
-
 def merge(out: str, **rec):
     return run(Recipe.from_dict({"out": out, **rec}), Workspace())
 

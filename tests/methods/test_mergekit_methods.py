@@ -29,23 +29,11 @@ from merge_references import (
 from vecmerge.errors import RecipeError
 from vecmerge.pipeline import run
 from vecmerge.recipe.recipe import Recipe
-from vecmerge.testing import toy_adapter
 from vecmerge.verify.output import verify_output
 from vecmerge.workspace.names import Workspace
 
 W3 = [0.5, -1.0, 2.0]
 DENS = [0.5, 0.3, 0.7]
-
-
-@pytest.fixture
-def three(tmp_path, monkeypatch):
-    root = tmp_path / "three"
-    toy_adapter(root / "a", rank=4, seed=1)
-    toy_adapter(root / "b", rank=4, seed=2, lora_alpha=4)
-    toy_adapter(root / "c", rank=6, seed=3, rslora=True, lora_alpha=6)
-    (root / "vecmerge.yaml").write_text("adapters:\n  a: a\n  b: b\n  c: c\n")
-    monkeypatch.chdir(root)
-    return root
 
 
 def merge(out, **rec):

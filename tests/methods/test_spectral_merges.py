@@ -23,17 +23,6 @@ W3 = [0.5, -1.0, 2.0]
 
 
 @pytest.fixture
-def three(tmp_path, monkeypatch):
-    root = tmp_path / "three"
-    toy_adapter(root / "a", rank=4, seed=1)
-    toy_adapter(root / "b", rank=4, seed=2, lora_alpha=4)
-    toy_adapter(root / "c", rank=6, seed=3, rslora=True, lora_alpha=6)
-    (root / "vecmerge.yaml").write_text("adapters:\n  a: a\n  b: b\n  c: c\n")
-    monkeypatch.chdir(root)
-    return root
-
-
-@pytest.fixture
 def never_dense(monkeypatch):
     """Any dense (out, in) update made by a merge method fails the test."""
     from vecmerge.linalg.dense import Dense

@@ -19,15 +19,10 @@ from vecmerge.testing import toy_adapter
 
 
 @pytest.fixture
-def three(tmp_path, monkeypatch):
-    root = tmp_path / "three"
-    toy_adapter(root / "a", rank=4, seed=1)
-    toy_adapter(root / "b", rank=4, seed=2, lora_alpha=4)
-    toy_adapter(root / "c", rank=6, seed=3, rslora=True, lora_alpha=6)
-    toy_adapter(root / "loras" / "d-1", rank=4, seed=4)
-    (root / "vecmerge.yaml").write_text("adapters:\n  a: a\n  b: b\n  c: c\n")
-    monkeypatch.chdir(root)
-    return root
+def three(three):
+    """conftest's three, with a fourth adapter at loras/d-1 (a path that is not a name)."""
+    toy_adapter(three / "loras" / "d-1", rank=4, seed=4)
+    return three
 
 
 def sha(folder: Path) -> str:

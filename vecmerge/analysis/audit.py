@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -62,7 +62,7 @@ import torch
 from ..errors import VecmergeError
 from ..expr import parse
 from ..linalg.lowrank import COMPUTE_DTYPE, LowRank, check_magnitude
-from ..results import Result, json_field
+from ..results import Result, json_meta
 from ..workspace.inputs import open_inputs
 from ..workspace.taskvector import TaskVector
 from .consensus import check_not_zero, measure, summarize
@@ -85,7 +85,7 @@ class AuditReport(Result):
     """
 
     ref: str
-    direction: str = json_field("dir")
+    direction: str = field(metadata=json_meta("dir"))
     missing: dict
     summary: dict
     rows: list

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from ..linalg.lowrank import check_magnitude
 from ..peft.adapter import Adapter
@@ -92,16 +93,16 @@ def describe(adapter: Adapter, progress=None) -> AdapterSummary:
         s = specs[m]
         by_type[types[m]] += n * n
         if s.kind == "expert":
-            e = experts.setdefault(s.target, {"layer": module_layer(s.holder), "parameter": s.param,
+            e = experts.setdefault(s.target, {"layer": module_layer(s.holder or s.name), "parameter": s.param,
                                               "experts": s.experts, "rank": s.rank, "shape": list(s.shape),
                                               "scale": s.scale, "norm": 0.0})
             e["norm"] += n * n
-    layers = sorted({module_layer(m) for m in names if module_layer(m) is not None})
+    layers = sorted({i for i in map(module_layer, names) if i is not None})
     ranks = Counter(s.rank for s in specs.values())
     scales = Counter(s.scale for s in specs.values())
     for e in experts.values():
         e["norm"] = math.sqrt(e["norm"])
-    info = dict(
+    info: dict[str, Any] = dict(
         path=str(adapter.path),
         peft_type=str(cfg.raw.get("peft_type", "LORA")),
         base_model=cfg.base_model,

@@ -86,7 +86,12 @@ def choose_step(base: TaskVector, direction: TaskVector, *, trust: float | None 
     if base_norm == 0.0 and trust is not None:
         raise RecipeError([Problem("{trust}: the backbone is zero, so a step relative to it is empty; use --alpha")])
     if scope == "global":
-        a = alpha if alpha is not None else trust_alpha(base_norm, dir_norm, trust)
+        if alpha is not None:
+            a = alpha
+        elif trust is not None:
+            a = trust_alpha(base_norm, dir_norm, trust)
+        else:
+            raise RecipeError([Problem("a step needs {trust} or {alpha}")])
         if alpha is not None and trust is not None:
             bound = trust_alpha(base_norm, dir_norm, trust)
             if abs(alpha) > bound:

@@ -33,12 +33,12 @@ def recipe_options(command: str):
         if command == "run":
             text = f"Override the recipe's {key.name}. {text}"
         if key.kind in ("flag", "gate"):
-            return click.option(key.flag, key.param, is_flag=True, help=text)
+            return click.option(str(key.flag), key.param, is_flag=True, help=text)
         if key.kind == "prompt_sets":  # repeatable NAME=PROMPTS
-            return click.option(key.flag, key.param, multiple=True, metavar="NAME=PROMPTS", help=text)
+            return click.option(str(key.flag), key.param, multiple=True, metavar="NAME=PROMPTS", help=text)
         kind = click.Choice(key.allowed()) if key.allowed() else _TYPES.get(key.kind, str)
         shown = {} if key.default is None else {"default": key.default, "show_default": True}
-        return click.option(key.flag, key.param, type=kind, required=key.required, help=text, **shown)
+        return click.option(str(key.flag), key.param, type=kind, required=key.required, help=text, **shown)
 
     def deco(fn):
         for key in reversed(offered(command)):

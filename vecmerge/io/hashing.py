@@ -26,7 +26,7 @@ class BackgroundSha256:
 
     def __init__(self, head: bytes = b""):
         self._h = hashlib.sha256(head)
-        self._q: queue.Queue | None = None
+        self._q: queue.Queue = queue.Queue(maxsize=4)
         self._thread: threading.Thread | None = None
 
     def _drain(self) -> None:
@@ -35,7 +35,6 @@ class BackgroundSha256:
 
     def update(self, buf) -> None:
         if self._thread is None:
-            self._q = queue.Queue(maxsize=4)
             self._thread = threading.Thread(target=self._drain, name="vecmerge-sha256", daemon=True)
             self._thread.start()
         self._q.put(buf)

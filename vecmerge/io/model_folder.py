@@ -48,12 +48,13 @@ class ModelFolder:
         for name in (CONFIG, INDEX_NAME, SINGLE_NAME):  # a FIFO is no file: refused, not taken as missing
             check_regular(self.path / name)
         try:
-            self.config = load_json(self.path / CONFIG) if (self.path / CONFIG).is_file() else None
+            config = load_json(self.path / CONFIG) if (self.path / CONFIG).is_file() else None
         except ParseError as e:
             raise ModelError(f"{flag}: {e}") from None
-        if not isinstance(self.config, dict):
+        if not isinstance(config, dict):
             raise ModelError(f"{flag} {self.path}: no {CONFIG} (a JSON object); point at a folder saved with "
                              "save_pretrained")
+        self.config: dict = config
         names, wmap = self._shard_names()
         self.files: list[TensorFile] = []
         self.tensors: dict[str, TensorInfo] = {}
@@ -132,9 +133,6 @@ class ModelFolder:
     def in_file_order(self) -> list[str]:
         """Tensor names ordered by shard, then by position in the shard (reads in this order hash on the fly)."""
         return sorted(self.tensors, key=lambda k: (self.tensors[k].file, self.tensors[k].start))
-
-    def weight_files(self) -> list[str]:
-        return [f.path.name for f in self.files] + ([INDEX_NAME] if self.sharded else [])
 
     def sha256s(self) -> dict:
         """``{file name: sha256}`` of config.json, the index and every shard."""

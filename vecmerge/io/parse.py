@@ -126,7 +126,7 @@ class StrictLoader(yaml.SafeLoader):
             self._depth -= 1
 
     def construct_mapping(self, node, deep=False):
-        seen = {}
+        seen: dict = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # '<<' merges; its keys may be overridden
                 continue
@@ -261,7 +261,7 @@ def parse_jsonl(text: str, source, *, max_lines: int, max_depth: int = MAX_DEPTH
         text (str): the file's text. source (str | Path): the file name for messages.
         max_lines (int): the most values accepted. max_depth, max_int_digits: as for :func:`parse_json`.
     """
-    out = []
+    out: list = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue

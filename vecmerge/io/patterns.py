@@ -35,8 +35,8 @@ from contextlib import contextmanager
 from .parse import ParseError, short
 
 try:  # Python 3.11+
-    from re import _constants as _sre_constants
-    from re import _parser as _sre_parse
+    from re import _constants as _sre_constants  # type: ignore[attr-defined]
+    from re import _parser as _sre_parse  # type: ignore[attr-defined]
 except ImportError:  # Python 3.10
     import sre_constants as _sre_constants
     import sre_parse as _sre_parse

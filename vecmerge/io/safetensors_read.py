@@ -24,6 +24,7 @@ import math
 import mmap
 import os
 from dataclasses import dataclass
+from io import BufferedReader
 from pathlib import Path
 
 import numpy as np
@@ -92,26 +93,29 @@ class TensorFile:
 
     def __init__(self, path: Path, index: int = 0, *, keep_open: bool = True):
         self.path, self.index = Path(path), index
-        self._f, self._buf, self._checked = None, None, keep_open
+        self._f: BufferedReader | None = None
+        self._buf: np.ndarray | None = None
+        self._checked = keep_open
+        self._digest: str | None = None
         try:
             self._parse()
         except BaseException:
             self.close()
             raise
-        if not keep_open:
+        if not keep_open and self._f is not None:
             self._f.close()
             self._f = None
 
     def _parse(self) -> None:
         try:
-            self._f = open_regular(self.path)
-            self.size = os.fstat(self._f.fileno()).st_size
-            head = self._f.read(8)
+            self._f = f = open_regular(self.path)
+            self.size = os.fstat(f.fileno()).st_size
+            head = f.read(8)
             n = int.from_bytes(head, "little") if len(head) == 8 else -1
             if n < 2 or n > HEADER_MAX or 8 + n > self.size:
                 raise ModelError(f"{self.path}: not a safetensors file (header length {n}, file {self.size} "
                                  "bytes); the file is truncated or corrupt (or of another format), copy it again")
-            raw = self._f.read(n)
+            raw = f.read(n)
         except OSError as e:
             raise ModelError(f"{self.path}: cannot read it ({e.strerror or e}); check the path") from None
         self._head = head + raw
@@ -165,10 +169,10 @@ class TensorFile:
         is read (while it is still in cache). Returns the sha256 of the bytes read; ModelError when the file
         no longer has the size and header it was opened with.
         """
-        if self._buf is not None:
+        if self._buf is not None and self._digest is not None:
             return self._digest
         buf = _read_buffer(self.size)
-        view, sha, pos = memoryview(buf), BackgroundSha256(), 0
+        view, sha, pos = memoryview(buf), BackgroundSha256(), 0  # type: ignore[arg-type]
         try:
             with open_regular(self.path) as f:
                 if os.fstat(f.fileno()).st_size != self.size:
@@ -240,14 +244,14 @@ class TensorFile:
     def _read_into(self, buf: np.ndarray, start: int) -> int:
         if self._f is not None:
             self._f.seek(start)
-            return self._f.readinto(memoryview(buf))
+            return self._f.readinto(memoryview(buf))  # type: ignore[arg-type]
         with open_regular(self.path, buffering=0) as f:
             if not self._checked:  # the first read since opening: still the file whose header was checked?
                 if os.fstat(f.fileno()).st_size != self.size or f.read(len(self._head)) != self._head:
                     raise self._changed()
                 self._checked = True
             f.seek(start)
-            return f.readinto(memoryview(buf))
+            return f.readinto(memoryview(buf))  # type: ignore[arg-type]
 
     def sha256(self) -> str:
         """The file's sha256: from ``load`` or the reads if they covered it in order, else by reading it again."""
@@ -264,7 +268,8 @@ class TensorFile:
                     if f is not self._f:
                         f.close()
                 self._pos = self.size
-            self._digest = self._sha.hexdigest()
+            self._digest = digest = self._sha.hexdigest()
+            return digest
         return self._digest
 
     def close(self) -> None:

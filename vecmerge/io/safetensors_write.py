@@ -192,7 +192,9 @@ class SafetensorsStream:
         self._room = len(bound) + (-len(bound) % 8)
         self._f = open(self.path, "xb")
         self._f.write(b"\0" * (8 + self._room))
-        self._next, self._early, self._entries = 0, {}, []
+        self._next = 0
+        self._early: dict = {}
+        self._entries: list = []
         self._lock = threading.Lock()
 
     def put(self, group: str, tensors: dict) -> None:

@@ -59,11 +59,6 @@ class Dense:
         Qb, Qa = space.bases()
         return (Qb.T @ self.D) @ Qa
 
-    def distance_sq(self, other) -> float:
-        """``||D - X||_F^2 = ||D||^2 - 2 <D, X> + ||X||^2`` (any X ``inner`` takes; round-off ~1e-16 ||D||^2)."""
-        dn, xn = self.norm(), other.norm()
-        return max(dn * dn - 2.0 * self.inner(other) + xn * xn, 0.0)
-
     def distance(self, x: LowRank) -> float:
         """``||x - D||_F`` for factors x, from ``||x||^2 - 2 <x, D> + ||D||^2`` (Gram of x, no dense x).
 

@@ -72,7 +72,7 @@ class ModuleCut:
 def difference_operator(D: torch.Tensor, total: float) -> MatrixOperator:
     """D (float64) as an operator: float32 products for the range finder, float64 for float64 inputs."""
     D32 = D.to(torch.float32)
-    return MatrixOperator(tuple(D.shape),
+    return MatrixOperator((int(D.shape[0]), int(D.shape[1])),
                           matmul=lambda X: (D if X.dtype == F64 else D32) @ X,
                           rmatmul=lambda Y: (D.T if Y.dtype == F64 else D32.T) @ Y,
                           frob_sq=total, dtype=torch.float32, device=D.device)

@@ -103,6 +103,11 @@ def della_probabilities(x: torch.Tensor, density: float, epsilon: float) -> torc
     return (density - epsilon) + norm * 2 * epsilon
 
 
+def _device(generator: torch.Generator | None) -> torch.device:
+    """Where a random drop draws: the generator's device (the CPU's default generator without one)."""
+    return torch.device("cpu") if generator is None else generator.device
+
+
 def survivors(x: torch.Tensor, d: float, scheme: Scheme, generator: torch.Generator | None
               ) -> tuple[torch.Tensor | None, float]:
     """``(mask, f)``: which entries of one task survive (None: all) and its rescale factor.
@@ -122,10 +127,10 @@ def survivors(x: torch.Tensor, d: float, scheme: Scheme, generator: torch.Genera
         n_bot = max(0, n - keep - int(scheme.gamma * n))
         mask = top_mask(a, n - n_bot) & ~top_mask(a, n - n_bot - keep)
     elif scheme.sparsify == "random":
-        p = torch.full(x.shape, d, dtype=torch.float32, device=generator.device)
+        p = torch.full(x.shape, d, dtype=torch.float32, device=_device(generator))
         mask = torch.bernoulli(p, generator=generator).to(device=x.device, dtype=torch.bool).reshape(-1)
     else:
-        p = della_probabilities(x, d, scheme.epsilon).to(generator.device)
+        p = della_probabilities(x, d, scheme.epsilon).to(_device(generator))
         mask = torch.bernoulli(p, generator=generator).to(device=x.device, dtype=torch.bool).reshape(-1)
     f = 1.0
     if scheme.rescale == "inverse":
@@ -138,6 +143,7 @@ def survivors(x: torch.Tensor, d: float, scheme: Scheme, generator: torch.Genera
 
 def combine(Y: torch.Tensor, w: torch.Tensor, scheme: Scheme) -> torch.Tensor:
     """Steps 3 and 4 on weighted tasks ``Y`` (n, b, c) with weights ``w`` (n,): consensus, normalize, lambda."""
+    divisor: float | torch.Tensor
     if scheme.consensus == "none":
         mixed = Y.sum(dim=0)
         total = float(w.sum())

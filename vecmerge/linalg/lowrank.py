@@ -310,11 +310,6 @@ def combine(terms: list[tuple[float, LowRank]]) -> LowRank:
     return LowRank(Bs, As, 1.0)
 
 
-def project_coefficient(x, onto) -> float:
-    """``<x, onto> / ||onto||^2``: the coefficient of x's component along ``onto`` (0 if onto is zero)."""
-    n = onto.norm()
-    return 0.0 if n == 0.0 else x.inner(onto) / (n * n)
-
 
 def relative_error(x: LowRank, ref: LowRank) -> float:
     """``||x - ref|| / ||ref||`` (absolute error when ref is zero), in factored form."""

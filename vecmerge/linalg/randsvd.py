@@ -150,7 +150,7 @@ def _check(D, k: int | None = None) -> tuple[int, int]:
                             f"{getattr(D, 'dtype', type(D).__name__)} {tuple(getattr(D, 'shape', ()))}")
     if k is not None and k < 0:
         raise SVDInputError(f"truncated_svd: rank {k} is negative; pass k >= 0")
-    return shape
+    return int(shape[0]), int(shape[1])
 
 
 def _project(D: torch.Tensor, Q: torch.Tensor | None) -> tuple[torch.Tensor | None, float]:
@@ -239,9 +239,9 @@ def _cut(U, S, Vh, total: float, k: int, method: str, outside: float | None = No
     ``_outside``), which equals ``||D||^2 - sum_{i<k} S_i^2``.
     """
     kept = float((S[:k] ** 2).sum())
-    optimal = float((S[k:] ** 2).sum()) if method == "full" else None
+    optimal: float | None = None
     if method == "full":
-        dropped = optimal
+        dropped = optimal = float((S[k:] ** 2).sum())
     elif outside is None:
         dropped = max(total - kept, 0.0)
     else:

@@ -91,8 +91,8 @@ def _keep_base(target, backbone: LowRank | None, step) -> Cut:
     """
     if step is None:
         raise RecipeError(["rank=keep-base: needs dir (it keeps the backbone and appends the step)"])
-    live = backbone is not None and backbone.scale != 0
-    b0 = backbone if live else LowRank.zeros(target.shape, step.space.device)
+    b0 = (backbone if backbone is not None and backbone.scale != 0
+          else LowRank.zeros(target.shape, step.space.device))
     s = step.svd()
     upd = s.truncate(s.exact_rank())
     sc = b0.scale

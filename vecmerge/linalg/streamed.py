@@ -42,7 +42,7 @@ def _blocks(rows: int, step: int):
 
 def _survivors(task_rows, n, rows, cols, ds, drop, blocks, generator, mask_dtype, dtype, device):
     """Per task: None (kept whole), ``("magnitude", thr, ties_kept)`` or ``("random", bool mask)``."""
-    out = []
+    out: list[tuple | None] = []
     for i, d in enumerate(ds):
         if d >= 1.0:
             out.append(None)

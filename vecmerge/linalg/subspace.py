@@ -65,9 +65,9 @@ class Subspace:
                  device=None):
         self._terms, self.shape, self.p, self.q = terms, (int(shape[0]), int(shape[1])), p, q
         self._R = R
-        self._stacks_kept = stacks
-        self._stacks_now = None
-        self._q = None
+        self._stacks_kept: tuple[torch.Tensor, torch.Tensor] | None = stacks
+        self._stacks_now: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._q: tuple[torch.Tensor, torch.Tensor] | None = None
         self._implicit: bool | None = None
         self.device = terms[0].device if terms else torch.device(device or "cpu")
 
@@ -118,7 +118,8 @@ class Subspace:
         if self._stacks_kept is not None:
             return self._stacks_kept
         if self._stacks_now is None:
-            self._stacks_now = self._stacks(self._terms)
+            self._stacks_now = now = self._stacks(self._terms)
+            return now
         return self._stacks_now
 
     def implicit(self) -> bool:
@@ -137,11 +138,13 @@ class Subspace:
         """(Qb, Qa) formed explicitly (Householder, from the same stacks), kept until ``release()``."""
         if self._q is None:
             if not self._terms:
-                self._q = (torch.zeros(self.shape[0], 0, dtype=COMPUTE_DTYPE, device=self.device),
-                           torch.zeros(self.shape[1], 0, dtype=COMPUTE_DTYPE, device=self.device))
+                q = (torch.zeros(self.shape[0], 0, dtype=COMPUTE_DTYPE, device=self.device),
+                     torch.zeros(self.shape[1], 0, dtype=COMPUTE_DTYPE, device=self.device))
             else:
                 Bs, As = self.stacks()
-                self._q = (torch.linalg.qr(Bs).Q, torch.linalg.qr(As).Q)
+                q = (torch.linalg.qr(Bs).Q, torch.linalg.qr(As).Q)
+            self._q = q
+            return q
         return self._q
 
     def release(self) -> None:

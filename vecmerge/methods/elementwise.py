@@ -27,7 +27,7 @@ torch happen inside the methods, so ``vecmerge --help`` stays fast.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import Problem
 from .base import Field, Method
@@ -69,14 +69,14 @@ class Elementwise(Method):
 
     operands = ("models",)
     space = "dense"
-    fields = (DENSITY, SPACE)
+    fields: ClassVar[tuple] = (DENSITY, SPACE)
     drop = "magnitude"
     combine = "sum"
 
     def space_for(self, params: dict) -> str:
         return "dense" if params.get("space", "full") == "full" else "core"
 
-    def validate(self, recipe) -> list[Problem]:
+    def validate(self, recipe) -> list:
         p = []
         density = recipe.params.get("density")
         if density is not None and density <= 0.0:
@@ -167,7 +167,7 @@ def tasks_of(x, full: bool) -> Tasks:
     floor = sum(abs(w) * m.floor for w, m in zip(x.weights, x.models))
     if full:
         Qb, Qa = space.bases()
-        kept = {} if 8 * n * rows * cols <= KEEP_BYTES else None
+        kept: dict | None = {} if 8 * n * rows * cols <= KEEP_BYTES else None
 
         def task_rows(i: int, r0: int, r1: int):
             blk = kept.get((i, r0, r1)) if kept is not None else None

@@ -10,6 +10,7 @@ at a time, cut to ``rank``) or ``core`` (the module's principal bases, never den
 
 from __future__ import annotations
 
+from ..errors import Problem
 from .base import Field
 from .elementwise import DENSITY, LAMBDA, NORMALIZE_HELP, SEED, SPACE, Elementwise, generator, module_densities
 
@@ -39,8 +40,8 @@ class Generalized(Elementwise):
     sparsify = "outliers"
     consensus = "none"
 
-    def validate(self, recipe) -> list[str]:
-        p = super().validate(recipe)
+    def validate(self, recipe) -> list:
+        p: list[Problem | str] = list(super().validate(recipe))
         eps = recipe.params.get("epsilon")
         if self.sparsify == "della" and eps is not None:
             ds = [e.get("density") for e in recipe.models or []] + [recipe.params.get("density")]

@@ -44,5 +44,5 @@ class ModelStock(Method):
                 mean = mean + m
             return mean * (t / n)
         L = torch.stack(rows_of(x))  # (n, out, q): rows of the updates in Qa's coordinates
-        t = model_stock_ratio(torch.einsum("iok,jok->ijo", L, L))
-        return from_rows(x, t[:, None] * L.mean(dim=0))
+        ratios = model_stock_ratio(torch.einsum("iok,jok->ijo", L, L))
+        return from_rows(x, ratios[:, None] * L.mean(dim=0))

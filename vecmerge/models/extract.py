@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -317,11 +316,8 @@ def cut_all(ex: Extraction, sink, progress=None) -> None:
 def _refuse_non_finite(name: str, *sides) -> None:
     """A ModelError naming the tensor and the model(s) holding its NaN/Inf values (a float64 difference of two
     finite tensors is finite, so one of them is not)."""
-    held = [(m, int((~torch.isfinite(t)).sum())) for m, t in sides]
-    held = [f"{m.flag} {m.path} ({n} NaN/Inf value(s))" for m, n in held if n]
+    counts = [(m, int((~torch.isfinite(t)).sum())) for m, t in sides]
+    held = [f"{m.flag} {m.path} ({n} NaN/Inf value(s))" for m, n in counts if n]
     raise ModelError(f"tensor {name} holds NaN/Inf values in {' and '.join(held) or 'neither model (overflow)'}; "
                      "extract needs finite weights: check or re-save that model")
 
-
-def base_model_name(path: Path) -> str:
-    return str(Path(path).resolve())

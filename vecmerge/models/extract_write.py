@@ -69,7 +69,10 @@ class _Factors:
     """Each module's rounded factors appended to a scratch file; what the final file needs is remembered."""
 
     def __init__(self, path: Path, dtype: str):
-        self.path, self.dtype, self.entries, self.specs, self.written = path, dtype, [], {}, {}
+        self.path, self.dtype = path, dtype
+        self.entries: list = []
+        self.specs: dict = {}
+        self.written: dict = {}
         self._f = open(path, "xb")
         self._off = 0
 

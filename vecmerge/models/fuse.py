@@ -244,7 +244,8 @@ def _out_code(code: str, dtype: str | None) -> str:
 
 
 def _write(tmp: Path, a: Adapter, base: ModelFolder, mods: dict, saved: dict, dtype, progress) -> dict:
-    files, modules = {}, {}
+    files: dict[str, str] = {}
+    modules: dict[str, dict] = {}
     copied = converted = 0
     total_size, wmap = 0, {}
     order = base.in_file_order()

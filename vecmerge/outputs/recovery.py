@@ -31,7 +31,7 @@ from .rename import SwapUnsupported, exchange, fsync_path, rename_noreplace
 try:
     import fcntl
 except ImportError:  # Windows: no flock, so a leftover cannot be told dead; recover() leaves them all
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]
 
 PARTIAL_MARKER = ".vecmerge-partial"
 STAGE_RE = re.compile(r"\.(?P<name>.+)\.tmp-[A-Za-z0-9_]+")
@@ -110,7 +110,7 @@ def _read_journal(journal: Path, wrapper: Path) -> dict | None:
         members = plan["members"]
         ok = plan["state"] in ("committing", "done") and all(
             Path(m["wrapper"]).parent == Path(m["target"]).parent
-            and STAGE_RE.fullmatch(Path(m["wrapper"]).name).group("name") == Path(m["target"]).name
+            and _stage_name(Path(m["wrapper"]).name) == Path(m["target"]).name
             and len(m["new"]) == 2 for m in members) and str(wrapper) in [m["wrapper"] for m in members]
     except (ParseError, KeyError, TypeError, AttributeError):
         return None
@@ -153,6 +153,12 @@ def undo(target: Path, wrapper: Path, new_id: tuple) -> bool:
 
 
 # ------------------------------------------------------------------------------- shared primitives
+def _stage_name(name: str) -> str | None:
+    """The target's name a staging wrapper's name carries (``.NAME.tmp-XXXX``), or None."""
+    m = STAGE_RE.fullmatch(name)
+    return None if m is None else m.group("name")
+
+
 def file_id(path) -> tuple[int, int] | None:
     """(device, inode) of ``path`` itself (a link is not followed), or None if it does not exist."""
     try:
@@ -173,7 +179,7 @@ def read_marker(wrapper: Path) -> dict | None:
         return None
     if not isinstance(info, dict) or info.get("tool") != "vecmerge" or not isinstance(info.get("journal"), str):
         return None
-    if STAGE_RE.fullmatch(wrapper.name).group("name") != info.get("target"):
+    if _stage_name(wrapper.name) != info.get("target"):
         return None
     return info
 

@@ -217,7 +217,7 @@ class OutputTransaction:
                     raise _appeared(m)
                 self._check(m.shown, m.flag, m.kind, m.expected)
         journal = self.members[0].wrapper / JOURNAL
-        plan = [{"target": str(m.target), "wrapper": str(m.wrapper), "new": list(file_id(m.payload))}
+        plan = [{"target": str(m.target), "wrapper": str(m.wrapper), "new": list(_staged_id(m.payload))}
                 for m in self.members]
         write_json(journal, {"state": "committing", "members": plan})
         _checkpoint("journal")
@@ -236,9 +236,9 @@ class OutputTransaction:
                     failed.append((m, e2))
             if failed:
                 self._release("failed")
-                m, e2 = failed[0]
+                m, second = failed[0]
                 raise OutputError(f"{m.flag} {m.shown}: writing failed ({e}) and restoring the old output failed "
-                                  f"too ({e2}); it is kept in {m.wrapper}, and the next vecmerge run writing to "
+                                  f"too ({second}); it is kept in {m.wrapper}, and the next vecmerge run writing to "
                                   f"{m.target.parent} restores it") from e
             raise
         _checkpoint("done")
@@ -269,6 +269,14 @@ class OutputTransaction:
         self.state = state
 
 
+def _staged_id(payload: Path) -> tuple[int, int]:
+    """(device, inode) of a staged payload, which exists until the commit moves it."""
+    found = file_id(payload)
+    if found is None:
+        raise OutputError(f"{payload}: the staged output vanished before the commit; run again")
+    return found
+
+
 def _appeared(m: _Member) -> OutputError:
     return OutputError(f"{m.flag} {m.shown}: appeared while vecmerge was writing (another run?) and was left as "
                        f"is; pass --force to replace it, or choose another {m.flag}")
@@ -279,7 +287,7 @@ def _changed(m: _Member, old: Path | None = None) -> bool:
     old = m.payload if old is None else old
     if os.path.islink(old):
         return True
-    if m.folder:
+    if m.kind is None:  # a folder
         return not old.is_dir() or why_not_ours(old, m.expected) is not None
     return not old.is_file() or not is_kind(old, m.kind)
 

@@ -68,7 +68,8 @@ class Adapter:
         self.modules_to_save_policy = modules_to_save
         self.weights_path = self._find_weights()
         self._file, self._state = self._open()  # a checked safetensors file, or a .bin's tensors
-        self._experts = None  # (keys, A, B): the last wrapped parameter read whole from the file, for its experts
+        # (keys, A, B): the last wrapped parameter read whole from the file, for its experts
+        self._experts: tuple | None = None
         saved = [k for k in self.tensor_keys if "modules_to_save" in k]
         if (self.config.modules_to_save or saved) and modules_to_save != "drop":
             what = self.config.modules_to_save or sorted({k.split(".modules_to_save")[0] for k in saved})
@@ -101,13 +102,13 @@ class Adapter:
             return found
         raise AdapterError(f"{self.path}: no {SAFETENSORS_NAME} or {BIN_NAME}; copy the weights next to the config")
 
-    def _open(self) -> tuple[TensorFile | None, dict | None]:
-        """``(TensorFile, None)`` for safetensors (its header checked, through ``io.safetensors_read``), or
+    def _open(self) -> tuple[TensorFile | None, dict]:
+        """``(TensorFile, {})`` for safetensors (its header checked, through ``io.safetensors_read``), or
         ``(None, {key: tensor})`` for a ``.bin`` file (loaded with ``weights_only``)."""
         p = self.weights_path
         if p.suffix == ".safetensors":
             try:
-                return TensorFile(p, keep_open=False), None
+                return TensorFile(p, keep_open=False), {}
             except ModelError as e:
                 raise AdapterError(str(e)) from None
         try:
@@ -180,7 +181,7 @@ class Adapter:
         for mod, entry in parts.items():
             holder, depth = unwrap(mod)
             holders.setdefault(holder, {})[depth] = (mod, entry)
-        specs = {}
+        specs: dict = {}
         for holder, levels in sorted(holders.items()):
             if max(levels) > 0 or (param_candidates(self.config.raw, holder)
                                    and not targeted(self.config.raw, holder)):
@@ -349,7 +350,7 @@ class Adapter:
         if cached is None or cached[0] != spec.keys:
             cached = (spec.keys, self.tensor(spec.keys[0]), self.tensor(spec.keys[1]))
             self._experts = cached
-        return expert_factors(cached[1], cached[2], spec.rank, spec.experts, spec.expert)
+        return expert_factors(cached[1], cached[2], spec.rank, spec.experts, spec.expert or 0)
 
     def factors(self, module: str, device=None) -> LowRank:
         """Read one module as ``LowRank(lora_B, lora_A, scale)`` in its stored dtype, on ``device``.

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TypeGuard
 
 import torch
 
@@ -168,7 +169,7 @@ class LoraConfig:
     def scale_rule(self) -> str:
         return "alpha/sqrt(r) (rsLoRA)" if self.use_rslora else "alpha/r"
 
-def _is_int(x) -> bool:
+def _is_int(x) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
@@ -226,11 +227,6 @@ def module_layer(name: str) -> int | None:
         if part.isdigit():
             return int(part)
     return None
-
-
-def module_type(name: str) -> str:
-    """The last path component (``q_proj``); ``module_types`` tells apart types that share it."""
-    return name.rsplit(".", 1)[-1]
 
 
 def type_path(name: str) -> str:
@@ -308,7 +304,8 @@ def targeted(raw: dict, module: str, source=CONFIG_NAME) -> bool:
         rx = check_regex(pat, what="layers_pattern", source=source, wrap=lambda p: rf"(?:^|.*?\.){p}\.(?P<idx>\d+)\..*")
         i = first_match([rx], module, full=True, what=lambda i: "layers_pattern", source=source)
         if i is not None:
-            idx = int(rx.fullmatch(module)["idx"])
+            m = rx.fullmatch(module)
+            idx = int(m["idx"]) if m is not None else -1
             return idx == layers if isinstance(layers, int) else idx in layers
     return False
 
@@ -358,7 +355,7 @@ def param_candidates(raw: dict, module: str) -> dict[str, int]:
     return out
 
 
-def nesting_order(params) -> list[str]:
+def nesting_order(params) -> list[str] | None:
     """``params`` in the order PEFT wraps them (``PARAM_ORDER``); None if two or more are not in it."""
     known = [p for p in PARAM_ORDER if p in params]
     if len(params) > 1 and len(known) != len(set(params)):

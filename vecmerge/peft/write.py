@@ -270,7 +270,7 @@ def write_adapter(folder, written: dict, specs: dict, *, weights_sha256: str | N
     ranks = {specs[m].target: w.rank for m, w in written.items()}  # experts of a parameter share one r
     alphas = {specs[m].target: w.alpha for m, w in written.items()}
     config = build_config(template, specs, ranks, alphas, same_modules, lora_bias)
-    sha = weights_sha256 if weights_sha256 is not None else write_tensors(folder / SAFETENSORS_NAME, tensors)
+    sha = weights_sha256 if weights_sha256 is not None else write_tensors(folder / SAFETENSORS_NAME, tensors or {})
     (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     (folder / CARD_NAME).write_text(card)
     output = {**adapter_files(folder, SAFETENSORS_NAME, CONFIG_NAME, sha),

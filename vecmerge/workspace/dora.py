@@ -51,7 +51,7 @@ def as_factors(D: torch.Tensor) -> LowRank:
     return LowRank(torch.eye(out, dtype=D.dtype, device=D.device), D, 1.0)
 
 
-def dora_modules(adapter: Adapter, base: Path, device=None) -> dict[str, LowRank]:
+def dora_modules(adapter: Adapter, base: Path | None, device=None) -> dict[str, LowRank]:
     """Every module of a DoRA adapter as the exact factors of its effective update (see the module docstring).
 
     Args:

@@ -219,7 +219,7 @@ class Workspace:
         ``roots`` are the entries that declare ``parent: null``. Every reader of lineage gets it through here,
         so a cycle of parents is refused for all of them (LineageError naming the cycle).
         """
-        parents = {n: p for n, p in self.parents.items() if p is not None}
+        parents: dict[str, str | None] = {n: p for n, p in self.parents.items() if p is not None}
         roots = {n for n, p in self.parents.items() if p is None}
         todo, seen = [*self.adapters, *names], set()
         while todo:
@@ -307,7 +307,7 @@ def _entry(name: str, value, problems: list) -> dict | None:
     if not isinstance(path, str) or not path.strip():
         problems.append(f"adapters.{name}: path: {path!r} must be a folder")
         return None
-    out = {"path": path}
+    out: dict[str, str | None] = {"path": path}
     if "replicate_of" in value:
         of = value["replicate_of"]
         if of is not None and not (isinstance(of, str) and re.fullmatch(NAME_RE, of)):
