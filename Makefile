@@ -42,6 +42,7 @@ bench: install
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/bench_extract.py
 	$(PY) benchmarks/bench_probe.py
+	$(PY) benchmarks/bench_protect.py
 
 check: lint test
 
