@@ -71,13 +71,17 @@ def _backbone_updates(ev: Evaluation, model, modules: list) -> dict:
             bad.append(f"{m}: weight {tuple(weight.shape)}, the adapter's update {tuple(ev.specs[m].weight_shape)}")
             continue
         x = ev.operands["base"][m]
-        if ev.specs[m].kind != "linear" or x.norm() == 0.0:
+        if x.norm() == 0.0:
+            continue
+        if ev.specs[m].kind != "linear":
+            bad.append(f"{m}: the backbone adapts this {ev.specs[m].kind} module, and protection captures inputs with "
+                       "linear updates only (not supported yet)")
             continue
         lr = x.lowrank()
         out[m] = Update("linear", lr.A.float().to(weight.device), (lr.B * lr.scale).float().to(weight.device), 1.0)
     if bad:
-        raise ModelError(f"--base-model: {len(bad)} module(s) do not fit ({'; '.join(bad[:3])}); protect on the base "
-                         "model the adapters were trained on")
+        raise ModelError(f"--protect: {len(bad)} module(s) cannot be captured on --base-model ({'; '.join(bad[:3])}); "
+                         "use the base model the adapters were trained on, and adapters of linear modules")
     return out
 
 

@@ -53,8 +53,8 @@ def protector(recipe: dict, capture):
         names = list(recipe["protect"])
         out = {}
         for m in selected:
-            G = sum(grams[k][m] for k in names)
-            out[m] = energy_basis(G, energy)
+            if all(m in grams[k] for k in names):
+                out[m] = energy_basis(sum(grams[k][m] for k in names), energy)
         return out
 
     return protect, state

@@ -11,7 +11,6 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..errors import ModelError
@@ -19,7 +18,8 @@ from ..probe.prompts import read_prompts
 
 
 def capture_inputs(base_model: Path, backbone: dict, files: dict, modules: list) -> tuple[dict, dict]:
-    """``({set: {module: G (in, in) float64}}, {set: PromptSet})`` for every prompt file of ``files``.
+    """``({set: {module: G (in, in) float64}}, {set: PromptSet})`` for every prompt file of ``files`` (embedding
+    modules, which read token ids, are neither captured nor projected, as in the step).
 
     Args:
         base_model (Path): the transformers model folder. backbone (dict[str, tuple[ndarray, ndarray]]): module ->
@@ -51,6 +51,8 @@ def capture_inputs(base_model: Path, backbone: dict, files: dict, modules: list)
 
         return add
 
+    modules = [m for m in modules if not isinstance(model.get_submodule(m), torch.nn.Embedding)]  # ids: no rows
+    weights = {m: w for m, w in weights.items() if not isinstance(model.get_submodule(m), torch.nn.Embedding)}
     handles = [model.get_submodule(m).register_forward_hook(hook(m)) for m in sorted(set(modules) | set(weights))]
     grams = {}
     try:
@@ -59,7 +61,7 @@ def capture_inputs(base_model: Path, backbone: dict, files: dict, modules: list)
                 rows.clear()
                 for it in ps.items:
                     model(input_ids=torch.tensor([list(it.prompt_ids + it.target_ids)]), use_cache=False)
-                grams[k] = {m: rows.get(m, np.zeros((1, 1))) for m in modules}
+                grams[k] = {m: rows[m] for m in modules if m in rows}
     finally:
         for h in handles:
             h.remove()
