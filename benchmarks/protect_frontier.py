@@ -5,8 +5,8 @@ backbone ``bb`` learns tasks 1 and 2; trained further on task 0 alone it becomes
 ``t0 - bb`` raises task 0 and pulls the other markers toward task 0's answers. For each trust (a share of the
 backbone's norm) the plain step and the step protected on tasks 1 and 2 at each energy E are written by
 ``vecmerge.pipeline.run`` and probed per task by ``vecmerge.probe`` (mean target log-likelihood per item). The
-table goes to stdout and ``OUT/frontier.md`` (raw: ``OUT/frontier.json``); ``tests/pipeline/test_protection_trained.py``
-holds the same set-up as a test.
+table goes to stdout and ``OUT/frontier.md`` (raw: ``OUT/frontier.json``), the plot to ``OUT/frontier.png``;
+``tests/pipeline/test_protection_trained.py`` holds the same set-up as a test.
 """
 
 from __future__ import annotations
@@ -118,6 +118,10 @@ def main(argv=None) -> int:
     print(table)
     (root / "frontier.md").write_text(table + "\n")
     (root / "frontier.json").write_text(json.dumps(raw, indent=1))
+    from vecmerge.report.protect import frontier_png
+
+    frontier_png([{"trust": r["trust"], "energy": r["energy"], "gain": r["gain_t0"], "drops": [r["drop_t1"],
+                  r["drop_t2"]]} for r in raw], root / "frontier.png")
     return 0
 
 
