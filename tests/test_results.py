@@ -13,7 +13,7 @@ from vecmerge.analysis.inspect import AdapterSummary, describe
 from vecmerge.outputs.manifest import jsonable
 from vecmerge.report.format import to_json
 from vecmerge.results import Result, json_field
-from vecmerge.verify.checks import VerifyReport, check, result
+from vecmerge.verify.report import VerifyReport, check, result
 from vecmerge.workspace.names import Workspace
 
 
@@ -76,7 +76,7 @@ def test_verify_results_are_typed_and_keep_their_extra_keys():
 
 
 def test_verify_output_returns_its_json(toy, run_cli):
-    from vecmerge.verify.output import verify_identities
+    from vecmerge.verify.checks.output import verify_identities
 
     rep = verify_identities([Workspace().adapter(n, "drop") for n in ("v51", "v54")], labels=["v51", "v54"])
     assert isinstance(rep, VerifyReport) and rep.kind == "identities" and rep.passed == rep["passed"]
@@ -89,7 +89,7 @@ def test_extract_fuse_and_their_verify_are_typed_results_that_read_as_their_mani
 
     from vecmerge.models.extract_write import ExtractReport, extract
     from vecmerge.models.fuse import FuseReport, fuse
-    from vecmerge.verify.output import verify_output
+    from vecmerge.verify.checks.output import verify_output
 
     base, tuned = make_pair(tmp_path / "pair", "qwen3")
     lora = extract(base, tuned, tmp_path / "lora", rank="2", others="drop")

@@ -19,101 +19,94 @@ from typing import TYPE_CHECKING
 
 from .version import __version__
 
-# name -> the module that owns it (relative to the package)
-_API = {
-    # adapters and their algebra
-    "Adapter": "peft.adapter", "LoraConfig": "peft.format", "write_adapter": "peft.write",
-    "LowRank": "linalg.lowrank", "combine": "linalg.lowrank",
-    "RankPolicy": "linalg.rank_policy", "cut": "linalg.rankcut",
-    "TaskVector": "workspace.taskvector", "linear_combination": "workspace.taskvector",
-    "Workspace": "workspace.names",
-    "parse": "expr", "LinearForm": "expr",
-    # recipes, the pipeline and verify
-    "Recipe": "recipe.recipe", "Consensus": "recipe.recipe", "load_recipe": "recipe.load",
-    "run": "pipeline.runner", "RunReport": "pipeline.runner", "evaluate": "pipeline.evaluation",
-    "verify_output": "verify.output", "VerifyReport": "verify.checks",
-    # measuring
-    "describe": "analysis.inspect", "AdapterSummary": "analysis.inspect",
-    "audit_trajectories": "analysis.audit", "audit_pairwise": "analysis.audit",
-    "AuditReport": "analysis.audit", "PairwiseReport": "analysis.audit",
-    # whole models
-    "extract": "models.extract_write", "fuse": "models.fuse", "ExtractReport": "models.extract_write",
-    "FuseReport": "models.fuse",
-    # merge methods
-    "Method": "methods.base", "Field": "methods.base", "register": "methods.registry",
-    "get_method": "methods.registry",
-    # evidence
-    "Ledger": "evidence.ledger", "evaluate_gate": "evidence.gate", "GateConfig": "evidence.gate",
-    "GateFacts": "evidence.gate", "GateResult": "evidence.gate", "import_files": "evidence.importers",
-    "summarize_records": "evidence.stats", "runs_by_model": "evidence.stats", "compare_records": "evidence.compare",
-    "pooled_noise": "evidence.noise",
-    # the toy trajectories the demo trains (tiny random Qwen3 + LoRA), for trying things out
-    "make_trajectories": "demo.trajectories", "run_demo": "demo.run",
-    # errors
-    "VecmergeError": "errors", "UsageError": "errors", "AdapterError": "errors", "AlignmentError": "errors",
-    "ExpressionError": "errors", "WorkspaceError": "errors", "RecipeError": "errors", "NumericError": "errors",
-    "ModelError": "errors", "OutputError": "errors", "MergeArgumentError": "errors", "SVDInputError": "errors",
-    "EvidenceError": "errors", "LineageError": "errors", "CheckFailed": "errors", "Problem": "errors",
-}
-_RENAMED = {"load_recipe": "load", "get_method": "get"}  # public name -> the owner's own name
+# The public API, written once: the imports below are what type checkers and IDEs see; at run time nothing is
+# imported until a name is used (``__getattr__``), and ``_API`` and ``__all__`` are read from these lines.
+if TYPE_CHECKING:
+    from .analysis.audit import AuditReport as AuditReport
+    from .analysis.audit import PairwiseReport as PairwiseReport
+    from .analysis.audit import audit_pairwise as audit_pairwise
+    from .analysis.audit import audit_trajectories as audit_trajectories
+    from .analysis.inspect import AdapterSummary as AdapterSummary
+    from .analysis.inspect import describe as describe
+    from .demo.run import run_demo as run_demo
+    from .demo.trajectories import make_trajectories as make_trajectories
+    from .errors import AdapterError as AdapterError
+    from .errors import AlignmentError as AlignmentError
+    from .errors import CheckFailed as CheckFailed
+    from .errors import EvidenceError as EvidenceError
+    from .errors import ExpressionError as ExpressionError
+    from .errors import LineageError as LineageError
+    from .errors import MergeArgumentError as MergeArgumentError
+    from .errors import ModelError as ModelError
+    from .errors import NumericError as NumericError
+    from .errors import OutputError as OutputError
+    from .errors import Problem as Problem
+    from .errors import RecipeError as RecipeError
+    from .errors import SVDInputError as SVDInputError
+    from .errors import UsageError as UsageError
+    from .errors import VecmergeError as VecmergeError
+    from .errors import WorkspaceError as WorkspaceError
+    from .evidence.gate.gate import GateConfig as GateConfig
+    from .evidence.gate.gate import GateFacts as GateFacts
+    from .evidence.gate.gate import GateResult as GateResult
+    from .evidence.gate.gate import evaluate_gate as evaluate_gate
+    from .evidence.importers.importers import import_files as import_files
+    from .evidence.judge.compare import compare_records as compare_records
+    from .evidence.ledger.ledger import Ledger as Ledger
+    from .evidence.stats.noise import pooled_noise as pooled_noise
+    from .evidence.stats.stats import runs_by_model as runs_by_model
+    from .evidence.stats.stats import summarize_records as summarize_records
+    from .expr import LinearForm as LinearForm
+    from .expr import parse as parse
+    from .linalg.lowrank import LowRank as LowRank
+    from .linalg.lowrank import combine as combine
+    from .linalg.rank_policy import RankPolicy as RankPolicy
+    from .linalg.rankcut import cut as cut
+    from .methods.base import Field as Field
+    from .methods.base import Method as Method
+    from .methods.registry import get as get_method  # noqa: F401 (public under another name)
+    from .methods.registry import register as register
+    from .models.extract_write import ExtractReport as ExtractReport
+    from .models.extract_write import extract as extract
+    from .models.fuse import FuseReport as FuseReport
+    from .models.fuse import fuse as fuse
+    from .peft.adapter import Adapter as Adapter
+    from .peft.format import LoraConfig as LoraConfig
+    from .peft.write import write_adapter as write_adapter
+    from .pipeline.evaluation import evaluate as evaluate
+    from .pipeline.runner import RunReport as RunReport
+    from .pipeline.runner import run as run
+    from .recipe.load import load as load_recipe  # noqa: F401 (public under another name)
+    from .recipe.recipe import Consensus as Consensus
+    from .recipe.recipe import Recipe as Recipe
+    from .verify.checks.output import verify_output as verify_output
+    from .verify.report import VerifyReport as VerifyReport
+    from .workspace.names import Workspace as Workspace
+    from .workspace.taskvector import TaskVector as TaskVector
+    from .workspace.taskvector import linear_combination as linear_combination
 
-if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`` imports on first use
-    from .analysis.audit import AuditReport, PairwiseReport, audit_pairwise, audit_trajectories
-    from .analysis.inspect import AdapterSummary, describe
-    from .demo.run import run_demo
-    from .demo.trajectories import make_trajectories
-    from .errors import (
-        AdapterError,
-        AlignmentError,
-        CheckFailed,
-        EvidenceError,
-        ExpressionError,
-        LineageError,
-        MergeArgumentError,
-        ModelError,
-        NumericError,
-        OutputError,
-        Problem,
-        RecipeError,
-        SVDInputError,
-        UsageError,
-        VecmergeError,
-        WorkspaceError,
-    )
-    from .evidence.compare import compare_records
-    from .evidence.gate import GateConfig, GateFacts, GateResult, evaluate_gate
-    from .evidence.importers import import_files
-    from .evidence.ledger import Ledger
-    from .evidence.noise import pooled_noise
-    from .evidence.stats import runs_by_model, summarize_records
-    from .expr import LinearForm, parse
-    from .linalg.lowrank import LowRank, combine
-    from .linalg.rank_policy import RankPolicy
-    from .linalg.rankcut import cut
-    from .methods.base import Field, Method
-    from .methods.registry import get as get_method
-    from .methods.registry import register
-    from .models.extract_write import ExtractReport, extract
-    from .models.fuse import FuseReport, fuse
-    from .peft.adapter import Adapter
-    from .peft.format import LoraConfig
-    from .peft.write import write_adapter
-    from .pipeline.evaluation import evaluate
-    from .pipeline.runner import RunReport, run
-    from .recipe.load import load as load_recipe
-    from .recipe.recipe import Consensus, Recipe
-    from .verify.checks import VerifyReport
-    from .verify.output import verify_output
-    from .workspace.names import Workspace
-    from .workspace.taskvector import TaskVector, linear_combination
+
+def _read_api() -> dict[str, tuple[str, str]]:
+    """``{public name: (owner module, the owner's own name)}`` from the ``TYPE_CHECKING`` imports of this file."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    return {a.asname or a.name: (str(imp.module), a.name)
+            for imp in block.body if isinstance(imp, ast.ImportFrom) for a in imp.names}
+
+
+_API = _read_api()
+__all__ = sorted(_API) + ["__version__"]
 
 
 def __getattr__(name: str):
     if name in _API:
         import importlib
 
-        module = importlib.import_module(f".{_API[name]}", __name__)
-        value = getattr(module, _RENAMED.get(name, name))
+        owner, own_name = _API[name]
+        value = getattr(importlib.import_module(f".{owner}", __name__), own_name)
         globals()[name] = value  # once imported, a plain attribute
         return value
     raise AttributeError(f"module 'vecmerge' has no attribute {name!r}")
@@ -121,16 +114,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_API))
-
-
-__all__ = [  # the public API (every name of _API), literal so that linters and type checkers read it
-    "Adapter", "AdapterError", "AdapterSummary", "AlignmentError", "AuditReport", "CheckFailed", "Consensus",
-    "EvidenceError", "ExpressionError", "ExtractReport", "Field", "FuseReport", "GateConfig", "GateFacts",
-    "GateResult", "Ledger", "LineageError", "LinearForm", "LoraConfig", "LowRank", "MergeArgumentError", "Method",
-    "ModelError", "NumericError", "OutputError", "PairwiseReport", "Problem", "RankPolicy", "Recipe", "RecipeError",
-    "RunReport", "SVDInputError", "TaskVector", "UsageError", "VecmergeError", "VerifyReport", "Workspace",
-    "WorkspaceError", "audit_pairwise", "audit_trajectories", "combine", "compare_records", "cut", "describe",
-    "evaluate", "evaluate_gate", "extract", "fuse", "get_method", "import_files", "linear_combination",
-    "load_recipe", "make_trajectories", "parse", "pooled_noise", "register", "run", "run_demo", "runs_by_model",
-    "summarize_records", "verify_output", "write_adapter", "__version__",
-]

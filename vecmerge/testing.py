@@ -16,7 +16,7 @@ import torch
 from .errors import few
 from .linalg.lowrank import LowRank, relative_error
 from .peft.format import CONFIG_NAME, DTYPES, SAFETENSORS_NAME, factor_keys, peft_scale
-from .verify.output import verify_output
+from .verify.checks.output import verify_output
 from .workspace.taskvector import TaskVector
 
 QWEN3_TYPES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -17,7 +17,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 from scipy import stats
 
-from vecmerge.evidence.ledger import Ledger
+from vecmerge.evidence.ledger.ledger import Ledger
 
 FIX = Path(__file__).parents[1] / "fixtures" / "lm_eval"
 V51 = [1.0180, 0.9895, 1.0004, 1.0105, 1.0142]

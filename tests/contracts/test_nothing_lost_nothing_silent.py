@@ -367,7 +367,7 @@ def test_verify_does_not_pass_a_recipe_that_overflows(toy, run_cli):
 
 
 def test_a_nan_figure_never_passes():
-    from vecmerge.verify.files import differences, figures_check
+    from vecmerge.verify.checks.files import differences, figures_check
 
     nan = float("nan")
     assert differences(nan, nan, "x") and differences(1.0, nan, "x") and differences(nan, 1.0, "x")

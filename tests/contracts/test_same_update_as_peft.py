@@ -25,7 +25,7 @@ import torch
 from vecmerge.linalg.merge_kernels import module_seed
 from vecmerge.pipeline import run
 from vecmerge.recipe.recipe import Recipe
-from vecmerge.verify.output import verify_output
+from vecmerge.verify.checks.output import verify_output
 from vecmerge.workspace.names import Workspace
 
 pytestmark = pytest.mark.slow

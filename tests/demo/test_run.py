@@ -49,7 +49,7 @@ def test_demo_records_real_evaluations_and_gates_the_merge(small_demo):
     Each run's value and sub-scores are recomputed from the item records that follow it (exact means,
     rel 1e-12); the gate protects the three sub-tasks and shows them not worse.
     """
-    from vecmerge.evidence.ledger import Ledger
+    from vecmerge.evidence.ledger.ledger import Ledger
 
     out, text, _ = small_demo
     for cmd in ("$ vecmerge evidence import evals.csv", "$ vecmerge ls", "$ vecmerge evidence show",
@@ -92,7 +92,7 @@ def test_demo_closes_the_function_space_loop(small_demo):
     The probe's whole-run loglik of each model is the mean of its 64 item records (rel 1e-12), and the ranking's
     order is the order of the candidates' probe values (the fit's slope is positive: higher loglik, higher accuracy).
     """
-    from vecmerge.evidence.ledger import Ledger
+    from vecmerge.evidence.ledger.ledger import Ledger
 
     out, text, _ = small_demo
     for cmd in ("$ vecmerge evidence import history.csv", "$ vecmerge probe v28 v51 v54e2 v54 v28_h1",

@@ -29,7 +29,7 @@ from merge_references import (
 from vecmerge.errors import RecipeError
 from vecmerge.pipeline import run
 from vecmerge.recipe.recipe import Recipe
-from vecmerge.verify.output import verify_output
+from vecmerge.verify.checks.output import verify_output
 from vecmerge.workspace.names import Workspace
 
 W3 = [0.5, -1.0, 2.0]

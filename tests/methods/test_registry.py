@@ -16,7 +16,7 @@ from vecmerge.methods import Field, Method
 from vecmerge.pipeline import run
 from vecmerge.recipe.recipe import Recipe
 from vecmerge.report.merge import render_merge
-from vecmerge.verify.output import verify_output
+from vecmerge.verify.checks.output import verify_output
 from vecmerge.workspace.names import Workspace
 
 

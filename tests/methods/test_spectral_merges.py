@@ -16,7 +16,7 @@ from merge_references import iso_c, iso_cts, knots, svc, tsv_m
 from vecmerge.pipeline import run
 from vecmerge.recipe.recipe import Recipe
 from vecmerge.testing import toy_adapter
-from vecmerge.verify.output import verify_output
+from vecmerge.verify.checks.output import verify_output
 from vecmerge.workspace.names import Workspace
 
 W3 = [0.5, -1.0, 2.0]

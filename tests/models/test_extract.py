@@ -29,7 +29,7 @@ from safetensors.torch import load_file
 
 from vecmerge.errors import ModelError, UsageError, VecmergeError
 from vecmerge.models.extract_write import extract
-from vecmerge.verify.output import verify_output
+from vecmerge.verify.checks.output import verify_output
 
 F64 = torch.float64
 

@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 from vecmerge.errors import VecmergeError
 from vecmerge.models.extract_write import extract
 from vecmerge.models.fuse import fuse
-from vecmerge.verify.output import verify_output
+from vecmerge.verify.checks.output import verify_output
 
 pytestmark = pytest.mark.slow
 F64 = torch.float64

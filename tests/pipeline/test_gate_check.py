@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from vecmerge.evidence.ledger import Ledger
+from vecmerge.evidence.ledger.ledger import Ledger
 from vecmerge.testing import llm_shapes, toy_adapter, toy_trajectory
 from vecmerge.workspace.names import Workspace
 

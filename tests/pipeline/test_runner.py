@@ -97,7 +97,7 @@ def test_keep_base_keeps_the_backbones_scale(tmp_path, monkeypatch, run_cli, alp
     own (alpha/r, alpha/sqrt(r)); verify recomputes base + alpha * dir within the fp32 tolerance."""
     from vecmerge.peft.adapter import Adapter
     from vecmerge.testing import toy_adapter
-    from vecmerge.verify.output import verify_output
+    from vecmerge.verify.checks.output import verify_output
 
     monkeypatch.chdir(tmp_path)
     toy_adapter("b", rank=4, lora_alpha=4 * alpha_factor, rslora=rslora, seed=1)
@@ -118,7 +118,7 @@ def test_keep_base_of_a_silent_backbone_writes_the_step(tmp_path, monkeypatch, r
     (safetensors + PEFT's scale rule) within the fp32 tolerance, 1e-5 of each module's norm; verify passes."""
     from vecmerge.peft.adapter import Adapter
     from vecmerge.testing import toy_adapter
-    from vecmerge.verify.output import verify_output
+    from vecmerge.verify.checks.output import verify_output
 
     monkeypatch.chdir(tmp_path)
     toy_adapter("b", rank=4, lora_alpha=0.0, seed=1)
@@ -388,7 +388,7 @@ def test_project_multipliers_shape_the_direction_before_alpha(toy, dense_expr, d
         want = base[m] + alpha * shaped[m]
         assert float((got[m] - want).norm() / want.norm()) < 1e-6, m
     assert rep["multipliers"] == {m: 0.5 for m in d if "mlp" in m}
-    from vecmerge.verify.output import verify_output
+    from vecmerge.verify.checks.output import verify_output
 
     assert verify_output(toy / "half")["passed"]
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from vecmerge.errors import UsageError
-from vecmerge.evidence import pairs as pair_records
-from vecmerge.evidence.ledger import Ledger
+from vecmerge.evidence.ledger import pairs as pair_records
+from vecmerge.evidence.ledger.ledger import Ledger
 from vecmerge.peft.adapter import Adapter
 from vecmerge.probe import records
 from vecmerge.probe.prompts import read_prompts

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from vecmerge.peft.adapter import Adapter
-from vecmerge.verify.output import verify_output
+from vecmerge.verify.checks.output import verify_output
 from vecmerge.workspace.dora import as_factors, dora_update
 
 pytestmark = pytest.mark.slow

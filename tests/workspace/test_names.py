@@ -149,7 +149,7 @@ def test_a_cycle_of_replicates_or_of_parents_is_refused_naming_it(tmp_path):
 def test_no_key_of_the_workspace_or_its_gate_takes_a_direction(tmp_path):
     """Issue 23: ``higher_is_better: "yes"`` was taken as a direction; no workspace or gate key is one, so it is
     refused as unknown (directions come from --higher-is-better, lm-eval's booleans and the ledger)."""
-    from vecmerge.evidence.gate import GateConfig, GateConfigError
+    from vecmerge.evidence.gate.gate import GateConfig, GateConfigError
 
     (tmp_path / "vecmerge.yaml").write_text("adapters: {a: x}\nhigher_is_better: 'yes'\n")
     with pytest.raises(WorkspaceError, match=r"unknown key\(s\) \['higher_is_better'\]"):

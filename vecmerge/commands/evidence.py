@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import CheckFailed, UsageError, VecmergeError
-from ..evidence import operations as evidence
-from ..evidence.environment import EnvChoice
-from ..evidence.ledger import Ledger
+from ..evidence.ledger.environment import EnvChoice
+from ..evidence.ledger.ledger import Ledger
 from ..io.parse import ParseError, load_json
 from ..io.safe_text import printable
 from ..outputs.transaction import PNG, OutputPolicy, write_file
@@ -19,6 +18,7 @@ from ..report import rank as report_rank
 from ..report.format import to_json
 from ..workspace.base_model import declared_base
 from ..workspace.names import Workspace
+from . import operations as evidence
 from .progress import progress_bar
 
 

@@ -12,7 +12,7 @@ from ..report import evidence as report_evidence
 from ..report import verify as report_verify
 from ..report.format import to_json
 from ..report.merge import render_merge, render_modules
-from ..verify.output import verify_identities, verify_output
+from ..verify.checks.output import verify_identities, verify_output
 from ..workspace.names import Workspace
 from .evidence import gate_dict
 from .progress import progress_bar

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UsageError, shown
-from ..evidence.ledger import Ledger
+from ..evidence.ledger.ledger import Ledger
 from ..io.safe_text import printable
 from ..outputs.transaction import PNG, OutputPolicy, write_file
 from ..report import probe as report_probe

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from ..errors import UsageError
-from ..evidence import operations as evidence
-from ..evidence.environment import EnvChoice
-from ..evidence.ledger import Ledger
+from ..evidence.ledger.environment import EnvChoice
+from ..evidence.ledger.ledger import Ledger
 from ..io.safe_text import printable
 from ..report import rank as report_rank
 from ..report.format import to_json
 from ..workspace.names import Workspace
+from . import operations as evidence
 
 
 def rank(ws: Workspace, candidates: list[str], proxies: list[str], target: str | None = None, *,
          min_models: int | None = None, env=(), as_json: bool = False, echo=print) -> dict:
-    """``vecmerge rank CANDIDATES... --proxy P[,P2] [--target T]``: ``evidence.operations.rank``.
+    """``vecmerge rank CANDIDATES... --proxy P[,P2] [--target T]``: ``commands.operations.rank``.
 
     Args:
         ws (Workspace): the ledger and the candidates' current hashes. candidates (list[str]): names or folders.

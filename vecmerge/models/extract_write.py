@@ -9,7 +9,7 @@ safetensors file is then streamed from the scratch file and, for ``modules_to_sa
 ``vecmerge.json`` (``kind: extract``) records both models' file hashes, the settings, every module's
 rank, method, total and dropped energy, kept share and relative error, every other differing tensor and
 what was done with it (the common part through ``outputs.manifest``); ``vecmerge verify`` re-derives the
-output from it (``verify.models``).
+output from it (``verify.checks.models``).
 """
 
 from __future__ import annotations

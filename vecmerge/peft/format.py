@@ -10,7 +10,7 @@ What PEFT writes and reads, and how it resolves a module's update ``scale * B @ 
 - which modules a config targets (``targeted``: PEFT's ``check_target_module_exists`` rule);
 - LoRA on raw parameters (``target_parameters``, PEFT's ``ParamWrapper``: MoE models' fused 3-D experts).
 
-Used by the reader (``adapter.py``), the writer (``write.py``) and ``testing`` (not by ``verify.lora_terms``).
+Used by the reader (``adapter.py``), the writer (``write.py``) and ``testing`` (not by ``verify.independent``).
 """
 
 from __future__ import annotations

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 from ..analysis.consensus import summarize as summarize_consensus
 from ..errors import CheckFailed, RecipeError, UsageError, VecmergeError, shown
-from ..evidence.gate import GateConfig, GateFacts, GateResult, evaluate_gate
-from ..evidence.gate_facts import gate_evidence
-from ..evidence.ledger import Ledger
+from ..evidence.gate.gate import GateConfig, GateFacts, GateResult, evaluate_gate
+from ..evidence.gate.gate_facts import gate_evidence
+from ..evidence.ledger.ledger import Ledger
 from ..expr import parse
 from ..recipe.recipe import Recipe
 from ..workspace.base_model import declared_base

@@ -24,8 +24,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
-from ..evidence import pairs as pair_records
-from ..evidence.ledger import Entry, Ledger
+from ..evidence.ledger import pairs as pair_records
+from ..evidence.ledger.ledger import Entry, Ledger
 from .prompts import PromptSet
 
 ITEM_METRICS = ("loglik", "exact", "first_rank")

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ModelError, UsageError
-from ..evidence.ledger import Ledger
+from ..evidence.ledger.ledger import Ledger
 from ..io.files import check_folder
 from ..peft.adapter import Adapter
 from . import records

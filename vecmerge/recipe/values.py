@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import Problem
-from ..evidence.gate import GateConfig, GateConfigError
+from ..evidence.gate.gate import GateConfig, GateConfigError
 from ..expr import parse
 from ..io.parse import ParseError, safe_path, short
 from ..linalg.rank_policy import RankPolicy

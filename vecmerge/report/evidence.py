@@ -343,7 +343,7 @@ def plot_show(d: dict, f) -> None:
     Single runs are drawn as hollow points without a bar (one run has no spread). One panel per metric.
 
     Args:
-        d (dict): ``evidence.operations.show``'s result. f (BinaryIO): where the PNG goes
+        d (dict): ``commands.operations.show``'s result. f (BinaryIO): where the PNG goes
             (``outputs.transaction.write_file`` stages it and moves it into place).
     """
     try:

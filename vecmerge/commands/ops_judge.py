@@ -1,0 +1,156 @@
+"""The evidence commands that judge models on the ledger's records: ``compare``, ``calibrate`` (with ``--loo``)
+and ``rank``.
+
+Each reads every metric in ONE eval environment (``environment.one_environment`` refuses two, naming the fields
+that differ) and returns JSON-ready data: the result's ``to_dict()`` with the environments it used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ..evidence import EvidenceError
+from ..evidence.judge.calibrate import calibrate_records
+from ..evidence.judge.compare import compare_records
+from ..evidence.judge.loo import calibrate_loo_records
+from ..evidence.judge.ranking import rank_candidates
+from ..evidence.judge.subscores import sub_keys
+from ..evidence.ledger.environment import EnvChoice, one_environment, records_of_one_environment
+from ..evidence.ledger.ledger import Ledger
+from ..evidence.stats.replicates import members
+from ..evidence.stats.stats import runs_by_model
+from .ops_ledger import check_known
+
+__all__ = ["compare_models", "calibrate_metrics", "calibrate_loo_metrics", "rank"]
+
+
+def _one_metric(ledger: Ledger, names: Sequence[str], metric: str | None, current_sha) -> str:
+    if metric is not None:
+        return metric
+    shared = stale = None
+    for n in names:
+        recs = ledger.records([n], current_sha=current_sha, include_stale=True)
+        mine, old = {r.metric for r in recs if not r.stale}, {r.metric for r in recs}
+        shared = mine if shared is None else shared & mine
+        stale = old if stale is None else stale & old
+    if len(shared) == 1:
+        return next(iter(shared))
+    if shared:
+        raise EvidenceError(f"{' and '.join(names)} share metrics {', '.join(sorted(shared))}; name one with --metric")
+    if stale:
+        gone = [n for n in names if not any(not r.stale for r in ledger.records([n], current_sha=current_sha,
+                                                                                 include_stale=True))]
+        raise EvidenceError(f"the records of {' and '.join(gone or names)} are stale: they measured other weights "
+                            f"than {'those names have' if len(gone) != 1 else 'it has'} now (sha256 changed); "
+                            "record new runs, or compare the old ones with --stale")
+    raise EvidenceError(f"{' and '.join(names)} share no metric; name one with --metric")
+
+
+def compare_models(ledger: Ledger, a: str, b: str, metric: str | None = None, *,
+                   current_sha: Mapping[str, str | None] | None = None, include_stale: bool = False,
+                   confidence: float = 0.95, detect: float | None = None, min_runs: int = 2,
+                   target: str | None = None, margin: float | None = None, env: EnvChoice | None = None,
+                   replicates: Mapping[str, Sequence[str]] | None = None) -> dict:
+    """``vecmerge evidence compare A B [--metric M] [--detect D] [--target K] [--margin M] [--env ID|K=V]``:
+    ``compare.compare_records`` over the ledger, every sub-score included (``target``: the one being raised; ``margin``:
+    for all), in ONE eval environment: A's and B's records (their replicates' too) must share one, or ``env``
+    must pick it, else "not the same measurement" naming the fields that differ.
+
+    The pooled noise is over every model's current runs of the metric in that environment. Returns
+    ``Comparison.to_dict()``.
+    """
+    check_known(ledger, [a, b], metric)
+    metric = _one_metric(ledger, [a, b], metric, current_sha)
+    records = ledger.records(metric=metric, current_sha=current_sha, include_stale=include_stale)
+    chosen, records = records_of_one_environment(records, members([a, b], replicates), env,
+                                                 f"{a} and {b} on {metric}")
+    stale = {n: sum(r.stale for r in ledger.records([n], metric, current_sha=current_sha, include_stale=True))
+             for n in (a, b)} if not include_stale else {}
+    gone = [n for n in (a, b) if stale.get(n) and not any(r.model == n for r in records)]
+    if gone and len(gone) == len({a, b}):
+        raise EvidenceError(f"every record of {' and '.join(gone)} on {metric} is stale: it measured other weights "
+                            "than the name has now (sha256 changed); record new runs, or compare the old ones "
+                            "with --stale")
+    if target is not None and target not in (known := sub_keys(records, [a, b])):
+        raise EvidenceError(f"--target {target}: {a} and {b} recorded no such sub-score of {metric}; known: "
+                            f"{', '.join(known) or 'none'}")
+    out = compare_records(a, b, records, metric=metric, higher_is_better=ledger.direction(metric),
+                          confidence=confidence, detect=detect, min_runs=min_runs, target=target, margins=margin,
+                          margin_source="--margin", replicates=replicates,
+                          env=chosen.to_dict() if chosen else None).to_dict()
+    out["reasons"] += [f"{n}: its {stale[n]} record(s) on {metric} are stale (they measured other weights; --stale "
+                       "shows them)" for n in gone]
+    return out
+
+
+def calibrate_metrics(ledger: Ledger, proxy: str, target: str, *,
+                      current_sha: Mapping[str, str | None] | None = None, env: EnvChoice | None = None,
+                      **options) -> dict:
+    """``vecmerge evidence calibrate --proxy P --target T [--min-models N] [--env ID|K=V ...]``:
+    ``Calibration.to_dict()`` with ``environments`` (proxy and target: the one environment each was measured
+    under; several for one metric are refused, naming the fields: ``--env`` picks, an id per metric)."""
+    check_known(ledger, [], proxy)
+    check_known(ledger, [], target)
+    records = ledger.records(current_sha=current_sha)
+    used, chosen = [], {}
+    for metric in (proxy, target):
+        e, recs = one_environment([r for r in records if r.metric == metric], env, f"calibrate: {metric}")
+        used += recs
+        chosen[metric] = e.to_dict() if e else None
+    out = calibrate_records(used, proxy, target, directions=ledger.directions(), **options).to_dict()
+    return {**out, "environments": chosen}
+
+
+def _one_environment_each(records, metrics, env, what: str) -> tuple[list, dict]:
+    """The records of ``metrics``, each metric in its one eval environment (``environment.one_environment``), and
+    ``{metric: that environment's dict}``."""
+    used, chosen = [], {}
+    for metric in metrics:
+        e, recs = one_environment([r for r in records if r.metric == metric], env, f"{what}: {metric}")
+        used += recs
+        chosen[metric] = e.to_dict() if e else None
+    return used, chosen
+
+
+def calibrate_loo_metrics(ledger: Ledger, proxies: Sequence[str], target: str, *,
+                          current_sha: Mapping[str, str | None] | None = None, env: EnvChoice | None = None,
+                          **options) -> dict:
+    """``vecmerge evidence calibrate --proxy P1[,P2...] --target T --loo [--env ...]``: ``HeldOutCalibration.to_dict()``
+    with ``environments`` (each metric in one eval environment, as ``calibrate_metrics``)."""
+    for metric in (*proxies, target):
+        check_known(ledger, [], metric)
+    used, chosen = _one_environment_each(ledger.records(current_sha=current_sha), (*proxies, target), env, "calibrate")
+    out = calibrate_loo_records(used, list(proxies), target, directions=ledger.directions(), **options).to_dict()
+    return {**out, "environments": chosen}
+
+
+def rank(ledger: Ledger, candidates: Sequence[str], proxies: Sequence[str], target: str | None = None, *,
+         current_sha: Mapping[str, str | None] | None = None, env: EnvChoice | None = None, **options) -> dict:
+    """``vecmerge rank CANDIDATES... --proxy P [--target T] [--env ...]``: ``ranking.rank_candidates`` over the ledger.
+
+    Each candidate's value of a proxy is the mean of its current whole runs (``vecmerge probe`` writes one); with a
+    target, the proxies are calibrated leave-one-model-out on the past models (the candidates left out) first. Each
+    metric is read in one eval environment, as ``calibrate_metrics`` reads it.
+
+    Returns:
+        dict: ``Ranking.to_dict()`` with ``environments``.
+    """
+    metrics = (*proxies, *([target] if target else []))
+    for metric in metrics:
+        check_known(ledger, [], metric)
+    records, chosen = _one_environment_each(ledger.records(current_sha=current_sha), metrics, env, "rank")
+    means = {p: {m: sum(v) / len(v) for m, v in runs_by_model(r for r in records if r.metric == p).items()}
+             for p in proxies}
+    missing = [f"{c} ({p})" for p in proxies for c in candidates if c not in means[p]]
+    if missing:
+        raise EvidenceError(f"no current whole-run record of {', '.join(missing[:4])}"
+                            f"{' and more' if len(missing) > 4 else ''} in {ledger.path}; record it first "
+                            "(vecmerge probe CANDIDATE --prompts FILE, or evidence add)")
+    values = {p: {c: means[p][c] for c in candidates} for p in proxies}
+    history = {p: {m: v for m, v in means[p].items() if m not in values[p]} for p in proxies}
+    calibration = None
+    if target is not None:
+        calibration = calibrate_loo_records(records, list(proxies), target, directions=ledger.directions(),
+                                            exclude=candidates, **options)
+    out = rank_candidates(values, history=history, calibration=calibration, directions=ledger.directions())
+    return {**out.to_dict(), "environments": chosen}

@@ -1,0 +1,202 @@
+"""The evidence commands that record and read the ledger: ``add``, ``import``, ``export``, ``show`` and ``ls``'s rows.
+
+Each returns JSON-ready data (the CLI only parses flags and prints); ``operations`` gathers them with the
+others. ``check_known`` is the refusal every reading command shares: names or a metric the ledger never saw.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from ..evidence import EvidenceError
+from ..evidence.importers.importers import export_csv_text, import_files
+from ..evidence.judge.subscores import sub_runs
+from ..evidence.ledger.environment import EnvChoice, canonical_fields, environments
+from ..evidence.ledger.ledger import Entry, Ledger
+from ..evidence.ledger.suggest import close_name
+from ..evidence.stats.grades import detect_grid
+from ..evidence.stats.replicates import components
+from ..evidence.stats.stats import runs_by_model, summarize_records
+
+__all__ = ["add", "import_", "export", "show", "ls_rows", "check_known"]
+
+
+def add(ledger: Ledger, name: str, values: Sequence[float], *, metric: str, sha256: str | None,
+        subs: Mapping[str, float | Sequence[float]] | None = None, note: str | None = None,
+        higher_is_better: bool | None = None, env: Mapping[str, str] | None = None,
+        workspace_names: Iterable[str] = (), external: bool = False) -> dict:
+    """``vecmerge evidence add NAME VALUE... --metric M [--sub K=V[,V...]] [--env K=V] [--note] [--higher-is-better]``.
+
+    One transaction: the runs, and the metric's direction when given. A NAME that is no adapter here
+    (``sha256`` None) is an external model, unless it is within ``suggest.close_name`` of a workspace name and
+    new to the ledger: that is refused with "did you mean ...?" (``external`` records it anyway).
+
+    Args:
+        subs: sub-score -> one value per run (a list as long as ``values``; a single number for a single run).
+        env: the runs' eval environment fields (``environment.py``).
+        workspace_names: the workspace's adapter names (for the typo check).
+
+    Returns:
+        dict: ``{"model", "metric", "sha256", "values", "ids", "direction", "subs", "env", "external"}``.
+    """
+    names = set(workspace_names)
+    if sha256 is None and name not in names and not external and name not in ledger.models():
+        near = close_name(name, names)
+        if near is not None:
+            raise EvidenceError(f"{name} is not an adapter of this workspace: did you mean {near}? (to record an "
+                                f"external model of that name, add --external)")
+    values = list(values)
+    per_run: list[dict[str, float]] = [{} for _ in values]
+    for key, given in (subs or {}).items():
+        given = [given] if not isinstance(given, Sequence) else list(given)
+        if len(given) != len(values):
+            raise EvidenceError(f"{name}: --sub {key} has {len(given)} value(s) for {len(values)} run(s); give one "
+                                f"per run, in the runs' order: --sub {key}=V1,V2,...")
+        for run, v in zip(per_run, given):
+            run[key] = v
+    fields = canonical_fields(env or {}, "--env")
+    entries = [Entry(name, metric, v, sha256, s, note=note, env=fields) for v, s in zip(values, per_run)]
+    ids = ledger.write(entries, None if higher_is_better is None else {metric: higher_is_better})
+    return {"model": name, "metric": metric, "sha256": sha256, "values": values, "ids": ids,
+            "direction": ledger.direction(metric), "subs": {k: [r[k] for r in per_run] for k in (subs or {})},
+            "env": {"id": entries[0].environment.id, "fields": dict(fields)} if entries else None,
+            "external": sha256 is None and name not in names}
+
+
+def import_(ledger: Ledger, paths: Iterable[str], *,
+            current_sha: Mapping[str, str | None] | Callable[[str], str | None] | None = None,
+            model: str | None = None, cluster_field: str | None = None, task: str | None = None,
+            directions: Mapping[str, bool] | None = None, adapters=None, home=None,
+            env: Mapping[str, str] | None = None) -> dict:
+    """``vecmerge evidence import FILE... [--model NAME] [--cluster-field KEY] [--higher-is-better M] [--env K=V]``:
+    ``importers.import_files`` (``current_sha``: a mapping or a function of the model name; ``adapters`` and
+    ``home``: the workspace's, to match lm-eval's model paths)."""
+    return import_files(ledger, paths, sha_of=current_sha or {}, model=model, cluster_field=cluster_field, task=task,
+                        directions=directions, adapters=adapters, home=home, env=env)
+
+
+def export(ledger: Ledger, fmt: str = "csv", *, current_sha: Mapping[str, str | None] | None = None) -> str:
+    """``vecmerge evidence export --format csv|json``: every record (stale ones flagged) as text."""
+    rows = ledger.export(current_sha=current_sha)
+    if fmt == "csv":
+        return export_csv_text(rows)
+    if fmt == "json":
+        return json.dumps({"directions": ledger.directions(), "records": rows}, indent=2) + "\n"
+    raise EvidenceError(f"--format {fmt}: use csv or json")
+
+def check_known(ledger: Ledger, names: Iterable[str], metric: str | None) -> None:
+    """Refuse names with no records in the ledger, and a metric it never recorded (naming the known ones)."""
+    known = set(ledger.models())
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise EvidenceError(f"no records of {', '.join(missing)} in {ledger.path}; known: "
+                            f"{', '.join(sorted(known)) or 'none'}")
+    if metric is not None and metric not in ledger.metrics():
+        raise EvidenceError(f"metric {metric!r}: no records in {ledger.path}; known: "
+                            f"{', '.join(ledger.metrics()) or 'none'}")
+
+def show(ledger: Ledger, names: Sequence[str] | None = None, metric: str | None = None, *,
+         current_sha: Mapping[str, str | None] | None = None, include_stale: bool = False,
+         confidence: float = 0.95, env: EnvChoice | None = None, by: str | None = None,
+         replicates: Mapping[str, Sequence[str]] | None = None) -> dict:
+    """``vecmerge evidence show [NAME...] [--metric M] [--stale] [--env ID|K=V] [--by env]``: summaries per model,
+    sub-score and eval environment (never pooled across environments).
+
+    Returns:
+        dict: ``{"summaries": [Summary.to_dict()...] (each with its ``env`` id), "environments": [{"id", "fields",
+        "records", "models", "metrics"}], "by", "stale": [{"model", "metric", "records", "sha256s"}],
+        "item_level": [{"model", "metric", "items", "records"}], "grids": [{"metric", "sub", "env", **Grid}],
+        "replicates": [VarianceComponents.to_dict()], "directions": {...}, "include_stale"}``. Stale records are
+        counted in ``stale`` and enter the summaries only with ``include_stale``; ``env`` keeps only the records
+        of the environments it names. ``grids``: each metric and sub-score whose run values (one environment)
+        lie on a grid (``grades.detect_grid``). ``replicates``: each replicate group's variance components on
+        each metric and environment shown.
+    """
+    if by not in (None, "env"):
+        raise EvidenceError(f"--by {by}: env is the one grouping")
+    check_known(ledger, names or [], metric)
+    choice = env or EnvChoice()
+    every = [r for r in ledger.records(names, metric, current_sha=current_sha, include_stale=True)
+             if choice.matches(r.environment)]
+    used = [r for r in every if include_stale or not r.stale]
+    stale: dict[tuple[str, str], list] = {}
+    for r in every:
+        if r.stale:
+            stale.setdefault((r.model, r.metric), []).append(r.sha256)
+    items: dict[tuple[str, str], list] = {}
+    for r in used:
+        if r.is_item:
+            items.setdefault((r.model, r.metric), []).append(r.item)
+    envs = environments(used)
+    return {
+        "summaries": [s.to_dict() for s in summarize_records(used, confidence=confidence)],
+        "environments": [{**e.to_dict(), "records": len(rs), "models": sorted({r.model for r in rs}),
+                          "metrics": sorted({r.metric for r in rs})} for e, rs in envs.values()],
+        "by": by,
+        "stale": [{"model": m, "metric": k, "records": len(v), "sha256s": sorted({s or "" for s in v})}
+                  for (m, k), v in stale.items()],
+        "item_level": [{"model": m, "metric": k, "items": len(set(v)), "records": len(v)}
+                       for (m, k), v in items.items()],
+        "grids": [g for e, rs in envs.values() for g in _grids(rs, e.id)],
+        "replicates": _replicate_rows(used, replicates, confidence),
+        "directions": ledger.directions(), "include_stale": include_stale,
+    }
+
+
+def _grids(records, env_id: str) -> list[dict]:
+    """Every metric and sub-score whose whole-run values lie on a grid (``grades.detect_grid``)."""
+    out = []
+    for metric in dict.fromkeys(r.metric for r in records):
+        mine = [r for r in records if r.metric == metric]
+        series = {None: [v for vs in runs_by_model(mine).values() for v in vs]}
+        series.update({k: [v for vs in by_model.values() for v in vs]
+                       for k, by_model in sorted(sub_runs(mine).items())})
+        for sub, values in series.items():
+            grid = detect_grid(values)
+            if grid is not None:
+                out.append({"metric": metric, "sub": sub, "env": env_id, **grid.to_dict()})
+    return out
+
+
+def _replicate_rows(records, replicates, confidence: float) -> list[dict]:
+    """Variance components of every replicate group, per metric and environment of ``records``."""
+    out = []
+    for env, recs in environments(records).values():
+        for metric in dict.fromkeys(r.metric for r in recs):
+            runs = runs_by_model(r for r in recs if r.metric == metric)
+            for root in replicates or {}:
+                c = components(root, replicates, runs, metric=metric, env=env.id, confidence=confidence)
+                if c is not None:
+                    out.append(c.to_dict())
+    return out
+
+def ls_rows(entries: Mapping[str, Mapping], ledger: Ledger | None, *, metric: str | None = None) -> list[dict]:
+    """``vecmerge ls``: one row per workspace entry.
+
+    Args:
+        entries: name -> ``{"path", "sha256", "base_model", "parent"}`` (the caller reads the workspace).
+        ledger (Ledger | None): the evidence ledger (None: no runs column).
+        metric (str | None): the default metric for ``runs`` and ``mean``.
+
+    Returns:
+        list[dict]: ``{"name", "path", "sha256", "sha256_short", "base_model", "parent", "runs", "mean",
+        "stale", "environments"}`` with runs / mean / stale over current whole-run records of ``metric`` (None
+        without one); ``mean`` is None when the runs were made under several eval environments (never pooled).
+    """
+    current = {n: e.get("sha256") for n, e in entries.items()}
+    records = (ledger.records(list(entries), metric, current_sha=current, include_stale=True)
+               if ledger is not None and metric else [])
+    fresh = [r for r in records if not r.stale and not r.is_item]
+    old = runs_by_model(r for r in records if r.stale)
+    rows = []
+    for name, e in entries.items():
+        sha = e.get("sha256")
+        mine = [r for r in fresh if r.model == name]
+        runs, envs = [r.value for r in mine], len(environments(mine))
+        rows.append({"name": name, "path": e.get("path"), "sha256": sha, "sha256_short": sha[:12] if sha else None,
+                     "base_model": e.get("base_model"), "parent": e.get("parent"),
+                     "runs": len(runs) if metric else None,
+                     "mean": sum(runs) / len(runs) if runs and envs == 1 else None,
+                     "stale": len(old.get(name, [])) if metric else None, "environments": envs if metric else None})
+    return rows

@@ -1,0 +1,258 @@
+"""Read evaluations from CSV, lm-evaluation-harness results JSON and its ``--log_samples`` JSONL files.
+
+Every file is parsed completely before anything is written; all entries of one import go to the ledger in
+ONE transaction. A malformed input raises one EvidenceError whose message is one line naming the file,
+the row (1-based line number, or the JSON path) and the field, with a count of any further problems.
+
+Formats:
+    CSV        header with ``model,metric,value`` and optionally ``note``, ``stderr``, ``item``,
+               ``cluster``, ``subscore``, ``sha256``, ``sub.KEY`` columns (a run's sub-score KEY each;
+               ``subscore``: the sub-score an item-level row counts toward) and ``env.KEY`` columns (a field of
+               the row's eval environment, ``environment.py``; an empty cell: not recorded). The columns ``id``,
+               ``source``, ``created``, ``stale`` and ``env_id`` (written by ``export_csv_text``) are ignored. A
+               text cell that ``io.safe_text.spreadsheet_cell`` quoted (``'=...``) is read without its quote.
+    results    lm-eval's ``results_*.json``: per task, ``"METRIC,FILTER": value`` and
+               ``"METRIC_stderr,FILTER": value or "N/A"``; ``higher_is_better`` gives the directions; a group's
+               run carries each of its tasks (``group_subtasks``) as a sub-score.
+    samples    lm-eval's ``samples_TASK_*.jsonl`` (``--log_samples``): one line per document with
+               ``doc_id``, ``filter``, ``metrics`` (names) and one value per metric: item-level records.
+
+The lm-eval readers live in ``lm_eval.py`` (metric names ``TASK/METRIC`` or ``TASK/METRIC/FILTER``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from ...io.files import open_regular
+from ...io.parse import short
+from ...io.safe_text import printable, spreadsheet_cell, spreadsheet_text
+from .. import EvidenceError
+from ..ledger.environment import canonical_fields, canonical_value, key_problem
+from ..ledger.ledger import Ledger
+from ..ledger.records import SHA_RE, Entry
+from .lm_eval import lm_eval_model, metric_name, parse_lm_eval_results, parse_lm_eval_samples
+from .parsing import Parsed, Problems, parse_number, plain
+
+__all__ = ["parse_csv", "parse_lm_eval_results", "parse_lm_eval_samples", "lm_eval_model", "metric_name",
+           "detect_kind", "parse_files", "import_files", "export_csv_text", "Parsed", "CSV_COLUMNS"]
+
+CSV_COLUMNS = ("model", "metric", "value", "note", "stderr", "item", "cluster", "sha256", "subscore")
+CSV_IGNORED = ("id", "source", "created", "stale", "env_id")
+
+
+def parse_csv(path: str | Path) -> Parsed:
+    """Entries from a CSV file (see the module docstring for the columns); raises on any malformed row.
+
+    Args:
+        path (str | Path): the file; UTF-8 (a BOM is accepted).
+    """
+    path = Path(path)
+    problems = Problems(path)
+    try:
+        with open_regular(path) as f:
+            text = f.read().decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")  # as text mode reads
+    except (OSError, UnicodeDecodeError) as err:
+        raise EvidenceError(f"{path}: cannot read the CSV file ({err}); nothing was recorded") from err
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = [h.strip() for h in next(reader)]
+    except StopIteration:
+        raise EvidenceError(f"{path}: line 1: empty file, expected a header model,metric,value; "
+                            "nothing was recorded") from None
+    for i, name in enumerate(header):
+        if name.startswith("env.") and (p := key_problem(name[4:])) is not None:
+            problems.add("line 1", name, p)
+        elif name not in CSV_COLUMNS and name not in CSV_IGNORED and not (
+                name.startswith(("sub.", "env.")) and name[4:]):
+            problems.add("line 1", name, f"unknown column; use model, metric, value, {', '.join(CSV_COLUMNS[3:])}, "
+                                         "sub.KEY or env.KEY")
+        elif name in header[:i]:
+            problems.add("line 1", name, "column given twice")
+    for name in ("model", "metric", "value"):
+        if name not in header:
+            problems.add("line 1", name, "missing column (the header needs model, metric and value)")
+    problems.raise_if_any()
+
+    entries, start = [], reader.line_num + 1
+    source = f"csv:{path}"
+    try:
+        for row in reader:
+            where, start = f"line {start}", reader.line_num + 1
+            if not any(cell.strip() for cell in row):
+                continue
+            if len(row) != len(header):
+                problems.add(where, None, f"{len(row)} fields, the header has {len(header)}")
+                continue
+            cells = {name: spreadsheet_text(cell) for name, cell in zip(header, row)}
+            model = plain(cells["model"], problems, where, "model", True)
+            metric = plain(cells["metric"], problems, where, "metric", True)
+            value = parse_number(cells["value"].strip(), problems, where, "value")
+            stderr = item = cluster = sha = note = None
+            if (s := cells.get("stderr", "").strip()):
+                stderr = parse_number(s, problems, where, "stderr")
+                if stderr is not None and stderr < 0:
+                    problems.add(where, "stderr", f"{short(s)} is negative")
+            item = plain(cells.get("item", ""), problems, where, "item", False)
+            cluster = plain(cells.get("cluster", ""), problems, where, "cluster", False)
+            subscore = plain(cells.get("subscore", ""), problems, where, "subscore", False)
+            if cluster is not None and item is None:
+                problems.add(where, "cluster", "a cluster key needs an item id in the same row")
+            if subscore is not None and item is None:
+                problems.add(where, "subscore", "names the sub-score of an item; a run's sub-scores go in sub.KEY "
+                                                "columns")
+            if (s := cells.get("sha256", "").strip()):
+                if SHA_RE.match(s):
+                    sha = s
+                else:
+                    problems.add(where, "sha256", f"{short(s)} is not 64 lowercase hex digits")
+            note = cells.get("note", "").strip() or None
+            subs, env, bad_env = {}, {}, False
+            for name in header:
+                if name.startswith("sub.") and cells[name].strip():
+                    subs[name[4:]] = parse_number(cells[name].strip(), problems, where, name)
+                elif name.startswith("env."):
+                    try:
+                        env[name[4:]] = canonical_value(cells[name], name)
+                    except EvidenceError as err:
+                        problems.add(where, name, str(err).split(": ", 1)[-1])
+                        bad_env = True
+            if None in (model, metric, value) or None in subs.values() or bad_env:
+                continue
+            entries.append(Entry(model, metric, value, sha, subs, stderr, item, cluster, source, note, subscore,
+                                 canonical_fields(env)))
+    except csv.Error as err:
+        problems.add(f"line {reader.line_num}", None, f"not valid CSV ({err})")
+    problems.raise_if_any()
+    return Parsed(entries, {}, [str(path)])
+
+
+def detect_kind(path: str | Path) -> str:
+    """``csv``, ``results`` or ``samples`` from the file name (``.csv``, ``.json``, ``.jsonl``)."""
+    suffix = Path(path).suffix.lower()
+    kinds = {".csv": "csv", ".json": "results", ".jsonl": "samples"}
+    if suffix not in kinds:
+        raise EvidenceError(f"{path}: unknown kind of file; use .csv, an lm-eval results .json or a "
+                            "samples .jsonl")
+    return kinds[suffix]
+
+
+def parse_files(paths: Iterable[str | Path], *, model: str | None = None, cluster_field: str | None = None,
+                task: str | None = None, adapters: Mapping[str, Path] | None = None, home: Path | None = None,
+                env: Mapping[str, str] | None = None) -> Parsed:
+    """Parse every file (kind from its suffix) before anything is written; samples files without a
+    ``model`` take the model of the results files given with them when those name exactly one, and the eval
+    environment of their task in those results.
+
+    Args:
+        adapters, home: the workspace's adapters and folder (``lm_eval.lm_eval_model`` matches lm-eval's model
+            paths to them).
+        env (Mapping[str, str] | None): environment fields added to every entry (``--env KEY=VALUE``); one a file
+            already gives with another value is refused.
+    """
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise EvidenceError("no file to import")
+    out = Parsed()
+    kinds = {p: detect_kind(p) for p in paths}
+    for p in paths:
+        if kinds[p] == "results":
+            part = parse_lm_eval_results(p, model, adapters=adapters, home=home)
+        elif kinds[p] == "csv":
+            part = parse_csv(p)
+        else:
+            continue
+        out.entries += part.entries
+        out.directions.update(part.directions)
+    results = [e for e in out.entries if e.source.startswith("lm-eval:")]
+    result_models = {e.model for e in results}
+    sample_model = model or (next(iter(result_models)) if len(result_models) == 1 else None)
+    task_env = {(e.model, e.metric.split("/")[0]): e.env for e in results}
+    for p in paths:
+        if kinds[p] == "samples":
+            part = parse_lm_eval_samples(p, sample_model, task=task, cluster_field=cluster_field)
+            out.entries += [replace(e, env=task_env.get((e.model, e.metric.split("/")[0]), ())) for e in part.entries]
+    if env:
+        extra = canonical_fields(env, "--env")
+        for e in out.entries:
+            clash = [k for k, v in extra if dict(e.env).get(k, v) != v]
+            if clash:
+                raise EvidenceError(f"--env {clash[0]}={dict(extra)[clash[0]]}: {e.source.split(':', 1)[-1]} records "
+                                    f"{clash[0]}={dict(e.env)[clash[0]]} for {e.model} on {e.metric}; drop the "
+                                    "option or fix the file; nothing was recorded")
+        out.entries = [replace(e, env=canonical_fields({**dict(e.env), **dict(extra)})) for e in out.entries]
+    out.files = [str(p) for p in paths]
+    return out
+
+
+def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
+                 sha_of: Mapping[str, str | None] | Callable[[str], str | None] | None = None,
+                 model: str | None = None, cluster_field: str | None = None, task: str | None = None,
+                 directions: Mapping[str, bool] | None = None, adapters: Mapping[str, Path] | None = None,
+                 home: Path | None = None, env: Mapping[str, str] | None = None) -> dict:
+    """Parse all ``paths``, fill each entry's sha256 from ``sha_of`` (where the file carried none) and
+    write everything in one transaction.
+
+    Args:
+        ledger (Ledger): where to record.
+        paths: the files (.csv, lm-eval results .json, samples .jsonl).
+        sha_of: model name -> its current content sha256 (a mapping or a function); None leaves them unhashed.
+        model, cluster_field, task, adapters, home, env: see ``parse_files``.
+        directions (Mapping[str, bool] | None): metric -> higher_is_better to declare in the same transaction
+            (a CSV carries none); one that contradicts a file's own declaration raises, nothing written.
+
+    Returns:
+        dict: ``{"files": [...], "records": int, "ids": [first, last], "models": [...], "metrics": [...],
+        "item_level": int, "directions": {metric: higher_is_better}, "environments": {id: fields}}``.
+    """
+    parsed = parse_files(paths, model=model, cluster_field=cluster_field, task=task, adapters=adapters, home=home,
+                         env=env)
+    for metric, higher in (directions or {}).items():
+        if parsed.directions.get(metric, higher) != higher:
+            raise EvidenceError(f"{metric}: the files say {'higher' if parsed.directions[metric] else 'lower'} "
+                                "is better, the option the opposite; nothing was recorded")
+        parsed.directions[metric] = higher
+    look = sha_of.get if isinstance(sha_of, Mapping) else (sha_of or (lambda name: None))
+    entries = [e if e.sha256 is not None else replace(e, sha256=look(e.model)) for e in parsed.entries]
+    ids = ledger.write(entries, parsed.directions)
+    envs = {e.environment.id: dict(e.env) for e in entries}
+    return {"files": parsed.files, "records": len(ids), "ids": [ids[0], ids[-1]] if ids else [],
+            "models": sorted({e.model for e in entries}), "metrics": sorted({e.metric for e in entries}),
+            "item_level": sum(e.item is not None for e in entries), "directions": parsed.directions,
+            "environments": envs if any(envs.values()) else {}}
+
+
+def export_csv_text(rows: Iterable[dict]) -> str:
+    """CSV text of ``Ledger.export()`` rows, readable again by ``parse_csv`` (sub-scores as ``sub.KEY``, the eval
+    environment as ``env.KEY``).
+
+    Every text cell is shown safely: control and escape characters removed (``io.safe_text.printable``) and
+    a spreadsheet formula neutralised (``io.safe_text.spreadsheet_cell``: ``=HYPERLINK(...)`` becomes
+    ``'=HYPERLINK(...)``, which ``parse_csv`` reads back without the quote).
+    """
+    rows = list(rows)
+    subs = sorted({k for r in rows for k in r if k.startswith("sub.")})
+    envs = sorted({k for r in rows for k in r if k.startswith("env.")})
+    columns = ["model", "metric", "value", "stderr", "item", "cluster", "note", "sha256", "source", "created",
+               "stale", "id", *(["subscore"] if any(r.get("subscore") for r in rows) else []), *subs,
+               *(["env_id"] if envs else []), *envs]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([spreadsheet_cell(printable(c)) for c in columns])
+    for r in rows:
+        writer.writerow([_cell(r.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (bool, int)):
+        return str(value)
+    return spreadsheet_cell(printable(value))

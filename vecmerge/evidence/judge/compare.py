@@ -1,0 +1,157 @@
+"""Model A against model B on one metric: the tests of ``stats``, the ledger's noise, a verdict in words, every
+sub-score (``subscores.compare_subscores``) and, where A or B has training replicates, what they say
+(``replicates.replicate_evidence``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .. import EvidenceError
+from ..ledger.ledger import Record
+from ..stats.grades import Grid, detect_grid
+from ..stats.noise import PooledNoise, pooled_noise, repeats_needed
+from ..stats.replicates import ReplicateEvidence, replicate_evidence
+from ..stats.stats import DiffResult, Summary, item_means, paired, runs_by_model, summarize, welch
+from .subscores import SubScoreComparison, compare_subscores, sub_keys
+
+VERDICTS = {
+    "a_better": "{a} is better beyond eval noise",
+    "b_better": "{b} is better beyond eval noise",
+    "a_higher": "{a} scores higher beyond eval noise (no direction recorded for {metric})",
+    "b_higher": "{b} scores higher beyond eval noise (no direction recorded for {metric})",
+    "within_noise": "within noise",
+    "not_enough_runs": "not enough runs",
+}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Model A against model B on one metric: the tests, the ledger's noise, repeats needed and a verdict.
+
+    verdict_code is one of ``a_better``, ``b_better``, ``a_higher``, ``b_higher`` (no direction recorded),
+    ``within_noise``, ``not_enough_runs``; ``verdict`` is the same in words with the names filled in.
+    decided_by is the kind of the test the verdict rests on (None when there is none). subscores: every
+    sub-score of A against B, and what the difference costs the others (None when neither recorded any).
+    grid: the grid the metric's run values across all models lie on (``grades.detect_grid``), or None.
+    env: the eval environment every record compared was measured under (``environment.Environment.to_dict``),
+    None when the caller did not say. replicates: the training replicates of A and B (None without any).
+    """
+
+    a: str
+    b: str
+    metric: str
+    higher_is_better: bool | None
+    confidence: float
+    a_summary: Summary | None
+    b_summary: Summary | None
+    welch: DiffResult | None
+    paired: DiffResult | None
+    clustered: DiffResult | None
+    pooled: PooledNoise | None
+    detect: float | None
+    noise_sd: float | None
+    repeats_needed: int | None
+    decided_by: str | None
+    verdict_code: str
+    verdict: str
+    reasons: tuple[str, ...] = ()
+    subscores: SubScoreComparison | None = None
+    grid: Grid | None = None
+    env: dict | None = None
+    replicates: ReplicateEvidence | None = None
+
+    def to_dict(self) -> dict:
+        out = {}
+        for key, value in self.__dict__.items():
+            out[key] = value.to_dict() if hasattr(value, "to_dict") else list(value) if key == "reasons" else value
+        return out
+
+
+def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | None = None,
+                    higher_is_better: bool | None = None, confidence: float = 0.95, min_runs: int = 2,
+                    min_items: int = 2, detect: float | None = None, alpha: float = 0.05,
+                    power: float = 0.8, target: str | None = None, margins: float | dict | None = None,
+                    margin_source: str = "given", replicates=None, env: dict | None = None) -> Comparison:
+    """Compare A and B on one metric; the verdict rule is exact:
+
+    1. Tests: ``clustered`` (item-level records of both, with cluster keys, ≥ 2 clusters), ``paired``
+       (≥ ``min_items`` items scored by both), ``welch`` (≥ ``min_runs`` whole runs each, some spread).
+    2. The verdict rests on the first available of clustered, paired, welch; none -> "not enough runs".
+    3. If that test's ``confidence`` interval for A - B excludes 0, the side the metric's direction favours
+       "is better beyond eval noise" (without a recorded direction: "scores higher/lower"); otherwise
+       "within noise".
+
+    Also reported: the pooled within-model noise of every model in ``records`` (the ledger's typical run
+    noise) and the runs per model a two-sample t test would need to detect ``detect`` (default: the observed
+    difference of run means) with ``power`` at ``alpha``, using the pooled sd (else A's and B's own).
+    Every sub-score A or B recorded is compared too (``compare_subscores`` with ``target`` and ``margins``).
+    Where A or B belongs to a replicate group (``replicates``: root -> members), the groups' variance components
+    and the training test are reported (``replicates.replicate_evidence``); the verdict above stays the test
+    of these two models' own runs, and a note says when the training test disagrees.
+
+    Args:
+        a, b (str): model names.
+        records (Iterable[Record]): current records of the metric (any models; stale ones already left out).
+        metric (str | None): the metric; None when ``records`` hold exactly one.
+        higher_is_better (bool | None): the metric's direction (``Ledger.direction``).
+        replicates (Mapping[str, Sequence[str]] | None): replicate groups, root -> members (``Workspace``).
+        env (dict | None): the records' one eval environment, reported as it is (the caller chose it).
+    """
+    records = list(records)
+    metrics = {r.metric for r in records}
+    if metric is None:
+        if len(metrics) > 1:
+            raise EvidenceError(f"records of several metrics ({', '.join(sorted(metrics))}); name the metric")
+        metric = next(iter(metrics), "")
+    records = [r for r in records if r.metric == metric]
+    runs = runs_by_model(records)
+    sa = summarize(runs[a], model=a, metric=metric, confidence=confidence) if runs.get(a) else None
+    sb = summarize(runs[b], model=b, metric=metric, confidence=confidence) if runs.get(b) else None
+    w = welch(runs.get(a, []), runs.get(b, []), confidence)
+    ia, ca = item_means(r for r in records if r.model == a)
+    ib, cb = item_means(r for r in records if r.model == b)
+    for item in set(ca) & set(cb):
+        if ca[item] != cb[item]:
+            raise EvidenceError(f"item {item!r}: cluster {ca[item]!r} for {a} but {cb[item]!r} for {b}")
+    pr, cl = paired(ia, ib, {**cb, **ca}, confidence=confidence, min_items=min_items)
+    reasons = []
+    if min(len(runs.get(a, [])), len(runs.get(b, []))) < max(min_runs, 2):
+        reasons.append(f"runs: {a} {len(runs.get(a, []))}, {b} {len(runs.get(b, []))} (Welch needs "
+                       f"{max(min_runs, 2)} each)")
+    elif w is None:
+        reasons.append(f"the runs of {a} and {b} do not vary: run noise cannot be estimated from them")
+    if not (ia and ib):
+        reasons.append("no item-level records for both: no paired test")
+    decided = cl or pr or w
+    if decided is None:
+        code = "not_enough_runs"
+    elif not decided.beyond_noise:
+        code = "within_noise"
+    else:
+        a_up = decided.diff > 0
+        code = (("a_higher" if a_up else "b_higher") if higher_is_better is None
+                else "a_better" if a_up == higher_is_better else "b_better")
+    pooled = pooled_noise(runs)
+    noise = pooled.sd if pooled else None
+    if noise is None and w is not None:
+        noise = math.sqrt((sa.std**2 + sb.std**2) / 2)
+    if detect is None and sa and sb:
+        detect = abs(sa.mean - sb.mean)
+    needed = repeats_needed(detect, noise, alpha=alpha, power=power) if noise and detect else None
+    subs = None
+    if sub_keys(records, [a, b]) or target is not None:
+        subs = compare_subscores(a, b, records, metric=metric, higher_is_better=higher_is_better,
+                                 confidence=confidence, target=target, margins=margins, margin_source=margin_source,
+                                 min_runs=min_runs, min_items=min_items, power=power)
+    reps = replicate_evidence(a, b, runs, replicates, metric=metric, env=(env or {}).get("id"), confidence=confidence)
+    if reps is not None and reps.test is not None and decided is not None and (
+            reps.test.beyond_noise != decided.beyond_noise):
+        said = "is beyond" if reps.test.beyond_noise else "is within"
+        reasons.append(f"over trainings (training plus evaluation noise) the difference {said} noise "
+                       f"(p {reps.test.p:.3g}): the verdict above is about these trainings of {a} and {b}")
+    return Comparison(a, b, metric, higher_is_better, confidence, sa, sb, w, pr, cl, pooled, detect, noise,
+                      needed, decided.kind if decided else None, code,
+                      VERDICTS[code].format(a=a, b=b, metric=metric), tuple(reasons), subs,
+                      detect_grid([v for vs in runs.values() for v in vs]), env, reps)

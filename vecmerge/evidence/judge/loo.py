@@ -1,0 +1,216 @@
+"""Leave-one-model-out calibration: does a fit of the target on proxies predict a model it has never seen?
+
+Over the n models that have the target T and every proxy P_1..P_k (each model's mean over its current runs),
+with ``Z = [1, P_1, .., P_k]`` (n, k+1) and ``y`` the target means:
+
+    fit         ordinary least squares with an intercept, ``beta = argmin ||Z beta - y||`` (the minimum-norm one
+                when Z is rank-deficient), through the SVD ``Z = U S V^T`` cut at ``s_i > n * eps * s_1``
+    held out    ``yhat_(i)``: the fit on the other n - 1 models, evaluated at model i. Exact without n refits:
+                with ``h_i = sum_j U_ij^2`` (the hat matrix's diagonal) and ``e = y - Z beta``,
+                ``yhat_(i) = y_i - e_i / (1 - h_i)``; where ``1 - h_i < LEVERAGE_TOL`` (model i alone sets a
+                coefficient) it is refit without model i (scipy's minimum-norm least squares)
+    judged      Spearman ρ and Kendall τ_b of ``yhat_(.)`` against ``y``, with bootstrap intervals over the models
+                (``calibrate.rank_agreement``; the n held-out pairs resampled as if independent, which they are
+                only nearly: each prediction used the other models), pairwise accuracy, RMSE, and the target's
+                noise ceiling (``calibrate.noise_ceiling``)
+
+Verdict: "too few models" with fewer than ``min_models`` (8) models or fewer than k + 3 (each held-out fit keeps a
+residual degree of freedom); "ranks candidates" when the held-out ρ's lower bound is at least ``min_spearman_low``
+(0.5); otherwise "disaster detector only". The fit learns each proxy's sign, so directions never flip a proxy
+here: a lower-is-better target is predicted as it is and judged by agreement of order (a perfect proxy of it has
+held-out ρ = 1 whatever its declared direction); the target's direction only decides, in ``rank``, which end of
+the prediction is best. A slope against the declared directions of a proxy and the target is noted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .. import EvidenceError
+from ..ledger.ledger import Record
+from ..stats.stats import runs_by_model
+from .calibrate import MIN_MODELS, MIN_SPEARMAN_LOW, VERDICTS, noise_ceiling, pairwise_accuracy, rank_agreement
+
+LEVERAGE_TOL = 1e-9
+
+
+def _design(X: np.ndarray) -> np.ndarray:
+    return np.column_stack([np.ones(X.shape[0]), X])
+
+
+def least_squares(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``beta`` (k+1,): intercept then slopes of the minimum-norm least-squares fit of ``y`` on ``[1, X]``.
+
+    Args:
+        X (ndarray): (n, k) proxies. y (ndarray): (n,) target.
+    """
+    Z = _design(X)
+    U, S, Vt = np.linalg.svd(Z, full_matrices=False)
+    keep = S > S[0] * max(Z.shape) * np.finfo(float).eps if S.size and S[0] > 0 else np.zeros(S.size, bool)
+    return Vt[keep].T @ ((U[:, keep].T @ y) / S[keep])
+
+
+def held_out_predictions(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``yhat_(i)`` for every model i: the least-squares fit on the others at ``X_i`` (module docstring).
+
+    Args:
+        X (ndarray): (n, k) proxies. y (ndarray): (n,) target.
+    """
+    from scipy.linalg import lstsq
+
+    Z = _design(X)
+    U, S, _ = np.linalg.svd(Z, full_matrices=False)
+    keep = S > S[0] * max(Z.shape) * np.finfo(float).eps if S.size and S[0] > 0 else np.zeros(S.size, bool)
+    Ur = U[:, keep]
+    h = (Ur**2).sum(axis=1)
+    e = y - Ur @ (Ur.T @ y)
+    out = np.empty_like(y)
+    for i in range(len(y)):
+        if 1.0 - h[i] >= LEVERAGE_TOL:
+            out[i] = y[i] - e[i] / (1.0 - h[i])
+        else:
+            rest = np.arange(len(y)) != i
+            beta = lstsq(Z[rest], y[rest], lapack_driver="gelsd")[0]
+            out[i] = float(Z[i] @ beta)
+    return out
+
+
+@dataclass(frozen=True)
+class HeldOutCalibration:
+    """Leave-one-model-out calibration of proxies against a target (figures: the module docstring)."""
+
+    proxies: tuple[str, ...]
+    target: str
+    models: tuple[str, ...]
+    target_means: tuple[float, ...]
+    proxy_means: dict
+    predictions: tuple[float, ...] | None
+    coefficients: dict | None
+    spearman: float | None
+    spearman_p: float | None
+    spearman_ci: tuple[float, float] | None
+    kendall: float | None
+    kendall_p: float | None
+    kendall_ci: tuple[float, float] | None
+    boot_valid: int
+    pairwise_accuracy: float | None
+    pairs: int
+    rmse: float | None
+    noise_ceiling: float | None
+    noise_ceiling_models: int
+    target_higher_is_better: bool | None
+    min_models: int
+    min_spearman_low: float
+    confidence: float
+    n_boot: int
+    seed: int
+    verdict_code: str
+    verdict: str
+    reasons: tuple[str, ...] = ()
+    loo: bool = True
+
+    @property
+    def ranks(self) -> bool:
+        return self.verdict_code == "ranks_candidates"
+
+    def predict(self, values: Mapping[str, float]) -> float:
+        """The full fit's prediction of the target from ``values`` (proxy -> a model's mean)."""
+        c = self.coefficients
+        return c["intercept"] + math.fsum(c[p] * values[p] for p in self.proxies)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        for key in ("proxies", "models", "target_means", "predictions", "spearman_ci", "kendall_ci", "reasons"):
+            out[key] = None if out[key] is None else list(out[key])
+        out["held_out"] = [{"model": m, "target": t, "predicted": None if self.predictions is None else p,
+                            **{f"proxy:{k}": self.proxy_means[k][i] for k in self.proxies}}
+                           for i, (m, t, p) in enumerate(zip(self.models, self.target_means,
+                                                             self.predictions or [None] * len(self.models)))]
+        return out
+
+
+def calibrate_loo(proxies: Mapping[str, Mapping[str, Sequence[float]]], target: Mapping[str, Sequence[float]], *,
+                  target_name: str = "target", directions: Mapping[str, bool] | None = None,
+                  min_models: int = MIN_MODELS, min_spearman_low: float = MIN_SPEARMAN_LOW,
+                  confidence: float = 0.95, n_boot: int = 2000, seed: int = 0,
+                  ceiling_draws: int = 2000) -> HeldOutCalibration:
+    """Leave-one-model-out calibration of ``proxies`` against ``target`` (module docstring).
+
+    Args:
+        proxies (Mapping[str, Mapping[str, Sequence[float]]]): proxy name -> model -> its runs.
+        target (Mapping[str, Sequence[float]]): model -> its target runs.
+        directions (Mapping[str, bool] | None): metric -> higher_is_better (the target's and the proxies').
+        min_models (int), min_spearman_low (float), confidence (float), n_boot (int), seed (int): as ``calibrate``.
+    """
+    if min_models < 3:
+        raise EvidenceError(f"min_models={min_models}: at least 3 models are needed for a rank correlation")
+    if not proxies:
+        raise EvidenceError("calibrate --loo: name at least one proxy")
+    directions = directions or {}
+    names = tuple(proxies)
+    models = tuple(m for m in target if target.get(m) and all(proxies[p].get(m) for p in names))
+    n, k = len(models), len(names)
+    mean = lambda v: math.fsum(v) / len(v)  # noqa: E731
+    y = np.array([mean(target[m]) for m in models])
+    X = np.array([[mean(proxies[p][m]) for p in names] for m in models]).reshape(n, k)
+    ceiling, ceiling_models = noise_ceiling({m: target[m] for m in models}, draws=ceiling_draws, seed=seed)
+    reasons, pred, coef = [], None, None
+    rho = rho_p = rho_ci = tau = tau_p = tau_ci = acc = rmse = None
+    valid = pairs = 0
+    if n >= k + 3:
+        beta = least_squares(X, y)
+        coef = {"intercept": float(beta[0]), **{p: float(b) for p, b in zip(names, beta[1:])}}
+        pred = held_out_predictions(X, y)
+        rmse = float(np.sqrt(np.mean((pred - y) ** 2)))
+        acc, pairs = pairwise_accuracy(list(pred), list(y))
+        rho, rho_p, rho_ci, tau, tau_p, tau_ci, valid = rank_agreement(pred, y, n_boot=n_boot, seed=seed,
+                                                                      confidence=confidence)
+        if rho is None:
+            what = target_name if np.ptp(y) == 0 else "the held-out prediction"
+            reasons.append(f"{what} is the same for every model")
+        th = directions.get(target_name)
+        for p in names:
+            ph = directions.get(p)
+            if ph is not None and th is not None and coef[p] != 0 and (coef[p] > 0) != (ph == th):
+                reasons.append(f"the fit weighs {p} against its declared direction (slope {coef[p]:+.4g})")
+    if n < max(min_models, k + 3):
+        code = "too_few_models"
+        reasons.insert(0, f"{n} models have {target_name} and {', '.join(names)}; at least "
+                          f"{max(min_models, k + 3)} are needed")
+    elif rho_ci is not None and rho_ci[0] >= min_spearman_low:
+        code = "ranks_candidates"
+    else:
+        code = "disaster_detector_only"
+        if rho_ci is not None:
+            reasons.append(f"the held-out Spearman's lower bound {rho_ci[0]:.3f} < {min_spearman_low}")
+    if rho is not None and rho < 0:
+        reasons.append("held-out predictions order the models against the target")
+    if ceiling is not None and ceiling < min_spearman_low:
+        reasons.append(f"one run of {target_name} ranks the models only to ρ = {ceiling:.3f}: the target itself "
+                       "is noisy")
+    return HeldOutCalibration(
+        names, target_name, models, tuple(float(v) for v in y), {p: [float(v) for v in X[:, j]] for j, p in
+                                                                  enumerate(names)},
+        None if pred is None else tuple(float(v) for v in pred), coef, rho, rho_p, rho_ci, tau, tau_p, tau_ci, valid,
+        acc, pairs, rmse, ceiling, ceiling_models, directions.get(target_name), min_models, min_spearman_low,
+        confidence, n_boot, seed, code, VERDICTS[code], tuple(reasons))
+
+
+def calibrate_loo_records(records: Iterable[Record], proxies: Sequence[str], target: str, *,
+                          directions: Mapping[str, bool] | None = None, exclude: Iterable[str] = (),
+                          **options) -> HeldOutCalibration:
+    """``calibrate_loo`` over ledger records: each model's whole runs of each proxy and of the target.
+
+    Args:
+        records (Iterable[Record]): current records (stale ones left out). exclude (Iterable[str]): models left out
+            (the candidates ``rank`` is about to rank). options: passed to ``calibrate_loo``.
+    """
+    records, left_out = list(records), set(exclude)
+    runs = {m: {k: v for k, v in runs_by_model(r for r in records if r.metric == m).items() if k not in left_out}
+            for m in (*proxies, target)}
+    return calibrate_loo({p: runs[p] for p in proxies}, runs[target], target_name=target, directions=directions,
+                         **options)

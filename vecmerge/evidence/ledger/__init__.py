@@ -1,0 +1,1 @@
+"""The evaluation ledger: its SQLite store, the records it holds, their eval environment, pair records."""

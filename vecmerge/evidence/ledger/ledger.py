@@ -1,0 +1,386 @@
+"""The evaluation ledger: one SQLite file of scores, each tied to the content sha256 of the weights it measured.
+
+Evidence follows the weights, not the name. A record keeps the adapter's content hash at the time it was
+recorded; when the caller passes the models' current hashes, records of other weights are *stale* and left
+out unless asked for. Every write is one transaction (``BEGIN IMMEDIATE`` on a WAL database with a busy
+timeout), so two processes may write at once and neither loses a record. Before it writes, a write reads back
+every stored row (``stored.check_rows``): a ledger changed outside vecmerge is refused naming the record, with
+nothing written.
+
+    ledger = Ledger("vecmerge-evidence.db")
+    ledger.set_direction("official_total", higher_is_better=True)
+    ledger.add("v51", sha, "official_total", [1.0180, 0.9895, 1.0004, 1.0105, 1.0142],
+               subs=[{"item_understanding": 0.2453}] * 5)
+    current = ledger.records(metric="official_total", current_sha={"v51": sha})
+
+It also keeps pre-registered plans (``add_plan``, ``plans``: immutable rows, see ``sequential.py``). The schema is
+versioned (``schema.py``): an older ledger is read as it is and migrated by its first write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import numbers
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from ...errors import few
+from ...io.files import open_regular
+from .. import EvidenceError
+from . import schema, stored
+from .environment import canonical_fields
+from .records import SHA_RE, Entry, Plan, Record, finite_number, is_stale, name_problem, utc_now
+from .schema import SCHEMA_VERSION
+
+__all__ = ["Ledger", "Entry", "Record", "Plan", "is_stale", "finite_number", "utc_now", "SHA_RE", "SCHEMA_VERSION",
+           "DEFAULT_NAME"]
+
+DEFAULT_NAME = "vecmerge-evidence.db"
+
+
+class Ledger:
+    """An evaluation ledger in one SQLite file (created on the first write; reads of a missing file are empty).
+
+    Args:
+        path (str | Path): the database file, ``vecmerge-evidence.db`` beside the workspace by default.
+        timeout (float): seconds a writer waits for another writer's transaction to finish.
+    """
+
+    def __init__(self, path: str | Path = DEFAULT_NAME, timeout: float = 30.0):
+        self.path = Path(path)
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"Ledger({str(self.path)!r})"
+
+    # -- connections -------------------------------------------------------------------------------
+    def _connect(self, write: bool) -> sqlite3.Connection:
+        """A connection: read-write for a write, else read-only (SQLite URI ``mode=ro``; ``immutable=1`` as well
+        where the folder cannot be written, so a ledger on read-only media is read without locks or a -shm file).
+
+        A write opens nothing but a ledger or an empty file: a foreign or damaged database is refused before any
+        byte of it changes (a truncated one before SQLite opens it, ``_damaged``)."""
+        if (why := self._damaged()) is not None:
+            raise EvidenceError(f"{self.path}: cannot open the evidence ledger: {why}; restore it from a copy (nothing "
+                                "was changed)")
+        try:
+            if write:
+                con = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            else:
+                con = sqlite3.connect(self._read_uri(), uri=True, timeout=self.timeout, isolation_level=None)
+            con.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            if write:  # only a ledger (or an empty file) is switched to WAL; readers leave the file alone
+                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if tables and "schema_version" not in tables:
+                    con.close()
+                    raise self._not_a_ledger("no schema_version table")
+                self._use_wal(con)
+        except sqlite3.Error as err:
+            raise EvidenceError(f"{self.path}: cannot open the evidence ledger ({err})") from err
+        return con
+
+    def _damaged(self) -> str | None:
+        """Why the file cannot be a whole SQLite database, from its 100-byte header (None when it may be one):
+        not SQLite's magic string, or shorter than the pages the header counts (a truncated copy). An empty
+        file is a new database; with a write-ahead log waiting, the header's count is not checked."""
+        try:
+            with open_regular(self.path) as f:  # a FIFO or device is refused, never opened (nor by SQLite)
+                size = os.fstat(f.fileno()).st_size
+                head = f.read(100)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            return f"cannot read it ({err.strerror or err})"
+        if size == 0:
+            return None
+        if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
+            return "not an SQLite database (its first bytes are not SQLite's header)"
+        page = int.from_bytes(head[16:18], "big")
+        page = 65536 if page == 1 else page
+        pages, counter, valid_for = (int.from_bytes(head[i:i + 4], "big") for i in (28, 24, 92))
+        wal = self.path.with_name(self.path.name + "-wal")
+        if counter == valid_for and pages and size < pages * page and not (wal.exists() and wal.stat().st_size):
+            return f"truncated: {size} bytes, its header counts {pages} pages of {page} bytes"
+        return None
+
+    def _read_uri(self) -> str:
+        """``file:...?mode=ro``, plus ``&immutable=1`` when the folder is not writable and no write-ahead log
+        is waiting (SQLite could not take a lock or make its -shm file there; nothing can be writing it).
+
+        In a writable folder a read-only connection to a WAL ledger leaves SQLite's two companion files (an
+        empty -wal and the -shm index) behind, since it may not checkpoint; the next write removes them."""
+        path = self.path.resolve()
+        wal = path.with_name(path.name + "-wal")
+        immutable = not os.access(path.parent, os.W_OK) and not (wal.exists() and wal.stat().st_size > 0)
+        return path.as_uri() + "?mode=ro" + ("&immutable=1" if immutable else "")
+
+    def _use_wal(self, con: sqlite3.Connection) -> None:
+        """Switch to WAL (once per file). SQLite answers "locked" at once, without its busy handler, when two
+        processes switch a new file together, so this retries until ``timeout``."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    con.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
+
+    def _not_a_ledger(self, why) -> EvidenceError:
+        return EvidenceError(f"{self.path}: not a vecmerge evidence ledger ({why}); "
+                             "point `evidence:` in vecmerge.yaml at another file")
+
+    def _check_version(self, con: sqlite3.Connection) -> int:
+        """The ledger's schema version (1..SCHEMA_VERSION); raises for a newer, missing or malformed one."""
+        try:
+            rows = con.execute("SELECT version FROM schema_version").fetchall()
+        except sqlite3.DatabaseError as err:
+            raise self._not_a_ledger(err) from None
+        return stored.schema_version(rows, self.path, SCHEMA_VERSION)
+
+    def _write(self, work) -> list[int]:
+        """Run ``work(con)`` inside one BEGIN IMMEDIATE transaction (schema created on first use, an older
+        ledger migrated to ``SCHEMA_VERSION`` in the same transaction: see ``schema.py``)."""
+        con = self._connect(write=True)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                if not schema.tables(con):  # a new file: create the ledger (never inside someone else's database)
+                    schema.create(con)
+                schema.migrate(con, self._check_version(con))
+                # every stored row checked before any write (a refusal's ROLLBACK undoes the migration too)
+                stored.check_rows(con, self.path, schema.record_select(SCHEMA_VERSION), schema.PLAN_COLUMNS)
+                out = work(con)
+                con.execute("COMMIT")
+                return out
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as err:
+            raise EvidenceError(f"{self.path}: could not write to the evidence ledger ({err})") from err
+        finally:
+            con.close()
+
+    def _read(self, sql, args: Sequence = ()) -> list[tuple]:
+        """Rows of ``sql`` (a string, or a function of the schema version giving one, or None: no rows)."""
+        if not self.path.exists():
+            return []
+        con = self._connect(write=False)
+        try:
+            if not schema.tables(con):
+                return []
+            version = self._check_version(con)
+            sql = sql(version) if callable(sql) else sql
+            return [] if sql is None else con.execute(sql, args).fetchall()
+        except sqlite3.Error as err:
+            raise EvidenceError(f"{self.path}: could not read the evidence ledger ({err})") from err
+        finally:
+            con.close()
+
+    # -- writes ------------------------------------------------------------------------------------
+    def write(self, entries: Iterable[Entry], directions: Mapping[str, bool] | None = None, *,
+              also=None) -> list[int]:
+        """Record every entry (and metric directions) in ONE transaction, or nothing at all.
+
+        Args:
+            entries (Iterable[Entry]): what to record; all are checked before anything is written.
+            directions (Mapping[str, bool] | None): metric -> higher_is_better to declare alongside; a
+                declaration that contradicts the ledger raises and nothing is written.
+            also (Callable[[sqlite3.Connection, str], None] | None): more writes of the same transaction, called
+                with the connection and the records' time (``pairs.write`` adds pair records this way).
+
+        Returns:
+            list[int]: the new records' ids, in the order given.
+        """
+        entries = list(entries)
+        problems = [f"entry {i + 1} ({e.model!r}, {e.metric!r}): {p}"
+                    for i, e in enumerate(entries) for p in e.problems()]
+        if problems:
+            raise EvidenceError(f"nothing recorded: {len(problems)} problem(s): {few(problems, 3)}")
+        now = utc_now()
+
+        def work(con):
+            for metric, higher in (directions or {}).items():
+                self._declare(con, metric, higher, replace=False, now=now)
+            ids = []
+            for e in entries:
+                cur = con.execute(
+                    "INSERT INTO records (model, sha256, metric, value, subs, stderr, item, cluster, source,"
+                    " note, created, subscore, env) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (e.model, e.sha256, e.metric, float(e.value), json.dumps({k: float(v) for k, v in e.subs}),
+                     None if e.stderr is None else float(e.stderr), e.item, e.cluster, e.source, e.note, now,
+                     e.subscore, _env_json(e.env)))
+                ids.append(cur.lastrowid)
+            if also is not None:
+                also(con, now)
+            return ids
+
+        return self._write(work)
+
+    def add(self, model: str, sha256: str | None, metric: str, values: float | Iterable[float], *,
+            subs: Mapping[str, float] | Sequence[Mapping[str, float]] | None = None, stderr: float | None = None,
+            source: str = "manual", note: str | None = None, env: Mapping | None = None) -> list[int]:
+        """Record one or more whole-run scores of one model on one metric (one transaction).
+
+        Args:
+            values (float | Iterable[float]): one value per run.
+            subs: sub-scores; one mapping for a single value, or a list of mappings, one per value.
+            env (Mapping | None): the eval environment's fields, the same for every run (``environment.py``).
+
+        Returns:
+            list[int]: the new ids.
+        """
+        values = [values] if isinstance(values, numbers.Real) else list(values)
+        if not values:
+            raise EvidenceError(f"{model}: no value to record for {metric}")
+        if subs is None:
+            subs_list = [{}] * len(values)
+        elif isinstance(subs, Mapping):
+            if len(values) != 1:
+                raise EvidenceError(f"{model}: sub-scores given once for {len(values)} values; "
+                                    "record the runs one at a time, or give one mapping per value")
+            subs_list = [subs]
+        else:
+            subs_list = list(subs)
+            if len(subs_list) != len(values):
+                raise EvidenceError(f"{model}: {len(subs_list)} sub-score mappings for {len(values)} values")
+        fields = canonical_fields(env or {})
+        return self.write(Entry(model, metric, v, sha256, s, stderr=stderr, source=source, note=note, env=fields)
+                          for v, s in zip(values, subs_list))
+
+    def add_items(self, model: str, sha256: str | None, metric: str,
+                  items: Mapping[str, float] | Iterable[tuple[str, float]], *,
+                  clusters: Mapping[str, str] | None = None, subscores: Mapping[str, str] | None = None,
+                  source: str = "manual", note: str | None = None) -> list[int]:
+        """Record item-level scores (one per document) of one model on one metric (one transaction).
+
+        Args:
+            items: item id -> score, or (item id, score) pairs (an item may repeat: one per run).
+            clusters (Mapping[str, str] | None): item id -> cluster key.
+            subscores (Mapping[str, str] | None): item id -> the sub-score (task) the item counts toward.
+        """
+        pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
+        clusters, subscores = clusters or {}, subscores or {}
+        return self.write(Entry(model, metric, v, sha256, item=str(i), cluster=clusters.get(str(i)),
+                                source=source, note=note, subscore=subscores.get(str(i))) for i, v in pairs)
+
+    def _declare(self, con, metric: str, higher: bool, *, replace: bool, now: str) -> None:
+        if (p := name_problem(metric, "metric")) or not isinstance(higher, bool):
+            raise EvidenceError(p or f"{metric}: higher_is_better must be true or false, not {higher!r}")
+        row = con.execute("SELECT higher_is_better FROM directions WHERE metric = ?", (metric,)).fetchone()
+        if row is not None and bool(row[0]) != higher and not replace:
+            said = "higher" if row[0] else "lower"
+            raise EvidenceError(f"{metric}: the ledger already says {said} is better; "
+                                "replace the declaration explicitly to change it")
+        con.execute("INSERT OR REPLACE INTO directions (metric, higher_is_better, created) VALUES (?, ?, ?)",
+                    (metric, int(higher), now))
+
+    def set_direction(self, metric: str, higher_is_better: bool, *, replace: bool = False) -> None:
+        """Declare once per metric whether higher or lower is better (a conflicting second one raises)."""
+        self._write(lambda con: self._declare(con, metric, higher_is_better, replace=replace, now=utc_now()))
+
+    # -- reads -------------------------------------------------------------------------------------
+    def direction(self, metric: str) -> bool | None:
+        """True if higher is better, False if lower is, None if never declared."""
+        return self.directions().get(metric)
+
+    def directions(self) -> dict[str, bool]:
+        """Every declared metric -> higher_is_better."""
+        rows = self._read("SELECT metric, higher_is_better FROM directions ORDER BY metric")
+        return dict(stored.direction_from_row(m, h, self.path) for m, h in rows)
+
+    def records(self, models: Iterable[str] | None = None, metric: str | None = None, *,
+                current_sha: Mapping[str, str | None] | None = None, include_stale: bool = False,
+                level: str = "all") -> list[Record]:
+        """Records in id order, filtered; stale ones (see ``is_stale``) left out unless ``include_stale``.
+
+        Args:
+            models (Iterable[str] | None): only these models (all when None).
+            metric (str | None): only this metric.
+            current_sha (Mapping[str, str | None] | None): each model's current content sha256.
+            include_stale (bool): keep stale records (each carries ``stale=True``).
+            level (str): ``"all"``, ``"run"`` (whole runs only) or ``"item"`` (item-level only).
+        """
+        if level not in ("all", "run", "item"):
+            raise EvidenceError(f"level={level!r}: use all, run or item")
+        sql, args = " FROM records WHERE 1=1", []
+        if models is not None:
+            models = list(models)
+            sql += f" AND model IN ({', '.join('?' * len(models))})"
+            args += models
+        if metric is not None:
+            sql += " AND metric = ?"
+            args.append(metric)
+        if level != "all":
+            sql += " AND item IS NULL" if level == "run" else " AND item IS NOT NULL"
+        out = []
+        for row in self._read(lambda v: f"SELECT {schema.record_select(v)}{sql} ORDER BY id", args):
+            rec = stored.record_from_row(row, self.path)
+            stale = is_stale(rec, current_sha)
+            if stale and not include_stale:
+                continue
+            out.append(dataclasses.replace(rec, stale=stale))
+        return out
+
+    def metrics(self) -> list[str]:
+        """Every metric with at least one record, sorted."""
+        return [r[0] for r in self._read("SELECT DISTINCT metric FROM records ORDER BY metric")]
+
+    def models(self) -> list[str]:
+        """Every model with at least one record, sorted."""
+        return [r[0] for r in self._read("SELECT DISTINCT model FROM records ORDER BY model")]
+
+    def export(self, current_sha: Mapping[str, str | None] | None = None) -> list[dict]:
+        """Every record (stale ones included, flagged) as flat JSON-ready dicts (see ``Record.to_dict``)."""
+        return [r.to_dict() for r in self.records(current_sha=current_sha, include_stale=True)]
+
+    # -- plans -------------------------------------------------------------------------------------
+    def add_plan(self, plan: Plan) -> Plan:
+        """Record a pre-registered plan (one transaction); its ``id``, ``after_record`` (the largest record id
+        now: later records are its looks) and ``created`` are set here. A plan is never changed: the database
+        refuses UPDATE and DELETE on it; a new plan is a new record.
+
+        Args:
+            plan (Plan): the plan (its id, after_record and created are ignored).
+
+        Returns:
+            Plan: as recorded.
+        """
+        problems = plan.problems()
+        if problems:
+            raise EvidenceError(f"no plan recorded: {len(problems)} problem(s): {few(problems, 3)}")
+        now = utc_now()
+
+        def work(con):
+            last = con.execute("SELECT COALESCE(MAX(id), 0) FROM records").fetchone()[0]
+            rec = dataclasses.replace(plan, after_record=int(last), created=now, min_effect=float(plan.min_effect),
+                                      alpha=float(plan.alpha), prior_scale=float(plan.prior_scale))
+            fields = [f.name for f in dataclasses.fields(Plan) if f.name != "id"]
+            cur = con.execute(f"INSERT INTO plans ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})",
+                              [int(v) if isinstance(v, bool) else v for v in (getattr(rec, f) for f in fields)])
+            return [dataclasses.replace(rec, id=cur.lastrowid)]
+
+        return self._write(work)[0]
+
+    def plans(self, a: str | None = None, b: str | None = None, metric: str | None = None) -> list[Plan]:
+        """Recorded plans in id order (oldest first), filtered by A, B and metric where given."""
+        where, args = [], []
+        for column, value in (("a", a), ("b", b), ("metric", metric)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self._read(lambda v: None if v < 2 else
+                          f"SELECT {schema.PLAN_COLUMNS} FROM plans{clause} ORDER BY id", args)
+        return [stored.plan_from_row(row, self.path) for row in rows]
+
+
+def _env_json(fields) -> str | None:
+    """The environment column: canonical JSON of the fields, NULL for none recorded."""
+    return json.dumps(dict(fields), sort_keys=True, separators=(",", ":"), ensure_ascii=True) if fields else None

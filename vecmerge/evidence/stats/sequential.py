@@ -1,0 +1,256 @@
+"""Pre-registered sequential decisions: when to stop spending official runs (an anytime-valid t test).
+
+Official evaluations are scarce, and a fixed-n test repeated after every new run ("peeking") breaks: with a
+look after every run, a repeated Welch test at 5% says "better" far more often than 5% when nothing differs
+(the tests measure it). A plan fixes D (the smallest difference worth finding), N (the most runs of each
+model) and alpha first; a confidence sequence then holds at every look, however many.
+
+Model: each model's runs are normal with one common, unknown sd sigma; Delta = mu_A - mu_B in the metric's
+direction (positive: A better). After n_A and n_B runs:
+
+    d = mean_A - mean_B,  s_p² = (SS_A + SS_B) / ν,  ν = n_A + n_B - 2,  n_e = n_A n_B / (n_A + n_B)
+    t(Δ0) = (d - Δ0) / (s_p sqrt(1/n_A + 1/n_B))
+
+The likelihood ratio of the t statistic (the maximal invariant under x -> a x + b: a test martingale in the
+invariant filtration; Lai 1976; Pérez-Ortiz, Lardy, de Heide, Grünwald 2024; Wang and Ramdas 2023, whose
+Gaussian-mixture t-test this is, in two samples), mixed over the standardized effect δ = (Δ - Δ0)/σ ~ N(0, g):
+
+    E(Δ0) = ∫ f_{ν, δ sqrt(n_e)}(t) dN(δ; 0, g) / f_ν(t) = f_ν(t/s) / (s f_ν(t)),   s² = 1 + n_e g
+          = (1/s) [(1 + t²/ν) / (1 + t²/(ν s²))]^((ν+1)/2)
+
+(a mixture of noncentral t's is a scaled central t: Z + δ sqrt(n_e) ~ N(0, s²); a test checks the integral).
+Under Δ = Δ0 it is a nonnegative martingale of mean 1 over the looks, so by Ville's inequality
+P(some look has E(Δ) >= 1/α) <= α. The confidence sequence {Δ0 : E(Δ0) < 1/α} is d ± c s_p sqrt(1/n_A + 1/n_B):
+
+    K = (s/α)^(2/(ν+1));   c² = ν (K - 1) / (1 - K/s²)  if K < s²,  else c = ∞
+    (E never reaches 1/α when its supremum s^ν <= 1/α: the sequence is then the whole line)
+
+In one sample (n_e = n, ν = n - 1, g = 1/r²) E = sqrt(r²/(n+r²)) ((n+r²)V / ((n+r²)V - S²))^(n/2), S = Σx,
+V = Σx² (Δ0 = 0); as ν -> ∞ (σ known) c tends to the two-sided normal-mixture boundary of Howard, Ramdas,
+McAuliffe and Sekhon 2021, sqrt((v + ρ) log((v + ρ) / (ρ α²))) on the sum scale, v = n_e, ρ = 1/g (tested).
+
+Decisions, at each look (after each recorded run, once both models have 2), the first that applies:
+    stop_better   the sequence's lower end > 0: A better than B (wrong with probability <= alpha)
+    stop_futile   its upper end < D: A not better by D (when Delta >= D, with probability <= alpha); or both
+                  models have the plan's N runs: the budget is spent (this stop has no error guarantee)
+    continue      with the runs per model that would decide if d and s_p stayed as they are
+
+The first stop is final: later runs are counted, not looked at; runs past a model's N are not looks.
+Prior scale: g = prior_scale², prior_scale = D / (the ledger's pooled noise sd when the plan was made), 1
+without one. Assumes normal runs with one sd; which model runs next may depend on past scores, not future ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+from .. import EvidenceError
+from ..ledger.environment import EnvChoice, one_environment
+from ..ledger.records import Plan, Record
+
+STOP_BETTER, STOP_FUTILE, CONTINUE = "stop_better", "stop_futile", "continue"
+DECISIONS = (STOP_BETTER, STOP_FUTILE, CONTINUE)
+TEST = "t-mixture"
+
+
+def mixture_e_value(t: float, nu: float, n_eff: float, g: float) -> float:
+    """E = (1/s) [(1 + t²/ν) / (1 + t²/(ν s²))]^((ν+1)/2), s² = 1 + n_e g (module docstring); t may be ±inf."""
+    s2 = 1.0 + n_eff * g
+    if math.isinf(t):
+        return s2 ** (nu / 2)  # the supremum s^ν
+    return math.exp((nu + 1) / 2 * (math.log1p(t * t / nu) - math.log1p(t * t / (nu * s2))) - 0.5 * math.log(s2))
+
+
+def mixture_boundary(nu: float, n_eff: float, g: float, alpha: float) -> float:
+    """c with E(c) = 1/α: c² = ν (K - 1)/(1 - K/s²), K = (s/α)^(2/(ν+1)), s² = 1 + n_e g; ``inf`` when K >= s²."""
+    s2 = 1.0 + n_eff * g
+    log_k = 2.0 / (nu + 1) * (0.5 * math.log(s2) - math.log(alpha))
+    k = math.exp(log_k)
+    if k >= s2:
+        return math.inf
+    return math.sqrt(nu * math.expm1(log_k) / (1.0 - k / s2))
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look: after the run ``record_id`` of ``model``; the sequence, the e-value at 0, the decision.
+
+    ``diff`` is mean_A - mean_B in the metric's direction; ``ci_low``/``ci_high`` the confidence sequence
+    (None when unbounded); ``boundary`` is c (None when infinite); ``more_runs`` per model (continue only).
+    """
+
+    look: int
+    record_id: int | None
+    model: str
+    n_a: int
+    n_b: int
+    diff: float
+    sd: float
+    se: float
+    boundary: float | None
+    ci_low: float | None
+    ci_high: float | None
+    e_value: float
+    decision: str
+    more_runs: int | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SequentialDecision:
+    """The decision after the last look (or the first stop) and every look before it.
+
+    Args:
+        decision (str): ``stop_better``, ``stop_futile`` or ``continue``.
+        reason (str): why, in words.
+        looks (tuple[Look, ...]): in recording order, up to the first stop.
+        runs (tuple[int, int]): runs of A and B used (within the plan's maximum, up to the stop).
+        after_stop (int): runs recorded after the stop (not looked at).
+        beyond_max (int): runs past a model's maximum (not looks).
+        more_runs (int | None): for ``continue``, the runs per model that would decide at the current estimates
+            (None: more than the plan allows, or no look yet).
+    """
+
+    decision: str
+    reason: str
+    looks: tuple[Look, ...]
+    runs: tuple[int, int]
+    after_stop: int
+    beyond_max: int
+    more_runs: int | None
+
+    @property
+    def last(self) -> Look | None:
+        return self.looks[-1] if self.looks else None
+
+    def to_dict(self, replay: bool = True) -> dict:
+        out = {"decision": self.decision, "reason": self.reason, "runs": list(self.runs),
+               "after_stop": self.after_stop, "beyond_max": self.beyond_max, "more_runs": self.more_runs,
+               "last": self.last.to_dict() if self.last else None}
+        if replay:
+            out["looks"] = [x.to_dict() for x in self.looks]
+        return out
+
+
+def _width(na: int, nb: int, sd: float, g: float, alpha: float) -> tuple[float, float]:
+    c = mixture_boundary(na + nb - 2, na * nb / (na + nb), g, alpha)
+    se = sd * math.sqrt(1 / na + 1 / nb)
+    return c, (math.inf if math.isinf(c) else c * se)
+
+
+def _more_runs(na, nb, d, sd, min_effect, max_runs, g, alpha) -> int | None:
+    """The fewest k for which k more runs of each model (up to the maximum) would end the plan at the current
+    d and s_p: half-width < max(d, D - d). None when the maximum comes first."""
+    need = max(d, min_effect - d)
+    for k in range(1, max_runs + 1):
+        a, b = min(na + k, max_runs), min(nb + k, max_runs)
+        if _width(a, b, sd, g, alpha)[1] < need:
+            return k
+        if (a, b) == (max_runs, max_runs):
+            return None
+    return None
+
+
+def decide_runs(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_effect: float, max_runs: int,
+                alpha: float = 0.05, prior_scale: float = 1.0, higher_is_better: bool = True) -> SequentialDecision:
+    """Apply the anytime-valid test (module docstring) after every run, in the order given.
+
+    Args:
+        runs (Iterable[Sequence]): ``(model, value)`` or ``(model, value, record_id)``, model ``a`` or ``b``.
+        a, b (str): the names of A and B.
+        min_effect (float): D > 0, in the metric's units and direction.
+        max_runs (int): N, the most runs of each model that are looks.
+        alpha (float): the error rate. prior_scale (float): sqrt(g). higher_is_better (bool): the direction.
+    """
+    if not (min_effect > 0 and 0 < alpha < 1 and prior_scale > 0 and max_runs >= 2):
+        raise EvidenceError(f"sequential test: min_effect {min_effect!r} > 0, 0 < alpha {alpha!r} < 1, "
+                            f"prior_scale {prior_scale!r} > 0 and max_runs {max_runs!r} >= 2 are needed")
+    sign, g = (1.0 if higher_is_better else -1.0), prior_scale**2
+    n, mean, ss = {a: 0, b: 0}, {a: 0.0, b: 0.0}, {a: 0.0, b: 0.0}
+    looks: list[Look] = []
+    stopped, after, beyond = None, 0, 0
+    for run in runs:
+        model, value = run[0], sign * float(run[1])
+        if model not in n:
+            raise EvidenceError(f"sequential test: a run of {model!r}, not of {a} or {b}")
+        if stopped:
+            after += 1
+            continue
+        if n[model] >= max_runs:
+            beyond += 1
+            continue
+        n[model] += 1  # Welford: mean and sum of squares, one pass
+        delta = value - mean[model]
+        mean[model] += delta / n[model]
+        ss[model] += delta * (value - mean[model])
+        na, nb = n[a], n[b]
+        if na < 2 or nb < 2:
+            continue
+        d, sd = mean[a] - mean[b], math.sqrt(max(ss[a] + ss[b], 0.0) / (na + nb - 2))
+        c, half = _width(na, nb, sd, g, alpha)
+        se = sd * math.sqrt(1 / na + 1 / nb)
+        t = d / se if se > 0 else (math.copysign(math.inf, d) if d else 0.0)
+        e = mixture_e_value(t, na + nb - 2, na * nb / (na + nb), g)
+        lo, hi = (None, None) if math.isinf(half) else (d - half, d + half)
+        more = None
+        if lo is not None and lo > 0:
+            decision, stopped = STOP_BETTER, f"the sequence's lower end {lo:.4g} > 0: {a} better than {b}"
+        elif hi is not None and hi < min_effect:
+            decision, stopped = STOP_FUTILE, (f"the sequence's upper end {hi:.4g} < D = {min_effect:g}: {a} is "
+                                              f"not better than {b} by D")
+        elif na >= max_runs and nb >= max_runs:
+            decision, stopped = STOP_FUTILE, f"both have the plan's {max_runs} runs: the budget is spent"
+        else:
+            decision = CONTINUE
+            more = _more_runs(na, nb, d, sd, min_effect, max_runs, g, alpha)
+        looks.append(Look(len(looks) + 1, run[2] if len(run) > 2 else None, model, na, nb, d, sd, se,
+                          None if math.isinf(c) else c, lo, hi, e, decision, more))
+    if stopped:
+        reason, last = stopped, looks[-1]
+    elif looks:
+        last = looks[-1]
+        reason = (f"the sequence [{last.ci_low:.4g}, {last.ci_high:.4g}] holds 0 and D = {min_effect:g}"
+                  if last.ci_low is not None else "too few runs for the sequence to be bounded yet")
+        reason += (f"; about {last.more_runs} more run(s) of each" if last.more_runs else
+                   f"; more than the plan's {max_runs} runs each would be needed at these estimates")
+    else:
+        reason = f"no look yet: runs {a} {n[a]}, {b} {n[b]} (a look needs 2 of each after the plan)"
+    return SequentialDecision(looks[-1].decision if looks else CONTINUE, reason, tuple(looks), (n[a], n[b]), after,
+                              beyond, None if stopped or not looks else looks[-1].more_runs)
+
+
+def plan_runs(plan: Plan, records: Iterable[Record]) -> list[tuple[str, float, int]]:
+    """The plan's looks, in recording order: whole runs of its metric by A or B recorded after it (record id
+    above ``after_record``) that measured the weights it names (sha256 equal to the plan's)."""
+    shas = {plan.a: plan.a_sha256, plan.b: plan.b_sha256}
+    return [(r.model, r.value, r.id) for r in sorted(records, key=lambda r: r.id)
+            if not r.is_item and r.metric == plan.metric and r.model in shas and r.id > plan.after_record
+            and r.sha256 == shas[r.model]]
+
+
+def decide_plan(plan: Plan, records: Iterable[Record]) -> SequentialDecision:
+    """``decide_runs`` over ``plan_runs(plan, records)`` with the plan's parameters."""
+    return decide_runs(plan_runs(plan, records), a=plan.a, b=plan.b, min_effect=plan.min_effect,
+                       max_runs=plan.max_runs, alpha=plan.alpha, prior_scale=plan.prior_scale,
+                       higher_is_better=plan.higher_is_better)
+
+
+def check_plan_weights(p: Plan, current_sha) -> None:
+    """Raise when A or B of plan ``p`` now has other weights than the plan names."""
+    for name, planned in ((p.a, p.a_sha256), (p.b, p.b_sha256)):
+        now = (current_sha or {}).get(name, planned)
+        if now != planned:
+            raise EvidenceError(f"plan {p.id}: {name} now has other weights (sha256 {str(now)[:12]}, the plan's "
+                                f"{str(planned)[:12]}); record a new plan for these weights")
+
+
+def plan_looks(p: Plan, records, env: EnvChoice | None) -> list:
+    """The records that are plan ``p``'s looks, in one eval environment (several: refused, naming the fields)."""
+    ids = {rid for _, _, rid in plan_runs(p, records)}
+    looks = [r for r in records if r.id in ids]
+    _, kept = one_environment(looks, env, f"plan {p.id} ({p.a} --vs {p.b} on {p.metric})")
+    return kept
