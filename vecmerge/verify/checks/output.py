@@ -111,7 +111,7 @@ def _protected(ev, base_model, progress=None):
     """A protected recipe's evaluation with the pipeline's own projection (the non-independent path)."""
     from types import SimpleNamespace
 
-    from ..pipeline.protection import capture, energies, protect
+    from ...pipeline.protection import capture, energies, protect
 
     if base_model is None:
         raise UsageError("the output is a protected step: pass --base-model")
