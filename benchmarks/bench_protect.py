@@ -36,6 +36,7 @@ TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 def setup(a):
     import transformers
 
+    # building blocks (internal): the backbone's hook factors and an in-memory prompt set
     from vecmerge.probe.hooks import Update
     from vecmerge.probe.prompts import Item, PromptSet
 
@@ -70,6 +71,7 @@ def bare(model, modules, backbone, ps, batch):
 
 
 def capture(model, modules, backbone, ps, batch):
+    # building block (internal): the protected step's capture, timed apart
     from vecmerge.probe.capture import capture_grams
 
     return capture_grams(model, backbone, {"s": ps}, modules, batch=batch)

@@ -71,12 +71,11 @@ def main(argv=None) -> int:
     p.add_argument("--trust", type=float, nargs="+", default=[0.05, 0.1, 0.2, 0.4, 0.8])
     p.add_argument("--energy", type=float, nargs="+", default=[0.5, 0.9, 0.99])
     a = p.parse_args(argv)
-    from vecmerge.peft.adapter import Adapter
-    from vecmerge.pipeline import run
+    from vecmerge import Adapter, Recipe, Workspace, run
+
+    # building blocks (internal): the probe runner and its prompt reader, per task
     from vecmerge.probe.prompts import read_prompts
     from vecmerge.probe.runner import ProbeModel, run_probe
-    from vecmerge.recipe.recipe import Recipe
-    from vecmerge.workspace.names import Workspace
 
     root = a.out.resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -118,6 +117,7 @@ def main(argv=None) -> int:
     print(table)
     (root / "frontier.md").write_text(table + "\n")
     (root / "frontier.json").write_text(json.dumps(raw, indent=1))
+    # building block (internal): the frontier plot
     from vecmerge.report.protect import frontier_png
 
     frontier_png([{"trust": r["trust"], "energy": r["energy"], "gain": r["gain_t0"], "drops": [r["drop_t1"],
