@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 DEMO_OUT ?= demo-out
 
-.PHONY: install demo test test-fast lint bench check readme clean mutate
+.PHONY: install demo test test-fast lint bench check oracle readme clean mutate
 
 install: $(VENV)/.installed
 
@@ -44,7 +44,11 @@ bench: install
 	$(PY) benchmarks/bench_probe.py
 	$(PY) benchmarks/bench_protect.py
 
-check: lint test
+# the mergekit oracle tests (tests/methods/test_mergekit_oracle*.py) run in check: it installs the extra first
+check: lint oracle test
+
+oracle: install
+	$(PY) -c "import mergekit.merge_methods.api" 2>/dev/null || $(PY) -m pip install -c constraints.txt -e ".[mergekit]"
 
 # Mutation testing (not in CI; docs/MUTATION.md): mutmut on the modules where a silent error would hurt, one
 # worker so one core stays free (MUTATE_CHILDREN=2 for two). MODULES=vecmerge.analysis.step runs again one module's

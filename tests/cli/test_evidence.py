@@ -255,7 +255,7 @@ def test_import_json_states_what_was_imported(ws, run_cli):
     out = json.loads(res.stdout)
     assert out == {"files": ["runs.csv"], "records": 8, "ids": [3, 10], "models": ["v51", "v60"],
                    "metrics": ["item_acc", "official_total"], "item_level": 2, "directions": {"official_total": True},
-                   "unhashed": ["v60"], "environments": {}}
+                   "unhashed": ["v60"], "environments": {}, "duplicates": []}
     ledger = Ledger(ws / "vecmerge-evidence.db")
     recs = ledger.records(["v51", "v60"], "official_total") + ledger.records(["v51"], "item_acc")
     assert sorted(r.id for r in recs) == list(range(3, 11)) and record_count(ws) == 10
@@ -433,3 +433,41 @@ def test_replicates_report_variance_components_in_show_and_compare(ws, run_cli):
                for r in out["reasons"])
     text = ok(run_cli("evidence", "compare", "v51", "v28")).stdout
     assert "over trainings (2 of v51: v51, v51b; 1 of v28: v28; training plus evaluation noise" in text
+
+
+def test_show_with_a_name_shows_its_replicate_group(ws, run_cli):
+    """Issue 36 item 12: ``evidence show v51`` shows v51's replicate group (v51b's runs included), not only
+    without a name; a name outside any group shows none."""
+    import shutil
+
+    shutil.copytree(ws / "v51", ws / "v51b")
+    (ws / "vecmerge.yaml").write_text(WORKSPACE.replace("metric:", "  v51b: {path: v51b, replicate_of: v51}\nmetric:"))
+    ok(run_cli("evidence", "add", "v51", "1.00", "1.01", "1.02", "--higher-is-better"))
+    ok(run_cli("evidence", "add", "v51b", "0.96", "0.97", "0.98"))
+    ok(run_cli("evidence", "add", "v28", "0.95", "0.951", "0.952"))
+    for name in ("v51", "v51b"):
+        shown = json.loads(ok(run_cli("evidence", "show", name, "--json")).stdout)
+        (comp,) = shown["replicates"]
+        assert comp["members"] == ["v51", "v51b"] and comp["var_within_eval"] == pytest.approx(0.0001, rel=1e-9)
+        assert comp["var_between_training"] == pytest.approx(0.0023 / 3, rel=1e-9)  # by hand, as above
+        assert {s["model"] for s in shown["summaries"]} == {name}  # the summaries stay the named model's
+    assert "replicates of v51 on official_total: 2 trainings" in ok(run_cli("evidence", "show", "v51")).stdout
+    assert json.loads(ok(run_cli("evidence", "show", "v28", "--json")).stdout)["replicates"] == []
+
+
+def test_group_compare_facts_acc_pairs_items_from_an_imported_tree(ws, run_cli, tmp_path):
+    """Issue 33 item 3's finding: `compare v54 v60 --metric facts/acc` said "no item-level records for both";
+    a folder imports in one command, lm-eval's stderr shows beside vecmerge's SE, a second import adds nothing."""
+    from lm_eval_layout import scores, write_run
+
+    out = tmp_path / "out"
+    write_run(out, "v54", "2026-12-01T10-00-00.000001", scores(5, 0.8))
+    write_run(out / "x", "v60", "2026-12-01T11-00-00.000001", scores(6, 0.6))
+    first = ok(run_cli("evidence", "import", str(out))).stdout
+    assert "imported " in first and "not counted twice" not in first
+    again = ok(run_cli("evidence", "import", str(out))).stdout
+    assert again.startswith("imported 0 records") and again.count("not counted twice: ") == 8
+    text = ok(run_cli("evidence", "compare", "v54", "v60", "--metric", "facts/acc")).stdout
+    assert "no item-level records" not in text and "paired (McNemar" in text and "harness SE (items)" in text
+    res = json.loads(ok(run_cli("evidence", "compare", "v54", "v60", "--metric", "facts/acc", "--json")).stdout)
+    assert res["paired"]["n"] == [120] and res["decided_by"] == "paired"

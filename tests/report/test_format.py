@@ -31,3 +31,24 @@ def test_a_wrapped_cell_keeps_its_line_breaks():
     lines = text.splitlines()
     assert any(line.rstrip().endswith("exactly a, b,") for line in lines)
     assert any(line.strip() == "c; README.md as pinned" for line in lines)
+
+
+def test_cjk_sub_score_names_align_by_display_width():
+    """Issue 33 item 7: 懂物料 takes six terminal columns, not three; every row's next column starts at one
+    display column (widths counted independently: 2 per CJK character, from the Unicode table by hand)."""
+    from vecmerge.report.format import display_width, table
+
+    text = table([["懂物料", 0.2453], ["video", 0.3112], ["商品理解力", 0.1]], ["sub-score", "mean"])
+    lines = text.splitlines()
+
+    def width(s):  # by hand: the CJK Unified Ideographs block is wide
+        return sum(2 if "\u4e00" <= ch <= "\u9fff" else 1 for ch in s)
+
+    starts = {width(line[:line.index(v)]) for line, v in zip(lines[2:], ("0.2453", "0.3112", "0.1"))}
+    assert len(starts) == 1 and display_width("懂物料") == 6 and display_width("video") == 5
+    assert width(lines[1].split(" ")[0]) == 11  # the header's 9 + 2 (tabulate's minimum) > 商品理解力's 10
+    ascii_only = table([["video", 0.3112]], ["sub-score", "mean"])
+    import tabulate
+
+    assert tabulate.WIDE_CHARS_MODE is False and ascii_only == tabulate.tabulate(
+        [["video", 0.3112]], headers=["sub-score", "mean"], floatfmt=".4g", disable_numparse=True)

@@ -3,7 +3,9 @@
 Norms are of the effective update ``scale * B @ A`` (factored, float64):
 ``||x||^2 = sum_m ||x_m||^2`` globally and per module type (q_proj, ..., down_proj; an expert's type is
 its parameter, gate_up_proj). A MoE adapter (``target_parameters``) also gets ``experts``: per 3-D
-parameter its layer, expert count, rank per expert, (out, in) per expert and norm over its experts.
+parameter its layer, expert count, rank per expert, (out, in) per expert and norm over its experts. A DoRA
+adapter's norms are of its effective update against a base model (``updates``, from ``workspace/dora.py``), a
+``lora_bias`` adapter also gets the norm of its bias updates ``scale * lora_B.bias``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class AdapterSummary(Result):
         sha256, config_sha256 (str): of the weights and of adapter_config.json.
         experts (dict | None): MoE only, per 3-D parameter ``{layer, parameter, experts, rank, shape, scale, norm}``.
         target_parameters (list | None): MoE only, as the config declares them.
+        dora_base (str | None): DoRA only, the base model its effective update was formed against.
+        bias_norm (float | None): lora_bias only, ``sqrt(sum_m ||scale_m * lora_B_m.bias||^2)``.
     """
 
     path: str
@@ -66,15 +70,20 @@ class AdapterSummary(Result):
     config_sha256: str
     experts: dict | None = json_field(optional=True, default=None)
     target_parameters: list | None = json_field(optional=True, default=None)
+    dora_base: str | None = json_field(optional=True, default=None)
+    bias_norm: float | None = json_field(optional=True, default=None)
 
 
-def describe(adapter: Adapter, progress=None) -> AdapterSummary:
+def describe(adapter: Adapter, progress=None, updates: dict | None = None, dora_base: str | None = None
+             ) -> AdapterSummary:
     """The summary ``vecmerge inspect`` prints of ``adapter`` (a typed result that reads as its JSON).
 
     Args:
         adapter (Adapter): an opened PEFT LoRA folder (``modules_to_save: drop`` to describe one that
             also saves full modules: they are listed, and left out of the norms).
         progress: optional callable wrapping the module iterable.
+        updates (dict[str, LowRank] | None): each module's effective update when it is not ``scale * B @ A``
+            (a DoRA adapter's, against ``dora_base``). dora_base (str | None): that base model's folder.
     """
     cfg = adapter.config
     specs = adapter.specs
@@ -82,7 +91,7 @@ def describe(adapter: Adapter, progress=None) -> AdapterSummary:
     it = progress(names) if progress else names
     norms = {}
     for m in it:
-        x = adapter.factors(m)
+        x = updates[m] if updates is not None else adapter.factors(m)
         check_magnitude(m, f"the update of {adapter.path}", x, "its lora_alpha (or alpha_pattern) or weights are "
                         "extreme: check the adapter's config and use another checkpoint")
         norms[m] = x.norm()
@@ -131,6 +140,11 @@ def describe(adapter: Adapter, progress=None) -> AdapterSummary:
         sha256=adapter.sha256,
         config_sha256=adapter.config_sha256,
     )
+    if updates is not None:
+        info["dora_base"] = dora_base
+    if adapter.bias_keys:
+        biases = [adapter.bias(m) for m in adapter.bias_keys]
+        info["bias_norm"] = math.sqrt(sum(float(b.square().sum()) for b in biases if b is not None))
     if experts:  # MoE adapters only: {parameter: {layer, parameter, experts, rank, shape, scale, norm}}
         info.update(experts=experts, target_parameters=cfg.raw.get("target_parameters"))
     return AdapterSummary(**info)

@@ -10,10 +10,11 @@
     models.py        extract, fuse
     probe.py         probe
     rank.py          rank
+    report.py        report
     demo.py          demo
 """
 
-from . import demo, evidence, inspect, merge, models, probe, rank, verify  # noqa: F401  (each registers its commands)
+from . import demo, evidence, inspect, merge, models, probe, rank, report, verify  # noqa: F401  (each registers its commands)
 from .app import main
 
 __all__ = ["main"]

@@ -27,13 +27,34 @@ def env_option(fn):
     return click.option("--env", "env", multiple=True, metavar="ID|KEY=VALUE", help=ENV_HELP)(fn)
 
 
+class _WrittenFloat(click.types.FloatParamType):
+    """A float that keeps the text it was given as (``io.parse.Written``): its decimals are the precision."""
+
+    def convert(self, value, param, ctx):
+        from ..io.parse import Written
+
+        x = super().convert(value, param, ctx)
+        return Written(value, x) if isinstance(value, str) else x
+
+
+DECIMALS_HELP = ("The decimals the scores are written with (default: counted in the text given; a grade is "
+                 "reported only at a known precision).")
+
+
+def _written(text: str):
+    """``text`` as a float that keeps its text (``io.parse.Written``); ValueError when it is no number."""
+    from ..io.parse import Written
+
+    return Written(text.strip())
+
+
 def _subs(pairs) -> dict:
     """``KEY=V`` (one run) or ``KEY=V1,V2,...`` (one value per run, in order) -> key -> list of floats."""
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         try:
-            values = [float(v) for v in value.split(",")]
+            values = [_written(v) for v in value.split(",")]
         except ValueError:
             sep = ""
         if not sep or not key.strip():
@@ -47,7 +68,7 @@ def _subs(pairs) -> dict:
 
 @evidence.command("add", context_settings={"ignore_unknown_options": True})
 @click.argument("name")
-@click.argument("values", nargs=-1, required=True, type=float)
+@click.argument("values", nargs=-1, required=True, type=_WrittenFloat())
 @click.option("--metric", help="What was measured (default: metric: in vecmerge.yaml).")
 @click.option("--sub", "subs", multiple=True, help="A sub-score KEY=VALUE of a single run, or KEY=V1,V2,... with "
               "one value per run in the runs' order (repeatable, one per sub-score).")
@@ -59,11 +80,12 @@ def _subs(pairs) -> dict:
               "seed, or any other KEY.")
 @click.option("--external", is_flag=True, help="Record NAME as an external model even when it is close to a "
               "workspace name.")
+@click.option("--decimals", type=click.IntRange(0, 20), help=DECIMALS_HELP)
 @json_option
 @global_options
 @click.pass_obj
 @handled
-def evidence_add(obj: Ctx, name, values, metric, subs, note, higher, env, external, as_json):
+def evidence_add(obj: Ctx, name, values, metric, subs, note, higher, env, external, decimals, as_json):
     """Record runs of NAME: one VALUE per run (negative values: put -- before them).
 
     A NAME that is no adapter here is recorded as an external model (no sha256); one within two edits of a
@@ -72,11 +94,12 @@ def evidence_add(obj: Ctx, name, values, metric, subs, note, higher, env, extern
     from .. import commands
 
     commands.evidence_add(obj.ws(), name, list(values), metric=metric, subs=_subs(subs) or None, note=note,
-                          higher_is_better=higher, env=env, external=external, as_json=as_json, echo=echo)
+                          higher_is_better=higher, env=env, external=external, decimals=decimals, as_json=as_json,
+                          echo=echo)
 
 
 @evidence.command("import")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("--model", help="The model name for lm-eval files (default: from their model_args).")
 @click.option("--cluster-field", help="A field of each --log_samples doc to cluster items by (e.g. topic; "
               "dotted for nested).")
@@ -87,12 +110,14 @@ def evidence_add(obj: Ctx, name, values, metric, subs, note, higher, env, extern
               help="Declare that lower METRIC is better (repeatable).")
 @click.option("--env", "env", multiple=True, metavar="KEY=VALUE", help="A field added to every record's eval "
               "environment (repeatable; lm-eval results carry their own).")
+@click.option("--decimals", type=click.IntRange(0, 20), help=DECIMALS_HELP)
 @json_option
 @global_options
 @click.pass_obj
 @handled
-def evidence_import(obj: Ctx, files, model, cluster_field, task, higher, lower, env, as_json):
-    """Import FILES: CSV (model,metric,value[,note,item,cluster,sub.KEY]), lm-eval results .json, samples .jsonl.
+def evidence_import(obj: Ctx, files, model, cluster_field, task, higher, lower, env, decimals, as_json):
+    """Import FILES: CSV (model,metric,value[,note,item,cluster,sub.KEY]), lm-eval results .json, samples .jsonl;
+    a folder: every lm-eval results_*.json and samples_*.jsonl under it (each samples file with its run's results).
 
     Every file is read before anything is written; a malformed row is one error line and nothing is recorded.
     """
@@ -103,7 +128,7 @@ def evidence_import(obj: Ctx, files, model, cluster_field, task, higher, lower, 
 
     commands.evidence_import(obj.ws(), list(files), model=model, cluster_field=cluster_field, task=task,
                              directions={**{m: True for m in higher}, **{m: False for m in lower}} or None,
-                             env=env, as_json=as_json, echo=echo)
+                             env=env, decimals=decimals, as_json=as_json, echo=echo)
 
 
 @evidence.command("export")

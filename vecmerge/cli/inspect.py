@@ -19,15 +19,23 @@ from .app import Ctx, echo, global_options, handled, main, usage
 
 @main.command()
 @click.argument("adapters", nargs=-1, required=True)
+@click.option("--base-model", type=click.Path(file_okay=False),
+              help="A local base model folder (transformers, safetensors): DoRA adapters are described by their "
+                   "effective update m * (W + sBA) / ||W + sBA|| - W against its weights (needed for DoRA; default "
+                   "the workspace's base_model).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @global_options
 @click.pass_obj
 @handled
-def inspect(obj: Ctx, adapters, as_json):
-    """Config, scale rule, ranks, dtype, norms and sha256 of each ADAPTER (name or folder)."""
+def inspect(obj: Ctx, adapters, base_model, as_json):
+    """Config, scale rule, ranks, dtype, norms and sha256 of each ADAPTER (name or folder).
+
+    DoRA adapters need --base-model; lora_bias adapters also show the norm of their bias updates.
+    """
     from .. import commands
 
-    commands.inspect(obj.ws(), list(adapters), as_json=as_json, echo=echo, progress=obj.bars())
+    commands.inspect(obj.ws(), list(adapters), base_model=base_model, as_json=as_json, echo=echo,
+                     progress=obj.bars())
 
 
 @main.command()

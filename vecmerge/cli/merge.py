@@ -34,9 +34,10 @@ def project(obj: Ctx, force, dry_run, as_json, show_modules, **given):
 @click.option("--weights", help="Comma-separated weights, one per INPUT (default 1 each), e.g. 0.5,0.5.")
 @click.option("--config", "config", type=click.Path(dir_okay=False),
               help="A mergekit merge configuration (YAML: merge_method, base_model, models with parameters, "
-                   "parameters, dtype, slices that select layers) whose models are LoRA adapters (workspace names "
-                   "or folders), instead of INPUT... and --method; every key vecmerge does not support is named. "
-                   "docs/METHODS.md says where each method differs from mergekit's.")
+                   "gradients and filters, parameters, dtype, slices that select layers; rank) whose models are LoRA "
+                   "adapters (workspace names or folders), instead of INPUT... and --method. mergekit's defaults "
+                   "fill what it leaves out; the report says which, and where a method means something else on "
+                   "LoRA updates (docs/METHODS.md); every key vecmerge does not support is named.")
 @method_options(stepped=False)
 @run_options()
 @click.pass_obj

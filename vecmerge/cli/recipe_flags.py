@@ -145,7 +145,7 @@ def run_recipe(obj: Ctx, data: dict, command: str, *, force, dry_run, as_json, s
 
 
 CONFIG_FLAGS = ("rank", "out", "dtype", "allow_missing", "modules_to_save", "strict", "only", "exclude",
-                "allow_base_mismatch", "base_model_id", "base_model")  # what --config leaves to the flags
+                "allow_base_mismatch", "base_model_id", "base_model", "seed", "space")  # what --config leaves to flags
 
 
 def run_mergekit(obj: Ctx, path, data: dict, *, typed=(), force, dry_run, as_json, show_modules):

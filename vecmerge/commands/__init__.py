@@ -10,6 +10,7 @@ prints, so the transcript is exactly what a user typing them would see. Every fu
     models.py     extract, fuse
     probe.py      probe
     rank.py       rank
+    report.py     report (recommend.py: its advice)
 """
 
 from .adapters import audit, inspect
@@ -29,7 +30,8 @@ from .merging import merge, merge_config, verify
 from .models import extract, fuse
 from .probe import probe
 from .rank import rank
+from .report import report
 
 __all__ = ["inspect", "audit", "merge", "merge_config", "verify", "evidence_add", "evidence_import", "evidence_export",
            "evidence_show", "evidence_compare", "evidence_calibrate", "evidence_plan", "evidence_decide", "ls", "gate",
-           "extract", "fuse", "probe", "rank"]
+           "extract", "fuse", "probe", "rank", "report"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..analysis.audit import audit_pairwise, audit_trajectories
 from ..analysis.inspect import describe
 from ..expr import parse
@@ -13,14 +15,34 @@ from ..workspace.names import Workspace
 from .progress import progress_bar
 
 
-def inspect(ws: Workspace, adapters: list[str], *, as_json: bool = False, echo=print, progress=None) -> list[dict]:
+def inspect(ws: Workspace, adapters: list[str], *, base_model=None, as_json: bool = False, echo=print,
+            progress=None) -> list[dict]:
     """``vecmerge inspect ADAPTER...``: config, scale rule, ranks, dtype, norms and sha256 of each.
 
     Args:
         ws (Workspace): resolves names. adapters (list[str]): names or folders. as_json (bool): JSON output.
+        base_model (str | Path | None): a local base model folder, needed for DoRA adapters (their effective update
+            depends on its weights); default the workspace's ``base_model``.
         echo (callable): where text goes. progress (callable | None): ``progress(desc)`` -> iterable wrapper.
     """
-    infos = [describe(ws.adapter(a, "drop"), progress_bar(progress, f"inspect {a}")) for a in adapters]  # shows any
+    from ..errors import AdapterError
+
+    base = base_model or ws.base_model
+    wsi = ws.with_biases().with_dora_base(base) if base else ws.with_biases()  # inspect drops nothing
+    infos = []
+    for a in adapters:
+        adapter = wsi.adapter(a, "drop")  # shows any modules_to_save
+        updates = None
+        if adapter.config.use_dora:
+            if not base:
+                raise AdapterError(f"{adapter.path}: a DoRA adapter: its update m * (W + sBA) / ||W + sBA|| - W "
+                                   "depends on the base model's weights; pass --base-model FOLDER (the model it was "
+                                   "trained on)")
+            from ..workspace.dora import dora_modules
+
+            updates = dora_modules(adapter, Path(base))
+        infos.append(describe(adapter, progress_bar(progress, f"inspect {a}"), updates=updates,
+                              dora_base=str(base) if updates is not None else None))
     echo(to_json(infos if len(infos) > 1 else infos[0]) if as_json else render_inspect(infos))
     return infos
 

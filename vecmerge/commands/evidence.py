@@ -56,7 +56,7 @@ def _show_path(path) -> str:
 
 def evidence_add(ws: Workspace, name: str, values: list[float], *, metric: str | None = None, subs=None,
                  note: str | None = None, higher_is_better: bool | None = None, env=(), external: bool = False,
-                 as_json: bool = False, echo=print) -> dict:
+                 decimals: int | None = None, as_json: bool = False, echo=print) -> dict:
     """``vecmerge evidence add NAME VALUE... --metric M``: record runs, tied to NAME's current content sha256.
 
     Args:
@@ -65,20 +65,21 @@ def evidence_add(ws: Workspace, name: str, values: list[float], *, metric: str |
         workspace's ``metric:``. subs (dict[str, float] | None): sub-scores of a single run.
         higher_is_better (bool | None): declare the metric's direction once. env: ``--env KEY=VALUE`` options.
         external (bool): record NAME even when it is close to a workspace name (``--external``).
+        decimals (int | None): ``--decimals``: the decimals the values are written with (default: their text).
     """
     metric = metric or ws.metric
     if metric is None:
         raise UsageError("evidence add: name the metric with --metric M (or set metric: in vecmerge.yaml)")
     out = evidence.add(_ledger(ws), name, values, metric=metric, sha256=ws.content_sha(name), subs=subs, note=note,
                        higher_is_better=higher_is_better, env=env_fields(env), workspace_names=ws.adapters,
-                       external=external)
+                       external=external, decimals=decimals)
     _say(echo, out, report_evidence.render_add, as_json)
     return out
 
 
 def evidence_import(ws: Workspace, paths: list[str], *, model: str | None = None, cluster_field: str | None = None,
-                    task: str | None = None, directions: dict | None = None, env=(), as_json: bool = False,
-                    echo=print) -> dict:
+                    task: str | None = None, directions: dict | None = None, env=(), decimals: int | None = None,
+                    as_json: bool = False, echo=print) -> dict:
     """``vecmerge evidence import FILE...``: CSV, lm-eval results JSON, --log_samples JSONL; all or nothing.
 
     Each record is tied to its model's current content sha256 (names that are no adapter here: none); lm-eval's
@@ -89,7 +90,8 @@ def evidence_import(ws: Workspace, paths: list[str], *, model: str | None = None
         env: ``--env KEY=VALUE`` options: fields added to every record's eval environment.
     """
     out = evidence.import_(_ledger(ws), paths, current_sha=ws.content_sha, model=model, cluster_field=cluster_field,
-                           task=task, directions=directions, adapters=ws.adapters, home=ws.home, env=env_fields(env))
+                           task=task, directions=directions, adapters=ws.adapters, home=ws.home, env=env_fields(env),
+                           decimals=decimals)
     out["unhashed"] = [m for m in out["models"] if ws.content_sha(m) is None]
     _say(echo, out, report_evidence.render_import, as_json)
     return out

@@ -62,17 +62,65 @@ def merge_config(ws: Workspace, path, flags: dict, *, force: bool = False, dry_r
     except ParseError as e:
         raise RecipeError([e.problem], e.source if e.line is None else f"{e.source}:{e.line}") from None
     sha = hashlib.sha256(text.encode("utf-8")).hexdigest()  # the bytes read (valid UTF-8 re-encodes to them)
-    rec, notes = from_mergekit(data, str(path), path.parent.resolve(), known=set(ws.adapters))
+    rec, notes = from_mergekit(data, str(path), path.parent.resolve(), known=set(ws.adapters),
+                               layers=lambda name, inputs: _layers(ws, name, inputs))
     recipe = Recipe.from_dict({**rec, **flags}, str(path), root=path.parent.resolve())
+    said = notes["notes"] + _check_hub_base(ws, recipe, notes["base_model"], rec.get("base_model_id"))
     source = {"format": "mergekit", "path": str(path), "sha256": sha, "merge_method": notes["mergekit_method"],
-              "base_model": notes["base_model"]}
+              "base_model": notes["base_model"], "mergekit_defaults": notes["defaults"], "notes": said}
     if not as_json:
         echo(f"config: {path} (mergekit {notes['mergekit_method']} -> vecmerge {recipe.method}; sha256 {sha[:12]})")
+        if notes["defaults"]:
+            echo("config: mergekit's defaults for what the file leaves out: "
+                 + ", ".join(f"{k}: {str(v).lower()}" for k, v in notes["defaults"].items()))
+        for line in said:
+            echo(f"config note: {line}")
     rep = run(recipe, ws, dry_run=dry_run, force=force, progress=progress_bar(progress, recipe.kind), source=source)
     echo(to_json({**rep.to_dict(), "config": source}) if as_json else render_merge(rep))
     if show_modules and not as_json:
         echo("\n" + render_modules(rep))
     return rep
+
+
+def _layers(ws: Workspace, name: str, inputs: dict) -> int | None:
+    """The number of layers an adapter's modules span (its highest layer index + 1), None when unreadable."""
+    from ..errors import VecmergeError
+    from ..peft.format import module_layer
+
+    try:
+        modules = (ws.with_inputs({k: v["path"] for k, v in inputs.items()}) if inputs else ws).adapter(
+            name, "drop").modules
+    except (VecmergeError, OSError):
+        return None  # the run itself reports the adapter's problem
+    found = [n for n in (module_layer(m) for m in modules) if n is not None]
+    return max(found) + 1 if found else None
+
+
+def _check_hub_base(ws: Workspace, recipe: Recipe, base: str | None, hub_id: str | None) -> list[str]:
+    """The file's hub base_model against each adapter's base_model_name_or_path: RecipeError when a declared hub
+    id differs (unless allow_base_mismatch), a note for adapters that declare a local path instead."""
+    from ..errors import VecmergeError
+    from ..options import is_hub_id
+
+    if hub_id is None or base is None:
+        return []
+    wsi = ws.with_inputs({k: v["path"] for k, v in recipe.inputs.items()}) if recipe.inputs else ws
+    other, local = [], []
+    for entry in recipe.models or []:
+        name = str(entry["model"])
+        try:
+            declared = wsi.adapter(name, "drop").config.base_model
+        except (VecmergeError, OSError):
+            continue  # the run itself reports the adapter's problem
+        if declared and is_hub_id(declared) and "/" in declared and declared != hub_id:
+            other.append(f"{name} ({declared})")
+        elif declared != hub_id:  # a local path, or a bare name that may be one: nothing to compare
+            local.append(name)
+    if other and not recipe.allow_base_mismatch:
+        raise RecipeError([f"base_model: {hub_id} is not the base model the adapters declare: "
+                           f"{', '.join(other)}; fix base_model, or pass --allow-base-mismatch"], "config")
+    return [f"base_model {hub_id}: not checked against {', '.join(local)}, which declare no hub id (ORG/NAME) as "
+            "base_model_name_or_path"] if local else []
 
 
 def verify(ws: Workspace, targets: list[str], *, base_model=None, identities: bool = False, as_json: bool = False,

@@ -17,6 +17,8 @@ from ..evidence.judge.ranking import rank_candidates
 from ..evidence.judge.subscores import sub_keys
 from ..evidence.ledger.environment import EnvChoice, one_environment, records_of_one_environment
 from ..evidence.ledger.ledger import Ledger
+from ..evidence.ledger.precision import of_metric
+from ..evidence.ledger.precision import read as read_decimals
 from ..evidence.stats.replicates import members
 from ..evidence.stats.stats import runs_by_model
 from .ops_ledger import check_known
@@ -77,7 +79,8 @@ def compare_models(ledger: Ledger, a: str, b: str, metric: str | None = None, *,
     out = compare_records(a, b, records, metric=metric, higher_is_better=ledger.direction(metric),
                           confidence=confidence, detect=detect, min_runs=min_runs, target=target, margins=margin,
                           margin_source="--margin", replicates=replicates,
-                          env=chosen.to_dict() if chosen else None).to_dict()
+                          env=chosen.to_dict() if chosen else None,
+                          decimals=of_metric(read_decimals(ledger, metric), metric)).to_dict()
     out["reasons"] += [f"{n}: its {stale[n]} record(s) on {metric} are stale (they measured other weights; --stale "
                        "shows them)" for n in gone]
     return out

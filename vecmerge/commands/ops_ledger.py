@@ -14,10 +14,15 @@ from ..evidence.importers.importers import export_csv_text, import_files
 from ..evidence.judge.subscores import sub_runs
 from ..evidence.ledger.environment import EnvChoice, canonical_fields, environments
 from ..evidence.ledger.ledger import Entry, Ledger
+from ..evidence.ledger.precision import check_decimals, decimals_of
+from ..evidence.ledger.precision import note as note_decimals
+from ..evidence.ledger.precision import read as read_decimals
+from ..evidence.ledger.precision import write as write_decimals
 from ..evidence.ledger.suggest import close_name
 from ..evidence.stats.grades import detect_grid
-from ..evidence.stats.replicates import components
+from ..evidence.stats.replicates import components, members, trainings
 from ..evidence.stats.stats import runs_by_model, summarize_records
+from ..io.parse import Written
 
 __all__ = ["add", "import_", "export", "show", "ls_rows", "check_known"]
 
@@ -25,8 +30,9 @@ __all__ = ["add", "import_", "export", "show", "ls_rows", "check_known"]
 def add(ledger: Ledger, name: str, values: Sequence[float], *, metric: str, sha256: str | None,
         subs: Mapping[str, float | Sequence[float]] | None = None, note: str | None = None,
         higher_is_better: bool | None = None, env: Mapping[str, str] | None = None,
-        workspace_names: Iterable[str] = (), external: bool = False) -> dict:
-    """``vecmerge evidence add NAME VALUE... --metric M [--sub K=V[,V...]] [--env K=V] [--note] [--higher-is-better]``.
+        workspace_names: Iterable[str] = (), external: bool = False, decimals: int | None = None) -> dict:
+    """``vecmerge evidence add NAME VALUE... --metric M [--sub K=V[,V...]] [--env K=V] [--decimals N] [--note]
+    [--higher-is-better]``.
 
     One transaction: the runs, and the metric's direction when given. A NAME that is no adapter here
     (``sha256`` None) is an external model, unless it is within ``suggest.close_name`` of a workspace name and
@@ -36,6 +42,8 @@ def add(ledger: Ledger, name: str, values: Sequence[float], *, metric: str, sha2
         subs: sub-score -> one value per run (a list as long as ``values``; a single number for a single run).
         env: the runs' eval environment fields (``environment.py``).
         workspace_names: the workspace's adapter names (for the typo check).
+        decimals (int | None): the decimals the values are written with; by default read from values given as
+            text (``io.parse.Written``, as the CLI passes them), unknown for plain floats (``precision.py``).
 
     Returns:
         dict: ``{"model", "metric", "sha256", "values", "ids", "direction", "subs", "env", "external"}``.
@@ -57,7 +65,13 @@ def add(ledger: Ledger, name: str, values: Sequence[float], *, metric: str, sha2
             run[key] = v
     fields = canonical_fields(env or {}, "--env")
     entries = [Entry(name, metric, v, sha256, s, note=note, env=fields) for v, s in zip(values, per_run)]
-    ids = ledger.write(entries, None if higher_is_better is None else {metric: higher_is_better})
+    written: dict = {}
+    for key, given in [(None, values), *((k, [r[k] for r in per_run]) for k in (subs or {}))]:
+        for v in given:
+            note_decimals(written, metric, key, check_decimals(decimals) if decimals is not None else
+                 decimals_of(v.text) if isinstance(v, Written) else None)
+    ids = ledger.write(entries, None if higher_is_better is None else {metric: higher_is_better},
+                       also=lambda con, now: write_decimals(con, written))
     return {"model": name, "metric": metric, "sha256": sha256, "values": values, "ids": ids,
             "direction": ledger.direction(metric), "subs": {k: [r[k] for r in per_run] for k in (subs or {})},
             "env": {"id": entries[0].environment.id, "fields": dict(fields)} if entries else None,
@@ -68,12 +82,12 @@ def import_(ledger: Ledger, paths: Iterable[str], *,
             current_sha: Mapping[str, str | None] | Callable[[str], str | None] | None = None,
             model: str | None = None, cluster_field: str | None = None, task: str | None = None,
             directions: Mapping[str, bool] | None = None, adapters=None, home=None,
-            env: Mapping[str, str] | None = None) -> dict:
+            env: Mapping[str, str] | None = None, decimals: int | None = None) -> dict:
     """``vecmerge evidence import FILE... [--model NAME] [--cluster-field KEY] [--higher-is-better M] [--env K=V]``:
     ``importers.import_files`` (``current_sha``: a mapping or a function of the model name; ``adapters`` and
     ``home``: the workspace's, to match lm-eval's model paths)."""
     return import_files(ledger, paths, sha_of=current_sha or {}, model=model, cluster_field=cluster_field, task=task,
-                        directions=directions, adapters=adapters, home=home, env=env)
+                        directions=directions, adapters=adapters, home=home, env=env, decimals=decimals)
 
 
 def export(ledger: Ledger, fmt: str = "csv", *, current_sha: Mapping[str, str | None] | None = None) -> str:
@@ -138,14 +152,16 @@ def show(ledger: Ledger, names: Sequence[str] | None = None, metric: str | None 
                   for (m, k), v in stale.items()],
         "item_level": [{"model": m, "metric": k, "items": len(set(v)), "records": len(v)}
                        for (m, k), v in items.items()],
-        "grids": [g for e, rs in envs.values() for g in _grids(rs, e.id)],
-        "replicates": _replicate_rows(used, replicates, confidence),
+        "grids": [g for e, rs in envs.values() for g in _grids(rs, e.id, read_decimals(ledger))],
+        "replicates": _replicate_rows(_group_records(ledger, names, used, metric, current_sha, include_stale,
+                                                     choice, replicates), replicates, confidence, names),
         "directions": ledger.directions(), "include_stale": include_stale,
     }
 
 
-def _grids(records, env_id: str) -> list[dict]:
-    """Every metric and sub-score whose whole-run values lie on a grid (``grades.detect_grid``)."""
+def _grids(records, env_id: str, decimals: Mapping) -> list[dict]:
+    """Every metric and sub-score whose whole-run values lie on a grid (``grades.detect_grid`` at the precision
+    the ledger recorded for it, ``decimals``: (metric, sub) -> decimals)."""
     out = []
     for metric in dict.fromkeys(r.metric for r in records):
         mine = [r for r in records if r.metric == metric]
@@ -153,19 +169,34 @@ def _grids(records, env_id: str) -> list[dict]:
         series.update({k: [v for vs in by_model.values() for v in vs]
                        for k, by_model in sorted(sub_runs(mine).items())})
         for sub, values in series.items():
-            grid = detect_grid(values)
+            grid = detect_grid(values, decimals=decimals.get((metric, sub)))
             if grid is not None:
                 out.append({"metric": metric, "sub": sub, "env": env_id, **grid.to_dict()})
     return out
 
 
-def _replicate_rows(records, replicates, confidence: float) -> list[dict]:
-    """Variance components of every replicate group, per metric and environment of ``records``."""
+def _group_records(ledger: Ledger, names, used, metric, current_sha, include_stale: bool, choice: EnvChoice,
+                   replicates) -> list:
+    """The records the replicate rows need: ``used``, and with names given, every member of their groups (so
+    ``show v54`` shows v54's replicate group, not only v54's own runs)."""
+    if not names or not replicates:
+        return used
+    wanted = sorted(members(names, replicates))
+    if set(wanted) <= set(names):
+        return used
+    return [r for r in ledger.records(wanted, metric, current_sha=current_sha, include_stale=True)
+            if choice.matches(r.environment) and (include_stale or not r.stale)]
+
+
+def _replicate_rows(records, replicates, confidence: float, names=None) -> list[dict]:
+    """Variance components of every replicate group (of ``names`` when given), per metric and environment."""
     out = []
     for env, recs in environments(records).values():
         for metric in dict.fromkeys(r.metric for r in recs):
             runs = runs_by_model(r for r in recs if r.metric == metric)
             for root in replicates or {}:
+                if names is not None and not set(trainings(root, replicates, {})) & set(names):
+                    continue
                 c = components(root, replicates, runs, metric=metric, env=env.id, confidence=confidence)
                 if c is not None:
                     out.append(c.to_dict())

@@ -2,8 +2,10 @@
 
 Pure library code (no torch, no click): the CLI and the commands (``commands/ops_*``) are thin layers over it.
 
-    ledger/     the SQLite ledger, its records, schema, stored rows, eval environments, pair records, names
-    importers/  CSV, lm-eval results JSON and --log_samples JSONL -> entries (all parsed, then written)
+    ledger/     the SQLite ledger, its records, schema, stored rows, eval environments, pair records, names,
+                the precision scores were written with
+    importers/  CSV, lm-eval results JSON and --log_samples JSONL -> entries (all parsed, then written); a
+                folder of lm-eval runs matched file by file; a group's items are its subtasks'
     stats/      summaries and difference tests, pooled noise, variance components, replicates, Holm, grades,
                 and the pre-registered plans' anytime-valid test
     judge/      A against B with its sub-scores, proxy calibration (and held out), ranking new candidates

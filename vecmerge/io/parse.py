@@ -172,6 +172,10 @@ def parse_yaml(text: str, source, *, max_depth: int = MAX_DEPTH, max_chars: int 
         raise ParseError(source, problem, line) from None
     except RecursionError:  # only reachable with a very large max_depth
         raise ParseError(source, "nested too deeply to read; flatten the file") from None
+    except ValueError as e:  # an integer of thousands of digits (Python's int_max_str_digits)
+        mark = getattr(loader, "mark", None) if loader is not None else None
+        raise ParseError(source, f"a number too long to read ({str(e).split(':')[0]}); write it with at most a few "
+                         "dozen digits", mark.line + 1 if mark is not None else None) from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -187,14 +191,27 @@ def load_yaml(path, *, max_bytes: int = YAML_MAX_BYTES, max_depth: int = MAX_DEP
 
 
 # ----------------------------------------------------------------------------------------------- JSON
+class Written(float):
+    """A float that keeps the text it was written as (``Written("0.1480").text == "0.1480"``): the decimals a
+    value was written with are in its text, not in its repr (0.148)."""
+
+    text: str
+
+    def __new__(cls, text: str, value: float | None = None):
+        obj = super().__new__(cls, float(text) if value is None else value)
+        obj.text = str(text)
+        return obj
+
+
 def parse_json(text: str, source, *, max_depth: int = MAX_DEPTH, max_int_digits: int = MAX_INT_DIGITS,
-               max_chars: int = JSON_MAX_BYTES):
+               max_chars: int = JSON_MAX_BYTES, keep_text: bool = False):
     """The data of the JSON ``text``, refusing what Python's ``json`` accepts but strict JSON does not.
 
     Args:
         text (str): the document. source (str | Path): the file name for messages.
         max_depth (int): the deepest nesting accepted. max_int_digits (int): the longest integer accepted.
         max_chars (int): the longest text accepted.
+        keep_text (bool): numbers with a fraction or exponent as ``Written`` (their text kept).
     """
     if len(text) > max_chars:
         raise ParseError(source, f"longer than {max_chars} characters; this is not a file vecmerge expects")
@@ -211,7 +228,7 @@ def parse_json(text: str, source, *, max_depth: int = MAX_DEPTH, max_int_digits:
         x = float(s)
         if not math.isfinite(x):
             raise ValueError(f"{short(s, 40)} overflows to infinity; write a finite number")
-        return x
+        return Written(s, x) if keep_text else x
 
     def pairs(items):
         out = {}
@@ -239,7 +256,7 @@ def parse_json(text: str, source, *, max_depth: int = MAX_DEPTH, max_int_digits:
 
 
 def load_json(path, *, max_bytes: int = JSON_MAX_BYTES, max_depth: int = MAX_DEPTH,
-              max_int_digits: int = MAX_INT_DIGITS):
+              max_int_digits: int = MAX_INT_DIGITS, keep_text: bool = False):
     """The data of the JSON file ``path`` (UTF-8, bounded, strict): see :func:`parse_json`.
 
     Args:
@@ -247,7 +264,7 @@ def load_json(path, *, max_bytes: int = JSON_MAX_BYTES, max_depth: int = MAX_DEP
         max_depth (int): nesting bound. max_int_digits (int): the longest integer accepted.
     """
     return parse_json(read_text(path, max_bytes=max_bytes), path, max_depth=max_depth,
-                      max_int_digits=max_int_digits, max_chars=max_bytes)
+                      max_int_digits=max_int_digits, max_chars=max_bytes, keep_text=keep_text)
 
 
 def parse_jsonl(text: str, source, *, max_lines: int, max_depth: int = MAX_DEPTH,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .elementwise import DENSITY, LAMBDA, NORMALIZE, SEED, SPACE, Elementwise
+from .elementwise import DENSITY, LAMBDA, NORMALIZE, RESCALE, SEED, SPACE, Elementwise
 from .registry import register
 
 
@@ -17,6 +17,6 @@ class DareLinear(Elementwise):
 
     name = "dare_linear"
     summary = "DARE: drop each entry with probability 1 - --density, rescale by 1/density, weighted sum (--seed)"
-    fields = (DENSITY, SPACE, SEED, NORMALIZE, LAMBDA)
+    fields = (DENSITY, SPACE, SEED, NORMALIZE, RESCALE, LAMBDA)
     drop = "random"
     combine = "sum"

@@ -53,6 +53,12 @@ NORMALIZE_HELP = ("mergekit's normalize: divide the merged entries by the sum of
                   "by the agreeing WEIGHTS, false sums). mergekit's own default is true for ties, false for "
                   "dare_ties and dare_linear; the two rules agree only when every weight is 1 (docs/METHODS.md)")
 NORMALIZE = Field("normalize", NORMALIZE_HELP, kind="bool")
+RESCALE_HELP = ("mergekit's rescale: scale each sparsified update back to its L1 norm (true) or not at all (false). "
+                "Defaults as mergekit's: true for della, della_linear; false for breadcrumbs, breadcrumbs_ties. "
+                "ties, dare_ties, dare_linear: unset by default (DARE's 1/density, PEFT's; ties none); given, needs "
+                "normalize (mergekit's rule). merge --config fills mergekit's default: true for dare_*, false for "
+                "ties")
+RESCALE = Field("rescale", RESCALE_HELP, kind="bool")
 LAMBDA = Field("lambda", "mergekit's lambda: the merged update times this", default=1.0)
 
 
@@ -85,6 +91,10 @@ class Elementwise(Method):
         if density is None and lacking and "density" not in recipe.given:  # a given but invalid one is reported
             p.append(Problem("{method=}{}: needs {density} (e.g. --density 0.5), or a density for each model "
                              "(missing for {})", self.name, ", ".join(lacking)))
+        if recipe.params.get("rescale") is not None and recipe.params.get("normalize") is None:
+            p.append(Problem("{rescale}: mergekit's option, taken with mergekit's rule: give {normalize} too (true "
+                             "or false; mergekit's default for {}: {})", self.name,
+                             "true" if self.name == "ties" else "false"))
         if self.space_for(recipe.params) == "dense" and "rank" not in recipe.given:
             p.append(Problem("{method=}{} in space full: its dense result has full rank; pass {rank} (e.g. --rank "
                              "32, the inputs' rank, as PEFT's *_svd does; or energy:0.9), or use space core",
@@ -105,11 +115,13 @@ class Elementwise(Method):
         d = module_densities(x, params)
         gen = generator(params["seed"], x.name) if self.drop == "random" else None
         lam = params.get("lambda", 1.0)
-        if params.get("normalize") is not None:  # mergekit's convention: see NORMALIZE
+        if params.get("normalize") is not None:  # mergekit's convention: see NORMALIZE and RESCALE
             consensus = "none" if self.combine == "sum" else {"total": "sum", "frequency": "count"}[
                 params.get("majority", "total")]
-            scheme = Scheme("magnitude" if self.drop == "magnitude" else "random",
-                            "inverse" if self.drop == "random" else "none", consensus, params["normalize"], lam)
+            rescale = {None: "inverse" if self.drop == "random" else "none", True: "l1", False: "none"}[
+                params.get("rescale")]
+            scheme = Scheme("magnitude" if self.drop == "magnitude" else "random", rescale, consensus,
+                            params["normalize"], lam)
             return gta_merge(t.rows, t.n, t.shape, x.weights, d, scheme, generator=gen,
                              rows_per_block=t.block, device=t.device)
         out = streamed_merge(t.rows, t.n, t.shape, x.weights, d, self.drop, self.combine,

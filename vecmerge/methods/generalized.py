@@ -12,7 +12,17 @@ from __future__ import annotations
 
 from ..errors import Problem
 from .base import Field
-from .elementwise import DENSITY, LAMBDA, NORMALIZE_HELP, SEED, SPACE, Elementwise, generator, module_densities
+from .elementwise import (
+    DENSITY,
+    LAMBDA,
+    NORMALIZE_HELP,
+    RESCALE_HELP,
+    SEED,
+    SPACE,
+    Elementwise,
+    generator,
+    module_densities,
+)
 
 GAMMA = Field("gamma", "breadcrumbs: share of each model's largest entries dropped as outliers (mergekit's "
               "default 0.01)", default=0.01, low=0.0, high=1.0)
@@ -25,9 +35,7 @@ def normalize_field(default: bool) -> Field:
 
 
 def rescale_field(default: bool) -> Field:
-    return Field("rescale", "mergekit's rescale: scale each sparsified update back to its L1 norm (default true "
-                 "for della and della_linear, false for breadcrumbs and breadcrumbs_ties, as mergekit's)",
-                 kind="bool", default=default)
+    return Field("rescale", RESCALE_HELP, kind="bool", default=default)
 
 
 class Generalized(Elementwise):

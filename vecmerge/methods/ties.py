@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .elementwise import DENSITY, LAMBDA, MAJORITY, NORMALIZE, SPACE, Elementwise
+from .elementwise import DENSITY, LAMBDA, MAJORITY, NORMALIZE, RESCALE, SPACE, Elementwise
 from .registry import register
 
 
@@ -17,6 +17,6 @@ class Ties(Elementwise):
     name = "ties"
     summary = ("TIES: keep each model's top --density entries by magnitude, elect each entry's sign, average "
                "the agreeing weighted entries (PEFT's rule; --normalize: mergekit's)")
-    fields = (DENSITY, SPACE, MAJORITY, NORMALIZE, LAMBDA)
+    fields = (DENSITY, SPACE, MAJORITY, NORMALIZE, RESCALE, LAMBDA)
     drop = "magnitude"
     combine = "ties"

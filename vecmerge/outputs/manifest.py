@@ -36,7 +36,7 @@ MANIFEST_KEYS = ("tool", "created", "kind", "method", "recipe", "resolved", "inp
 # where the inputs' relative paths start; the gate's table when one ran; the file a recipe came from (merge --config);
 # a protected step's figures
 OPTIONAL_KEYS = ("workspace", "gate", "config", "protection")
-CONFIG_KEYS = ("format", "path", "sha256", "merge_method", "base_model")
+CONFIG_KEYS = ("format", "path", "sha256", "merge_method", "base_model", "mergekit_defaults", "notes")
 OUTPUT_KEYS = ("weights", "sha256", "config_sha256", "card_sha256", "dtype", "modules")
 
 # What `vecmerge verify` accepts (see verify/output.py for why): the pipeline refuses to write an output that

@@ -59,6 +59,10 @@ class FileKind:
 
 
 PNG = FileKind("PNG image", lambda head: head.startswith(b"\x89PNG\r\n\x1a\n"))  # --plot; a new export adds its kind
+REPORT_MARK = "<!-- vecmerge report -->"  # the first line of both files vecmerge report writes
+MARKDOWN_REPORT = FileKind("Markdown report vecmerge wrote", lambda head: head.startswith(REPORT_MARK.encode()))
+HTML_REPORT = FileKind("HTML report vecmerge wrote",
+                       lambda head: head.startswith(b"<!DOCTYPE html>\n" + REPORT_MARK.encode()))
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,9 @@ def check(ev: Evaluation) -> None:
                                    "merge is undefined; use linear, task_arithmetic, cat or svd (project: mode add; "
                                    "refactor), or inputs trained without lora_bias", ev.method.name,
                                    ", ".join(with_bias))])
+    if has_biases(ev) and ev.recipe.per_module:
+        raise RecipeError([Problem("{per_module}: lora_bias inputs take one weight per model for their biases; "
+                                   "give constant weights (no gradient or filter), or inputs without lora_bias")])
     if has_biases(ev) and any(s.param for s in ev.specs.values()):
         raise RecipeError(["lora_bias inputs with target_parameters modules: PEFT stores no bias for a wrapped "
                            "parameter; merge the adapters' modules without target_parameters"])

@@ -123,7 +123,7 @@ def build_output(ev: Evaluation, multiple: float, progress=None, *, sink=None, c
 
     def one(m: str, rank: int | None = None) -> ModuleBuild:
         target, step_m = intended_core(ev, m, multiple)
-        given = None if ev.step is not None else ev.method.factors(module_operands(ev, m), method_params(ev))
+        given = None if ev.step is not None else ev.method.factors(module_operands(ev, m), method_params(ev, m))
         if given is not None:
             k = ev.multipliers.get(m, 1.0)
             c = as_is(target, given * k if k != 1.0 else given)

@@ -319,13 +319,33 @@ def module_operands(ev: Evaluation, m: str) -> ModuleOperands:
         form = parse(e["model"])
         terms.append(tuple((c, ev.vectors[n].modules[m]) for n, c in form.coeffs.items()
                            if c != 0.0 and m in ev.vectors[n].modules))
-    return ModuleOperands(m, models=tuple(x[k][m] for k in keys), weights=tuple(e["weight"] for e in entries),
-                          densities=tuple(e.get("density") for e in entries), terms=tuple(terms))
+    rows = ev.recipe.per_module or {}
+    weights = tuple(per_module(rows, f"models.{i}.weight", m, e["weight"]) for i, e in enumerate(entries))
+    densities = tuple(per_module(rows, f"models.{i}.density", m, e.get("density")) for i, e in enumerate(entries))
+    return ModuleOperands(m, models=tuple(x[k][m] for k in keys), weights=weights, densities=densities,
+                          terms=tuple(terms))
 
 
-def method_params(ev: Evaluation) -> dict:
-    """The parameters the method's ``module`` receives (``prepare``'s, else the recipe's fields)."""
-    return ev.params if ev.params is not None else ev.recipe.params
+def per_module(rows: dict, key: str, m: str, default):
+    """Module m's value of ``key`` in a recipe's ``per_module`` rows: the first pattern m matches, else ``default``.
+
+    Args:
+        rows (dict): ``{key: [[pattern, value], ...]}``. key (str): a field or ``models.I.weight``. m (str): a module.
+    """
+    for pattern, value in rows.get(key, ()):
+        if re.search(pattern, m):
+            return value
+    return default
+
+
+def method_params(ev: Evaluation, m: str | None = None) -> dict:
+    """The parameters the method's ``module`` receives (``prepare``'s, else the recipe's fields), with module m's
+    ``per_module`` values over them."""
+    params = ev.params if ev.params is not None else ev.recipe.params
+    rows = {k: v for k, v in (ev.recipe.per_module or {}).items() if not k.startswith("models.")}
+    if m is None or not rows:
+        return params
+    return {**params, **{k: per_module(rows, k, m, params.get(k)) for k in rows}}
 
 
 def intended_core(ev: Evaluation, m: str, multiple: float):
@@ -341,7 +361,7 @@ def intended_core(ev: Evaluation, m: str, multiple: float):
         ev (Evaluation): the evaluated recipe. m (str): a module. multiple (float): the output's dose.
     """
     if ev.step is None:
-        target = ev.method.module(module_operands(ev, m), method_params(ev))
+        target = ev.method.module(module_operands(ev, m), method_params(ev, m))
         k = ev.multipliers.get(m, 1.0)
         target = target * k if k != 1.0 else target
         values = target.C if isinstance(target, InSpan) else target.D if hasattr(target, "D") else target.B

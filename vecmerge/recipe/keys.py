@@ -28,8 +28,8 @@ class Key:
         name (str): the key; ``parent.child`` for a key inside a mapping (``consensus.ref``).
         kind (str): how its value is read (``values.READERS``): expression | number | choice | method |
             rank | dose | consensus | flag (true/false) | folder | model_folder (read, relative to the recipe) |
-            text | hub_id | gate | inputs | models | pattern | multipliers. A key inside a mapping is read by
-            its parent's reader (``consensus``).
+            text | hub_id | gate | inputs | models | pattern | multipliers | per_module. A key inside a
+            mapping is read by its parent's reader (``consensus``).
         help (str): what it means, for ``--help`` and the docs; keys in braces, ``{}`` the methods' summaries
             (kind method).
         values (str): what it takes, for the docs (``takes``: the choices, or true | false, when it has them).
@@ -184,6 +184,10 @@ KEYS: tuple[Key, ...] = (
         "set.", values="{NAME: FILE}", flag="--target", commands=("project",)),
     Key("multipliers", "multipliers", "Per module, the factor of the first pattern its name matches (project: on "
         "the direction before alpha is chosen; merge: on the update).", values="{regex: factor}"),
+    Key("per_module", "per_module", "A merge's values per module: a method field (e.g. t, density) or a model's "
+        "weight or density (models.0.weight) -> rows [pattern, value]; each module takes the value of the first "
+        "pattern its name matches (re.search), else the recipe's own (merge --config writes mergekit's gradients "
+        "and filters so).", values="{field: [[regex, value], ...]}"),
 )
 
 KEY: dict[str, Key] = {k.name: k for k in KEYS}

@@ -13,6 +13,7 @@ their updates with the base model at the origin (mergekit's ``base + merge(delta
 - per-model ``weight`` and ``density`` stay per model; other per-model parameters (``gamma``, ``epsilon``)
   must agree across models (vecmerge takes one); global ``parameters`` are the method's options (a
   global ``weight`` or ``density`` is every model's default), ``int8_mask`` is accepted and has no effect;
+  gradients and filters (``mergekit_values``) become the recipe's ``per_module`` rows;
 - ``base_model``: a model listed in ``models`` too is dropped from them (its update is the origin, as
   mergekit skips it); a hub id is recorded as the output's ``base_model_id``, a local model folder is the
   recipe's ``base_model`` (DoRA inputs are read against it); a model written ``BASE+LORA`` (mergekit's LoRA
@@ -20,10 +21,12 @@ their updates with the base model at the origin (mergekit's ``base + merge(delta
 - ``dtype`` (or ``out_dtype``): the written dtype (float32, bfloat16, float16; vecmerge computes in float64);
 - ``slices`` whose sources all take the same models over one ``layer_range`` each select those layers
   (``only``); the LoRA keeps each layer where it is (mergekit's output would stack the slices into a new
-  model), so overlapping slices, slices of different models and per-slice parameters are refused.
+  model), so overlapping slices, slices of different models and per-slice parameters are refused;
+- ``tokenizer_source``, ``tokenizer``, ``chat_template``: ignored with a note (a LoRA has no tokenizer).
 
-Mergekit defaults fill what the file leaves out (``density: 1`` for the sparsifying methods). Every key
-vecmerge does not support is named in one problem line. This module imports no torch.
+mergekit's defaults fill what the file leaves out (``density: 1``; ``normalize`` and ``rescale`` per method,
+``mergekit_vocab.DEFAULTS``), and the notes say where a method means something else on LoRA updates. Every
+key vecmerge does not support is named in one problem line, a typo with mergekit's word. No torch here.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from pathlib import Path
 from .. import methods
 from ..errors import RecipeError
 from ..expr import NAME_RE
+from . import mergekit_values as mv
+from . import mergekit_vocab as vocab
+from .mergekit_vocab import did_you_mean, meaning_notes
 
 METHODS = {"linear": "task_arithmetic", "task_arithmetic": "task_arithmetic", "ties": "ties",
            "dare_ties": "dare_ties", "dare_linear": "dare_linear", "breadcrumbs": "breadcrumbs",
@@ -42,8 +48,8 @@ METHODS = {"linear": "task_arithmetic", "task_arithmetic": "task_arithmetic", "t
            "model_stock": "model_stock", "nuslerp": "nuslerp", "multislerp": "multislerp", "karcher": "karcher",
            "slerp": "slerp"}
 MERGEKIT_ONLY = ("passthrough", "nearswap", "arcee_fusion", "ram", "ramplus_tl")
-TOP_KEYS = ("merge_method", "base_model", "models", "slices", "parameters", "dtype", "out_dtype")
-UNSUPPORTED_TOP = ("modules", "tokenizer_source", "tokenizer", "chat_template")
+READ = ("merge_method", "base_model", "models", "slices", "parameters", "dtype", "out_dtype", "rank")
+IGNORED_TOP = ("tokenizer_source", "tokenizer", "chat_template")  # a LoRA has no tokenizer: noted, not used
 PER_MODEL = ("weight", "density")
 SPARSIFYING = ("ties", "dare_ties", "dare_linear", "breadcrumbs", "breadcrumbs_ties", "della", "della_linear")
 IGNORED = ("int8_mask",)  # mergekit's memory option: no effect on the result
@@ -52,20 +58,12 @@ DTYPES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16",
 HUB_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
-def _scalar(value, where: str, problems: list):
-    """A plain parameter value; mergekit's gradients (lists) and filters (mappings) are refused."""
-    if isinstance(value, (list, dict)):
-        kind = "a gradient (a list of values over the layers)" if isinstance(value, list) else "a filtered value"
-        problems.append(f"{where}: {kind} is not supported; give one value")
-        return None
-    return value
-
-
 def _model_ref(raw, where: str, root: Path, known, problems: list, inputs: dict) -> str | None:
     """The recipe name of one model reference: a workspace name, or a folder pinned in ``inputs``."""
-    ref = str(raw)
-    if "+" in ref:  # mergekit's BASE+LORA: the LoRA is what is merged
-        ref = ref.split("+", 1)[1]
+    if not isinstance(raw, str) or not raw:
+        problems.append(f"{where}={mv.shown(raw)}: a workspace adapter name or a LoRA folder")
+        return None
+    ref = raw.split("+", 1)[1] if "+" in raw else raw  # mergekit's BASE+LORA: the LoRA is what is merged
     if re.fullmatch(NAME_RE, ref) and (ref in known or (root / ref).is_dir() or Path(ref).is_dir()):
         return ref
     folder = (root / ref) if not Path(ref).is_absolute() else Path(ref)
@@ -81,153 +79,272 @@ def _model_ref(raw, where: str, root: Path, known, problems: list, inputs: dict)
     return None
 
 
-def _slices(raw, problems: list) -> tuple[list, str | None]:
-    """``(sources, only)`` of slices that select layers; problems for any other use of slices."""
+def _params(raw, where: str, problems: list, allowed) -> dict:
+    """``{name: conditions}`` of a ``parameters`` mapping (``mergekit_values.setting``), names checked."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.append(f"{where}={mv.shown(raw)}: a mapping of mergekit parameters, e.g. {{weight: 0.5, density: "
+                        "0.3}")
+        return {}
+    out = {}
+    for k, v in raw.items():
+        if str(k) not in allowed:
+            problems.append(f"{where}.{k}: not a mergekit parameter{did_you_mean(k, vocab.PARAMETERS)}")
+            continue
+        conds = mv.setting(v, f"{where}.{k}", problems)
+        if conds is not None:
+            out[str(k)] = conds
+    return out
+
+
+def _slices(raw, problems: list) -> tuple[list, list]:
+    """``(sources, [(start, end)])`` of slices that select layers; problems for any other use of slices."""
     if not isinstance(raw, list) or not raw:
         problems.append("slices: a list of {sources: [{model, layer_range: [start, end]}]}")
-        return [], None
+        return [], []
     models, layers = None, []
     for i, sl in enumerate(raw):
-        srcs = sl.get("sources") if isinstance(sl, dict) else None
-        extra = sorted(set(sl) - {"sources"}) if isinstance(sl, dict) else []
-        if extra:
-            problems.append(f"slices[{i}]: {', '.join(extra)} not supported (per-slice settings)")
-        if not isinstance(srcs, list) or not srcs:
-            problems.append(f"slices[{i}].sources: a list of {{model, layer_range}}")
+        if not isinstance(sl, dict):
+            problems.append(f"slices[{i}]={mv.shown(sl)}: a mapping {{sources: [{{model, layer_range}}]}}")
             continue
-        ranges = {tuple(s.get("layer_range") or ()) for s in srcs if isinstance(s, dict)}
-        if len(ranges) != 1 or len(next(iter(ranges))) != 2:
-            problems.append(f"slices[{i}]: every source takes one layer_range [start, end] (they differ, or one is "
-                            "missing): a LoRA cannot move layers")
+        for k in sorted(set(map(str, sl)) - {"sources"}):
+            why = "per-slice settings are not supported" if k in vocab.SLICE_KEYS else \
+                f"not a mergekit slice key{did_you_mean(k, vocab.SLICE_KEYS)}"
+            problems.append(f"slices[{i}].{k}: {why}")
+        srcs = sl.get("sources")
+        if not isinstance(srcs, list) or not srcs or not all(isinstance(s, dict) for s in srcs):
+            problems.append(f"slices[{i}].sources: a list of mappings {{model, layer_range: [start, end]}}")
             continue
-        a, b = next(iter(ranges))
-        names = [s.get("model") for s in srcs]
+        for j, s in enumerate(srcs):
+            for k in sorted(set(map(str, s)) - set(vocab.SOURCE_KEYS)):
+                problems.append(f"slices[{i}].sources[{j}].{k}: not a mergekit source key"
+                                f"{did_you_mean(k, vocab.SOURCE_KEYS)}")
+        ranges = [mv.layer_range(s.get("layer_range"), f"slices[{i}].sources[{j}].layer_range", problems)
+                  for j, s in enumerate(srcs)]
+        if any(r is None for r in ranges):
+            continue
+        if len(set(ranges)) != 1:
+            problems.append(f"slices[{i}]: every source takes the same layer_range (they differ): a LoRA cannot "
+                            "move layers")
+            continue
+        a, b = ranges[0]
         entries = [{k: v for k, v in s.items() if k != "layer_range"} for s in srcs]
         if models is None:
             models = entries
-        elif [e.get("model") for e in models] != names or entries != models:
+        elif entries != models:
             problems.append(f"slices[{i}]: other models or parameters than slices[0]; vecmerge merges one set of "
                             "models over the selected layers")
-        if not (isinstance(a, int) and isinstance(b, int) and 0 <= a < b):
-            problems.append(f"slices[{i}].layer_range: [start, end] with 0 <= start < end")
-            continue
         if any(a < hi and lo < b for lo, hi in layers):
             problems.append(f"slices[{i}]: layers {a}-{b - 1} overlap another slice (a LoRA cannot repeat a layer)")
         layers.append((a, b))
+    return models or [], layers
+
+
+def _only(layers: list) -> str | None:
+    """The ``only`` pattern of the selected layer ranges (each range, not each layer: bounded size)."""
+    if not layers:
+        return None
     picked = sorted({n for a, b in layers for n in range(a, b)})
-    only = r"(^|\.)layers\.(" + "|".join(map(str, picked)) + r")\." if picked else None
-    return models or [], only
+    return r"(^|\.)layers\.(" + "|".join(map(str, picked)) + r")\."
 
 
-def from_mergekit(data, source: str, root: Path, known=()) -> tuple[dict, dict]:
+def _method(data, p: list) -> tuple[str, str | None]:
+    """``(mergekit's merge_method, vecmerge's method or None)``; a problem when there is none."""
+    mk = data.get("merge_method")
+    mk = "" if mk is None else str(mk)
+    method = METHODS.get(mk) or (mk if mk in methods.merge_names() else None)
+    if not mk:
+        p.append("merge_method: missing (e.g. ties)")
+    elif method is None:
+        why = "it has no LoRA-to-LoRA form" if mk in MERGEKIT_ONLY else \
+            f"not a mergekit merge_method{did_you_mean(mk, vocab.METHOD_NAMES)}"
+        p.append(f"merge_method={mv.shown(mk)}: {why}; use one of {', '.join(sorted(METHODS))} (or a vecmerge "
+                 f"method: {', '.join(n for n in methods.merge_names() if n not in METHODS.values())})")
+    return mk, method
+
+
+def _resolve(conds: list, where: str, layers: list | None, p: list) -> tuple:
+    """``(value, rows)``: a constant setting's value (rows None), or the fallback value and ``per_module`` rows."""
+    value = mv.constant(conds)
+    if value is not None:
+        return value, None
+    plain = [v for f, v in conds if f is None]
+    fallback = (plain or [conds[0][1]])[0][0]
+    if any(len(v) > 1 for _, v in conds) and not layers:
+        p.append(f"{where}: a gradient is interpolated over the layers, and none were found in the adapters; give "
+                 "one value, or slices with a layer_range")
+        return fallback, None
+    return fallback, mv.per_layer(conds, layers or [])
+
+
+def from_mergekit(data, source: str, root: Path, known=(), layers=None) -> tuple[dict, dict]:
     """A vecmerge recipe (keys of ``Recipe.from_dict``) from a mergekit configuration; RecipeError listing every
     problem at once.
 
     Args:
         data (dict): the parsed YAML. source (str): its file, for messages. root (Path): where relative model
             folders start (the YAML's folder). known (Iterable[str]): the workspace's adapter names.
+        layers (Callable[[str, dict], int | None] | None): the number of layers of a model (its recipe name and
+            the recipe's ``inputs``), for gradients over ``models`` and to bound ``layer_range``.
 
     Returns:
-        (recipe dict, notes) with ``notes``: ``{"mergekit_method", "base_model", "ignored"}`` for the report.
+        (recipe dict, notes) with ``notes``: ``{"mergekit_method", "base_model", "defaults", "notes"}``:
+        the values mergekit's defaults filled, and one line per meaning that differs or key ignored.
     """
     if not isinstance(data, dict):
-        raise RecipeError(["a mergekit configuration: a mapping with merge_method and models"], source)
+        raise RecipeError(["a mapping with merge_method and models (a mergekit configuration)"], source)
     p: list[str] = []
-    unsupported = [k for k in data if k in UNSUPPORTED_TOP or k not in TOP_KEYS]
-    if unsupported:
-        p.append(f"not supported for LoRA merges: {', '.join(map(str, unsupported))} (vecmerge reads merge_method, "
-                 f"base_model, models, parameters, dtype, slices that select layers)")
-    mk = str(data.get("merge_method") or "")
-    method = METHODS.get(mk) or (mk if mk in methods.merge_names() else None)
-    if not mk:
-        p.append("merge_method: missing (e.g. ties)")
-    elif method is None:
-        why = "it has no LoRA-to-LoRA form" if mk in MERGEKIT_ONLY else "unknown to vecmerge"
-        p.append(f"merge_method={mk!r}: {why}; use one of {', '.join(sorted(METHODS))} (or a vecmerge method: "
-                 f"{', '.join(n for n in methods.merge_names() if n not in METHODS.values())})")
+    said: list[str] = []
+    for k in data:
+        if k == "modules":
+            p.append("modules: mergekit's per-module configurations are not supported for LoRA merges; use models "
+                     "or slices")
+        elif k in IGNORED_TOP:
+            said.append(f"{k}: ignored (a LoRA carries no tokenizer or chat template; use the base model's)")
+        elif k not in READ:
+            p.append(f"{k}: not a mergekit key{did_you_mean(k, vocab.TOP_KEYS)} (vecmerge reads merge_method, "
+                     "base_model, models, parameters, dtype, slices that select layers, and rank)")
+    mk, method = _method(data, p)
+    fields = {f.name for f in methods.get(method).fields} if method else set()
+    allowed = set(vocab.PARAMETERS) | fields
     if data.get("models") is not None and data.get("slices") is not None:
         p.append("models and slices: give one of them")
-    only = None
-    raw_models = data.get("models")
+    raw_models, ranges = data.get("models"), []
     if data.get("slices") is not None:
-        raw_models, only = _slices(data["slices"], p)
+        raw_models, ranges = _slices(data["slices"], p)
     if not isinstance(raw_models, list) or not raw_models:
-        p.append("models: a list of {model: NAME-or-FOLDER, parameters: {weight, density}}")
+        if data.get("slices") is None:
+            p.append("models: a list of {model: NAME-or-FOLDER, parameters: {weight, density}}")
         raw_models = []
     inputs: dict = {}
     base = data.get("base_model")
     base_ref = None if base is None else str(base)
-    params = {}
-    for k, v in (data.get("parameters") or {}).items():
-        v = _scalar(v, f"parameters.{k}", p)
-        if v is not None and k not in IGNORED:
-            params[str(k)] = v
-    entries, per_model = [], {}
+    params = _params(data.get("parameters"), "parameters", p, allowed)
+    entries, per_model, base_weight = [], {}, None
     for i, e in enumerate(raw_models):
-        if isinstance(e, str):
-            e = {"model": e}
+        e = {"model": e} if isinstance(e, str) else e
         if not isinstance(e, dict) or e.get("model") is None:
             p.append(f"models[{i}]: a mapping with model and parameters")
             continue
-        bad = sorted(set(e) - {"model", "parameters"})
-        if bad:
-            p.append(f"models[{i}]: {', '.join(bad)} not supported")
-        if base_ref is not None and str(e["model"]) == base_ref:
-            continue  # the base model's own update is zero: mergekit skips it
+        for k in sorted(set(map(str, e)) - set(vocab.MODEL_KEYS) - {"layer_range"}):
+            p.append(f"models[{i}].{k}: not a mergekit model key{did_you_mean(k, vocab.MODEL_KEYS)}")
+        own = _params(e.get("parameters"), f"models[{i}].parameters", p, allowed)
+        if base_ref is not None and str(e["model"]) == base_ref:  # its update is zero: mergekit skips it ...
+            base_weight = own.get("weight", params.get("weight"))  # ... except linear, which averages it too
+            continue
         name = _model_ref(e["model"], f"models[{i}].model", root, known, p, inputs)
-        entry = {"model": name}
-        for k, v in (e.get("parameters") or {}).items():
-            v = _scalar(v, f"models[{i}].parameters.{k}", p)
-            if v is None:
-                continue
-            if k in PER_MODEL:
-                entry[k] = v
-            else:
-                per_model.setdefault(str(k), []).append(v)
+        entry = {"model": name, "settings": {k: own[k] for k in own if k in PER_MODEL}}
+        for k, conds in own.items():
+            if k not in PER_MODEL:
+                per_model.setdefault(k, []).append(mv.constant(conds))
         if name is not None:
             entries.append(entry)
+    settings = [*params.values(), *(s for e in entries for s in e["settings"].values())]
+    varying = any(mv.constant(c) is None for c in settings)
+    n = layers(entries[0]["model"], inputs) if layers is not None and entries and (varying or ranges) else None
+    layers_of = ranges or ([(0, n)] if n else [])
+    beyond = [f"[{a}, {b}]" for a, b in ranges if n and b > n]
+    if beyond:
+        p.append(f"slices: layer_range {', '.join(beyond)} beyond the model's {n} layers (the adapters hold layers "
+                 f"0-{n - 1}); end at {n} or below")
+    rec_params, per_module = {}, {}
+    for k, conds in params.items():
+        v, rows = _resolve(conds, f"parameters.{k}", layers_of, p)
+        if k in IGNORED:
+            continue
+        rec_params[k] = v
+        if rows:
+            per_module[k] = rows
     for k, vals in per_model.items():
-        if len(set(map(repr, vals))) > 1:
-            p.append(f"models[*].parameters.{k}: differs between models ({', '.join(map(repr, vals))}); vecmerge takes "
-                     f"one {k} for all (put it under parameters)")
+        if None in vals:
+            p.append(f"models[*].parameters.{k}: a gradient or filter of {k} per model is not supported; put one "
+                     f"value under parameters")
+        elif len(set(map(repr, vals))) > 1:
+            p.append(f"models[*].parameters.{k}: differs between models ({', '.join(map(repr, vals))}); vecmerge "
+                     f"takes one {k} for all (put it under parameters)")
         elif len(vals) != len(entries):
             p.append(f"models[*].parameters.{k}: given for some models only; put it under parameters")
-        elif k not in params:
-            params[k] = vals[0]
-    for key in ("weight", "density"):  # a global weight or density is every model's default
-        if key in params:
-            v = params.pop(key)
-            for entry in entries:
-                entry.setdefault(key, v)
+        elif k not in rec_params and k not in IGNORED:
+            rec_params[k] = vals[0]
+    out_entries = []
+    for i, entry in enumerate(entries):
+        item = {"model": entry["model"]}
+        for key in PER_MODEL:  # a global weight or density is every model's default
+            conds = entry["settings"].get(key)
+            if conds is None and key in params:
+                item[key] = rec_params.get(key)
+                if key in per_module:
+                    per_module[f"models.{i}.{key}"] = per_module[key]
+                continue
+            if conds is not None:
+                v, rows = _resolve(conds, f"models[{i}].parameters.{key}", layers_of, p)
+                item[key] = v
+                if rows:
+                    per_module[f"models.{i}.{key}"] = rows
+        out_entries.append(item)
+    for key in PER_MODEL:
+        rec_params.pop(key, None)
+        per_module.pop(key, None)
+    defaults = {}
     if method in SPARSIFYING:
-        for entry in entries:
-            entry.setdefault("density", 1.0)  # mergekit's default
-    if mk == "linear":
-        params.setdefault("normalize", True)  # mergekit's linear divides by the sum of the weights
+        for item in out_entries:
+            item.setdefault("density", 1.0)  # mergekit's default
+    for k, v in vocab.DEFAULTS.get(mk, {}).items():
+        if k not in rec_params:
+            rec_params[k] = defaults[k] = v
     if mk == "slerp" and method == "slerp" and base_ref is not None:
         names = [str(e.get("model")) for e in raw_models if isinstance(e, dict)]
         if base_ref in names:  # mergekit's slerp interpolates from base_model (t = 0) to the other model
             first = _model_ref(base_ref, "base_model", root, known, p, inputs)
-            entries = [{"model": first}] + [e for e in entries if e["model"] != first]
-    rec = {"method": method, "models": entries, **params}
+            out_entries = [{"model": first}] + [e for e in out_entries if e["model"] != first]
+    rec = {"method": method, "models": out_entries, **rec_params}
+    if per_module:
+        rec["per_module"] = {k: [list(r) for r in rows] for k, rows in per_module.items()}
+    only = _only(ranges)
     if only is not None:
         rec["only"] = only
     if inputs:
         rec["inputs"] = inputs
+    if data.get("rank") is not None:
+        rec["rank"] = data["rank"]  # vecmerge's own key (mergekit writes full weights): the written rank
     dt = data.get("out_dtype") or data.get("dtype")
     if dt is not None:
         if str(dt) not in DTYPES:
-            p.append(f"dtype={dt!r}: one of float32, bfloat16, float16")
+            p.append(f"dtype={mv.shown(dt)}: one of float32, bfloat16, float16")
         else:
             rec["dtype"] = DTYPES[str(dt)]
     if base_ref is not None and HUB_RE.fullmatch(base_ref) and not (root / base_ref).exists():
         rec["base_model_id"] = base_ref
     elif base_ref is not None and (root / base_ref / "config.json").is_file():
         rec["base_model"] = str((root / base_ref).resolve())  # a local model: DoRA inputs read against it
+    weights = [item.get("weight") for item in out_entries]
+    if mk == "linear" and not p:
+        _linear(rec, weights, base_weight, p)
     if p:
         raise RecipeError(p, source)
-    weights = [e.get("weight") for e in entries]
-    if mk == "linear" and params.get("normalize") is False and not math.isclose(sum(w or 1.0 for w in weights), 1.0):
-        raise RecipeError(["merge_method=linear with normalize: false scales the base model itself by the sum of the "
-                           "weights, which a LoRA cannot; use task_arithmetic"], source)
-    return rec, {"mergekit_method": mk, "base_model": base_ref}
+    said += meaning_notes(mk, base_ref is not None, weights)
+    if per_module:
+        said.append(f"gradients or filters of {', '.join(sorted(per_module))}: resolved per module as mergekit "
+                    f"does (the recipe's per_module rows, {sum(map(len, per_module.values()))} in all)")
+    return rec, {"mergekit_method": mk, "base_model": base_ref, "defaults": defaults, "notes": said}
+
+
+def _linear(rec: dict, weights: list, base_weight, p: list) -> None:
+    """mergekit's ``linear``: ``sum_i w_i W_i / sum_i w_i``, on updates ``sum_i w_i x_i / sum_i w_i`` (the base's
+    own weight, when it is listed, in the sum); refused where a LoRA cannot hold it."""
+    ws = [1.0 if w is None else w for w in weights]
+    total = sum(ws) + (0.0 if base_weight is None else (mv.constant(base_weight) or 0.0))
+    if rec.get("normalize"):
+        if abs(total) < 1e-8:
+            p.append(f"parameters.normalize: merge_method linear divides by the sum of the weights, which is "
+                     f"{total:g} here (mergekit then silently skips the division, and its output loses the base "
+                     "model); use merge_method task_arithmetic for the weighted sum of the updates (weights 1, -1: "
+                     "their difference)")
+        elif base_weight is not None:
+            rec["normalize"] = False
+            for item in rec["models"]:
+                item["weight"] = item.get("weight", 1.0) / total
+    elif not math.isclose(total, 1.0):
+        p.append("parameters.normalize: merge_method linear with normalize: false scales the base model itself by "
+                 "the sum of the weights, which a LoRA cannot; use task_arithmetic")

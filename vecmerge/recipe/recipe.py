@@ -90,6 +90,8 @@ class Recipe:
             against its weights (``workspace/dora.py``); with ``protect``, the model the protected inputs are read on.
         protect, target (dict[str, str] | None): prompt sets, name -> JSON Lines file (``analysis/protect.py``).
         protect_energy (list[float] | None): the energies E of the protected span (one output each; default 0.9).
+        per_module (dict | None): a merge's per-module values, ``{field or models.I.weight: [[pattern, value]]}``
+            (the first pattern a module's name matches; mergekit's gradients and filters).
     """
 
     base: str | None = None
@@ -121,6 +123,7 @@ class Recipe:
     protect: dict | None = None
     protect_energy: list | None = None
     target: dict | None = None
+    per_module: dict | None = None
 
     @property
     def kind(self) -> str:

@@ -19,7 +19,7 @@ from .values import READERS, Reading
 
 # the order in which the kinds of keys are checked, so that problems are listed in it
 ORDER = ("expression", "number", "choice", "rank", "consensus", "dose", "flag", "folder", "model_folder", "text",
-         "hub_id", "gate", "inputs", "models", "pattern", "multipliers", "prompt_sets", "energies")
+         "hub_id", "gate", "inputs", "models", "pattern", "multipliers", "per_module", "prompt_sets", "energies")
 # keys only a step has: a merge of models or a re-factored expression takes none of them
 STEP_ONLY = ("dir", "trust", "alpha", "consensus", "dose", "gate", "protect", "protect_energy", "target")
 
@@ -134,6 +134,8 @@ def across(data: dict, kw: dict, method) -> list:
         if given(key) and not given("protect"):
             p.append(Problem("{" + key + "}: only meaningful with {protect} (the prompt sets to hold, e.g. "
                              "{protect:}style=prompts/style.jsonl)"))
+    if data.get("per_module") is not None and not merging:
+        p.append(Problem("{per_module}: only meaningful with a merge of {models}"))
     if kw.get("trust_scope") == "module" and data.get("trust") is None:
         p.append(Problem("{trust_scope=}module: needs {trust}"))
     if str(kw.get("rank", "")).strip().lower().startswith("step-energy:") and not kw.get("dir"):

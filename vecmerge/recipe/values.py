@@ -333,8 +333,60 @@ def energies(key: Key, value, r: Reading) -> list | None:
     return out
 
 
+PER_MODEL_KEY = re.compile(r"models\.(\d+)\.(weight|density)")
+
+
+def per_module(key: Key, value, r: Reading) -> dict | None:
+    """``{field | models.I.weight | models.I.density: [[pattern, value], ...]}``: per-module values, each module
+    taking the value of the first pattern its name matches (``re.search``), else the recipe's own."""
+    from .. import methods
+
+    if not isinstance(value, dict) or not value:
+        r.add(Problem("{per_module}: a mapping of a method field or models.I.weight -> [[pattern, value], ...]"))
+        return None
+    method = methods.get(r.kw["method"]) if r.kw.get("method") else None
+    own = {f.name: f for f in method.fields} if method else {}
+    out = {}
+    for k, rows in value.items():
+        m = PER_MODEL_KEY.fullmatch(str(k))
+        if m is None and str(k) not in own:
+            r.add(Problem("{per_module}.{}: not a field of this method ({}) nor models.I.weight / models.I.density",
+                          short(k, 40)[1:-1] if isinstance(k, str) else short(k, 40), ", ".join(own) or "none"))
+            continue
+        if m is not None and int(m.group(1)) >= len(r.kw.get("models") or ()):
+            r.add(Problem("{per_module}.{}: there is no model {} (models has {})", k, m.group(1),
+                          len(r.kw.get("models") or ())))
+            continue
+        if not isinstance(rows, list) or not rows:
+            r.add(Problem("{per_module}.{}: a list of [pattern, value] rows", k))
+            continue
+        good = []
+        for row in rows:
+            if not isinstance(row, (list, tuple)) or len(row) != 2 or not isinstance(row[0], str):
+                r.add(Problem("{per_module}.{}: a row is [pattern, value], given {}", k, short(row, 40)))
+                break
+            try:
+                re.compile(row[0])
+            except re.error as e:
+                r.add(Problem("{per_module}.{}: {} is not a regular expression ({})", k, repr(row[0]), e))
+                break
+            if m is not None:
+                ok = _real(row[1]) and (m.group(2) == "weight" or 0 < row[1] <= 1)
+                v, problem = (float(row[1]), None) if ok else (None, f"{m.group(2)}={short(row[1])}: " + (
+                    "a finite number" if m.group(2) == "weight" else "a share in (0, 1]"))
+            else:
+                v, problem = own[str(k)].parse(row[1])
+            if problem:
+                r.add(Problem("{per_module}.{}: {}", k, problem))
+                break
+            good.append([row[0], v])
+        else:
+            out[str(k)] = good
+    return out
+
+
 READERS = {"expression": expression, "number": number, "choice": choice, "rank": rank, "consensus": consensus,
            "dose": dose, "flag": flag, "folder": folder, "model_folder": model_folder, "text": text, "hub_id": hub_id,
            "gate": gate,
-           "inputs": inputs, "models": models, "pattern": pattern, "multipliers": multipliers,
+           "inputs": inputs, "models": models, "pattern": pattern, "multipliers": multipliers, "per_module": per_module,
            "prompt_sets": prompt_sets, "energies": energies}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import textwrap
 
-from ..errors import OutputError
 from .format import g, table
+from .plots import show_figure
 
 
 def _f(x, digits: int = 6) -> str:
@@ -55,19 +55,23 @@ def render_import(d: dict) -> str:
                                                 for m, h in d["directions"].items()))
     for env_id, fields in (d.get("environments") or {}).items():
         lines += _env_line({"id": env_id, "fields": fields})
+    for dup in d.get("duplicates") or []:
+        lines.append(f"not counted twice: {dup['file']} has the content of {dup['same_as']}")
     return "\n".join(lines)
 
 
 def _summary_table(summaries: list[dict], env_column: bool) -> str:
     rows = []
+    harness = any(s.get("harness_se") is not None for s in summaries)
     for s in summaries:
         rows.append([s["model"], s["metric"] if s["sub"] is None else f"  sub.{s['sub']}",
                      *([s.get("env") or "-"] if env_column else []), s["n"], _f(s["mean"]), g(s["std"]), g(s["se"]),
+                     *([g(s.get("harness_se"))] if harness else []),
                      _ci(s["ci_low"], s["ci_high"]), _f(s["min"]), _f(s["max"]), g(s["range"]),
                      "single run: no spread, no interval" if s["single_run"] else ""])
     conf = f"{summaries[0]['confidence']:.0%} CI (t)" if summaries else "CI"
-    head = ["model", "metric", *(["env"] if env_column else []), "n", "mean", "std", "SE", conf, "min", "max", "range",
-            "note"]
+    head = ["model", "metric", *(["env"] if env_column else []), "n", "mean", "std", "SE",
+            *(["harness SE (items)"] if harness else []), conf, "min", "max", "range", "note"]
     return table(rows, head) if rows else "no whole-run records"
 
 
@@ -147,7 +151,10 @@ def render_subscores(s: dict) -> list[str]:
             "" if t is None else f" {_ci(t['ci_low'], t['ci_high'], 3)}")
         status = "target" if r["target"] else {"worse": "WORSE", "not_worse": "not worse"}.get(r["status"], "unknown")
         rows.append([key, _runs(r["a_summary"]), _runs(r["b_summary"]), diff, r["kind"] or "-", _p(r["p"], r["p_holm"]),
-                     g(r["margin"]), _p(r["p_noninferior"], r["p_noninferior_holm"]), status])
+                     g(r["margin"]), (r["margin_source"] or "-").split(",")[0],
+                     _p(r["p_noninferior"], r["p_noninferior_holm"]), status])
+        if r["margin_source"] and r["margin_source"].startswith("one grade"):
+            notes.append(f"margin of {key}: {r['margin_source']}")
         if r["grid"] is not None:
             moved = "" if r["diff"] is None else f"; the difference is {r['diff'] / r['grid']['step']:+.2f} grades" + (
                 ", below one grade" if r["below_one_grade"] else "")
@@ -159,7 +166,7 @@ def render_subscores(s: dict) -> list[str]:
     out = [f"sub-scores of {s['metric']} ({a} - {b}; Holm across the {len(s['family'])} tested; margin: "
            f"{', '.join(sources) or 'none'})",
            table(rows, ["sub-score", f"{a} n: mean {conf} CI", f"{b} n: mean {conf} CI", f"diff {conf} CI", "test",
-                        "p / Holm", "margin", "not worse p / Holm", "status"])]
+                        "p / Holm", "margin", "margin from", "not worse p / Holm", "status"])]
     out += notes
     cost = s["cost"]
     target = f" of raising {s['target']}" if s["target"] else ""
@@ -212,18 +219,24 @@ def render_compare(d: dict) -> str:
         d["higher_is_better"]]
     out = [f"compare {d['a']} vs {d['b']} on {d['metric']} ({direction})", *_env_line(d.get("env"))]
     rows = []
-    for s in (d["a_summary"], d["b_summary"]):
-        if s is not None:
-            rows.append([s["model"], s["n"], _f(s["mean"]), g(s["std"]), g(s["se"]), _ci(s["ci_low"], s["ci_high"])])
+    shown = [s for s in (d["a_summary"], d["b_summary"]) if s is not None]
+    harness = any(s.get("harness_se") is not None for s in shown)
+    for s in shown:
+        rows.append([s["model"], s["n"], _f(s["mean"]), g(s["std"]), g(s["se"]),
+                     *([g(s.get("harness_se"))] if harness else []), _ci(s["ci_low"], s["ci_high"])])
     if rows:
-        out.append(table(rows, ["model", "runs", "mean", "std", "SE", f"{d['confidence']:.0%} CI"]))
+        out.append(table(rows, ["model", "runs", "mean", "std", "SE", *(["harness SE (items)"] if harness else []),
+                                f"{d['confidence']:.0%} CI"]))
     tests = []
     for kind in ("welch", "paired", "clustered"):
         t = d[kind]
         if t is not None:
             n = f"{t['n'][0]} vs {t['n'][1]} runs" if kind == "welch" else f"{t['n'][0]} items" + (
                 f", {t['clusters']} clusters" if t["clusters"] else "")
-            tests.append([kind, f"{t['diff']:+.5g}", g(t["se"]), f"{t['df']:.3g}", _ci(t["ci_low"], t["ci_high"]),
+            if t.get("discordant") is not None:
+                n += f"; {t['discordant'][0]} only {d['a']} right, {t['discordant'][1]} only {d['b']}"
+            name = kind if t.get("method", "t") == "t" else f"{kind} ({t['method']})"
+            tests.append([name, f"{t['diff']:+.5g}", g(t["se"]), f"{t['df']:.3g}", _ci(t["ci_low"], t["ci_high"]),
                           f"{t['p']:.3g}", n, "yes" if t["beyond_noise"] else "no"])
     if tests:
         out.append(table(tests, [f"test ({d['a']} - {d['b']})", "diff", "SE", "df", f"{d['confidence']:.0%} CI",
@@ -338,42 +351,11 @@ def render_gate(d: dict) -> str:
 
 
 def plot_show(d: dict, f) -> None:
-    """A PNG of each model's mean with its t interval as an error bar (``show``'s summaries, whole runs).
-
-    Single runs are drawn as hollow points without a bar (one run has no spread). One panel per metric.
+    """``evidence show --plot``: ``plots.show_figure`` (each metric zoomed to its data with error bars, its
+    sub-scores as small multiples).
 
     Args:
         d (dict): ``commands.operations.show``'s result. f (BinaryIO): where the PNG goes
             (``outputs.transaction.write_file`` stages it and moves it into place).
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise OutputError("--plot needs matplotlib: pip install 'vecmerge[plot]'") from None
-    summaries = [s for s in d["summaries"] if s["sub"] is None]
-    if not summaries:
-        raise OutputError("--plot: no whole-run records to draw")
-    metrics = list(dict.fromkeys(s["metric"] for s in summaries))
-    fig, axes = plt.subplots(len(metrics), 1, figsize=(1.6 + 0.8 * max(len(summaries), 3), 2.6 * len(metrics)),
-                             dpi=100, squeeze=False)
-    for ax, metric in zip(axes[:, 0], metrics):
-        rows = [s for s in summaries if s["metric"] == metric]
-        for i, s in enumerate(rows):
-            if s["single_run"]:
-                ax.plot([i], [s["mean"]], "o", mfc="none", color="tab:gray")
-            else:
-                ax.errorbar([i], [s["mean"]], yerr=[[s["mean"] - s["ci_low"]], [s["ci_high"] - s["mean"]]],
-                            fmt="o", capsize=4, color="tab:blue")
-        several = len({s.get("env") for s in rows}) > 1  # one point per environment, never pooled: say which
-        labels = [f"{s['model']}\nn={s['n']}" + (f"\nenv {s['env'][:6]}" if several else "") for s in rows]
-        ax.set_xticks(range(len(rows)), labels=labels)
-        ax.set_ylabel(metric)
-        ax.grid(axis="y", alpha=0.3)
-    conf = f"{summaries[0]['confidence']:.0%}"
-    axes[0, 0].set_title(f"mean and {conf} t interval per model (hollow: a single run)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(f, format="png")
-    plt.close(fig)
+    show_figure(d, f)

@@ -3,13 +3,16 @@
 ``table`` is where names and paths taken from the user or from files (an adapter folder, a module, a metric)
 reach a terminal: every text cell and header goes through ``io.safe_text.printable`` before tabulate measures
 the columns, so an escape sequence is neither sent nor counted in a width. JSON needs nothing: it escapes every
-control character itself. The CLI's ``echo`` strips what the lines around the tables hold (``cli.app.echo``)."""
+control character itself. The CLI's ``echo`` strips what the lines around the tables hold (``cli.app.echo``).
+Columns align by display width (``display_width``: a CJK character takes two columns), not by code points."""
 
 from __future__ import annotations
 
 import json
 import numbers
+import unicodedata
 
+import tabulate as _tabulate
 from tabulate import tabulate
 
 from ..io.safe_text import printable
@@ -21,9 +24,35 @@ def table(rows: list, headers: list, fmt: str = "simple") -> str:
     control character, line break included, or an escape sequence in a name is removed: module docstring)."""
     rows = [[_shown(c) for c in row] for row in rows]
     headers = [_shown(h) for h in headers]
-    if not any(headers):
-        return tabulate(rows, tablefmt=fmt, disable_numparse=True)
-    return tabulate(rows, headers=headers, tablefmt=fmt, floatfmt=".4g", disable_numparse=True)
+    wide = any(isinstance(c, str) and display_width(c) != len(c) for c in [*headers, *(c for r in rows for c in r)])
+    saved = (_tabulate.wcwidth, _tabulate.WIDE_CHARS_MODE)
+    if wide:  # tabulate measures by wcwidth when it is there; give it display_width for this table only
+        _tabulate.wcwidth, _tabulate.WIDE_CHARS_MODE = _Width, True
+    try:
+        if not any(headers):
+            return tabulate(rows, tablefmt=fmt, disable_numparse=True)
+        return tabulate(rows, headers=headers, tablefmt=fmt, floatfmt=".4g", disable_numparse=True)
+    finally:
+        _tabulate.wcwidth, _tabulate.WIDE_CHARS_MODE = saved
+
+
+def display_width(text: str) -> int:
+    """Columns ``text`` takes on a terminal: 2 per wide or fullwidth character (``unicodedata.east_asian_width``
+    W or F: CJK), 0 per combining mark, 1 otherwise."""
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+               for ch in text)
+
+
+class _Width:
+    """The two functions tabulate asks of ``wcwidth``, by ``display_width``."""
+
+    @staticmethod
+    def wcswidth(text: str) -> int:
+        return display_width(text)
+
+    @staticmethod
+    def wcwidth(ch: str) -> int:
+        return display_width(ch)
 
 
 def _shown(cell):

@@ -37,6 +37,12 @@ def render_inspect(infos: list[dict]) -> str:
             facts.append(("modules_to_save", f"{', '.join(d['modules_to_save']) or '?'}: full trained weights "
                           f"({len(d['saved_modules'])} tensor(s)), not LoRA, left out of the norms; project, refactor "
                           "and audit refuse them unless --modules-to-save drop"))
+        if d.get("dora_base"):
+            facts.append(("DoRA", f"norms of the effective update m * (W + sBA) / ||W + sBA|| - W against "
+                                  f"{shown(d['dora_base'])}"))
+        if d.get("bias_norm") is not None:
+            facts.append(("lora_bias", f"bias updates scale * lora_B.bias, norm {g(d['bias_norm'], 6)} (not in the "
+                                       "norms above)"))
         if d["base_layer_copies"]:
             facts.append(("note", f"{len(d['base_layer_copies'])} saved base-layer copies ignored (not the update)"))
         norms = table([(t, g(n, 6)) for t, n in d["norm_by_type"].items()], ["module type", "norm"])

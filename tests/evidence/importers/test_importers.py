@@ -4,6 +4,7 @@ A malformed file gets ONE error line naming the file, the row and the field, and
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -182,7 +183,8 @@ def test_import_results_with_samples_in_one_transaction(ledger):
     assert out["records"] == 3 + 2 * 12 + 12 and out["item_level"] == 36 and out["models"] == ["v51"]
     assert out["directions"]["toy_mc/acc"] is True and ledger.direction("toy_mc/acc") is True
     assert {r.sha256 for r in ledger.records()} == {SHA}
-    assert {r.source for r in ledger.records(level="run")} == {f"lm-eval:{files[0]}"}
+    sha = hashlib.sha256(files[0].read_bytes()).hexdigest()  # the file's content: one import of it counts
+    assert {r.source for r in ledger.records(level="run")} == {f"lm-eval:{files[0]}@{sha}"}
 
 
 def test_samples_need_a_model_name(ledger):

@@ -181,3 +181,19 @@ def test_the_verdict_is_taken_from_the_bootstrap_lower_bound_at_its_boundary(hig
     above = calibrate(proxy, target, proxy_higher_is_better=higher, target_higher_is_better=higher,
                       min_spearman_low=float(np.nextafter(low, 2.0)))
     assert above.verdict == "disaster detector only"
+
+
+def test_perfect_rank_correlation_gets_an_exact_p_not_zero():
+    """Issue 33 item 7: a perfect order of 5 models printed "p 0" (scipy's t approximation, 1.4e-24); the exact
+    permutation p, counted over all 120 orders of the target, is 2/120."""
+    few = {k: TARGET[k] for k in list(TARGET)[:5]}
+    proxy = {k: [np.mean(v)] for k, v in few.items()}
+    c = calibrate(proxy, few)
+    x = [np.mean(few[k]) for k in few]
+    extreme = sum(abs(stats.spearmanr(x, perm).statistic) > 1 - 1e-12 for perm in itertools.permutations(x))
+    assert c.spearman == 1.0 and c.spearman_p == pytest.approx(extreme / 120, rel=1e-12) == 2 / 120
+    assert c.kendall_p == pytest.approx(2 / 120, rel=1e-9)  # scipy's exact Kendall p agrees
+    from vecmerge.report.evidence import render_calibrate
+
+    text = render_calibrate(c.to_dict())
+    assert "1  95% bootstrap CI" in text and ", p 0.0167\n" in text and ", p 0\n" not in text

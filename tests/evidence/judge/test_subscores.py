@@ -113,8 +113,11 @@ def test_margin_defaults_to_one_grade_on_a_grid_else_the_pooled_noise():
     recs = [r for i, g in enumerate(grades) for r in runs(f"m{i}", [{"item": g}], start=10 * i)]
     recs += runs("x", [{"item": 0.2453}, {"item": 0.2146}, {"item": 0.2453}], start=100)
     recs += runs("y", [{"item": 0.2146}, {"item": 0.2146}, {"item": 0.2453}], start=200)
-    row = compare_subscores("x", "y", recs, higher_is_better=True).row("item")
+    row = compare_subscores("x", "y", recs, higher_is_better=True, decimals={"item": 4}).row("item")
     assert row.grid is not None and row.margin == row.grid.step and row.margin_source.startswith("one grade")
+    assert "6 distinct values sit on it within their written precision 1e-04" in row.margin_source
+    unknown = compare_subscores("x", "y", recs, higher_is_better=True).row("item")  # precision not known: no grade
+    assert unknown.grid is None and unknown.margin_source == "pooled within-model noise sd"
     assert row.below_one_grade and row.diff == pytest.approx(0.0307 / 3, abs=1e-4)
     row = compare_subscores("v58", "v54", pair(), higher_is_better=True).row("video")
     pooled = math.sqrt((np.var(A_VIDEO, ddof=1) * 4 + np.var(B_VIDEO, ddof=1) * 3) / 7)
@@ -154,3 +157,36 @@ def test_one_sided_power_against_a_simulation():
     simulated = np.mean(t > stats.t.ppf(0.95, 2 * n - 2))
     assert power_two_sample(n, effect, 1.0, 0.05, sides=1) == pytest.approx(simulated, abs=0.012)
     assert power_two_sample(n, -effect, 1.0, 0.05, sides=1) < 0.05
+
+
+def test_lower_is_better_interval_holding_zero_is_not_worse():
+    """Issue 36 mutant: for a lower-is-better sub-score the worst plausible ``better`` is -(A - B)'s upper end;
+    reading the other end of the interval called an interval holding 0 "worse"."""
+    a = runs("x", [{"loss": v} for v in (1.00, 1.04, 0.97, 1.02, 0.99)])
+    b = runs("y", [{"loss": v} for v in (1.01, 0.98, 1.03, 1.00, 0.99)], start=10)
+    ref = stats.ttest_ind([1.00, 1.04, 0.97, 1.02, 0.99], [1.01, 0.98, 1.03, 1.00, 0.99], equal_var=False)
+    lo, hi = ref.confidence_interval(0.95)
+    assert lo < 0 < hi and -hi < -0.01 < -lo  # the interval holds 0; only its A-worse end (hi) lies past the margin
+    row = compare_subscores("x", "y", a + b, higher_is_better=False, margins=0.01).row("loss")
+    assert (row.test.ci_low, row.test.ci_high) == pytest.approx((lo, hi), rel=1e-9)
+    assert row.status == UNKNOWN and "not shown either way at margin 0.01" in row.reason
+    # the mirror image with higher-is-better: A - B negated is the same question, with the same answer
+    flip = compare_subscores("y", "x", a + b, higher_is_better=True, margins=0.01).row("loss")
+    assert flip.status == UNKNOWN
+
+
+def test_zero_spread_verdict_says_its_assumption_and_round_off_is_zero():
+    """Issue 33 item 5: three identical 0.092 runs have a float std of 1.7e-17 (round-off of the mean), which
+    gave p 1.4e-57; it is no spread, and a verdict resting on no spread says what it assumes."""
+    xs = [0.092] * 3
+    m = math.fsum(xs) / 3
+    assert 0 < math.sqrt(math.fsum((x - m) ** 2 for x in xs) / 2) < 1e-16  # what the float formula gives
+    a = runs("v60", [{"item": 0.092}] * 3)
+    b = runs("v54", [{"item": 0.1226}] * 3, start=10)
+    row = compare_subscores("v60", "v54", a + b, higher_is_better=True).row("item")
+    assert row.test is None and row.p is None and row.zero_variance  # no Welch p from round-off
+    assert row.status == WORSE and row.diff == pytest.approx(0.092 - 0.1226, abs=1e-15)
+    assert "assuming this sub-score does not vary between runs of one model" in row.reason
+    same = compare_subscores("v60", "v54", a + runs("v54", [{"item": 0.092}] * 3, start=10),
+                             higher_is_better=True).row("item")
+    assert same.status == NOT_WORSE and "assuming this sub-score does not vary" in same.reason

@@ -237,8 +237,14 @@ def test_paired_items_decide_before_runs():
     b = {k: (v if i % 10 else 0.0) for i, (k, v) in enumerate(a.items())}  # A better on some items
     recs = items("A", a) + items("B", b) + runs("A", [0.70]) + runs("B", [0.69], start=50)
     c = compare_records("A", "B", recs, metric="toy/acc", higher_is_better=True)
-    ref = stats.ttest_rel(list(a.values()), list(b.values()))
+    # 0/1 items: McNemar, the exact binomial on the discordant items (few of them); the interval stays the paired t's
+    n10 = sum(a[k] == 1 and b[k] == 0 for k in a)
+    n01 = sum(a[k] == 0 and b[k] == 1 for k in a)
+    ref = stats.binomtest(n10, n10 + n01, 0.5)
+    assert n10 + n01 < 25 and c.paired.method == "McNemar exact binomial" and c.paired.discordant == (n10, n01)
     assert c.decided_by == "paired" and c.paired.p == pytest.approx(ref.pvalue, rel=1e-10)
+    tref = stats.ttest_rel(list(a.values()), list(b.values()))
+    assert (c.paired.ci_low, c.paired.ci_high) == pytest.approx(tuple(tref.confidence_interval(0.95)), rel=1e-10)
     assert c.verdict_code == ("a_better" if ref.pvalue < 0.05 else "within_noise")
     with pytest.raises(EvidenceError, match="several metrics"):
         compare_records("A", "B", recs + runs("A", [1.0], metric="other", start=90))
@@ -420,3 +426,12 @@ def test_an_item_scored_several_times_counts_once_at_its_mean():
     ref = stats.ttest_rel(a3.mean(axis=0), b1)
     assert c.decided_by == "paired" and c.paired.n == (12,)
     assert (c.paired.t, c.paired.p) == pytest.approx((ref.statistic, ref.pvalue), rel=1e-10)
+
+
+def test_spread_below_round_off_is_zero():
+    """Three identical 0.092 values: std 0, no Welch test (it gave p 1.4e-57); a spread of one ulp in 0.3 is kept
+    as zero too, a real spread of 1e-12 is not."""
+    assert summarize([0.092] * 3).std == 0.0 and welch([0.092] * 3, [0.1226] * 3) is None
+    assert summarize([0.1 + 0.2, 0.3, 0.3]).std == 0.0
+    s = summarize([0.3, 0.3 + 1e-12, 0.3])
+    assert s.std == pytest.approx(np.std([0.3, 0.3 + 1e-12, 0.3], ddof=1), rel=1e-3) and s.std > 0

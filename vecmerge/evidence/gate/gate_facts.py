@@ -12,6 +12,8 @@ from ..judge.compare import compare_records
 from ..judge.subscores import compare_subscores
 from ..ledger.environment import EnvChoice, records_of_one_environment
 from ..ledger.ledger import Ledger
+from ..ledger.precision import of_metric
+from ..ledger.precision import read as read_decimals
 from ..stats.noise import pooled_noise
 from ..stats.replicates import components, members
 from ..stats.sequential import check_plan_weights, decide_plan, plan_looks
@@ -43,9 +45,10 @@ def gate_evidence(ledger: Ledger, backbone: str, x: str, y: str, metric: str, *,
     group = members([backbone], replicates)
     keys = None if c.protect in (None, "all") else list(c.protect)
     direction = ledger.direction(metric)
+    decimals = of_metric(read_decimals(ledger, metric), metric)
     subs = compare_subscores(x, y, records, metric=metric, higher_is_better=direction, confidence=c.confidence,
                              keys=keys, margins=c.margin, margin_source=c.source_of("margin"),
-                             min_runs=c.min_evidence_runs)
+                             min_runs=c.min_evidence_runs, decimals=decimals)
     plans = ledger.plans(x, y, metric)
     latest = plans[-1] if plans else None
     decision = None
@@ -61,6 +64,7 @@ def gate_evidence(ledger: Ledger, backbone: str, x: str, y: str, metric: str, *,
             "typical_noise": pooled_noise({m: v for m, v in runs.items() if m not in group}),
             "comparison": compare_records(x, y, records, metric=metric, higher_is_better=direction,
                                           confidence=c.confidence, min_runs=c.min_evidence_runs,
-                                          replicates=replicates, env=chosen.to_dict() if chosen else None),
+                                          replicates=replicates, env=chosen.to_dict() if chosen else None,
+                                          decimals=decimals),
             "subscores": subs, "plan": latest, "plan_decision": decision,
             "env": chosen.to_dict() if chosen else None}

@@ -34,8 +34,13 @@ from ...io.safe_text import printable, spreadsheet_cell, spreadsheet_text
 from .. import EvidenceError
 from ..ledger.environment import canonical_fields, canonical_value, key_problem
 from ..ledger.ledger import Ledger
+from ..ledger.precision import check_decimals, decimals_of
+from ..ledger.precision import note as note_decimals
+from ..ledger.precision import write as write_decimals
 from ..ledger.records import SHA_RE, Entry
 from .lm_eval import lm_eval_model, metric_name, parse_lm_eval_results, parse_lm_eval_samples
+from .lm_eval_groups import group_items
+from .lm_eval_tree import expand, match_samples
 from .parsing import Parsed, Problems, parse_number, plain
 
 __all__ = ["parse_csv", "parse_lm_eval_results", "parse_lm_eval_samples", "lm_eval_model", "metric_name",
@@ -79,6 +84,7 @@ def parse_csv(path: str | Path) -> Parsed:
     problems.raise_if_any()
 
     entries, start = [], reader.line_num + 1
+    decimals: dict = {}
     source = f"csv:{path}"
     try:
         for row in reader:
@@ -125,10 +131,14 @@ def parse_csv(path: str | Path) -> Parsed:
                 continue
             entries.append(Entry(model, metric, value, sha, subs, stderr, item, cluster, source, note, subscore,
                                  canonical_fields(env)))
+            if item is None:  # grades are read from whole runs: the decimals their cells are written with
+                note_decimals(decimals, metric, None, decimals_of(cells["value"]))
+                for key in subs:
+                    note_decimals(decimals, metric, key, decimals_of(cells[f"sub.{key}"]))
     except csv.Error as err:
         problems.add(f"line {reader.line_num}", None, f"not valid CSV ({err})")
     problems.raise_if_any()
-    return Parsed(entries, {}, [str(path)])
+    return Parsed(entries, {}, [str(path)], decimals=decimals)
 
 
 def detect_kind(path: str | Path) -> str:
@@ -143,39 +153,50 @@ def detect_kind(path: str | Path) -> str:
 
 def parse_files(paths: Iterable[str | Path], *, model: str | None = None, cluster_field: str | None = None,
                 task: str | None = None, adapters: Mapping[str, Path] | None = None, home: Path | None = None,
-                env: Mapping[str, str] | None = None) -> Parsed:
-    """Parse every file (kind from its suffix) before anything is written; samples files without a
-    ``model`` take the model of the results files given with them when those name exactly one, and the eval
-    environment of their task in those results.
+                env: Mapping[str, str] | None = None, decimals: int | None = None) -> Parsed:
+    """Parse every file (kind from its suffix; a folder: the lm-eval files under it, ``lm_eval_tree.expand``)
+    before anything is written. A samples file takes the model, the eval environment of its task and the groups
+    of the results file of its run (``lm_eval_tree.match_samples``); unmatched, the model of the results given
+    with it when those name exactly one. Each group gets its leaf tasks' items (``lm_eval_groups.group_items``).
 
     Args:
         adapters, home: the workspace's adapters and folder (``lm_eval.lm_eval_model`` matches lm-eval's model
             paths to them).
         env (Mapping[str, str] | None): environment fields added to every entry (``--env KEY=VALUE``); one a file
             already gives with another value is refused.
+        decimals (int | None): the decimals every value and sub-score is written with (``--decimals``), in place
+            of those read from the files' text.
     """
-    paths = [Path(p) for p in paths]
+    paths = expand(paths)
     if not paths:
         raise EvidenceError("no file to import")
     out = Parsed()
     kinds = {p: detect_kind(p) for p in paths}
+    runs: dict[Path, Parsed] = {}
     for p in paths:
         if kinds[p] == "results":
-            part = parse_lm_eval_results(p, model, adapters=adapters, home=home)
+            part = runs[p] = parse_lm_eval_results(p, model, adapters=adapters, home=home)
         elif kinds[p] == "csv":
             part = parse_csv(p)
         else:
             continue
         out.entries += part.entries
         out.directions.update(part.directions)
+        for (metric, sub), n in part.decimals.items():
+            note_decimals(out.decimals, metric, sub, n)
     results = [e for e in out.entries if e.source.startswith("lm-eval:")]
     result_models = {e.model for e in results}
-    sample_model = model or (next(iter(result_models)) if len(result_models) == 1 else None)
-    task_env = {(e.model, e.metric.split("/")[0]): e.env for e in results}
-    for p in paths:
-        if kinds[p] == "samples":
-            part = parse_lm_eval_samples(p, sample_model, task=task, cluster_field=cluster_field)
-            out.entries += [replace(e, env=task_env.get((e.model, e.metric.split("/")[0]), ())) for e in part.entries]
+    groups = {k: v for run in runs.values() for k, v in run.groups.items()}
+    matched = match_samples(list(runs), [p for p in paths if kinds[p] == "samples"])
+    for p, run_file in matched.items():
+        run = runs.get(run_file)
+        mine = run.entries if run is not None else results
+        sample_model = model or (mine[0].model if run is not None else next(iter(result_models))
+                                 if len(result_models) == 1 else None)
+        task_env = {(e.model, e.metric.split("/")[0]): e.env for e in mine}
+        part = parse_lm_eval_samples(p, sample_model, task=task, cluster_field=cluster_field)
+        items = [replace(e, env=task_env.get((e.model, e.metric.split("/")[0]), ())) for e in part.entries]
+        out.entries += items + group_items(items, run.groups if run is not None else groups)
     if env:
         extra = canonical_fields(env, "--env")
         for e in out.entries:
@@ -185,6 +206,10 @@ def parse_files(paths: Iterable[str | Path], *, model: str | None = None, cluste
                                     f"{clash[0]}={dict(e.env)[clash[0]]} for {e.model} on {e.metric}; drop the "
                                     "option or fix the file; nothing was recorded")
         out.entries = [replace(e, env=canonical_fields({**dict(e.env), **dict(extra)})) for e in out.entries]
+    if decimals is not None:
+        check_decimals(decimals)
+        out.decimals = {(e.metric, k): decimals for e in out.entries if e.item is None
+                        for k in (None, *dict(e.subs))}
     out.files = [str(p) for p in paths]
     return out
 
@@ -193,7 +218,7 @@ def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
                  sha_of: Mapping[str, str | None] | Callable[[str], str | None] | None = None,
                  model: str | None = None, cluster_field: str | None = None, task: str | None = None,
                  directions: Mapping[str, bool] | None = None, adapters: Mapping[str, Path] | None = None,
-                 home: Path | None = None, env: Mapping[str, str] | None = None) -> dict:
+                 home: Path | None = None, env: Mapping[str, str] | None = None, decimals: int | None = None) -> dict:
     """Parse all ``paths``, fill each entry's sha256 from ``sha_of`` (where the file carried none) and
     write everything in one transaction.
 
@@ -201,7 +226,7 @@ def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
         ledger (Ledger): where to record.
         paths: the files (.csv, lm-eval results .json, samples .jsonl).
         sha_of: model name -> its current content sha256 (a mapping or a function); None leaves them unhashed.
-        model, cluster_field, task, adapters, home, env: see ``parse_files``.
+        model, cluster_field, task, adapters, home, env, decimals: see ``parse_files``.
         directions (Mapping[str, bool] | None): metric -> higher_is_better to declare in the same transaction
             (a CSV carries none); one that contradicts a file's own declaration raises, nothing written.
 
@@ -210,20 +235,51 @@ def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
         "item_level": int, "directions": {metric: higher_is_better}, "environments": {id: fields}}``.
     """
     parsed = parse_files(paths, model=model, cluster_field=cluster_field, task=task, adapters=adapters, home=home,
-                         env=env)
+                         env=env, decimals=decimals)
     for metric, higher in (directions or {}).items():
         if parsed.directions.get(metric, higher) != higher:
             raise EvidenceError(f"{metric}: the files say {'higher' if parsed.directions[metric] else 'lower'} "
                                 "is better, the option the opposite; nothing was recorded")
         parsed.directions[metric] = higher
     look = sha_of.get if isinstance(sha_of, Mapping) else (sha_of or (lambda name: None))
-    entries = [e if e.sha256 is not None else replace(e, sha256=look(e.model)) for e in parsed.entries]
-    ids = ledger.write(entries, parsed.directions)
+    kept, duplicates = _first_imports(ledger, parsed.entries)
+    entries = [e if e.sha256 is not None else replace(e, sha256=look(e.model)) for e in kept]
+    ids = ledger.write(entries, parsed.directions, also=lambda con, now: write_decimals(con, parsed.decimals))
     envs = {e.environment.id: dict(e.env) for e in entries}
     return {"files": parsed.files, "records": len(ids), "ids": [ids[0], ids[-1]] if ids else [],
             "models": sorted({e.model for e in entries}), "metrics": sorted({e.metric for e in entries}),
             "item_level": sum(e.item is not None for e in entries), "directions": parsed.directions,
-            "environments": envs if any(envs.values()) else {}}
+            "environments": envs if any(envs.values()) else {}, "duplicates": duplicates}
+
+
+def _content(source: str) -> tuple[str, str] | None:
+    """(file, content sha256) of an ``lm-eval:FILE@SHA256`` source; None for any other source."""
+    if not source.startswith("lm-eval:") or "@" not in source:
+        return None
+    file, _, sha = source[len("lm-eval:"):].rpartition("@")
+    return (file, sha) if SHA_RE.match(sha) else None
+
+
+def _first_imports(ledger: Ledger, entries: list[Entry]) -> tuple[list[Entry], list[dict]]:
+    """``entries`` less those of an lm-eval file whose content the ledger already holds or an earlier file of
+    this import has (the same results file imported twice counts once), and ``[{"file", "same_as"}]``."""
+    held = {c[1]: c[0] for (source,) in ledger._read("SELECT DISTINCT source FROM records WHERE source LIKE "
+                                                     "'lm-eval:%'") if (c := _content(source))}
+    first: dict[str, str] = {}
+    duplicates: dict[str, str] = {}
+    kept = []
+    for e in entries:
+        c = _content(e.source)
+        if c is not None:
+            file, sha = c
+            if sha in held:
+                duplicates.setdefault(file, f"{held[sha]} (in the ledger already)")
+                continue
+            if first.setdefault(sha, file) != file:
+                duplicates.setdefault(file, first[sha])
+                continue
+        kept.append(e)
+    return kept, [{"file": f, "same_as": s} for f, s in duplicates.items()]
 
 
 def export_csv_text(rows: Iterable[dict]) -> str:

@@ -22,10 +22,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from ...io.parse import ParseError, load_json, parse_json, read_text
+from ...io.hashing import sha256_file
+from ...io.parse import ParseError, Written, load_json, parse_json, read_text
 from .. import EvidenceError
 from ..ledger.environment import canonical_fields
+from ..ledger.precision import decimals_of, note
 from ..ledger.records import Entry
+from .lm_eval_groups import with_group_environments
 from .parsing import Parsed, Problems, parse_number
 
 SAMPLES_MAX_BYTES = 1 << 30  # a --log_samples file holds every document: larger than any results file
@@ -38,10 +41,18 @@ def _problem(err: ParseError) -> str:
     return err.problem.split("; ")[0]
 
 
+def source_of(path: Path) -> str:
+    """``lm-eval:PATH@SHA256``: the file and its content's sha256 (the same file imported twice is recognised)."""
+    try:
+        return f"lm-eval:{path}@{sha256_file(path)}"
+    except OSError as err:
+        raise EvidenceError(f"{path}: cannot read the file ({err.strerror or err}); nothing was recorded") from None
+
+
 def _load_json(path: Path):
     """A results file, read through ``io.parse`` (bounded, strict: a stranger wrote it)."""
     try:
-        return load_json(path)
+        return load_json(path, keep_text=True)
     except ParseError as err:
         where = f"{path}: line {err.line}" if err.line else str(path)
         raise EvidenceError(f"{where}: {_problem(err)}; nothing was recorded") from None
@@ -181,8 +192,9 @@ def parse_lm_eval_results(path: str | Path, model: str | None = None, *, adapter
     if not model:
         raise EvidenceError(f"{path}: the file names no model (model_name, config.model_args); "
                             "give the model name; nothing was recorded")
-    source = f"lm-eval:{path}"
-    entries = []
+    source = source_of(path)
+    entries: list[Entry] = []
+    decimals: dict = {}
     for task, scores in results.items():
         where = f"results.{task}"
         if not isinstance(scores, dict):
@@ -201,6 +213,8 @@ def parse_lm_eval_results(path: str | Path, model: str | None = None, *, adapter
         env = lm_eval_environment(data, task, problems) if values else ()
         for (metric, filter_name), (key, raw) in values.items():
             value = parse_number(raw, problems, where, key)
+            note(decimals, metric_name(task, metric, filter_name), None,
+                 decimals_of(raw.text) if isinstance(raw, Written) else decimals_of(str(raw)))
             stderr = None
             if (metric, filter_name) in errors:
                 skey, sraw = errors[(metric, filter_name)]
@@ -221,7 +235,14 @@ def parse_lm_eval_results(path: str | Path, model: str | None = None, *, adapter
     problems.raise_if_any()
     if not entries:
         raise EvidenceError(f"{path}: no 'METRIC,FILTER' scores under results; nothing was recorded")
-    return Parsed(_group_subscores(entries, data.get("group_subtasks")), directions, [str(path)])
+    groups = data.get("group_subtasks") if isinstance(data.get("group_subtasks"), dict) else {}
+    entries = with_group_environments(_group_subscores(entries, groups), groups,
+                                      lambda task: lm_eval_environment(data, task, problems))
+    for e in entries:  # a group's sub-scores are its tasks' values, written as the tasks' are
+        for task, _ in e.subs:
+            note(decimals, e.metric, task, decimals.get((f"{task}/{e.metric.partition('/')[2]}", None)))
+    problems.raise_if_any()
+    return Parsed(entries, directions, [str(path)], groups, decimals)
 
 
 def _group_subscores(entries: list[Entry], groups) -> list[Entry]:
@@ -272,7 +293,7 @@ def parse_lm_eval_samples(path: str | Path, model: str | None, *, task: str | No
         task = m["task"]
     wanted = None if metrics is None else set(metrics)
     problems = Problems(path)
-    source = f"lm-eval:{path}"
+    source = source_of(path)
     entries = []
     try:
         lines = read_text(path, max_bytes=SAMPLES_MAX_BYTES).splitlines()

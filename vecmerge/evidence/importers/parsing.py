@@ -18,11 +18,16 @@ class Parsed:
     entries (list[Entry]): the records (sha256 filled only where the file carried it).
     directions (dict[str, bool]): metric -> higher_is_better declared by the files (lm-eval).
     files (list[str]): the files read, in order.
+    groups (dict[str, list[str]]): lm-eval's ``group_subtasks`` (a results file's groups; empty otherwise).
+    decimals (dict[tuple[str, str | None], int]): (metric, sub-score or None) -> the most decimals a value was
+        written with in the files' text (``precision.py``).
     """
 
     entries: list[Entry] = field(default_factory=list)
     directions: dict[str, bool] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    groups: dict = field(default_factory=dict)
+    decimals: dict = field(default_factory=dict)
 
 
 MESSAGE_CHARS = 300

@@ -4,7 +4,8 @@ The user's lesson: "a proxy not calibrated on past models is at most a disaster 
 past models are needed before a proxy may rank anything. Over the models that have both P and T (each
 model's mean over its current runs):
 
-    Spearman ρ     Pearson correlation of the average ranks (scipy.stats.spearmanr)
+    Spearman ρ     Pearson correlation of the average ranks (scipy.stats.spearmanr); a perfect order without ties
+                   gets the exact permutation p, 2 / n!
     Kendall τ_b    (C - D) / sqrt((n0 - n1)(n0 - n2)) over model pairs (scipy.stats.kendalltau)
     bootstrap CI   percentile interval of ρ and τ over ``n_boot`` resamples of the models with replacement
                    (seeded; resamples where P or T is constant are skipped and counted)
@@ -137,6 +138,10 @@ def rank_agreement(p: np.ndarray, t: np.ndarray, *, n_boot: int, seed: int, conf
 
     rho, rho_p = (float(v) for v in stats.spearmanr(p, t))
     tau, tau_p = (float(v) for v in stats.kendalltau(p, t))
+    if abs(rho) > 1 - 1e-12 and len(set(p.tolist())) == n and len(set(t.tolist())) == n:
+        # a perfect rank order: 2 of the n! equally likely orders under no association (scipy's t approximation
+        # gives about 1e-24 for n = 5, printed "p 0")
+        rho, rho_p = math.copysign(1.0, rho), min(1.0, 2 / math.factorial(n))
     idx = np.random.default_rng(seed).integers(0, n, (n_boot, n))
     bp, bt = p[idx], t[idx]
     brho, btau = spearman_rows(bp, bt), kendall_rows(bp, bt)

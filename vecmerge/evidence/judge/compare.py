@@ -5,15 +5,15 @@ sub-score (``subscores.compare_subscores``) and, where A or B has training repli
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 
 from .. import EvidenceError
 from ..ledger.ledger import Record
 from ..stats.grades import Grid, detect_grid
 from ..stats.noise import PooledNoise, pooled_noise, repeats_needed
 from ..stats.replicates import ReplicateEvidence, replicate_evidence
-from ..stats.stats import DiffResult, Summary, item_means, paired, runs_by_model, summarize, welch
+from ..stats.stats import DiffResult, Summary, harness_se, item_means, paired, runs_by_model, summarize, welch
 from .subscores import SubScoreComparison, compare_subscores, sub_keys
 
 VERDICTS = {
@@ -73,7 +73,8 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
                     higher_is_better: bool | None = None, confidence: float = 0.95, min_runs: int = 2,
                     min_items: int = 2, detect: float | None = None, alpha: float = 0.05,
                     power: float = 0.8, target: str | None = None, margins: float | dict | None = None,
-                    margin_source: str = "given", replicates=None, env: dict | None = None) -> Comparison:
+                    margin_source: str = "given", replicates=None, env: dict | None = None,
+                    decimals: Mapping[str | None, int] | None = None) -> Comparison:
     """Compare A and B on one metric; the verdict rule is exact:
 
     1. Tests: ``clustered`` (item-level records of both, with cluster keys, ≥ 2 clusters), ``paired``
@@ -98,6 +99,8 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
         higher_is_better (bool | None): the metric's direction (``Ledger.direction``).
         replicates (Mapping[str, Sequence[str]] | None): replicate groups, root -> members (``Workspace``).
         env (dict | None): the records' one eval environment, reported as it is (the caller chose it).
+        decimals (Mapping[str | None, int] | None): the decimals the values were written with, per sub-score (None:
+            the metric's own value; ``precision.of_metric``); a grid is looked for only where they are known.
     """
     records = list(records)
     metrics = {r.metric for r in records}
@@ -107,8 +110,9 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
         metric = next(iter(metrics), "")
     records = [r for r in records if r.metric == metric]
     runs = runs_by_model(records)
-    sa = summarize(runs[a], model=a, metric=metric, confidence=confidence) if runs.get(a) else None
-    sb = summarize(runs[b], model=b, metric=metric, confidence=confidence) if runs.get(b) else None
+    sa, sb = (replace(summarize(runs[m], model=m, metric=metric, confidence=confidence),
+                      harness_se=harness_se(r for r in records if r.model == m)) if runs.get(m) else None
+              for m in (a, b))
     w = welch(runs.get(a, []), runs.get(b, []), confidence)
     ia, ca = item_means(r for r in records if r.model == a)
     ib, cb = item_means(r for r in records if r.model == b)
@@ -144,7 +148,7 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
     if sub_keys(records, [a, b]) or target is not None:
         subs = compare_subscores(a, b, records, metric=metric, higher_is_better=higher_is_better,
                                  confidence=confidence, target=target, margins=margins, margin_source=margin_source,
-                                 min_runs=min_runs, min_items=min_items, power=power)
+                                 min_runs=min_runs, min_items=min_items, power=power, decimals=decimals)
     reps = replicate_evidence(a, b, runs, replicates, metric=metric, env=(env or {}).get("id"), confidence=confidence)
     if reps is not None and reps.test is not None and decided is not None and (
             reps.test.beyond_noise != decided.beyond_noise):
@@ -154,4 +158,5 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
     return Comparison(a, b, metric, higher_is_better, confidence, sa, sb, w, pr, cl, pooled, detect, noise,
                       needed, decided.kind if decided else None, code,
                       VERDICTS[code].format(a=a, b=b, metric=metric), tuple(reasons), subs,
-                      detect_grid([v for vs in runs.values() for v in vs]), env, reps)
+                      detect_grid([v for vs in runs.values() for v in vs], decimals=(decimals or {}).get(None)), env,
+                      reps)

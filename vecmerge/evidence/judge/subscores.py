@@ -14,11 +14,13 @@ Per sub-score K of the metric (whole runs carry K in their ``subs``; item-level 
     unknown        neither; with the runs per model a one-sided t test would need (power 0.8, alpha / family
                    size, the pooled noise of K) to show it not worse at the observed difference, or worse when
                    the observed difference is below -m
-    zero variance  each model's runs of K are one value (>= min_runs runs each): the difference is exact;
+    zero variance  each model's runs of K are one value, up to float round-off (>= min_runs runs each): the
+                   difference is exact, ASSUMING K does not vary between runs of one model (said in the reason);
                    worse when better < 0, else not worse; decided without a p-value, outside the families
     margin         given (one value, or one per sub-score), else one grade where K's values across all models
-                   lie on a grid (``grades.detect_grid``), else K's pooled within-model noise sd (the change one
-                   run makes); with none of these there is no non-inferiority test
+                   lie on a grid at their written precision (``grades.detect_grid``; unknown precision: no grid),
+                   else K's pooled within-model noise sd (the change one run makes); with none of these there is
+                   no non-inferiority test; each row names where its margin came from
     family         the sub-scores compared, the target (the one being raised) left out, that have a test;
                    alpha = 1 - confidence. Holm needs no assumption about how the sub-scores depend on each other.
 
@@ -41,6 +43,7 @@ from ..stats.noise import pooled_noise, repeats_needed
 from ..stats.stats import DiffResult, Summary, item_means, paired, summarize, welch
 
 WORSE, NOT_WORSE, UNKNOWN = "worse", "not_worse", "unknown"
+ZERO_SPREAD = "assuming this sub-score does not vary between runs of one model"
 
 
 @dataclass(frozen=True)
@@ -126,18 +129,20 @@ def sub_keys(records: Iterable[Record], models: Sequence[str]) -> list[str]:
 
 
 def _margin_for(key, margins, grid: Grid | None, noise: float | None, source: str):
+    """The margin of sub-score ``key`` and where it came from, in words (the report names it per row)."""
     if isinstance(margins, Mapping) and key in margins:
         return float(margins[key]), source
     if margins is not None and not isinstance(margins, Mapping):
         return float(margins), source
     if grid is not None:
-        return grid.step, "one grade (grid of the recorded values)"
+        return grid.step, (f"one grade, {grid.step:.4g}: {len(grid.levels)} distinct values sit on it within their "
+                           f"written precision {2 * grid.tolerance:.0e}")
     if noise is not None and noise > 0:
         return noise, "pooled within-model noise sd"
     return None, None
 
 
-def _one(key, a, b, metric, runs, items, margins, margin_source, confidence, min_runs, min_items):
+def _one(key, a, b, metric, runs, items, margins, margin_source, confidence, min_runs, min_items, decimals):
     """One sub-score's figures before the families are known (``runs``: model -> values, every model)."""
     ra, rb = runs.get(a, []), runs.get(b, [])
     sa = summarize(ra, model=a, metric=metric, sub=key, confidence=confidence) if ra else None
@@ -146,10 +151,9 @@ def _one(key, a, b, metric, runs, items, margins, margin_source, confidence, min
     ib, cb = item_means(items.get(b, []))
     pr, cl = paired(ia, ib, {**cb, **ca}, confidence=confidence, min_items=min_items)
     test = cl or pr or welch(ra, rb, confidence)
-    zero = (test is None and min(len(ra), len(rb)) >= max(min_runs, 2) and len(set(ra)) == 1
-            and len(set(rb)) == 1)
-    diff = test.diff if test else (ra[0] - rb[0]) if zero else None
-    grid = detect_grid([v for vs in runs.values() for v in vs])
+    zero = (test is None and min(len(ra), len(rb)) >= max(min_runs, 2) and sa.std == 0 and sb.std == 0)
+    diff = test.diff if test else (sa.mean - sb.mean) if zero else None
+    grid = detect_grid([v for vs in runs.values() for v in vs], decimals=decimals)
     pooled = pooled_noise(runs)
     noise = pooled.sd if pooled and pooled.sd > 0 else (
         math.sqrt((sa.std**2 + sb.std**2) / 2) if sa and sb and sa.std and sb.std else None)
@@ -163,7 +167,8 @@ def compare_subscores(a: str, b: str, records: Iterable[Record], *, metric: str 
                       higher_is_better: bool | None = None, confidence: float = 0.95,
                       keys: Sequence[str] | None = None, target: str | None = None,
                       margins: float | Mapping[str, float] | None = None, margin_source: str = "given",
-                      min_runs: int = 2, min_items: int = 2, power: float = 0.8) -> SubScoreComparison:
+                      min_runs: int = 2, min_items: int = 2, power: float = 0.8,
+                      decimals: Mapping[str | None, int] | None = None) -> SubScoreComparison:
     """Compare A and B on every sub-score of one metric (the rule is the module docstring's).
 
     Args:
@@ -178,6 +183,8 @@ def compare_subscores(a: str, b: str, records: Iterable[Record], *, metric: str 
             others default as in the module docstring). margin_source (str): where a given margin came from.
         min_runs (int): runs each model needs for Welch and for a zero-variance decision.
         min_items (int): items both scored for a paired test. power (float): for ``more_runs``.
+        decimals (Mapping[str | None, int] | None): sub-score -> the decimals its values were written with
+            (``precision.of_metric``; key ``"*"``: every sub-score); unknown: no grade, no grade margin.
     """
     records = list(records)
     metrics = {r.metric for r in records}
@@ -196,8 +203,9 @@ def compare_subscores(a: str, b: str, records: Iterable[Record], *, metric: str 
         if r.is_item and r.subscore:
             items.setdefault(r.subscore, {}).setdefault(r.model, []).append(r)
     alpha = 1 - confidence
+    known = decimals or {}
     parts = [_one(k, a, b, metric, runs.get(k, {}), items.get(k, {}), margins, margin_source, confidence, min_runs,
-                  min_items) for k in keys]
+                  min_items, known.get(k, known.get("*"))) for k in keys]
     sign = None if higher_is_better is None else (1.0 if higher_is_better else -1.0)
     family = [p["key"] for p in parts if p["test"] is not None and p["key"] != target and sign is not None]
     two = {p["key"]: p["test"].p for p in parts if p["key"] in family}
@@ -216,7 +224,7 @@ def compare_subscores(a: str, b: str, records: Iterable[Record], *, metric: str 
         elif p["zero_variance"]:
             status = WORSE if better < 0 else NOT_WORSE
             reason = (f"every run of each model scored one value ({na} and {nb} runs): the difference "
-                      f"{p['diff']:+.4g} is exact")
+                      f"{p['diff']:+.4g} is exact, {ZERO_SPREAD}")
         elif t is None:
             reason = (f"runs of {key}: {a} {na}, {b} {nb}" + (" (no spread to estimate noise from)"
                       if min(na, nb) >= 2 else f" (Welch needs {max(min_runs, 2)} each)"))

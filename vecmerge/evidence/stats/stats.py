@@ -3,13 +3,18 @@
 The plain, well-known statistics (Evan Miller, "Adding Error Bars to Evals", 2024, is the anchor):
 
     mean        x̄ = Σ x_i / n
-    std         s = sqrt(Σ (x_i - x̄)² / (n - 1))                 (sample, ddof=1)
+    std         s = sqrt(Σ (x_i - x̄)² / (n - 1))                 (sample, ddof=1); 0 when s ≤ 4 n ε max|x_i|
+                (round-off of the mean: three runs of 0.092 give s 1.7e-17, which is no spread)
     SE          s / sqrt(n)
     CI          x̄ ± t_{1-α/2, n-1} · SE                           (Student t, α = 1 - confidence)
     Welch       Δ = x̄_A - x̄_B,  SE = sqrt(s_A²/n_A + s_B²/n_B),
                 ν = SE⁴ / ((s_A²/n_A)²/(n_A-1) + (s_B²/n_B)²/(n_B-1)),  t = Δ/SE,  p = 2·P(T_ν > |t|)
     paired      d_i = ā_i - b̄_i over the items both models scored (ā_i: the mean of A's records of item i),
                 Δ = d̄, SE = s_d / sqrt(n), ν = n - 1
+    McNemar     paired items all scored 0 or 1: n10 items only A got right, n01 only B; p is the exact two-sided
+                binomial test of n10 of n10 + n01 at 1/2 when n10 + n01 < 25, else the chi-square
+                (|n10 - n01| - 1)² / (n10 + n01) on 1 df; Δ, SE and the interval stay the paired t's; the
+                verdict rests on p (``DiffResult.alpha``)
     clustered   SE_C² = SE_CLT² + (1/n²) Σ_c Σ_{i∈c} Σ_{j∈c, j≠i} (d_i - d̄)(d_j - d̄),  SE_CLT² = s_d²/n,
                 ν = C - 1 (Miller 2024, "clustered standard errors"; an item without a cluster key is its
                 own cluster, so with no clusters SE_C is the paired SE exactly)
@@ -25,8 +30,9 @@ verdict built on these tests. Everything is scipy on plain floats; records come 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .. import EvidenceError
 from ..ledger.ledger import Record
@@ -49,7 +55,9 @@ class Summary:
     """n, mean, sample std, SE, t interval, min, max, range of one model's runs (or of one sub-score).
 
     ``std``, ``se``, ``ci_low`` and ``ci_high`` are None for a single run (``single_run`` is True). ``env``: the
-    id of the eval environment the runs were measured under (``environment.py``), when known.
+    id of the eval environment the runs were measured under (``environment.py``), when known. ``harness_se``:
+    the standard error the harness reported (lm-eval's ``*_stderr``: over items, within a run), the mean over
+    the runs that carry one; shown beside vecmerge's SE (over runs), never used in its place.
     """
 
     model: str
@@ -67,9 +75,15 @@ class Summary:
     single_run: bool
     confidence: float = 0.95
     env: str | None = None
+    harness_se: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def round_off(values: Sequence[float]) -> float:
+    """``4 n ε max|x_i|``: a spread this small is the float round-off of a mean of ``values``, not noise."""
+    return 4 * len(values) * sys.float_info.epsilon * max((abs(x) for x in values), default=0.0)
 
 
 def summarize(values: Sequence[float], *, model: str = "", metric: str = "", sub: str | None = None,
@@ -88,10 +102,18 @@ def summarize(values: Sequence[float], *, model: str = "", metric: str = "", sub
     std = se = lo = hi = None
     if n >= 2:
         std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+        if std <= round_off(xs):
+            std = 0.0
         se = std / math.sqrt(n)
         lo, hi = t_interval(mean, se, n - 1, confidence)
     return Summary(model, metric, sub, n, mean, std, se, lo, hi, min(xs), max(xs), max(xs) - min(xs), n == 1,
                    confidence, env)
+
+
+def harness_se(records: Iterable[Record]) -> float | None:
+    """The mean of the whole-run records' reported standard errors (lm-eval's ``*_stderr``), None without any."""
+    errs = [r.stderr for r in records if not r.is_item and r.stderr is not None]
+    return math.fsum(errs) / len(errs) if errs else None
 
 
 def runs_by_model(records: Iterable[Record]) -> dict[str, list[float]]:
@@ -112,7 +134,8 @@ def summarize_records(records: Iterable[Record], *, confidence: float = 0.95) ->
             groups.setdefault((r.model, r.metric, r.environment.id), []).append(r)
     out = []
     for (model, metric, env), recs in groups.items():
-        out.append(summarize([r.value for r in recs], model=model, metric=metric, confidence=confidence, env=env))
+        out.append(replace(summarize([r.value for r in recs], model=model, metric=metric, confidence=confidence,
+                                     env=env), harness_se=harness_se(recs)))
         keys = sorted({k for r in recs for k, _ in r.subs})
         for key in keys:
             vals = [dict(r.subs)[key] for r in recs if key in dict(r.subs)]
@@ -126,6 +149,8 @@ class DiffResult:
 
     kind: ``welch`` (repeated runs), ``paired`` (per item) or ``clustered`` (per item, clustered SE).
     n: runs of A and B for Welch; items for paired/clustered. clusters: the cluster count (clustered only).
+    method: how p was computed when not from t (``McNemar exact binomial`` / ``McNemar chi-square``);
+    discordant: (n10, n01) for McNemar; alpha: set when the verdict rests on ``p < alpha``, not on the interval.
     """
 
     kind: str
@@ -138,14 +163,20 @@ class DiffResult:
     ci_high: float
     n: tuple[int, ...]
     clusters: int | None = None
+    method: str = "t"
+    discordant: tuple[int, int] | None = None
+    alpha: float | None = None
 
     @property
     def beyond_noise(self) -> bool:
-        """True when the interval excludes 0 (equivalently p < 1 - confidence)."""
+        """True when the interval excludes 0 (equivalently p < 1 - confidence); McNemar: when p < alpha."""
+        if self.alpha is not None:
+            return self.p < self.alpha
         return self.ci_low > 0 or self.ci_high < 0
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "n": list(self.n), "beyond_noise": self.beyond_noise}
+        return {**asdict(self), "n": list(self.n), "beyond_noise": self.beyond_noise,
+                "discordant": None if self.discordant is None else list(self.discordant)}
 
 
 def difference_test(kind: str, diff: float, se: float, df: float, n: tuple[int, ...], confidence: float,
@@ -217,6 +248,33 @@ def item_means(records: Iterable[Record]) -> tuple[dict[str, float], dict[str, s
     return {k: math.fsum(v) / len(v) for k, v in sums.items()}, clusters
 
 
+MCNEMAR_EXACT_BELOW = 25  # discordant pairs: below this many, the exact binomial test
+
+
+def mcnemar(n10: int, n01: int, t_test: DiffResult | None, n: int, confidence: float) -> DiffResult:
+    """McNemar's test of paired 0/1 items (module docstring): p exact binomial when n10 + n01 < 25, else the
+    continuity-corrected chi-square; the paired t's difference, SE and interval (exact when every d_i is equal).
+
+    Args:
+        n10, n01 (int): items only A scored 1 on, only B. t_test: the paired t of the same items. n: items.
+    """
+    from scipy import stats
+
+    m = n10 + n01
+    if m == 0:
+        p, method = 1.0, "McNemar (no item differs)"
+    elif m < MCNEMAR_EXACT_BELOW:
+        p, method = float(stats.binomtest(n10, m, 0.5).pvalue), "McNemar exact binomial"
+    else:
+        p, method = float(stats.chi2.sf((abs(n10 - n01) - 1) ** 2 / m, 1)), "McNemar chi-square"
+    if t_test is None:  # every item differs the same way (or none differs): the difference is exact
+        diff = (n10 - n01) / n
+        return DiffResult("paired", diff, 0.0, float(n - 1), math.copysign(math.inf, diff) if diff else 0.0, p, diff,
+                          diff, (n,), None, method, (n10, n01), 1 - confidence)
+    return DiffResult("paired", t_test.diff, t_test.se, t_test.df, t_test.t, p, t_test.ci_low, t_test.ci_high, (n,),
+                      None, method, (n10, n01), 1 - confidence)
+
+
 def paired(a: Mapping[str, float], b: Mapping[str, float], clusters: Mapping[str, str] | None = None, *,
            confidence: float = 0.95, min_items: int = 2) -> tuple[DiffResult | None, DiffResult | None]:
     """Paired per-item difference A - B over the items both scored, and its clustered version.
@@ -237,6 +295,8 @@ def paired(a: Mapping[str, float], b: Mapping[str, float], clusters: Mapping[str
     d = [a[i] - b[i] for i in common]
     s = summarize(d)
     iid = difference_test("paired", s.mean, s.se, n - 1, (n,), confidence)
+    if all(a[i] in (0.0, 1.0) and b[i] in (0.0, 1.0) for i in common):
+        iid = mcnemar(sum(x > 0 for x in d), sum(x < 0 for x in d), iid, n, confidence)
     clustered = None
     if clusters and any(i in clusters for i in common):
         keys = [("cluster", clusters[i]) if i in clusters else ("item", i) for i in common]

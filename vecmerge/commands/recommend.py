@@ -1,0 +1,151 @@
+"""``vecmerge report``'s answer to "which candidate do I submit?": a rule over verdicts already computed.
+
+Nothing here is a statistic: every number quoted is read from ``compare_models`` (the test the verdict rests on,
+the runs to detect), its sub-scores (``subscores.compare_subscores``) and the plan's decision (``decide``).
+Per candidate C against the backbone B:
+
+    worse         B is better beyond eval noise on the total                      -> do not submit
+    costs         some sub-score of C is worse than B's beyond noise              -> do not submit
+    better        C is better beyond eval noise (with a plan of C vs B: its decision is stop_better)
+                  and no sub-score is worse                                        -> eligible
+    not shown     anything else (within noise, too few runs, a plan still running) -> not yet
+
+Submit the eligible candidate with the largest difference (a second eligible one is compared to it, and the
+reasons say whether the lead is beyond noise); none eligible: submit none yet, and name the candidate with the
+largest observed difference that is not ruled out, with the runs per model that would decide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+__all__ = ["advise", "recommend", "SUBMIT", "DO_NOT_SUBMIT", "NOT_YET"]
+
+SUBMIT, DO_NOT_SUBMIT, NOT_YET = "eligible", "do not submit", "not shown better yet"
+
+
+def _n(x, digits: int = 5) -> str:
+    return "-" if x is None else f"{x:+.{digits}g}"
+
+
+def _test_words(cmp: dict) -> str:
+    """``+0.01551, 95% CI [-0.00053, 0.03155], Welch p 0.0558``: the test the verdict rests on."""
+    kind = cmp["decided_by"]
+    t = cmp.get(kind) if kind else None
+    if t is None:
+        return "no test"
+    conf = f"{cmp['confidence']:.0%}"
+    return (f"{t['diff']:+.5g}, {conf} CI [{t['ci_low']:.5g}, {t['ci_high']:.5g}], {kind} p {t['p']:.3g}")
+
+
+def _mean_words(cmp: dict) -> str:
+    a, b = cmp["a_summary"], cmp["b_summary"]
+    return f"{cmp['a']} {a['mean']:.6g} over {a['n']} run(s), {cmp['b']} {b['mean']:.6g} over {b['n']} run(s)"
+
+
+def _within_runs(cmp: dict) -> str:
+    """Where a single run of A lies among B's runs (``; its one run lies within v51's runs, 0.9895 to 1.018``)."""
+    a, b = cmp["a_summary"], cmp["b_summary"]
+    if a["n"] != 1 or b["n"] < 2:
+        return ""
+    where = ("within" if b["min"] <= a["mean"] <= b["max"] else "below all of" if a["mean"] < b["min"]
+             else "above all of")
+    return f"; its one run lies {where} {cmp['b']}'s runs ({b['min']:.6g} to {b['max']:.6g})"
+
+
+def _sub_words(row: dict, name: str, backbone: str) -> str:
+    test = row.get("test")
+    how = ("exact: neither model's runs vary" if row["zero_variance"] else
+           f"CI [{test['ci_low']:.5g}, {test['ci_high']:.5g}], Holm p {row['p_holm']:.3g}" if test else "no test")
+    return f"{row['key']}: {name} - {backbone} = {_n(row['diff'])} ({how})"
+
+
+def advise(cmp: dict, plan: dict | None) -> tuple[str, list[str]]:
+    """One candidate's advice and its reasons (module docstring), each reason with its numbers.
+
+    Args:
+        cmp (dict): ``compare_models(candidate, backbone)``. plan (dict | None): the plan's state (``decide``).
+    """
+    c, b = cmp["a"], cmp["b"]
+    code = cmp["verdict_code"]
+    reasons: list[str] = []
+    subs = (cmp.get("subscores") or {}).get("subscores") or {}
+    worse = [r for r in subs.values() if r["status"] == "worse"]
+    unknown = [r for r in subs.values() if r["status"] == "unknown"]
+    if code == "b_better":
+        reasons.append(f"{b} is better beyond eval noise: {c} - {b} = {_test_words(cmp)}")
+    for r in worse:
+        reasons.append(f"it costs a sub-score, worse beyond noise: {_sub_words(r, c, b)}")
+    if code == "b_better" or worse:
+        return DO_NOT_SUBMIT, reasons
+    planned = plan is not None and plan.get("decision") != "stop_better"
+    if code == "a_better" and not planned:
+        reasons.append(f"{c} is better than {b} beyond eval noise: {_test_words(cmp)}")
+        if plan is not None:
+            reasons.append(f"its plan (#{plan['plan']['id']}) says stop_better: {plan['reason']}")
+        advice = SUBMIT
+    else:
+        advice = NOT_YET
+        if code == "a_better":
+            reasons.append(f"the fixed-n test says better ({_test_words(cmp)}), but the plan of {c} vs {b} says "
+                           f"{plan['decision']}: {plan['reason']}")
+        elif code == "within_noise":
+            reasons.append(f"within noise: {c} - {b} = {_test_words(cmp)}")
+        else:
+            reasons.append(f"not enough runs: {_mean_words(cmp)}; one run has no spread, so no interval and no test"
+                           + _within_runs(cmp))
+        if cmp.get("repeats_needed"):
+            reasons.append(f"about {cmp['repeats_needed']} runs each of {c} and {b} would detect a difference of "
+                           f"{cmp['detect']:.4g} (power 0.8, alpha 0.05, run noise sd {cmp['noise_sd']:.4g})")
+    for r in unknown:
+        if r["a_summary"] is None:
+            reasons.append(f"{c} recorded no {r['key']}: what it costs that sub-score is unknown")
+            continue
+        more = f"; about {r['more_runs']} runs each would decide" if r.get("more_runs") else ""
+        reasons.append(f"not yet shown not worse: {_sub_words(r, c, b)}{more}")
+    return advice, reasons
+
+
+def _diff(cmp: dict) -> float:
+    t = cmp.get(cmp["decided_by"]) if cmp["decided_by"] else None
+    if t is not None:
+        return t["diff"]
+    return cmp["a_summary"]["mean"] - cmp["b_summary"]["mean"]
+
+
+def recommend(rows: Sequence[dict], backbone: str, higher_is_better: bool,
+              compare: Callable[[str, str], dict] | None = None) -> dict:
+    """The report's answer over every candidate's advice.
+
+    Args:
+        rows (Sequence[dict]): ``{"name", "comparison", "advice", "reasons"}`` per candidate.
+        backbone (str): B. higher_is_better (bool): the metric's direction.
+        compare (Callable[[str, str], dict] | None): ``compare_models(a, b)``, called once for the two leading
+            eligible candidates when there are two or more.
+
+    Returns:
+        dict: ``{"submit": name | None, "headline": str, "reasons": [str], "lead": comparison | None}``.
+    """
+    sign = 1.0 if higher_is_better else -1.0
+    ranked = sorted(rows, key=lambda r: -sign * _diff(r["comparison"]))
+    eligible = [r for r in ranked if r["advice"] == SUBMIT]
+    if eligible:
+        best = eligible[0]
+        reasons = [f"{best['name']}: {x}" for x in best["reasons"]]
+        lead = compare(best["name"], eligible[1]["name"]) if compare is not None and len(eligible) > 1 else None
+        if lead is not None:
+            reasons.append(f"over {lead['b']}, the next eligible candidate: {lead['verdict']} "
+                           f"({lead['a']} - {lead['b']} = {_test_words(lead)})")
+        return {"submit": best["name"], "headline": f"submit {best['name']}: better than {backbone} beyond eval "
+                "noise, and no sub-score worse", "reasons": reasons, "lead": lead}
+    open_ = [r for r in ranked if r["advice"] == NOT_YET]
+    reasons = [f"{r['name']}: {r['reasons'][0]}" for r in ranked if r["advice"] == DO_NOT_SUBMIT]
+    if not open_:
+        return {"submit": None, "headline": f"submit none: every candidate is worse than {backbone} or costs a "
+                "sub-score", "reasons": reasons, "lead": None}
+    best = open_[0]
+    reasons = [f"{best['name']} has the largest observed difference not ruled out: {x}" if i == 0 else
+               f"{best['name']}: {x}" for i, x in enumerate(best["reasons"])] + reasons
+    reasons += [f"{r['name']}: {r['reasons'][0]}" for r in open_[1:]]
+    return {"submit": None, "headline": f"submit none yet: no candidate is shown better than {backbone} beyond "
+            f"eval noise; {best['name']} is the one to run again", "reasons": reasons, "lead": None}
