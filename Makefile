@@ -43,6 +43,7 @@ bench: install
 	$(PY) benchmarks/bench_extract.py
 	$(PY) benchmarks/bench_probe.py
 	$(PY) benchmarks/bench_ledger.py
+	$(PY) benchmarks/bench_protect.py
 
 # the mergekit oracle tests (tests/methods/test_mergekit_oracle*.py) run in check: it installs the extra first
 check: lint oracle test

@@ -67,7 +67,10 @@ BUILDING_BLOCKS = {
     "vecmerge.io.model_folder": {"ModelFolder"},  # reading the extract benchmark's models
     "vecmerge.io.safetensors_write": {"SafetensorsWriter", "write_index"},  # writing them
     "vecmerge.probe.runner": {"ProbeModel", "run_probe", "_batch_tensors"},  # the probe runner and its batching
-    "vecmerge.probe.prompts": {"read_prompts"},  # the runner's input
+    "vecmerge.probe.prompts": {"read_prompts", "Item", "PromptSet"},  # the runner's input; the capture bench's
+    "vecmerge.probe.hooks": {"Update", "LoraHooks"},  # the backbone's hooks a protected step's capture runs under
+    "vecmerge.probe.capture": {"capture_grams"},  # the protected step's capture, timed apart
+    "vecmerge.report.protect": {"frontier_png"},  # the protected-step frontier plot
     "vecmerge.linalg.lowrank": {"resolve_device"},  # the --device rule
     "vecmerge.commands.operations": {"show", "compare_models", "export_lines"},  # the ledger's reads, in-process
     "vecmerge.evidence.ledger.schema": {"RECORD_COLUMNS"},  # the columns of the plain sqlite3 scan

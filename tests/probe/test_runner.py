@@ -273,3 +273,22 @@ def test_prompts_longer_than_the_models_context_are_refused(hf_base, tmp_path, m
     res = run_cli("probe", "a", "--prompts", "p.jsonl", "--no-record", "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["models"]["a"]["items"]["fits"]["tokens"] == 2
+
+
+def test_probe_summarises_each_task_and_its_change_from_the_first_model(setup, tiny_base):
+    """Per task: each model's loglik, and each later model's paired change from the first, from PEFT's own scores."""
+    from vecmerge.report.probe import render_probe
+
+    _, prompts, folders = setup
+    result = run_probe(tiny_base, models_of(*folders[:2]), prompts, batch=4, pairs=False)
+    a, b = (peft_model(tiny_base, f) for f in folders[:2])
+    diffs: dict = {}
+    for it in prompts.items:
+        diffs.setdefault(it.task, []).append(reference(b, it)[0] - reference(a, it)[0])
+    got = result.models[folders[1].name]["summary"]["changes"]
+    assert got["from"] == folders[0].name
+    for t, ds in diffs.items():
+        assert got["tasks"][t]["change"] == pytest.approx(sum(ds) / len(ds), rel=1e-5, abs=1e-6)
+        assert got["tasks"][t]["items"] == len(ds)
+    assert "changes" not in result.models[folders[0].name]["summary"]
+    assert "change of loglik/item from" in render_probe(result.to_dict())

@@ -34,6 +34,8 @@ def recipe_options(command: str):
             text = f"Override the recipe's {key.name}. {text}"
         if key.kind in ("flag", "gate"):
             return click.option(str(key.flag), key.param, is_flag=True, help=text)
+        if key.kind == "prompt_sets":  # repeatable NAME=PROMPTS
+            return click.option(str(key.flag), key.param, multiple=True, metavar="NAME=PROMPTS", help=text)
         kind = click.Choice(key.allowed()) if key.allowed() else _TYPES.get(key.kind, str)
         shown = {} if key.default is None else {"default": key.default, "show_default": True}
         return click.option(str(key.flag), key.param, type=kind, required=key.required, help=text, **shown)
@@ -110,7 +112,7 @@ def recipe_data(given: dict) -> dict:
     data = {}
     for key in KEYS:
         v = values.pop(key.param, None)
-        if v is not None and v is not False and "." not in key.name:
+        if v is not None and v is not False and v != () and "." not in key.name:
             data[key.name] = v
     if typed.get("consensus_ref"):
         data["consensus"] = {k: typed[f"consensus_{k}"] for k in ("ref", "on_disagree", "min_agree")

@@ -33,8 +33,9 @@ TOOL = "vecmerge"
 # The keys of a pipeline manifest (project, refactor, merge), each always written, and those written sometimes.
 MANIFEST_KEYS = ("tool", "created", "kind", "method", "recipe", "resolved", "inputs", "missing_modules", "figures",
                  "modules", "vecmerge_version", "output")
-# where the inputs' relative paths start; the gate's table when one ran; the file a recipe came from (merge --config)
-OPTIONAL_KEYS = ("workspace", "gate", "config")
+# where the inputs' relative paths start; the gate's table when one ran; the file a recipe came from (merge --config);
+# a protected step's figures
+OPTIONAL_KEYS = ("workspace", "gate", "config", "protection")
 CONFIG_KEYS = ("format", "path", "sha256", "merge_method", "base_model", "mergekit_defaults", "notes")
 OUTPUT_KEYS = ("weights", "sha256", "config_sha256", "card_sha256", "dtype", "modules")
 

@@ -62,6 +62,7 @@ class Evaluation:
             evaluates the selected ones only, ``excluded`` lists the others.
         excluded (tuple[str]): modules of the inputs left out by ``only``/``exclude``.
         multipliers (dict[str, float]): per module, the first matching pattern's factor (matched modules only).
+        protection (dict | None): a protected step's figures (``pipeline/protection.py``); the direction is D'.
     """
 
     recipe: Recipe
@@ -81,6 +82,7 @@ class Evaluation:
     unselected: tuple = ()
     excluded: tuple = ()
     multipliers: dict = field(default_factory=dict)
+    protection: dict | None = None
 
     @property
     def dropped(self) -> tuple:

@@ -82,6 +82,9 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
     d["inputs"] = inputs
     if d.get("base_model") is not None and home is not None:
         d["base_model"] = portable(d["base_model"], Path(home).resolve())
+    for key in ("protect", "target"):  # prompt files, portable like the inputs
+        if d.get(key) and home is not None:
+            d[key] = {n: portable(f, Path(home).resolve()) for n, f in d[key].items()}
     if gate is not None and home is not None and gate.get("ledger"):
         gate = {**gate, "ledger": portable(gate["ledger"], Path(home).resolve())}
     if source is not None and home is not None and isinstance(source.get("path"), str):
@@ -90,7 +93,8 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
     figures, modules = manifest_figures(built.figures)
     return {**stamp(recipe.kind), "method": ev.method.name, **where, "recipe": d, "resolved": resolved,
             "inputs": inputs, "missing_modules": ev.missing, "figures": figures, "modules": modules,
-            **({} if gate is None else {"gate": gate}), **({} if source is None else {"config": source})}
+            **({} if gate is None else {"gate": gate}), **({} if source is None else {"config": source}),
+            **({} if ev.protection is None else {"protection": ev.protection})}
 
 
 MODULE_KEYS = ("rank", "exact_rank", "rel_error", "survival", "cut", "power_iters")

@@ -36,6 +36,7 @@ from .evaluation import Evaluation, evaluate, operand_forms
 from .gate_check import GateCheck, GateFailed, check_gate
 from .inputs import output_plan, output_policy
 from .manifest import card_body, manifest_for
+from .protection import base_model_of, capture, energies, energy_out, protect
 from .self_check import ModuleCheck, self_check
 
 SURVIVAL_WARN = 0.99  # warn (and fail with --strict) when less of the step survives
@@ -52,6 +53,7 @@ class OutputReport:
         multiple (float): the dose. path (str | None): its folder (None in a dry run without --out).
         figures (dict): ``figures.figures``. warnings (list[str]). alpha (float | None): global alpha x dose.
         realized (dict | None): the relative step. sha256 (str | None), manifest (str | None): once written.
+        protection (dict | None): a protected step's figures at this output's energy.
     """
 
     multiple: float
@@ -62,10 +64,13 @@ class OutputReport:
     realized: dict | None = None
     sha256: str | None = None
     manifest: str | None = None
+    protection: dict | None = None
 
     def to_dict(self) -> dict:
         d = {"multiple": self.multiple, "path": self.path, "figures": self.figures, "warnings": self.warnings,
              "alpha": self.alpha}
+        if self.protection is not None:
+            d["protection"] = self.protection
         if self.realized is not None:
             d["realized"] = self.realized
         if self.sha256 is not None:
@@ -181,10 +186,21 @@ def warnings_for(ev: Evaluation, built: BuiltOutput, roots=()) -> list[str]:
         out.append("the written update is zero in every module (the expression cancels), so the adapter "
                    "changes nothing")
     out += ev.method.warnings(recipe.params)
+    out += (ev.protection or {}).get("warnings", [])
     declared = {n: i.base_model for n, i in ev.inputs.items()}
     if differ(declared, roots):
         out.append(f"{mismatch_text(declared, roots)}; combined anyway (allow_base_mismatch)")
     return out
+
+
+def protected_recipes(recipe: Recipe) -> list[Recipe]:
+    """One recipe per protection energy (``OUT-e<E>`` when there are several); the recipe itself otherwise."""
+    if not recipe.protect:
+        return [recipe]
+    es = energies(recipe)
+    if len(es) == 1:
+        return [dataclasses.replace(recipe, protect_energy=es)]
+    return [dataclasses.replace(recipe, protect_energy=[e], out=energy_out(recipe.out, e)) for e in es]
 
 
 def _base_model_for(recipe: Recipe, ev: Evaluation) -> tuple[str | None, list[str]]:
@@ -225,7 +241,7 @@ def _build(ev: Evaluation, ws: Workspace, multiple: float, path, progress, folde
         st = ev.step
         entry = OutputReport(multiple, path, b.figures, warnings_for(ev, b, (ws.home,)),
                              None if st is None or st.alpha is None else st.alpha * multiple,
-                             None if st is None else st.realized(multiple))
+                             None if st is None else st.realized(multiple), protection=ev.protection)
         if recipe.strict and entry.warnings:
             raise CheckFailed(f"--strict: {entry.warnings[0]}; nothing written")
         sha = None if stream is None else stream.close()
@@ -254,7 +270,10 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     ws = ws or Workspace()
     if recipe.base_model_id is None and ws.base_model_id is not None:
         recipe = dataclasses.replace(recipe, base_model_id=ws.base_model_id)  # recorded in the manifest
-    plan = output_plan(recipe)
+    variants = protected_recipes(recipe)
+    if recipe.protect:
+        base_model_of(recipe, ws)  # no base model: refused before any work
+    plan = [p for r in variants for p in output_plan(r)]
     policy = None
     if not dry_run:  # refuse a bad --out before any work: the commit checks every target again
         if any(p is None for _, p in plan):
@@ -285,9 +304,16 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     if has_biases(ev):
         notes.append("lora_bias: the inputs' bias updates (scale * lora_B.bias) are combined exactly by the recipe's "
                      "coefficients (a missing bias is zero) and written as lora_B.bias with lora_bias: true")
+    if recipe.protect:  # the protected inputs once, then D' per energy (each with its own alpha)
+        cap = capture(ev, ws, progress)
+        evs = [protect(dataclasses.replace(ev, recipe=r), cap, r.protect_energy[0]) for r in variants]
+        report.evaluation = evs[0]
+    else:
+        evs = [ev]
     if dry_run:
-        for multiple, path in plan:
-            report.outputs.append(_build(ev, ws, multiple, path, progress)[1])
+        for one in evs:
+            for multiple, path in output_plan(one.recipe):
+                report.outputs.append(_build(one, ws, multiple, path, progress)[1])
         report.notes = notes
         return report
     same = set(ev.names) == set(ev.vectors[ev.base_name].modules)
@@ -298,7 +324,7 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     # Every output of the run, or none (a dose ladder too): each is streamed into its staged folder as it
     # is built (one module's tensors in memory at a time), and a failed check leaves nothing behind.
     with OutputTransaction(policy) as txn:
-        for multiple, path in plan:
+        for ev, (multiple, path) in ((e, p) for e in evs for p in output_plan(e.recipe)):
             folder = txn.folder(path, expected_entries=OUTPUT_FILES)
             b, entry, sha = _build(ev, ws, multiple, path, progress, folder)
             manifest = manifest_for(ev, b, entry.path, ws.home, gate=None if gate is None else gate.to_dict(),

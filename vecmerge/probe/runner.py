@@ -33,7 +33,7 @@ from .prompts import PromptSet, model_context
 from .quiet import quiet_libraries
 from .scores import divergences, item_scores
 from .space import function_map
-from .summary import model_summary, pair_means
+from .summary import model_summary, pair_means, task_changes
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,9 @@ def _assemble(prompts, models, cache, new_items, new_pairs, pairs, ledger, count
                      "exact": int(scores[i]["exact"]), "first_rank": int(scores[i]["first_rank"]),
                      "task": by_id[i].task, "cluster": by_id[i].cluster} for i in prompts.ids}
         summary = model_summary(items)
+        if out_models:  # per task, the change from the first model (the reference)
+            summary["changes"] = {"from": models[0].name, "tasks": task_changes(items, out_models[models[0].name]
+                                                                                ["items"])}
         out_models[m.name] = {"sha256": m.sha256, "items": items, "summary": summary}
         if ledger is not None and m.name not in cache.summarized:
             summaries += records.summary_entries(prompts, m.name, m.sha256, summary)

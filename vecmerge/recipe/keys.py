@@ -171,6 +171,17 @@ KEYS: tuple[Key, ...] = (
         values="regex", flag="--only", commands=("project", "merge")),
     Key("exclude", "pattern", "Leave out modules whose name matches this regular expression (re.search), e.g. "
         "'layers\\.0\\.'.", values="regex", flag="--exclude", commands=("project", "merge")),
+    Key("protect", "prompt_sets", "Protected prompt sets, NAME=PROMPTS (repeatable; probe's JSON Lines): the direction "
+        "is projected off the span of each targeted module's inputs on them at the backbone, D' = s B (A - (A U) U^T) "
+        "(exact, the same rank), after {mode} and consensus, so {trust} chooses alpha on D'. Needs {base_model} (or "
+        "base_model: in vecmerge.yaml).", values="{NAME: FILE}", flag="--protect", commands=("project",)),
+    Key("protect_energy", "energies", "With {protect}: the share E in (0, 1] of each module's protected-input energy "
+        "(the trace of G = sum X^T X) that U holds (default 0.9); a list (comma-separated on the command line, e.g. "
+        "0.5,0.9,0.99) writes one output per E at OUT-e<E>.", values="E or [E, ...]", flag="--protect-energy",
+        commands=("project",)),
+    Key("target", "prompt_sets", "With {protect}: prompt sets the step should move, NAME=PROMPTS (repeatable); the "
+        "report gives each its kept_change = ||D' X^T|| / ||D X^T|| and says when it keeps no more than a protected "
+        "set.", values="{NAME: FILE}", flag="--target", commands=("project",)),
     Key("multipliers", "multipliers", "Per module, the factor of the first pattern its name matches (project: on "
         "the direction before alpha is chosen; merge: on the update).", values="{regex: factor}"),
     Key("per_module", "per_module", "A merge's values per module: a method field (e.g. t, density) or a model's "

@@ -52,8 +52,8 @@ def manifest_root(folder, manifest: dict) -> Path:
 
 
 def with_absolute_inputs(manifest: dict, folder) -> dict:
-    """A copy of ``manifest`` whose input paths (``inputs`` and ``recipe.inputs``) and DoRA base folder
-    (``recipe.base_model``) are absolute.
+    """A copy of ``manifest`` whose input paths (``inputs``, ``recipe.inputs``, ``recipe.protect`` and
+    ``recipe.target``) and DoRA base folder (``recipe.base_model``) are absolute.
 
     Args:
         manifest (dict): a ``vecmerge.json``. folder (str | Path): the output folder it was read from.
@@ -74,4 +74,10 @@ def with_absolute_inputs(manifest: dict, folder) -> dict:
     base = out["recipe"].get("base_model") if isinstance(out.get("recipe"), dict) else None
     if isinstance(base, str) and not Path(base).is_absolute():  # a DoRA base folder, relative to the workspace
         out["recipe"] = dict(out["recipe"], base_model=str(root / base))
+    r = out.get("recipe")
+    if isinstance(r, dict):  # a protected step's prompt files, like the inputs
+        for key in ("protect", "target"):
+            if isinstance(r.get(key), dict):
+                r = dict(r, **{key: {n: str(root / f) if isinstance(f, str) else f for n, f in r[key].items()}})
+        out["recipe"] = r
     return out

@@ -87,7 +87,9 @@ class Recipe:
         only, exclude (str | None): module-name patterns (``re.search``) selecting the modules.
         multipliers (dict[str, float] | None): module-name pattern -> factor (the first match applies).
         base_model (str | None): a local base model folder: DoRA inputs are read as their effective update
-            against its weights (``workspace/dora.py``).
+            against its weights (``workspace/dora.py``); with ``protect``, the model the protected inputs are read on.
+        protect, target (dict[str, str] | None): prompt sets, name -> JSON Lines file (``analysis/protect.py``).
+        protect_energy (list[float] | None): the energies E of the protected span (one output each; default 0.9).
         per_module (dict | None): a merge's per-module values, ``{field or models.I.weight: [[pattern, value]]}``
             (the first pattern a module's name matches; mergekit's gradients and filters).
     """
@@ -118,6 +120,9 @@ class Recipe:
     exclude: str | None = None
     multipliers: dict | None = None
     base_model: str | None = None
+    protect: dict | None = None
+    protect_energy: list | None = None
+    target: dict | None = None
     per_module: dict | None = None
 
     @property

@@ -19,9 +19,9 @@ from .values import READERS, Reading
 
 # the order in which the kinds of keys are checked, so that problems are listed in it
 ORDER = ("expression", "number", "choice", "rank", "consensus", "dose", "flag", "folder", "model_folder", "text",
-         "hub_id", "gate", "inputs", "models", "pattern", "multipliers", "per_module")
+         "hub_id", "gate", "inputs", "models", "pattern", "multipliers", "per_module", "prompt_sets", "energies")
 # keys only a step has: a merge of models or a re-factored expression takes none of them
-STEP_ONLY = ("dir", "trust", "alpha", "consensus", "dose", "gate")
+STEP_ONLY = ("dir", "trust", "alpha", "consensus", "dose", "gate", "protect", "protect_energy", "target")
 
 
 def read(data: dict, root: Path | None = None) -> tuple[dict, list, methods.Method | None]:
@@ -130,6 +130,10 @@ def across(data: dict, kw: dict, method) -> list:
                                  ", ".join(methods.names(stepped=True))))
             elif given(key):
                 p.append(Problem.about(key, "only meaningful with {dir}"))
+    for key in ("protect_energy", "target"):
+        if given(key) and not given("protect"):
+            p.append(Problem("{" + key + "}: only meaningful with {protect} (the prompt sets to hold, e.g. "
+                             "{protect:}style=prompts/style.jsonl)"))
     if data.get("per_module") is not None and not merging:
         p.append(Problem("{per_module}: only meaningful with a merge of {models}"))
     if kw.get("trust_scope") == "module" and data.get("trust") is None:

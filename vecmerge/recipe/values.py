@@ -283,6 +283,56 @@ def multipliers(key: Key, value, r: Reading) -> dict | None:
     return out
 
 
+SET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+
+def prompt_sets(key: Key, value, r: Reading) -> dict | None:
+    """``{NAME: FILE}`` of prompt files (or ``NAME=FILE`` texts, as the repeated flag gives them), each file
+    relative to ``r.root`` like the inputs."""
+    pairs = list(value.items()) if isinstance(value, dict) else None
+    if pairs is None and isinstance(value, (list, tuple, str)):
+        texts = [value] if isinstance(value, str) else list(value)
+        pairs = [tuple(str(t).split("=", 1)) if "=" in str(t) else (str(t), None) for t in texts]
+    out: dict = {}
+    if not pairs:
+        r.add(Problem.about(key.name, "NAME=PROMPTS pairs, e.g. {{math: prompts/math.jsonl}}", given=short(value)))
+        return None
+    for name, path in pairs:
+        name = str(name)
+        if path is None or not SET_NAME.fullmatch(name) or str(path) == "":
+            r.add(Problem("{" + key.name + "}: " + "{}: give NAME=PROMPTS (a name such as math, then the prompt file)",
+                          short(name if path is None else f"{name}={path}", 60)))
+            continue
+        if name in out:
+            r.add(Problem("{" + key.name + "}: " + "{} is named twice; give each set once", repr(name)))
+            continue
+        try:
+            p = safe_path(str(path), field=f"{key.name}.{name}", source="recipe")
+        except ParseError as e:
+            r.add(Problem.led_by(key.name, e.problem))
+            continue
+        out[name] = str(r.root / p if r.root is not None and not p.is_absolute() else p)
+    return out or None
+
+
+def energies(key: Key, value, r: Reading) -> list | None:
+    """One share E in (0, 1], or a list of them (comma-separated text on the command line)."""
+    items = [x for x in value.split(",") if x.strip()] if isinstance(value, str) else \
+        (value if isinstance(value, (list, tuple)) else [value])
+    try:
+        out = [float(x) for x in items if not isinstance(x, bool)]
+        if not out or len(out) != len(items) or any(not 0.0 < x <= 1.0 for x in out):
+            raise ValueError
+    except (TypeError, ValueError):
+        r.add(Problem.about(key.name, "a share E in (0, 1] of the protected energy, or a list, e.g. 0.5,0.9,0.99",
+                            given=short(value)))
+        return None
+    if len(set(out)) != len(out):
+        r.add(Problem.about(key.name, "each E once", given=short(value)))
+        return None
+    return out
+
+
 PER_MODEL_KEY = re.compile(r"models\.(\d+)\.(weight|density)")
 
 
@@ -338,4 +388,5 @@ def per_module(key: Key, value, r: Reading) -> dict | None:
 READERS = {"expression": expression, "number": number, "choice": choice, "rank": rank, "consensus": consensus,
            "dose": dose, "flag": flag, "folder": folder, "model_folder": model_folder, "text": text, "hub_id": hub_id,
            "gate": gate,
-           "inputs": inputs, "models": models, "pattern": pattern, "multipliers": multipliers, "per_module": per_module}
+           "inputs": inputs, "models": models, "pattern": pattern, "multipliers": multipliers, "per_module": per_module,
+           "prompt_sets": prompt_sets, "energies": energies}

@@ -83,6 +83,7 @@ def render_merge(rep) -> str:
     if rep.command != "merge":
         out.append(table(rows, ["dose", "alpha", "step", "survival", "residual", "dtype effect", "ranks", "out",
                                 "sha256"]))
+    out += protection_lines(rep)
     for o in rep.outputs:
         if "experts" in o.figures:
             out.append(experts_line(o.figures))
@@ -96,6 +97,28 @@ def render_merge(rep) -> str:
     if rep.dry_run:
         out.append("dry run: nothing written")
     return "\n\n".join(out)
+
+
+def protection_lines(rep) -> list[str]:
+    """A protected step's figures, one block per energy: kept_drift per protected set, kept_direction, kept_change
+    per target, the ranks of U, the prompt files' sha256 and the base model."""
+    seen, out = set(), []
+    for o in rep.outputs:
+        p = o.protection
+        if p is None or p["energy"] in seen:
+            continue
+        seen.add(p["energy"])
+        rs, bm = p["rank_summary"], p["base_model"]
+        lines = [f"protected step (E {p['energy']:g}): D' = s B (A - (A U) U^T) on {rs['modules']} module(s), rank of "
+                 f"U {rs['min']}..{rs['max']} (mean {rs['mean']:.1f}); kept_direction ||D'||/||D|| = "
+                 f"{g(p['kept_direction'])}; base model {bm['path']} (config sha256 {str(bm['config_sha256'])[:12]})"]
+        rows = [[k, "protect", g(v["kept_drift"]), v["items"], v["positions"], v["sha256"][:16]]
+                for k, v in p["protect"].items()]
+        rows += [[k, "target", g(v["kept_change"]), v["items"], v["positions"], v["sha256"][:16]]
+                 for k, v in p["target"].items()]
+        lines.append(table(rows, ["set", "role", "kept (||D' X^T||/||D X^T||)", "items", "positions", "sha256"]))
+        out.append("\n".join(lines))
+    return out
 
 
 def experts_line(fig: dict) -> str:

@@ -33,6 +33,17 @@ def render_probe(d: dict) -> str:
         body = [[name, *(_f(m["summary"]["tasks"][t]["loglik_per_token"], 4) if t in m["summary"]["tasks"] else "-"
                          for t in tasks)] for name, m in models.items()]
         out += ["", "loglik/token per task (sub-scores)", table(body, ["model", *tasks])]
+    changed = {n: m["summary"]["changes"] for n, m in models.items() if m["summary"].get("changes")}
+    if changed:
+        cols = [*tasks, "all"]
+
+        def cell(c):
+            return "-" if c is None else f"{c['change']:+.4g}" + ("" if c["se"] is None else f" ± {c['se']:.2g}")
+
+        body = [[n, *(cell(c["tasks"].get(t)) for t in cols)] for n, c in changed.items()]
+        ref = next(iter(changed.values()))["from"]
+        out += ["", f"change of loglik/item from {ref}, per task (paired mean ± standard error; what each step did to "
+                    "each sub-score)", table(body, ["model", *cols])]
     if d["pairs"]:
         names = list(models)
         kl = {(r["a"], r["b"]): r["kl_ab"] for r in d["pairs"]} | {(r["b"], r["a"]): r["kl_ba"] for r in d["pairs"]}

@@ -108,7 +108,19 @@ def input_check(manifest: dict, where: str = "") -> dict:
                                                                                 if where else ""), figs)
 
 
-def recompute(manifest: dict, root: Path, progress=None) -> tuple[dict, dict]:
+def _protected(ev, base_model, progress=None):
+    """A protected recipe's evaluation with the pipeline's own projection (the non-independent path)."""
+    from types import SimpleNamespace
+
+    from ...pipeline.protection import capture, energies, protect
+
+    if base_model is None:
+        raise UsageError("the output is a protected step: pass --base-model")
+    cap = capture(ev, SimpleNamespace(base_model=Path(base_model)), progress)
+    return protect(ev, cap, energies(ev.recipe)[0])
+
+
+def recompute(manifest: dict, root: Path, progress=None, base_model=None) -> tuple[dict, dict]:
     """Re-evaluate the manifest's recipe from its inputs; ``|alpha - recorded| <= ALPHA_RTOL |recorded|``.
 
     Args:
@@ -121,6 +133,8 @@ def recompute(manifest: dict, root: Path, progress=None) -> tuple[dict, dict]:
     """
     recipe = Recipe.from_dict(manifest["recipe"], "manifest recipe")
     ev = evaluate(recipe, Workspace(root=root), progress)
+    if recipe.protect:
+        ev = _protected(ev, base_model or recipe.base_model, progress)
     if ev.step is None:
         what = recipe.base if recipe.base is not None else merge_formula(manifest["recipe"])
         return ev, check("recompute", True, f"re-evaluated {what!r} ({ev.method.name}) from the inputs")
@@ -161,15 +175,23 @@ def rebuilt_figures(ev) -> dict:
 def _discard(module: str, tensors: dict) -> None:
     """A ``build_output`` sink that keeps nothing (only the figures are wanted)."""
 
-def independent_rows(path: Path, manifest: dict, tol: dict, inputs_ok: bool, opened: bool
+def independent_rows(path: Path, manifest: dict, tol: dict, inputs_ok: bool, opened: bool, base_model=None
                      ) -> tuple[list[dict], str | None]:
-    """``([the independent check], None)``, or ``([], why)`` for a recipe verify's own path does not cover."""
+    """``([the independent check], None)``, or ``([], why)`` for a recipe verify's own path does not cover; a
+    protected step adds its ``protection`` check (``verify.independent.protected``), or says it was not re-derived."""
+    prot = manifest["recipe"].get("protect")
+    base_model = base_model or manifest["recipe"].get("base_model")
+    if prot and base_model is None:
+        return [not_run("protection", "protected step not re-derived: it depends on the base model's activations; "
+                        "pass --base-model FOLDER (or base_model: in vecmerge.yaml)")], None
     if not inputs_ok:
         return [not_run("independent", "an input is missing or changed (see inputs)")], None
     if not opened:
         return [not_run("independent", "the output cannot be opened")], None
     try:
         with np.errstate(over="raise", invalid="raise", divide="raise"):
+            if prot:
+                return protected_rows(path, manifest, tol, Path(base_model)), None
             return [independent_check(path, manifest, tol)], None
     except (FloatingPointError, OverflowError) as e:
         return [check("independent", False, f"the recipe does not recompute within float64's range ({e}): an edited "
@@ -180,6 +202,20 @@ def independent_rows(path: Path, manifest: dict, tol: dict, inputs_ok: bool, ope
     except (VecmergeError, ValueError, KeyError, TypeError) as e:
         return [check("independent", False, f"verify's own derivation cannot read the recipe, the output or its "
                       f"inputs: {e}")], None
+
+
+def protected_rows(path: Path, manifest: dict, tol: dict, base_model: Path) -> list[dict]:
+    """A protected step re-derived by verify's own hooks and numpy: ``[independent, protection]``."""
+    from ..independent.protected import protection_check, protector
+    from .protected_capture import capture_inputs
+
+    r = manifest["recipe"]
+    files = {**(r.get("protect") or {}), **(r.get("target") or {})}
+    fn, state = protector(r, lambda backbone, modules: capture_inputs(base_model, backbone, files, modules))
+    rows = []
+    row = independent_check(path, manifest, tol, protector=fn,
+                            after=lambda d: rows.append(protection_check(d, r, manifest.get("protection"), state)))
+    return [row, *rows]
 
 
 def base_model_check(base_model: Path, out: Adapter | None, manifest: dict, allow: bool = False,
@@ -260,7 +296,7 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
     ev = None
     if checks[0]["passed"]:
         try:
-            ev, rc = recompute(manifest, path, progress)
+            ev, rc = recompute(manifest, path, progress, base_model)
         except VecmergeError as e:
             rc = check("recompute", False, f"the manifest's recipe does not re-evaluate: {e}")
         checks.append(rc)
@@ -293,7 +329,7 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
             checks.append(not_run("update", "nothing to compare with: the recipe was not re-evaluated"))
     if ev is None or out is None:
         checks.append(not_run("figures", "nothing to recompute them from (see above)"))
-    indep, uncovered = independent_rows(path, manifest, tol, checks[0]["passed"], out is not None)
+    indep, uncovered = independent_rows(path, manifest, tol, checks[0]["passed"], out is not None, base_model)
     checks += indep
     if ev is not None:
         resolved = resolved_for(ev, ev.recipe.multiple, manifest.get("modules"))

@@ -121,6 +121,7 @@ class Derivation:
     slerp: dict | None = None
     spectral: dict | None = None
     dir_norms: dict = field(default_factory=dict)   # ||dir'_m|| (project): ||step_m|| = |k alpha_m| ||dir'_m||
+    protect: dict = field(default_factory=dict)     # a protected step: module -> U (in, c), dir' -> dir' (I - U U^T)
 
     def _slerp_weights(self, xs: dict) -> dict:
         """SLERP's (c0, c1): recorded over all modules (global scope) or from module m's two updates."""
@@ -149,14 +150,18 @@ class Derivation:
             return Stack.zero(shape[0].shape[0], shape[1].shape[1])
         return out
 
-    def stepped_dir(self, m: str, base: Stack, d: Stack) -> Stack:
-        """``dir'_m``: the mode's direction times the multiplier (zero if dropped or not selected)."""
-        c = self.coeff.get(m)
+    def stepped_dir(self, m: str, base: Stack, d: Stack, c=None, protected: bool = True) -> Stack:
+        """``dir'_m``: the mode's direction times the multiplier (zero if dropped or not selected), projected
+        ``A - (A U) U^T`` when the step is protected (``protected=False``: before that projection)."""
+        c = self.coeff.get(m) if c is None else c
         if c is None:
             return d.scaled(0.0)
         if c[2] is not None:
-            return self.operand("ref", m).scaled(c[2])
-        return d.scaled(c[0]) + base.scaled(c[1]) if c[1] != 0.0 else d.scaled(c[0])
+            out = self.operand("ref", m).scaled(c[2])
+        else:
+            out = d.scaled(c[0]) + base.scaled(c[1]) if c[1] != 0.0 else d.scaled(c[0])
+        U = self.protect.get(m) if protected else None
+        return out if U is None else Stack(out.B, out.A - (out.A @ U) @ U.T, out.bound)
 
     def intended(self, m: str) -> tuple[Stack, Stack | None, Stack | None]:
         """``(I_m, base_m, step_m)``: the update module m should hold, and for a step its backbone and step."""
@@ -202,14 +207,19 @@ def _selected(recipe: dict, m: str) -> bool:
     return (only is None or re.search(only, m) is not None) and not (excl is not None and re.search(excl, m))
 
 
-def derive(manifest: dict) -> Derivation:
-    """The Derivation of an output from its manifest (inputs at absolute paths); Uncovered when out of reach."""
+def derive(manifest: dict, protector=None) -> Derivation:
+    """The Derivation of an output from its manifest (inputs at absolute paths); Uncovered when out of reach.
+
+    ``protector(d)`` (a protected step, ``protected``) returns ``{module: U}`` once the forms are read and
+    before alpha is chosen; without one a protected recipe is Uncovered."""
     r = manifest["recipe"]
     method = r.get("method")
     kind = "project" if method in STEPPED else "refactor" if method == "expression" else "merge"
     if kind == "merge" and method not in LINEAR_MERGES + SPECTRAL:
         raise Uncovered(f"method {method}: no independent reference yet")
-    if r.get("base_model") is not None:
+    if r.get("protect") and protector is None:
+        raise Uncovered("a protected step needs the base model to re-derive; pass --base-model")
+    if r.get("base_model") is not None and not r.get("protect"):  # a protected step's base model reads inputs
         raise Uncovered("a DoRA base model")
     if r.get("per_module"):
         raise Uncovered("per-module values (per_module: mergekit's gradients and filters)")
@@ -225,14 +235,14 @@ def derive(manifest: dict) -> Derivation:
     d.problems += [f"input {n}: its weights hash to {folders[n].sha256[:16]}..., not the pinned "
                    f"{str(pins.get(n))[:16]}..." for n in changed]
     try:
-        _fill(d, r, method, kind)
+        _fill(d, r, method, kind, protector)
     except BaseException:
         d.close()
         raise
     return d
 
 
-def _fill(d: Derivation, r: dict, method: str, kind: str) -> None:
+def _fill(d: Derivation, r: dict, method: str, kind: str, protector=None) -> None:
     """The forms, modules and coefficients of ``d`` from the recipe ``r`` (see ``derive``)."""
     if kind == "project":
         d.forms = {k: coefficients(r[k]) for k in ("base", "dir")}
@@ -240,6 +250,8 @@ def _fill(d: Derivation, r: dict, method: str, kind: str) -> None:
             d.forms["ref"] = coefficients((r.get("consensus") or {})["ref"])
         order = dict.fromkeys(n for form in d.forms.values() for n in form)  # the inputs in first use
         d.names = list(dict.fromkeys(m for n in order for m in d.folders[n].keys))  # a module some input lacks
+        if protector is not None:
+            d.protect = protector(d)
         _step(d, r, method)
         return
     exprs = [r["base"]] if kind == "refactor" else [e["model"] for e in r["models"]]
@@ -294,6 +306,8 @@ def _module_step(d: Derivation, r: dict, method: str, m: str) -> dict:
             a = direction.inner(ref) / (nr * nr) if nr else 0.0
             c = max(a, 0.0) * k
             out.update(c=(0.0, 0.0, c), dn=abs(c) * nr, zeroed=a <= 0 and not dir_zero and k != 0)
+        if m in d.protect and "c" in out:  # the projected direction's own norm
+            out["dn"] = d.stepped_dir(m, base, direction, out["c"]).norm()
         return out
 
 

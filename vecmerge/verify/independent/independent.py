@@ -39,6 +39,7 @@ from .lora_terms import read_folder
 PROBES = 16
 ALPHA_RTOL = 1e-9         # alpha is a ratio of float64 norms
 REALIZED_RTOL = 1e-7      # the realized step from the same norms, summed in another order
+PROTECTED_RTOL = 1e-6     # a protected step's alpha: ||D'|| rests on U from a float32 forward (captured item by item)
 
 
 def _probes(seed_text: str, n: int) -> np.ndarray:
@@ -76,13 +77,18 @@ def compare_module(m: str, d: Derivation, out, seed: str, cut: bool) -> dict:
     return row
 
 
-def independent_check(path: Path, manifest: dict, tol: dict, threads: int = 2) -> dict:
+def independent_check(path: Path, manifest: dict, tol: dict, threads: int = 2, protector=None, after=None) -> dict:
     """The ``independent`` check of the output at ``path`` (manifest inputs at absolute paths); raises
-    ``Uncovered`` for a recipe verify's own path does not cover, for the caller to name (see ``derive``)."""
-    d = derive(manifest)
+    ``Uncovered`` for a recipe verify's own path does not cover, for the caller to name (see ``derive``;
+    ``protector``: a protected step's ``{module: U}``, ``protected``; ``after(d)``: called on the derivation
+    before it closes)."""
+    d = derive(manifest, protector)
     out = read_folder(Path(path))
     try:
-        return _check(d, out, manifest, tol, threads)
+        row = _check(d, out, manifest, tol, threads)
+        if after is not None:
+            after(d)
+        return row
     finally:
         d.close()
         out.close()
@@ -140,19 +146,20 @@ def _check(d: Derivation, out, manifest: dict, tol: dict, threads: int) -> dict:
 def _step_problems(d: Derivation, manifest: dict, rows: dict, cut: bool, ts: float, figs: dict) -> list[str]:
     """The step's figures against the manifest: alpha, realized step, drops, survival."""
     res, problems = manifest.get("resolved") or {}, []
+    rtol = PROTECTED_RTOL if d.protect else ALPHA_RTOL
     if d.alpha is not None:
         figs["alpha"] = d.alpha
-        if not isinstance(res.get("alpha"), (int, float)) or not close(d.alpha, res["alpha"], ALPHA_RTOL, 0):
+        if not isinstance(res.get("alpha"), (int, float)) or not close(d.alpha, res["alpha"], rtol, 0):
             problems.append(f"alpha (k * alpha) recomputes to {d.alpha!r}, the manifest records {res.get('alpha')!r}")
     else:
         rec = res.get("module_alpha") or {}
         off = [m for m, a in d.module_alpha.items()
-               if not isinstance(rec.get(m), (int, float)) or not close(a, rec[m], ALPHA_RTOL, 0)]
+               if not isinstance(rec.get(m), (int, float)) or not close(a, rec[m], rtol, 0)]
         if off:
             problems.append(f"module alpha differs from the manifest's in {few(off)}")
     realized = (res.get("realized") or {}).get("global")
     if d.realized is not None and (not isinstance(realized, (int, float))
-                                   or not close(d.realized, realized, REALIZED_RTOL, 0)):
+                                   or not close(d.realized, realized, max(rtol, REALIZED_RTOL), 0)):
         problems.append(f"the realized step recomputes to {d.realized!r}, the manifest records {realized!r}")
     for key, mine in (("dropped_by_consensus", d.dropped), ("zeroed_by_method", [m for m in d.zeroed
                                                                                  if m not in d.dropped])):
