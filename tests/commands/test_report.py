@@ -217,3 +217,21 @@ def test_report_refuses_an_existing_out_without_force_and_never_replaces_another
     assert "is not a HTML report vecmerge wrote" in one_error_line(
         run_cli("report", "v58", "--vs", "v51", "--out", "mine.md", "--force"))
     assert not (ledger / "mine.md").exists() and (ledger / "mine.html").read_text() == "<p>mine</p>"
+
+
+def test_the_recommendation_names_a_larger_lead_it_did_not_submit():
+    """Stranger finding: the top scorer, refused for a sub-score, vanished from the recommendation that submitted
+    another; every other candidate now has its line, the larger lead said so."""
+    from vecmerge.commands.recommend import DO_NOT_SUBMIT, SUBMIT, recommend
+
+    def row(name, diff, advice, reason):
+        return {"name": name, "comparison": {"decided_by": "welch", "welch": {"diff": diff}}, "advice": advice,
+                "reasons": [reason]}
+
+    rows = [row("twin", 0.002, SUBMIT, "better beyond noise"),
+            row("tiny", 0.0634, DO_NOT_SUBMIT, "safety: -0.0001 (exact: neither model's runs vary)")]
+    out = recommend(rows, "backbone", True)
+    assert out["submit"] == "twin"
+    assert out["reasons"] == ["twin: better beyond noise",
+                              "tiny (do not submit, a larger difference): safety: -0.0001 (exact: neither model's "
+                              "runs vary)"]

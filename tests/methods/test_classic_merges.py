@@ -311,8 +311,8 @@ def test_elementwise_recipe_problems_word_for_word(three):
     reported and the remaining checks take the documented default (full), which needs a rank."""
     from vecmerge.errors import RecipeError
 
-    rank_fix = ("in space full: its dense result has full rank; pass rank (e.g. --rank 32, the inputs' rank, as "
-                "PEFT's *_svd does; or energy:0.9), or use space core")
+    rank_fix = ("in space full: its dense result has full rank; pass rank (the inputs' rank, as PEFT's *_svd does, "
+                "or energy:0.9), or use space core (exact on the inputs' shared basis, no rank needed)")
     cases = [
         ({"method": "ties", "models": ["a", "b"], "rank": 4},
          ["method=ties: needs density (e.g. --density 0.5), or a density for each model (missing for a, b)"]),

@@ -136,6 +136,9 @@ def recommend(rows: Sequence[dict], backbone: str, higher_is_better: bool,
         if lead is not None:
             reasons.append(f"over {lead['b']}, the next eligible candidate: {lead['verdict']} "
                            f"({lead['a']} - {lead['b']} = {_test_words(lead)})")
+        reasons += [f"{r['name']} ({r['advice']}{', a larger difference' if i < ranked.index(best) else ''}): "
+                    f"{r['reasons'][0]}" for i, r in enumerate(ranked)
+                    if r is not best and r["reasons"] and (lead is None or r["name"] != lead["b"])]
         return {"submit": best["name"], "headline": f"submit {best['name']}: better than {backbone} beyond eval "
                 "noise, and no sub-score worse", "reasons": reasons, "lead": lead}
     open_ = [r for r in ranked if r["advice"] == NOT_YET]

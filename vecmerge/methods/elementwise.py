@@ -96,9 +96,9 @@ class Elementwise(Method):
                              "or false; mergekit's default for {}: {})", self.name,
                              "true" if self.name == "ties" else "false"))
         if self.space_for(recipe.params) == "dense" and "rank" not in recipe.given:
-            p.append(Problem("{method=}{} in space full: its dense result has full rank; pass {rank} (e.g. --rank "
-                             "32, the inputs' rank, as PEFT's *_svd does; or energy:0.9), or use space core",
-                             self.name))
+            p.append(Problem("{method=}{} in space full: its dense result has full rank; pass {rank} (the inputs' "
+                             "rank, as PEFT's *_svd does, or energy:0.9), or use space core (exact on the inputs' "
+                             "shared basis, no rank needed)", self.name))
         return p
 
     def module(self, x, params):
