@@ -80,6 +80,27 @@ def register(test: T) -> T:
     return test
 
 
+@dataclass(frozen=True)
+class PlanTest:
+    """A sequential test a plan stores by name, judged from the plan's looks (``stats``), never by ``compare``.
+
+    Args:
+        name (str): the stored name. summary (str): one line for people.
+    """
+
+    name: str
+    summary: str
+    needs: str = PLAN
+    decides: int = 0
+    shown: int = 0
+
+    def run(self, scores: Scores, confidence: float) -> DiffResult | None:
+        return None  # a plan's looks decide (stats.sequential, stats.planned), not two score sets
+
+    def size(self, result: Mapping) -> str:
+        return ""
+
+
 def unregister(name: str) -> None:
     """Remove a test (tests that register a toy one)."""
     _REGISTRY.pop(name, None)
