@@ -68,8 +68,7 @@ class Adapter:
         self.modules_to_save_policy = modules_to_save
         self.weights_path = self._find_weights()
         self._file, self._state = self._open()  # a checked safetensors file, or a .bin's tensors
-        # (keys, A, B): the last wrapped parameter read whole from the file, for its experts
-        self._experts: tuple | None = None
+        self._experts: tuple | None = None  # (keys, A, B): the last parameter read whole, for its experts
         saved = [k for k in self.tensor_keys if "modules_to_save" in k]
         if (self.config.modules_to_save or saved) and modules_to_save != "drop":
             what = self.config.modules_to_save or sorted({k.split(".modules_to_save")[0] for k in saved})
