@@ -235,3 +235,16 @@ def test_the_recommendation_names_a_larger_lead_it_did_not_submit():
     assert out["reasons"] == ["twin: better beyond noise",
                               "tiny (do not submit, a larger difference): safety: -0.0001 (exact: neither model's "
                               "runs vary)"]
+
+
+def test_a_better_total_with_sub_scores_not_yet_shown_not_worse_is_not_submitted():
+    """Stranger finding: "submit A" while every sub-score was UNKNOWN; unknown is not a pass, as in the gate."""
+    from vecmerge.commands.recommend import NOT_YET, advise
+
+    cmp = {"a": "A", "b": "B", "verdict_code": "a_better", "decided_by": "welch",
+           "confidence": 0.95, "welch": {"diff": 0.05, "ci_low": 0.01, "ci_high": 0.09, "p": 0.01, "n": [5, 5]},
+           "subscores": {"subscores": {"s": {"status": "unknown", "a_summary": None, "key": "s"}}}}
+    advice, reasons = advise(cmp, None)
+    assert advice == NOT_YET
+    assert any("1 sub-score(s) not yet shown not worse" in r for r in reasons)
+    assert reasons[-1] == "A recorded no s: what it costs that sub-score is unknown"

@@ -7,7 +7,7 @@ Per candidate C against the backbone B:
     worse         B is better beyond eval noise on the total                      -> do not submit
     costs         some sub-score of C is worse than B's beyond noise              -> do not submit
     better        C is better beyond eval noise (with a plan of C vs B: its decision is stop_better)
-                  and no sub-score is worse                                        -> eligible
+                  and every sub-score shown not worse                              -> eligible
     not shown     anything else (within noise, too few runs, a plan still running) -> not yet
 
 Submit the eligible candidate with the largest difference (a second eligible one is compared to it, and the
@@ -97,6 +97,10 @@ def advise(cmp: dict, plan: dict | None) -> tuple[str, list[str]]:
         if cmp.get("repeats_needed"):
             reasons.append(f"about {cmp['repeats_needed']} runs each of {c} and {b} would detect a difference of "
                            f"{cmp['detect']:.4g} (power 0.8, alpha 0.05, run noise sd {cmp['noise_sd']:.4g})")
+    if advice == SUBMIT and unknown:  # UNKNOWN is not a pass, as in the gate
+        advice = NOT_YET
+        reasons.append(f"better on the total, but {len(unknown)} sub-score(s) not yet shown not worse (unknown is "
+                       "not a pass): record their runs, or a margin, first")
     for r in unknown:
         if r["a_summary"] is None:
             reasons.append(f"{c} recorded no {r['key']}: what it costs that sub-score is unknown")

@@ -314,7 +314,9 @@ def test_the_migrations_are_ordered_one_version_at_a_time():
     assert SCHEMA_VERSION == 4 and sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
     assert schema.MIGRATIONS[2] == ["ALTER TABLE records ADD COLUMN env TEXT"]
     assert schema.MIGRATIONS[3] == ["ALTER TABLE plans ADD COLUMN design TEXT",
-                                    "ALTER TABLE plans ADD COLUMN chain TEXT"]
+                                    "ALTER TABLE plans ADD COLUMN chain TEXT",
+                                    "CREATE TABLE plan_chain_start AS SELECT COALESCE(MAX(id), 0) + 1 AS first_id "
+                                    "FROM plans"]
 
 
 def test_a_version_2_ledger_is_read_as_it_is_and_migrated_to_4_by_the_first_write(tmp_path):

@@ -96,14 +96,25 @@ def test_a_deleted_or_unchained_plan_is_refused(ledger):
 
 def test_an_unchained_plan_after_a_chained_one_is_refused(ledger):
     sql(ledger, "UPDATE plans SET chain = NULL WHERE id = 3")
-    with pytest.raises(EvidenceError, match="plan 3 has no integrity record though plans before it do"):
+    with pytest.raises(EvidenceError, match="plan 3 has no integrity record, which every plan since schema 4 carries"):
         ledger.plans()
 
 
 def test_plans_from_before_the_chain_are_read_and_the_chain_covers_them(ledger):
-    """A schema-3 plan has no chain (NULL): read as it is; a later chained plan covers its cells too."""
+    """A schema-3 plan has no chain (NULL): read as it is; a later chained plan covers its cells too. (The
+    migration to schema 4 recorded plan 2 as the first to carry a chain.)"""
+    sql(ledger, "UPDATE plan_chain_start SET first_id = 2")
     sql(ledger, "UPDATE plans SET chain = NULL WHERE id = 1")
     assert [p.id for p in ledger.plans()] == [1, 2, 3] and ledger.plans()[0].chain is None
     sql(ledger, "UPDATE plans SET min_effect = 0.5 WHERE id = 1")
     with pytest.raises(EvidenceError, match="plan 2: its integrity record does not match"):
+        ledger.plans()
+
+
+def test_emptying_every_chain_does_not_make_plans_look_older_than_the_chain(ledger):
+    """Stranger finding: NULL in every chain (and design) read every plan as a pre-schema-4 plan, so an edited
+    D was used. Plans from the migration's first chained id on must carry their chain."""
+    sql(ledger, "UPDATE plans SET chain = NULL, design = NULL")
+    sql(ledger, "UPDATE plans SET min_effect = 0.5 WHERE id = 3")
+    with pytest.raises(EvidenceError, match="plan 1 has no integrity record"):
         ledger.plans()

@@ -374,7 +374,8 @@ class Ledger:
             cells = [int(v) if isinstance(v, bool) else v for v in (getattr(rec, f.name) for f in
                                                                      dataclasses.fields(Plan))]
             cells[-2] = design
-            cells[-1] = plan_chain.link(plan_chain.check_chain(rows, self.path), cells[:-1])
+            cells[-1] = plan_chain.link(plan_chain.check_chain(rows, self.path, plan_chain.first_chained(con)),
+                                        cells[:-1])
             con.execute(f"INSERT INTO plans ({schema.PLAN_COLUMNS}) VALUES ({', '.join('?' * len(cells))})", cells)
             return [dataclasses.replace(rec, chain=cells[-1])]
 
@@ -383,8 +384,10 @@ class Ledger:
     def plans(self, a: str | None = None, b: str | None = None, metric: str | None = None) -> list[Plan]:
         """Recorded plans in id order (oldest first), filtered by A, B and metric where given."""
         rows = self._read(lambda v: None if v < 2 else f"SELECT {schema.plan_select(v)} FROM plans ORDER BY id")
+        held = self._read("SELECT name FROM sqlite_master WHERE name = 'plan_chain_start'") if rows else []
+        anchor = (self._read(plan_chain.FIRST_CHAINED) or [(None,)])[0][0] if held else None
         plans = [stored.plan_from_row(row, self.path) for row in rows]  # every plan: an edit anywhere is seen
-        plan_chain.check_chain(rows, self.path)
+        plan_chain.check_chain(rows, self.path, anchor if isinstance(anchor, int) else None)
         return [p for p in plans if (a is None or p.a == a) and (b is None or p.b == b)
                 and (metric is None or p.metric == metric)]
 

@@ -34,8 +34,24 @@ def link(previous: str, cells: Sequence) -> str:
     return hashlib.sha256(f"{previous}\n{text}".encode()).hexdigest()
 
 
-def check_chain(rows: Sequence[Sequence], path: Path) -> str:
+FIRST_CHAINED = "SELECT first_id FROM plan_chain_start"  # the first plan id schema 4 chained (schema.py)
+
+
+def first_chained(con) -> int | None:
+    """The first plan id that must carry a chain (recorded when the ledger reached schema 4), or None."""
+    try:
+        row = con.execute(FIRST_CHAINED).fetchone()
+    except Exception:  # a ledger without the record (older than it): only the order rule applies
+        return None
+    return row[0] if row and isinstance(row[0], int) and not isinstance(row[0], bool) else None
+
+
+def check_chain(rows: Sequence[Sequence], path: Path, first: int | None = None) -> str:
     """Check every plan row's chain (its last cell), rows in id order; returns the last link ("" for none).
+
+    Args:
+        rows (Sequence[Sequence]): the plan rows, chain last. first (int | None): ``first_chained``: every plan
+            from that id on must carry a chain (plans made before schema 4 may not).
 
     Raises:
         EvidenceError: the first plan whose chain is missing after a chained plan, or does not match.
@@ -43,8 +59,9 @@ def check_chain(rows: Sequence[Sequence], path: Path) -> str:
     previous, chained = "", False
     for row in rows:
         want, stored = link(previous, row[:-1]), row[-1]
-        if stored is None and chained:
-            raise EvidenceError(f"{path}: plan {row[0]!r} has no integrity record though plans before it do; {_FIX}")
+        if stored is None and (chained or (first is not None and isinstance(row[0], int) and row[0] >= first)):
+            raise EvidenceError(f"{path}: plan {row[0]!r} has no integrity record, which every plan since schema "
+                                f"4 carries; {_FIX}")
         if stored is not None and stored != want:
             raise EvidenceError(f"{path}: plan {row[0]!r}: its integrity record does not match its cells or the "
                                 f"plans before it; {_FIX}")

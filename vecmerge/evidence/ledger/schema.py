@@ -67,7 +67,9 @@ CREATE_V1 = [
 MIGRATIONS: dict[int, list[str]] = {
     1: ["ALTER TABLE records ADD COLUMN subscore TEXT", _PLANS, *_IMMUTABLE],
     2: ["ALTER TABLE records ADD COLUMN env TEXT"],
-    3: ["ALTER TABLE plans ADD COLUMN design TEXT", "ALTER TABLE plans ADD COLUMN chain TEXT"],
+    3: ["ALTER TABLE plans ADD COLUMN design TEXT", "ALTER TABLE plans ADD COLUMN chain TEXT",
+        # every plan from this id on carries its chain: an unchained plan past it is an edit (plan_chain.py)
+        "CREATE TABLE plan_chain_start AS SELECT COALESCE(MAX(id), 0) + 1 AS first_id FROM plans"],
 }
 
 # what reads filter on, beside CREATE_V1's (metric, model): a model's records on every metric (show NAME, compare's

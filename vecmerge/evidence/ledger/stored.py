@@ -18,7 +18,7 @@ from pathlib import Path
 from ...io.parse import ParseError, parse_json, short
 from .. import EvidenceError
 from .environment import canonical_fields
-from .plan_chain import check_chain
+from .plan_chain import check_chain, first_chained
 from .records import SHA_RE, Plan, Record, name_problem
 
 STORED_JSON_CHARS = 1 << 20
@@ -245,4 +245,4 @@ def check_rows(con: sqlite3.Connection, path: Path, record_columns: str, plan_co
     rows = con.execute(f"SELECT {plan_columns} FROM plans ORDER BY id").fetchall()
     for row in rows:
         plan_from_row(row, path)
-    check_chain(rows, path)
+    check_chain(rows, path, first_chained(con))
