@@ -17,7 +17,7 @@ def _power_lines(w: dict | None, p: dict) -> list[str]:
                 f"(run sd {w['sd']:.4g}; {w['sims']} seeded simulations)")
         if w.get("expected_runs_d") is not None:
             line += f"; expected runs in all {w['expected_runs_d']:.1f} at D, {w['expected_runs_0']:.1f} at 0"
-        if w.get("fixed_n") is not None:
+        if w.get("fixed_n") is not None and w["power_d"] > p["alpha"] / 2:  # below alpha no test "matches" it
             line += f"; a fixed-n t test needs {w['fixed_n']} runs of each for the same power"
         out.append(line)
     if w.get("warning"):
