@@ -41,10 +41,12 @@ class Grams:
 
     def total(self, sets, module: str) -> torch.Tensor:
         """``sum_k G_k`` of ``module`` over ``sets`` (float64)."""
-        out = None
+        out: torch.Tensor | None = None
         for k in sets:
             g = self.by_set[k][module]
             out = g.clone() if out is None else out + g
+        if out is None:
+            raise ValueError(f"no protected set captured module {module}")  # a caller's error: sets is never empty
         return out
 
 

@@ -224,7 +224,7 @@ def _item(number: int, raw, tokenizer, problems: list) -> Item | None:
         problems.append(f"line {number}: {len(prompt) + len(target)} tokens, more than {MAX_TOKENS}; shorten it")
     if len(problems) > start:
         return None
-    return Item(ident, tuple(prompt), tuple(target), task, cluster, number)
+    return Item(str(ident), tuple(prompt), tuple(target), task, cluster, number)
 
 
 def read_prompts(path, tokenizer_folder=None, *, stem: str | None = None, max_items: int = MAX_ITEMS) -> PromptSet:

@@ -131,7 +131,7 @@ def summary_entries(prompts: PromptSet, name: str, sha: str | None, summary: dic
     src = source(prompts)
     note = f"probe of {summary['items']} items of {prompts.path.name}"
     return [Entry(name, metric(prompts.stem, what), float(summary[what]), sha,
-                  {t: float(s[what]) for t, s in summary["tasks"].items()}, source=src, note=note)
+                  tuple(sorted((t, float(s[what])) for t, s in summary["tasks"].items())), source=src, note=note)
             for what in RUN_METRICS]
 
 

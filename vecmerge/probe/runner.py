@@ -81,7 +81,7 @@ def load_base(folder: Path, device: torch.device, dtype=torch.float32):
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ModelError(f"--base-model {folder}: transformers cannot load it ({type(e).__name__}: {msg[:160]}); "
                          "give a local causal language model folder") from None
-    return model.to(device).eval()
+    return model.to(device).eval()  # type: ignore[arg-type]
 
 
 def _keeps_positions(model) -> bool:
@@ -162,7 +162,7 @@ def run_probe(base_model, models: list[ProbeModel], prompts: PromptSet, *, ledge
     cache = records.load_cache(ledger, prompts, shas) if ledger is not None else records.Cache()
     pairs = pairs and len(models) > 1
     need = _needs(prompts, models, cache, pairs)
-    new_items = {m.name: {} for m in models}
+    new_items: dict[str, dict] = {m.name: {} for m in models}
     new_pairs: dict[tuple, dict] = {}
     counts = {"records": 0, "pair_records": 0}
     work = _batches(prompts, need, batch, names)
@@ -203,7 +203,8 @@ def run_probe(base_model, models: list[ProbeModel], prompts: PromptSet, *, ledge
 
 
 def _assemble(prompts, models, cache, new_items, new_pairs, pairs, ledger, counts, work, device) -> ProbeResult:
-    by_id, out_models, summaries = prompts.by_id(), {}, []
+    by_id, summaries = prompts.by_id(), []
+    out_models: dict = {}
     for m in models:
         scores = {**cache.items.get(m.name, {}), **new_items[m.name]}
         items = {i: {"loglik": scores[i]["loglik"], "tokens": len(by_id[i].target_ids),

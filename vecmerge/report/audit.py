@@ -54,7 +54,7 @@ def _type_rank(rows) -> dict:
         k = (TYPE_ORDER.index(last) if last in TYPE_ORDER else len(TYPE_ORDER), r["layer"] is None,
              _natural(type_path(r["module"])))
         keys[r["type"]] = min(keys.get(r["type"], k), k)
-    return {t: i for i, t in enumerate(sorted(keys, key=keys.get))}
+    return {t: i for i, t in enumerate(sorted(keys, key=lambda t: keys[t]))}
 
 
 def sort_rows(rows: list[dict], key: str) -> list[dict]:
@@ -125,7 +125,7 @@ def grid(rows: list[dict]) -> dict:
         several rows (experts), their pooled cosine and mark, and ``pooled`` (the row count per cell).
     """
     rank = _type_rank(rows)
-    types = sorted(rank, key=rank.get)
+    types = sorted(rank, key=lambda t: rank[t])
     layers: list = sorted({r["layer"] for r in rows if r["layer"] is not None})
     if any(r["layer"] is None for r in rows):
         layers.append(None)

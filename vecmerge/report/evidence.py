@@ -22,6 +22,11 @@ def _ci(lo, hi, digits: int = 5) -> str:
     return "-" if lo is None else f"[{lo:.{digits}g}, {hi:.{digits}g}]"
 
 
+def _ci_of(pair, digits: int = 5) -> str:
+    """``_ci`` of a ``(low, high)`` pair, or "-" for None."""
+    return "-" if pair is None else _ci(pair[0], pair[1], digits)
+
+
 def _short(sha) -> str:
     return "-" if not sha else sha[:12]
 
@@ -86,8 +91,8 @@ def render_replicates(groups: list[dict]) -> list[str]:
         out.append(f"replicates of {c['group']} on {c['metric']}: {c['trainings']} trainings "
                    f"({', '.join(c['members'])}), {c['evaluations']} runs; between trainings var "
                    f"{c['var_between_training']:.4g} (sd {c['sd_training']:.4g}, {conf} CI "
-                   f"{_ci(*c['ci_between_training'], 4)}), within evaluations var {c['var_within_eval']:.4g} "
-                   f"(sd {c['sd_eval']:.4g}, {conf} CI {_ci(*c['ci_within_eval'], 4)}); one run of a fresh "
+                   f"{_ci_of(c['ci_between_training'], 4)}), within evaluations var {c['var_within_eval']:.4g} "
+                   f"(sd {c['sd_eval']:.4g}, {conf} CI {_ci_of(c['ci_within_eval'], 4)}); one run of a fresh "
                    f"training: sd {c['sd_total']:.4g}{raw}")
     return out
 
@@ -246,9 +251,9 @@ def render_calibrate(d: dict) -> str:
     """``evidence calibrate``: rank correlations with bootstrap intervals, pairwise accuracy, the noise ceiling."""
     conf = f"{d['confidence']:.0%}"
     rows = [["models with both", len(d["models"]), ", ".join(d["models"]) or "-"],
-            ["Spearman rho", g(d["spearman"]), f"{conf} bootstrap CI {_ci(*(d['spearman_ci'] or (None, None)), 3)}"
+            ["Spearman rho", g(d["spearman"]), f"{conf} bootstrap CI {_ci_of(d['spearman_ci'], 3)}"
              f", p {g(d['spearman_p'], 3)}"],
-            ["Kendall tau-b", g(d["kendall"]), f"{conf} bootstrap CI {_ci(*(d['kendall_ci'] or (None, None)), 3)}"
+            ["Kendall tau-b", g(d["kendall"]), f"{conf} bootstrap CI {_ci_of(d['kendall_ci'], 3)}"
              f", p {g(d['kendall_p'], 3)}"],
             ["pairwise accuracy", g(d["pairwise_accuracy"]), f"over {d['pairs']} pairs of models"],
             ["target noise ceiling", g(d["noise_ceiling"]),

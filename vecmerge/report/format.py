@@ -25,15 +25,15 @@ def table(rows: list, headers: list, fmt: str = "simple") -> str:
     rows = [[_shown(c) for c in row] for row in rows]
     headers = [_shown(h) for h in headers]
     wide = any(isinstance(c, str) and display_width(c) != len(c) for c in [*headers, *(c for r in rows for c in r)])
-    saved = (_tabulate.wcwidth, _tabulate.WIDE_CHARS_MODE)
+    saved = (_tabulate.wcwidth, _tabulate.WIDE_CHARS_MODE)  # type: ignore[attr-defined]
     if wide:  # tabulate measures by wcwidth when it is there; give it display_width for this table only
-        _tabulate.wcwidth, _tabulate.WIDE_CHARS_MODE = _Width, True
+        _tabulate.wcwidth, _tabulate.WIDE_CHARS_MODE = _Width, True  # type: ignore[attr-defined]
     try:
         if not any(headers):
             return tabulate(rows, tablefmt=fmt, disable_numparse=True)
         return tabulate(rows, headers=headers, tablefmt=fmt, floatfmt=".4g", disable_numparse=True)
     finally:
-        _tabulate.wcwidth, _tabulate.WIDE_CHARS_MODE = saved
+        _tabulate.wcwidth, _tabulate.WIDE_CHARS_MODE = saved  # type: ignore[attr-defined]
 
 
 def display_width(text: str) -> int:

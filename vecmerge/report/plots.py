@@ -191,7 +191,7 @@ def report_figures(d: dict) -> dict[str, bytes]:
                    title=f"candidate minus {bb}, {conf} interval of the test", ylabel=f"difference from {bb}")
     fig.tight_layout()
     out = {"totals": png_bytes(fig)}
-    rows = {}
+    rows: dict = {}
     for c in cands:
         for key, r in ((c["comparison"].get("subscores") or {}).get("subscores") or {}).items():
             panel = rows.setdefault(key, {"ref": r["b_summary"], "points": []})
