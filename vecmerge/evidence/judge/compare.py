@@ -14,7 +14,7 @@ from ..ledger.ledger import Record
 from ..stats.grades import Grid, detect_grid
 from ..stats.noise import PooledNoise, pooled_noise, repeats_needed
 from ..stats.replicates import ReplicateEvidence, replicate_evidence
-from ..stats.stats import DiffResult, Summary, harness_se, item_means, runs_by_model, summarize
+from ..stats.stats import DiffResult, Summary, harness_se, item_means, of_one_metric, runs_by_model, summarize
 from .subscores import SubScoreComparison, compare_subscores, sub_keys
 
 VERDICTS = {
@@ -116,13 +116,7 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
         decimals (Mapping[str | None, int] | None): the decimals the values were written with, per sub-score (None:
             the metric's own value; ``precision.of_metric``); a grid is looked for only where they are known.
     """
-    records = list(records)
-    metrics = {r.metric for r in records}
-    if metric is None:
-        if len(metrics) > 1:
-            raise EvidenceError(f"records of several metrics ({', '.join(sorted(metrics))}); name the metric")
-        metric = next(iter(metrics), "")
-    records = [r for r in records if r.metric == metric]
+    metric, records = of_one_metric(records, metric)
     runs = runs_by_model(records)
     sa, sb = (replace(summarize(runs[m], model=m, metric=metric, confidence=confidence),
                       harness_se=harness_se(r for r in records if r.model == m)) if runs.get(m) else None

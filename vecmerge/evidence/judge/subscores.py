@@ -42,7 +42,7 @@ from ..ledger.ledger import Record
 from ..stats.grades import Grid, detect_grid
 from ..stats.holm import holm
 from ..stats.noise import pooled_noise, repeats_needed
-from ..stats.stats import DiffResult, Summary, item_means, summarize
+from ..stats.stats import DiffResult, Summary, item_means, of_one_metric, summarize
 
 WORSE, NOT_WORSE, UNKNOWN = "worse", "not_worse", "unknown"
 ZERO_SPREAD = "assuming this sub-score does not vary between runs of one model"
@@ -188,13 +188,7 @@ def compare_subscores(a: str, b: str, records: Iterable[Record], *, metric: str 
         decimals (Mapping[str | None, int] | None): sub-score -> the decimals its values were written with
             (``precision.of_metric``; key ``"*"``: every sub-score); unknown: no grade, no grade margin.
     """
-    records = list(records)
-    metrics = {r.metric for r in records}
-    if metric is None:
-        if len(metrics) > 1:
-            raise EvidenceError(f"records of several metrics ({', '.join(sorted(metrics))}); name the metric")
-        metric = next(iter(metrics), "")
-    records = [r for r in records if r.metric == metric]
+    metric, records = of_one_metric(records, metric)
     for value in ([margins] if not isinstance(margins, Mapping) else margins.values()):
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise EvidenceError(f"margin {value!r}: a difference > 0 in the metric's units")

@@ -34,6 +34,7 @@ from .sequential import (
     STOP_FUTILE,
     STOP_WORSE,
     SequentialDecision,
+    add_run,
     decide_runs,
     plan_runs,
 )
@@ -171,10 +172,7 @@ def decide_planned(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_
         if n[model] >= max_runs:
             beyond += 1
             continue
-        n[model] += 1
-        delta = value - mean[model]
-        mean[model] += delta / n[model]
-        ss[model] += delta * (value - mean[model])
+        add_run(n, mean, ss, model, value)
         since, counted = since + 1, counted + 1
         na, nb = n[a], n[b]
         full = na >= max_runs and nb >= max_runs

@@ -58,6 +58,19 @@ DECISIONS = (STOP_BETTER, STOP_WORSE, STOP_FUTILE, INCONCLUSIVE, CONTINUE)
 TEST = T_MIXTURE.name
 
 
+def add_run(n: dict, mean: dict, ss: dict, model: str, value: float) -> None:
+    """Welford's one-pass update of a model's count, mean and sum of squared deviations by one run.
+
+    ``n += 1; mean += (x - mean) / n; ss += (x - mean_old) (x - mean_new)``.
+
+    Args:
+        n, mean, ss (dict[str, int | float]): per model, updated in place. model (str). value (float): the run.
+    """
+    n[model] += 1
+    delta = value - mean[model]
+    mean[model] += delta / n[model]
+    ss[model] += delta * (value - mean[model])
+
 def mixture_e_value(t: float, nu: float, n_eff: float, g: float) -> float:
     """E = (1/s) [(1 + t²/ν) / (1 + t²/(ν s²))]^((ν+1)/2), s² = 1 + n_e g (module docstring); t may be ±inf."""
     s2 = 1.0 + n_eff * g
@@ -186,10 +199,7 @@ def decide_runs(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_eff
         if n[model] >= max_runs:
             beyond += 1
             continue
-        n[model] += 1  # Welford: mean and sum of squares, one pass
-        delta = value - mean[model]
-        mean[model] += delta / n[model]
-        ss[model] += delta * (value - mean[model])
+        add_run(n, mean, ss, model, value)
         na, nb = n[a], n[b]
         if na < 2 or nb < 2:
             continue

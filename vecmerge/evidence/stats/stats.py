@@ -92,6 +92,21 @@ def harness_se(records: Iterable[Record]) -> float | None:
     return math.fsum(errs) / len(errs) if errs else None
 
 
+def of_one_metric(records: Iterable[Record], metric: str | None) -> tuple[str, list[Record]]:
+    """``(metric, its records)``: ``metric``'s records, or the one metric they all hold when it is None.
+
+    Raises:
+        EvidenceError: no metric named and the records hold several.
+    """
+    records = list(records)
+    metrics = {r.metric for r in records}
+    if metric is None:
+        if len(metrics) > 1:
+            raise EvidenceError(f"records of several metrics ({', '.join(sorted(metrics))}); name the metric")
+        metric = next(iter(metrics), "")
+    return metric, [r for r in records if r.metric == metric]
+
+
 def runs_by_model(records: Iterable[Record]) -> dict[str, list[float]]:
     """Whole-run values (item-level records left out) per model, in record order."""
     out: dict[str, list[float]] = {}
