@@ -24,6 +24,9 @@ from .app import Ctx, echo, global_options, handled, main, usage
 @click.option("--dtype", type=click.Choice(DTYPE_NAMES), default="fp32", show_default=True,
               help="dtype of the written factors.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the randomized range finder.")
+@click.option("--base-model-id", default=None, help="Hub id of the base model (ORG/NAME), written as "
+              "base_model_name_or_path and in the model card (default: base_model_id in vecmerge.yaml when its "
+              "base_model is --base-model, else the local folder).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output adapter folder.")
 @click.option("--force", is_flag=True, help="Replace an existing --out that vecmerge wrote.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest instead of the report.")
@@ -31,13 +34,22 @@ from .app import Ctx, echo, global_options, handled, main, usage
 @global_options
 @click.pass_obj
 @handled
-def extract(obj: Ctx, base_model, tuned, rank, targets, others, dtype, seed, out, force, as_json, show_modules):
+def extract(obj: Ctx, base_model, tuned, rank, targets, others, dtype, seed, base_model_id, out, force, as_json,
+            show_modules):
     """A LoRA from a full fine-tune: each module's difference cut at --rank, with its exact error."""
-    from .. import commands
+    from pathlib import Path
 
+    from .. import commands
+    from ..options import is_hub_id
+
+    ws = obj.ws()
+    if base_model_id is not None and not is_hub_id(base_model_id):
+        usage(f"--base-model-id {base_model_id!r}: a hub id such as Qwen/Qwen3-0.6B (ORG/NAME)")
+    if base_model_id is None and ws.base_model is not None and ws.base_model == Path(base_model).resolve():
+        base_model_id = ws.base_model_id
     commands.extract(base_model, tuned, out, rank=rank, targets=[t for t in targets.split(",") if t.strip()],
                      others=others, dtype=dtype, seed=seed, force=force, as_json=as_json, show_modules=show_modules,
-                     echo=echo, progress=obj.bars())
+                     echo=echo, progress=obj.bars(), home=ws.home, base_model_id=base_model_id)
 
 
 @main.command()
@@ -62,4 +74,4 @@ def fuse(obj: Ctx, adapter, base_model, out, dtype, force, as_json):
     from .. import commands
 
     commands.fuse(adapter, base_model, out, dtype=dtype, force=force, as_json=as_json, echo=echo,
-                  progress=obj.bars())
+                  progress=obj.bars(), home=ws.home)

@@ -17,23 +17,12 @@ the merge-specific middle.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from ..outputs.manifest import stamp
+from ..outputs.manifest import portable, stamp
 from ..workspace.base_model import canonical
 from .build import CUT_SEED, BuiltOutput
 from .evaluation import Evaluation
-
-
-def portable(path, home: Path) -> str:
-    """``path`` relative to ``home`` (POSIX separators), with ``..`` when it lies outside it: an upload-ready
-    folder holds no absolute local path (absolute only where no relative path exists, another drive)."""
-    p = Path(path).resolve()
-    try:
-        return Path(os.path.relpath(p, Path(home).resolve())).as_posix()
-    except ValueError:
-        return str(p)
 
 
 def _portable_base(name, home: Path, hub: tuple | None = None):

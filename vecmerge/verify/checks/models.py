@@ -72,9 +72,10 @@ def _open(folder, flag: str):
 def _extract_config(out: Adapter, man: dict) -> list[dict]:
     raw, cfg, mods = out.config.raw, out.config, man.get("modules") or {}
     problems = []
-    if cfg.base_model != man["inputs"]["base"]["path"]:
-        problems.append(f"base_model_name_or_path is {cfg.base_model!r}, the manifest's base is "
-                        f"{man['inputs']['base']['path']!r}")
+    hub = (man.get("settings") or {}).get("base_model_id")
+    want = hub or str(Path(man["inputs"]["base"]["path"]).resolve())  # the hub id, else the local folder
+    if cfg.base_model != want:
+        problems.append(f"base_model_name_or_path is {cfg.base_model!r}, the manifest's base is {want!r}")
     if cfg.use_rslora:
         problems.append("use_rslora is on, but extract writes alpha/r scales")
     missed = [m for m in out.modules if not targeted(raw, m)]
