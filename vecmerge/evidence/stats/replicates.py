@@ -57,8 +57,8 @@ def trainings(root: str, groups: Mapping[str, Sequence[str]] | None, runs: Mappi
     return {m: list(runs.get(m, [])) for m in members}
 
 
-def components(name: str, groups, runs: Mapping[str, Sequence[float]], *, metric: str = "", env: str | None = None,
-               confidence: float = 0.95) -> VarianceComponents | None:
+def components(name: str, groups: Mapping[str, Sequence[str]] | None, runs: Mapping[str, Sequence[float]], *,
+               metric: str = "", env: str | None = None, confidence: float = 0.95) -> VarianceComponents | None:
     """The variance components of the group ``name`` belongs to (None: no group, or not separable)."""
     root = group_of(name, groups)
     if root is None:
@@ -90,8 +90,9 @@ class ReplicateEvidence:
                 "trainings": [list(t) for t in self.trainings], "reason": self.reason}
 
 
-def replicate_evidence(a: str, b: str, runs: Mapping[str, Sequence[float]], groups, *, metric: str = "",
-                       env: str | None = None, confidence: float = 0.95) -> ReplicateEvidence | None:
+def replicate_evidence(a: str, b: str, runs: Mapping[str, Sequence[float]],
+                       groups: Mapping[str, Sequence[str]] | None, *, metric: str = "", env: str | None = None,
+                       confidence: float = 0.95) -> ReplicateEvidence | None:
     """The training test of A against B and the components of their groups (module docstring).
 
     Args:
