@@ -128,10 +128,11 @@ def parse_csv(path: str | Path) -> Parsed:
                     except EvidenceError as err:
                         problems.add(where, name, str(err).split(": ", 1)[-1])
                         bad_env = True
-            if None in (model, metric, value) or None in subs.values() or bad_env:
+            given = {k: v for k, v in subs.items() if v is not None}
+            if model is None or metric is None or value is None or len(given) < len(subs) or bad_env:
                 continue
-            entries.append(Entry(model, metric, value, sha, subs, stderr, item, cluster, source, note, subscore,
-                                 canonical_fields(env)))
+            entries.append(Entry(model, metric, value, sha, tuple(sorted(given.items())), stderr, item, cluster,
+                                 source, note, subscore, canonical_fields(env)))
             if item is None:  # grades are read from whole runs: the decimals their cells are written with
                 note_decimals(decimals, metric, None, decimals_of(cells["value"]))
                 for key in subs:
@@ -190,7 +191,7 @@ def parse_files(paths: Iterable[str | Path], *, model: str | None = None, cluste
     groups = {k: v for run in runs.values() for k, v in run.groups.items()}
     matched = match_samples(list(runs), [p for p in paths if kinds[p] == "samples"])
     for p, run_file in matched.items():
-        run = runs.get(run_file)
+        run = runs.get(run_file) if run_file is not None else None
         mine = run.entries if run is not None else results
         sample_model = model or (mine[0].model if run is not None else next(iter(result_models))
                                  if len(result_models) == 1 else None)
@@ -310,7 +311,7 @@ def export_csv_lines(rows: Iterable[dict], subs: Sequence[str], envs: Sequence[s
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
 
-    def line(cells) -> str:
+    def line(cells: Iterable[str]) -> str:
         buf.seek(0)
         buf.truncate()
         writer.writerow(cells)
@@ -334,7 +335,7 @@ def export_csv_lines(rows: Iterable[dict], subs: Sequence[str], envs: Sequence[s
         yield line(cells)
 
 
-def _cell(value) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
