@@ -24,8 +24,17 @@ Holm holds whatever the dependence between the sub-scores (they share one adapte
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import overload
 
 from .. import EvidenceError
+
+
+@overload
+def holm(pvalues: Mapping[str, float]) -> dict[str, float]: ...
+
+
+@overload
+def holm(pvalues: Sequence[float]) -> list[float]: ...
 
 
 def holm(pvalues: Mapping[str, float] | Sequence[float]) -> dict[str, float] | list[float]:
