@@ -131,6 +131,8 @@ def build_output(ev: Evaluation, multiple: float, progress: Progress | None = No
         target, step_m = intended_core(ev, m, multiple)
         given = None if ev.step is not None else ev.method.factors(module_operands(ev, m), method_params(ev, m))
         if given is not None:
+            if not isinstance(target, InSpan):  # a method that gives factors (cat) gives its update as a core
+                raise ValueError(f"{ev.method.name}: {m}: factors to write as they are, but no core to measure")
             k = ev.multipliers.get(m, 1.0)
             c = as_is(target, given * k if k != 1.0 else given)
         elif isinstance(target, Dense):

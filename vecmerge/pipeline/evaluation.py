@@ -26,6 +26,7 @@ from ..analysis.consensus import ConsensusResult, agreement_rows, apply_on_disag
 from ..analysis.step import StepSize, choose_step
 from ..errors import Problem, RecipeError, few
 from ..expr import LinearForm, parse
+from ..linalg.dense import Dense
 from ..linalg.lowrank import LowRank, check_magnitude, combine
 from ..linalg.subspace import Apart, InSpan, Subspace
 from ..linalg.threads import Progress, map_modules
@@ -348,7 +349,7 @@ def method_params(ev: Evaluation, m: str | None = None) -> dict:
     return {**params, **{k: per_module(rows, k, m, params.get(k)) for k in rows}}
 
 
-def intended_core(ev: Evaluation, m: str, multiple: float):
+def intended_core(ev: Evaluation, m: str, multiple: float) -> tuple[InSpan | Dense | LowRank, InSpan | None]:
     """``(intended_m, step_m)``: ``base_m + multiple * alpha_m * dir'_m`` and the step (None without one).
 
     Without a step, the method's update times the module's multiplier: a core (InSpan), a ``Dense``
@@ -377,7 +378,7 @@ def intended_core(ev: Evaluation, m: str, multiple: float):
     return target, step_m
 
 
-def intended(ev: Evaluation, m: str, multiple: float):
+def intended(ev: Evaluation, m: str, multiple: float) -> tuple[LowRank | Dense, LowRank | None]:
     """``intended_core`` as factors (rank p: the module's basis) for checks that want a LowRank; a
     dense-space merge's update stays ``Dense``."""
     target, step_m = intended_core(ev, m, multiple)

@@ -44,7 +44,8 @@ def check_figures(fig: dict) -> None:
                            "magnitudes are extreme, check their lora_alpha and the coefficients")
 
 
-def _rounding_terms(written: LowRank, exact: LowRank):
+def _rounding_terms(written: LowRank, exact: LowRank
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dB, A1, B2, dA)`` with ``E = W - R = dB A1 + B2 dA`` (``B1 = s_W B_W``, ``B2 = s_R B_R``)."""
     dev = exact.device
     B1, A1 = written.scale * f64(written.B.to(dev)), f64(written.A.to(dev))
@@ -52,7 +53,7 @@ def _rounding_terms(written: LowRank, exact: LowRank):
     return B1 - B2, A1, B2, A1 - A2
 
 
-def _differences(written: LowRank, exact: LowRank):
+def _differences(written: LowRank, exact: LowRank) -> tuple[torch.Tensor, torch.Tensor]:
     """``(dB, dA)`` of ``_rounding_terms``, bit for bit, in one pass each where both scales are 1 (the cut's
     factors and their stored copy: no scaled copies, the stored dtype promoted to float64 inside the subtraction,
     exactly)."""

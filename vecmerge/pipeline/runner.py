@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import methods
+from ..analysis.step import StepSize
 from ..errors import CheckFailed, Problem, RecipeError, few, shown
 from ..linalg.threads import Progress
 from ..options import is_hub_id
@@ -108,7 +109,7 @@ class RunReport:
         return self.recipe.kind
 
     @property
-    def step(self):
+    def step(self) -> StepSize | None:
         """The chosen step (``step.StepSize``: alpha, trust, clipped, norms), None without one."""
         return self.evaluation.step
 

@@ -62,7 +62,7 @@ def read(data: dict, root: Path | None = None) -> tuple[dict, list, methods.Meth
     return kw, r.problems + across(data, kw, method), method
 
 
-def _method(data: dict, r: Reading):
+def _method(data: dict, r: Reading) -> methods.Method | None:
     """The recipe's method: ``method:`` or its alias ``mode:``, default ``add`` with dir, else ``expression``."""
     given = {k: data[k] for k in ("method", "mode") if data.get(k) is not None}
     if len(set(map(str, given.values()))) > 1:

@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ...io.hashing import sha256_file
 from ...io.parse import ParseError, Written, load_json, parse_json, read_text
@@ -49,7 +50,7 @@ def source_of(path: Path) -> str:
         raise EvidenceError(f"{path}: cannot read the file ({err.strerror or err}); nothing was recorded") from None
 
 
-def _load_json(path: Path):
+def _load_json(path: Path) -> Any:  # parsed JSON: any type until checked
     """A results file, read through ``io.parse`` (bounded, strict: a stranger wrote it)."""
     try:
         return load_json(path, keep_text=True)
