@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from ..analysis.consensus import summarize as summarize_consensus
 from ..errors import CheckFailed, RecipeError, UsageError, VecmergeError, shown
 from ..evidence.gate.gate import GateConfig, GateFacts, GateResult, evaluate_gate
-from ..evidence.gate.gate_facts import gate_evidence
+from ..evidence.gate.gate_facts import GateEvidence, gate_evidence
 from ..evidence.ledger.ledger import Ledger
 from ..expr import parse
 from ..linalg.threads import Progress
@@ -177,7 +177,7 @@ def check_gate(recipe: Recipe, ws: Workspace, progress: Progress | None = None) 
     parents, roots = pinned.lineage(names)
     ledger = Ledger(pinned.ledger_path)
     metric = gate_metric(config, pinned, ledger)
-    evidence = {}
+    evidence: GateEvidence | None = None  # no metric: the gate's rows say what is missing
     if metric is not None:
         evidence = gate_evidence(ledger, backbone, x, y, metric, current_sha=pinned.current_shas(ledger.models()),
                                  config=config, replicates=pinned.replicate_groups())
@@ -203,6 +203,8 @@ def check_gate(recipe: Recipe, ws: Workspace, progress: Progress | None = None) 
     facts = GateFacts(backbone, x, y, base_models=base_models,
                       shape_mismatches=mismatches, lineage=relation(x, y, parents, roots=roots),
                       closeness=closeness, consensus=consensus,
-                      consensus_ref=recipe.consensus.ref if recipe.consensus else None, trust=trust, **evidence)
+                      consensus_ref=recipe.consensus.ref if recipe.consensus else None, trust=trust)
+    if evidence is not None:
+        facts = dataclasses.replace(facts, **evidence)
     return GateCheck(evaluate_gate(facts, config), config, metric, str(ledger.path), backbone, x, y, ev, error,
-                     evidence.get("env"))
+                     evidence["env"] if evidence else None)

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import torch
 
@@ -33,12 +34,21 @@ from ..workspace.taskvector import TaskVector
 from .evaluation import Evaluation
 
 
+class BaseIdentity(TypedDict):
+    """The base model a protected step ran its prompts on, as the report and manifest record it."""
+
+    path: str
+    config_sha256: str | None
+    model_type: str | None
+    parameters: int
+
+
 @dataclass
 class Captured:
     """What every energy of one run shares: the base model folder and identity, the sets read, their Grams."""
 
     base_model: Path
-    identity: dict
+    identity: BaseIdentity
     sets: dict  # name -> PromptSet (protected, then targets)
     grams: Grams
 
@@ -52,7 +62,7 @@ def base_model_of(recipe: Recipe, ws: Workspace) -> Path:
     return Path(folder)
 
 
-def identity(folder: Path, model: torch.nn.Module) -> dict:
+def identity(folder: Path, model: torch.nn.Module) -> BaseIdentity:
     """The base model as recorded: its folder, its config.json's sha256, its type and parameter count."""
     cfg = folder / "config.json"
     sha = hashlib.sha256(cfg.read_bytes()).hexdigest() if cfg.is_file() else None

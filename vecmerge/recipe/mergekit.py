@@ -35,7 +35,7 @@ import math
 import re
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from .. import methods
 from ..errors import RecipeError
@@ -185,8 +185,17 @@ def _resolve(conds: Conditions, where: str, layers: list[tuple[int, int]] | None
     return fallback, mv.per_layer(conds, layers or [])
 
 
+class Translated(TypedDict):
+    """What the translation of a mergekit file says beside the recipe (``from_mergekit``'s notes)."""
+
+    mergekit_method: str
+    base_model: str | None
+    defaults: dict[str, Scalar]  # the values mergekit's defaults filled
+    notes: list[str]  # one line per meaning that differs or key ignored
+
+
 def from_mergekit(data: object, source: str, root: Path, known: Collection[str] = (),
-                  layers: Callable[[str, dict], int | None] | None = None) -> tuple[dict, dict]:
+                  layers: Callable[[str, dict], int | None] | None = None) -> tuple[dict, Translated]:
     """A vecmerge recipe (keys of ``Recipe.from_dict``) from a mergekit configuration; RecipeError listing every
     problem at once.
 
@@ -197,7 +206,7 @@ def from_mergekit(data: object, source: str, root: Path, known: Collection[str] 
             the recipe's ``inputs``), for gradients over ``models`` and to bound ``layer_range``.
 
     Returns:
-        (recipe dict, notes) with ``notes``: ``{"mergekit_method", "base_model", "defaults", "notes"}``:
+        (recipe dict, notes) with ``notes`` (Translated): ``{"mergekit_method", "base_model", "defaults", "notes"}``:
         the values mergekit's defaults filled, and one line per meaning that differs or key ignored.
     """
     if not isinstance(data, dict):

@@ -27,6 +27,7 @@ import io
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TypedDict
 
 from ...io.files import open_regular
 from ...io.parse import short
@@ -216,11 +217,26 @@ def parse_files(paths: Iterable[str | Path], *, model: str | None = None, cluste
     return out
 
 
+class Imported(TypedDict):
+    """What ``import_files`` recorded, as the JSON of ``evidence import`` reads."""
+
+    files: list[str]
+    records: int
+    ids: list[int]  # [first, last], empty when nothing new was recorded
+    models: list[str]
+    metrics: list[str]
+    item_level: int
+    directions: dict[str, bool]
+    environments: dict[str, dict[str, str]]  # environment id -> its fields (empty: none recorded)
+    duplicates: list[dict]  # {"file", "same_as"}: files whose content was imported before
+
+
 def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
                  sha_of: Mapping[str, str | None] | Callable[[str], str | None] | None = None,
                  model: str | None = None, cluster_field: str | None = None, task: str | None = None,
                  directions: Mapping[str, bool] | None = None, adapters: Mapping[str, Path] | None = None,
-                 home: Path | None = None, env: Mapping[str, str] | None = None, decimals: int | None = None) -> dict:
+                 home: Path | None = None, env: Mapping[str, str] | None = None, decimals: int | None = None
+                 ) -> Imported:
     """Parse all ``paths``, fill each entry's sha256 from ``sha_of`` (where the file carried none) and
     write everything in one transaction.
 
@@ -233,8 +249,9 @@ def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
             (a CSV carries none); one that contradicts a file's own declaration raises, nothing written.
 
     Returns:
-        dict: ``{"files": [...], "records": int, "ids": [first, last], "models": [...], "metrics": [...],
-        "item_level": int, "directions": {metric: higher_is_better}, "environments": {id: fields}}``.
+        Imported: ``{"files": [...], "records": int, "ids": [first, last], "models": [...], "metrics": [...],
+        "item_level": int, "directions": {metric: higher_is_better}, "environments": {id: fields},
+        "duplicates": [...]}``.
     """
     parsed = parse_files(paths, model=model, cluster_field=cluster_field, task=task, adapters=adapters, home=home,
                          env=env, decimals=decimals)
