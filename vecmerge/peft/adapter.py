@@ -1,19 +1,12 @@
-"""Reading PEFT LoRA folders module by module: the tensors, their layout, validation, hashes.
+"""Reading PEFT LoRA folders module by module: the tensors, their layout, hashes.
 
-A module's update is ``scale * B @ A`` in the LoRA layout (B = ``lora_B`` (out, r), A = ``lora_A``
-(r, in)). Where the base weight is stored the other way round (``fan_in_fan_out``, and embedding
-LoRA whose ``lora_embedding_B @ lora_embedding_A`` is (dim, vocab)), ``ModuleSpec.transposed`` says
-so; the algebra does not care, ``weight_delta`` applies it. Tensors are read through the one checked
-safetensors reader (``io.safetensors_read.TensorFile``: the header checked on opening, ``load`` reading the
-file once into memory, hashed in the same pass); the names and rules of the format live in ``peft.format``,
-the content hash the ledger keys on in ``peft.content_hash``.
-
-Parameters adapted through ``target_parameters`` (PEFT's ``ParamWrapper``) are read as modules too: a
-2-D one (a router's ``weight``) as one module named after its module, a 3-D one (fused MoE experts)
-as one module per expert, ``<module>.<parameter>.<e>``, each ``scale * B_e @ A_e`` of shape (out, in)
-with the parameter's r and scale (``ModuleSpec.param``, ``expert``, ``experts``, ``holder``). Every
-expression, audit, method and rank cut then sees plain modules; ``peft.write.pack_params`` groups the
-experts back.
+A module's update is ``scale * B @ A`` in the LoRA layout (B = ``lora_B`` (out, r), A = ``lora_A`` (r, in));
+``ModuleSpec.transposed`` says when the base weight is stored the other way round (``fan_in_fan_out``,
+embeddings), and ``weight_delta`` applies it. The keys are sorted into checked specs by ``index.ModuleIndex``;
+tensors are read through the one checked safetensors reader (``io.safetensors_read.TensorFile``; ``load``
+reads the file once, hashed in the same pass). A 3-D ``target_parameters`` parameter (fused MoE experts) is
+read as one module per expert, ``<module>.<parameter>.<e>`` (``params.py``); ``peft.write.pack_params``
+groups them back. More: docs/design/peft.md.
 """
 
 from __future__ import annotations
