@@ -94,7 +94,7 @@ class BuiltOutput:
     figures: dict
 
     @property
-    def written(self) -> dict:
+    def written(self) -> dict[str, WrittenModule]:
         """``{module: WrittenModule}``, in module order."""
         return {m: b.written for m, b in self.modules.items()}
 

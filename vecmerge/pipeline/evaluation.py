@@ -116,7 +116,7 @@ def model_key(i: int) -> str:
     return f"models[{i}]"
 
 
-def operand_forms(recipe: Recipe, method: Method) -> dict:
+def operand_forms(recipe: Recipe, method: Method) -> dict[str, LinearForm]:
     """``{operand: LinearForm}`` for the expressions the method reads (and the consensus reference)."""
     if "models" in method.operands:
         return {model_key(i): parse(e["model"]) for i, e in enumerate(recipe.models or [])}

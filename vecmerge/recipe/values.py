@@ -138,7 +138,7 @@ def rank(key: Key, value: object, r: Reading) -> str:
     return str(value)
 
 
-def dose(key: Key, value: object, r: Reading) -> list | None:
+def dose(key: Key, value: object, r: Reading) -> list[float] | None:
     """A ladder of multiples of alpha (a list, or comma-separated text); one number multiplies ``multiple``."""
     if _real(value) and 0 < value < math.inf:
         r.kw["multiple"] = float(value) * r.kw.get("multiple", 1.0)  # one dose: written at out itself
@@ -192,7 +192,7 @@ def gate(key: Key, value: object, r: Reading) -> bool | dict | None:
     return dict(value)
 
 
-def inputs(key: Key, value: object, r: Reading) -> dict:
+def inputs(key: Key, value: object, r: Reading) -> dict[str, dict[str, str]]:
     """``{name: path}`` or ``{name: {path, sha256?, config_sha256?}}``, paths relative to ``r.root``."""
     if value is None:
         return {}
@@ -266,7 +266,7 @@ def models(key: Key, value: object, r: Reading) -> list | None:
     return out
 
 
-def multipliers(key: Key, value: object, r: Reading) -> dict | None:
+def multipliers(key: Key, value: object, r: Reading) -> dict[str, float] | None:
     """``{module-name pattern: factor}``: the first pattern a module's name matches gives its factor."""
     if not isinstance(value, dict) or not value:
         r.add(Problem("{multipliers}: a mapping of module-name pattern -> factor, e.g. {{mlp: 0.5, self_attn: 1.0}}"))
@@ -288,7 +288,7 @@ def multipliers(key: Key, value: object, r: Reading) -> dict | None:
 SET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
-def prompt_sets(key: Key, value: object, r: Reading) -> dict | None:
+def prompt_sets(key: Key, value: object, r: Reading) -> dict[str, str] | None:
     """``{NAME: FILE}`` of prompt files (or ``NAME=FILE`` texts, as the repeated flag gives them), each file
     relative to ``r.root`` like the inputs."""
     pairs: list[tuple[Any, Any]] | None = list(value.items()) if isinstance(value, dict) else None
@@ -297,7 +297,7 @@ def prompt_sets(key: Key, value: object, r: Reading) -> dict | None:
         for t in map(str, [value] if isinstance(value, str) else value):
             name, eq, path = t.partition("=")
             pairs.append((name, path if eq else None))
-    out: dict = {}
+    out: dict[str, str] = {}
     if not pairs:
         r.add(Problem.about(key.name, "NAME=PROMPTS pairs, e.g. {{math: prompts/math.jsonl}}", given=short(value)))
         return None
@@ -319,7 +319,7 @@ def prompt_sets(key: Key, value: object, r: Reading) -> dict | None:
     return out or None
 
 
-def energies(key: Key, value: object, r: Reading) -> list | None:
+def energies(key: Key, value: object, r: Reading) -> list[float] | None:
     """One share E in (0, 1], or a list of them (comma-separated text on the command line)."""
     items: list[Any] | tuple[Any, ...] = [x for x in value.split(",") if x.strip()] if isinstance(value, str) \
         else (value if isinstance(value, (list, tuple)) else [value])
@@ -340,7 +340,7 @@ def energies(key: Key, value: object, r: Reading) -> list | None:
 PER_MODEL_KEY = re.compile(r"models\.(\d+)\.(weight|density)")
 
 
-def per_module(key: Key, value: object, r: Reading) -> dict | None:
+def per_module(key: Key, value: object, r: Reading) -> dict[str, list[list]] | None:
     """``{field | models.I.weight | models.I.density: [[pattern, value], ...]}``: per-module values, each module
     taking the value of the first pattern its name matches (``re.search``), else the recipe's own."""
     from .. import methods

@@ -40,7 +40,8 @@ def members(names: Iterable[str], groups: Mapping[str, Sequence[str]] | None) ->
     return out
 
 
-def trainings(root: str, groups: Mapping[str, Sequence[str]] | None, runs: Mapping[str, Sequence[float]]) -> dict:
+def trainings(root: str, groups: Mapping[str, Sequence[str]] | None, runs: Mapping[str, Sequence[float]]
+              ) -> dict[str, list[float]]:
     """``{member: its runs}`` of the group ``root`` (just ``{root: runs}`` for a name without replicates)."""
     members = list(dict.fromkeys([root, *(groups or {}).get(root, ())]))
     return {m: list(runs.get(m, [])) for m in members}
