@@ -119,8 +119,9 @@ class Ledger(LedgerFile):
             if len(subs_list) != len(runs):
                 raise EvidenceError(f"{model}: {len(subs_list)} sub-score mappings for {len(runs)} values")
         fields = canonical_fields(env or {})
-        return self.write(Entry(model, metric, v, sha256, tuple(sorted(s.items())), stderr=stderr, source=source,
-                                note=note, env=fields) for v, s in zip(runs, subs_list))
+        pairs = [tuple(sorted(s.items())) if isinstance(s, Mapping) else s for s in subs_list]  # as Entry sorts them
+        return self.write(Entry(model, metric, v, sha256, p, stderr=stderr, source=source, note=note, env=fields)
+                          for v, p in zip(runs, pairs))
 
     def add_items(self, model: str, sha256: str | None, metric: str,
                   items: Mapping[str, float] | Iterable[tuple[str, float]], *,
