@@ -63,7 +63,7 @@ def jsonable(x):
     return str(x)
 
 
-def portable(path, home: Path) -> str:
+def portable(path: str | Path, home: Path) -> str:
     """``path`` relative to ``home`` (POSIX separators), with ``..`` when it lies outside it: an upload-ready
     folder holds no absolute local path (absolute only where no relative path exists, another drive)."""
     p = Path(path).resolve()

@@ -1,23 +1,17 @@
 """What a pipeline output's ``vecmerge.json`` and model card say: the resolved recipe, its inputs, its figures.
 
-The manifest is what makes an output re-derivable: ``vecmerge verify`` re-evaluates its ``recipe``
-from its pinned ``inputs`` and compares the result with the stored weights and these figures.
-
-Local paths stay portable: ``workspace`` is the workspace folder relative to the output folder, and
-every input path, ``out``, the recipe's and each input's declared base model folder and ``config``'s file
-are relative to that workspace (with ``..`` outside it: no absolute local path in an upload-ready folder),
-so the workspace can move or be shared with its outputs (``recipe.manifest_root`` reads them back). An
-input's declared base model that is the local folder the output's ``base_model_id`` names is recorded as that
-hub id, and a gated run's ``gate.ledger`` is relative to the workspace too.
-
-The parts every manifest shares (``tool``, ``created``, ``kind`` first; ``vecmerge_version`` and ``output``
-last), the file name, its schema and ``verify``'s tolerances are ``outputs.manifest``'s; this module builds
-the merge-specific middle.
+The manifest makes an output re-derivable: ``vecmerge verify`` re-evaluates its ``recipe`` from its pinned
+``inputs`` and compares the result with the stored weights and these figures. Local paths stay portable:
+``workspace`` is relative to the output folder and every other local path relative to the workspace (no
+absolute path in an upload-ready folder; ``recipe.manifest_root`` reads them back). The parts every manifest
+shares, its file name, schema and tolerances are ``outputs.manifest``'s; this module builds the
+merge-specific middle. Which paths, and hub ids: docs/design/pipeline.md.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..outputs.manifest import portable, stamp
 from ..workspace.base_model import canonical
@@ -25,7 +19,7 @@ from .build import CUT_SEED, BuiltOutput
 from .evaluation import Evaluation
 
 
-def _portable_base(name, home: Path, hub: tuple | None = None):
+def _portable_base(name: str | None, home: Path, hub: tuple | None = None) -> str | None:
     """A declared base model as recorded: the hub id when it is the local folder the output's ``base_model_id``
     names, else an absolute folder inside the workspace relative to it, else as declared.
 
@@ -106,7 +100,7 @@ def resolved_for(ev: Evaluation, multiple: float, module_figures: dict | None = 
         module_figures (dict | None): per module figures (their ``cut``), to say whether a randomized SVD ran.
     """
     recipe = ev.recipe
-    resolved = {"modules": len(ev.names)}
+    resolved: dict[str, Any] = {"modules": len(ev.names)}
     if ev.step is not None:
         st, k = ev.step, multiple
         resolved.update(alpha=None if st.alpha is None else st.alpha * k, alpha_chosen=st.alpha,
@@ -172,7 +166,7 @@ def card_body(manifest: dict) -> str:
 
 def gate_markdown(gate: dict) -> list[str]:
     """The gate's table as markdown lines, for the model card (``GateCheck.to_dict``)."""
-    def cell(text) -> str:
+    def cell(text: object) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
     g = gate
