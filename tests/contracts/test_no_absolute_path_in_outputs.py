@@ -3,12 +3,14 @@
 A workspace that names its adapters, its base model and the fine-tune by absolute path, with a hub id for the
 base (``base_model_id``), writes a ``project``, a ``merge``, an ``extract`` and a ``fuse`` output; every byte of
 every file of each folder is searched for the temporary folder's path (and its name). The outputs then verify
-from another current folder: the relative paths are read back through the manifest's ``workspace``.
+from another current folder: the relative paths are read back through the manifest's ``workspace``
+(and, for an output copied elsewhere, through ``--workspace``).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import torch
 from safetensors.torch import save_file
@@ -65,3 +67,8 @@ def test_no_absolute_path_in_any_file_of_a_project_merge_extract_or_fuse_output(
     for kind, out in outs.items():
         res = run_cli("verify", out)
         assert res.exit_code == 0, (kind, res.output)
+    moved = tmp_path / "a" / "b" / "x"  # an output copied out of its place: its workspace named again
+    shutil.copytree(outs["extract"], moved)
+    assert run_cli("verify", moved).exit_code != 0
+    res = run_cli("verify", moved, "--workspace", ws / "vecmerge.yaml")
+    assert res.exit_code == 0, res.output
