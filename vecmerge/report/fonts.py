@@ -2,7 +2,8 @@
 
     needed    the characters of a figure's texts that the default font (DejaVu Sans) has no glyph for
     found     an installed font that has every one of them: a known CJK family first (Noto Sans CJK, Source
-              Han, WenQuanYi, ...), then any font matplotlib knows, then CJK font files the system has but
+              Han, WenQuanYi, ...), then any font matplotlib knows (not Last Resort, whose every glyph is a
+              box), then CJK font files the system has but
               matplotlib's font cache predates (added for this process only; the cache is never written)
     used      as a fallback after the default font (matplotlib >= 3.6 picks a font per glyph), so Latin text
               draws exactly as before
@@ -24,6 +25,7 @@ PREFERRED = ("Noto Sans CJK SC", "Noto Sans CJK TC", "Noto Sans CJK JP", "Noto S
              "Noto Serif CJK SC", "Source Han Sans SC", "Source Han Sans CN", "Source Han Sans",
              "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback", "AR PL UMing CN", "AR PL UKai CN",
              "Microsoft YaHei", "SimHei", "PingFang SC", "Hiragino Sans GB", "Arial Unicode MS")
+BOXES = ("Last Resort",)  # maps every code point to a box: never a font "with the glyph"
 CJK_FILES = re.compile(r"(cjk|wqy|wenquanyi|sourcehan|source-han|droidsansfallback|uming|ukai|yahei|simhei|"
                        r"pingfang|hiragino)", re.IGNORECASE)
 
@@ -71,7 +73,7 @@ def glyph_font(chars: str) -> str | None:
     known = font_manager.fontManager.ttflist
     rank = {name: i for i, name in enumerate(PREFERRED)}
     for f in sorted(known, key=lambda f: (rank.get(f.name, len(rank)), f.name, f.fname)):
-        if need <= _charmap(f.fname):
+        if not f.name.startswith(BOXES) and need <= _charmap(f.fname):
             return f.name
     seen = {f.fname for f in known}
     for path in sorted(font_manager.findSystemFonts()):
