@@ -177,8 +177,8 @@ def test_without_a_cjk_font_the_figures_are_written_and_the_boxes_said_once(monk
     monkeypatch.setattr(fonts, "glyph_font", lambda chars: None)
     d = _report(CJK["names"], CJK["backbone"], CJK["metric"], CJK["sub"])
     _, said = _draw_with_warnings(d)
-    assert said == ["report plots: no installed font has a glyph for 基线总分模型甲乙理解能力: those characters show as "
-                    "boxes in the figures (the Markdown and HTML text are unaffected); install a CJK font, e.g. Noto "
-                    "Sans CJK (Debian: fonts-noto-cjk) or WenQuanYi (fonts-wqy-microhei)"]
+    assert said == ["report plots: no installed font has a glyph for 基线总分模型甲乙理解能力: those characters show "
+                    "as boxes in the figures (the Markdown and HTML text are unaffected); install a CJK font, e.g. "
+                    "Noto Sans CJK (Debian: fonts-noto-cjk) or WenQuanYi (fonts-wqy-microhei)"]
     _, ascii_only = _draw_with_warnings(_report(["v58", "v59"]))
     assert ascii_only == []
