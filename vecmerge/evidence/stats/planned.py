@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from scipy import special
 
@@ -29,6 +29,7 @@ from .sequential import (
     STOP_BETTER,
     STOP_FUTILE,
     STOP_WORSE,
+    BaseLook,
     RunTally,
     SequentialDecision,
     decide_runs,
@@ -72,21 +73,14 @@ class Design:
 
 
 @dataclass(frozen=True)
-class PlannedLook:
-    """One look: runs, Welch's d, se, ν and t, the fraction, the t boundaries, and the decision.
+class PlannedLook(BaseLook):
+    """One look (``BaseLook``'s fields: runs, Welch's d, sd and se), then ν and t, the fraction, the t boundaries,
+    and the decision.
 
     ``better_at`` is c_k (t >= c_k: better; t <= -c_k: worse; None: no stop possible at this look);
     ``futile_below`` the difference d under which the look says stop_futile (None: no futility stop here).
     """
 
-    look: int
-    record_id: int | None
-    model: str
-    n_a: int
-    n_b: int
-    diff: float
-    sd: float
-    se: float
     df: float
     t: float
     fraction: float
@@ -94,9 +88,6 @@ class PlannedLook:
     futile_below: float | None
     decision: str
     more_runs: int | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def welch(na: int, nb: int, mean_a: float, mean_b: float, ss_a: float, ss_b: float) -> tuple[float, float, float]:

@@ -66,12 +66,9 @@ def mixture_boundary(nu: float, n_eff: float, g: float, alpha: float) -> float:
 
 
 @dataclass(frozen=True)
-class Look:
-    """One look: after the run ``record_id`` of ``model``; the sequence, the e-value at 0, the decision.
-
-    ``diff`` is mean_A - mean_B in the metric's direction; ``ci_low``/``ci_high`` the confidence sequence
-    (None when unbounded); ``boundary`` is c (None when infinite); ``more_runs`` per model (continue only).
-    """
+class BaseLook:
+    """What every look of either test records first: its number, the run ``record_id`` of ``model`` it came
+    after, the runs of A and B, ``diff`` = mean_A - mean_B in the metric's direction, an sd and diff's se."""
 
     look: int
     record_id: int | None
@@ -81,15 +78,26 @@ class Look:
     diff: float
     sd: float
     se: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Look(BaseLook):
+    """One look of the anytime test (``BaseLook``'s fields, sd pooled), then the sequence, the e-value at 0, the
+    decision.
+
+    ``ci_low``/``ci_high`` the confidence sequence (None when unbounded); ``boundary`` is c (None when
+    infinite); ``more_runs`` per model (continue only).
+    """
+
     boundary: float | None
     ci_low: float | None
     ci_high: float | None
     e_value: float
     decision: str
     more_runs: int | None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
