@@ -27,6 +27,7 @@ def test_grams_equal_the_inputs_read_one_item_at_a_time_and_q_k_v_share_one(tiny
     mods = [f"model.layers.0.self_attn.{p}_proj" for p in "qkvo"] + ["model.layers.1.mlp.down_proj"]
     ps = _set([7, 3, 5, 9, 4])
     got = capture_grams(model, {}, {"s": ps}, mods, batch=2)
+    old = capture_grams(model, {}, {"s": ps}, mods, batch=2, row_limit=0)  # a float64 Gram from the first batch
     seen: dict = {}
     hs = [model.get_submodule(m).register_forward_hook(
         lambda mod, a, o, m=m: seen.setdefault(m, []).append(a[0][0].double())) for m in mods]
@@ -38,7 +39,9 @@ def test_grams_equal_the_inputs_read_one_item_at_a_time_and_q_k_v_share_one(tiny
     for m in mods:
         X = torch.cat(seen[m])
         want = X.T @ X
-        assert float((got.by_set["s"][m] - want).norm()) <= 1e-5 * float(want.norm())
+        for held in (got, old):
+            assert float((held.by_set["s"][m].gram() - want).norm()) <= 1e-5 * float(want.norm())
+        assert got.by_set["s"][m].kind == "rows" and old.by_set["s"][m].kind == "gram"  # 28 rows < width 32
     g = got.by_set["s"]
     q, k, v, o = (g[f"model.layers.0.self_attn.{p}_proj"] for p in "qkvo")
     assert q is k is v and o is not q
