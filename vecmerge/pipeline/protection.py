@@ -24,7 +24,6 @@ from ..errors import ModelError, NumericError, Problem, RecipeError
 from ..linalg.subspace import InSpan
 from ..probe.capture import Grams, capture_grams
 from ..probe.hooks import Update
-from ..probe.inputs import EXACT_WIDTH, SKETCH_ROWS
 from ..probe.prompts import read_prompts
 from ..probe.runner import load_base
 from ..workspace.taskvector import TaskVector
@@ -184,10 +183,11 @@ def _figures(recipe, cap: Captured, energy: float, drift: dict, kept_dir, ranks:
     sketched = cap.grams.sketched()
     if sketched:
         worst_bound = max(d["bound"] for v in sketched.values() for d in v.values())
-        warnings.append(f"{len(sketched)} module(s) read inputs wider than {EXACT_WIDTH} on more than "
-                        f"{2 * SKETCH_ROWS} positions: U and their figures come from a Frequent Directions sketch of "
-                        f"{SKETCH_ROWS} rows, ||G - B^T B||_2 <= {worst_bound:.3g} tr(G) (inputs.sketched)")
-    inputs = {"exact_width": EXACT_WIDTH, "sketch_rows": SKETCH_ROWS, "sketched": sketched}
+        g = cap.grams
+        warnings.append(f"{len(sketched)} module(s) read inputs wider than {g.exact_width} on more than "
+                        f"{2 * g.sketch_rows} positions: U and their figures come from a Frequent Directions sketch of "
+                        f"{g.sketch_rows} rows, ||G - B^T B||_2 <= {worst_bound:.3g} tr(G) (inputs.sketched)")
+    inputs = {"exact_width": cap.grams.exact_width, "sketch_rows": cap.grams.sketch_rows, "sketched": sketched}
     rank_values = list(ranks.values())
     return {"energy": energy, "base_model": cap.identity, "protect": protected, "target": targets,
             "kept_direction": kept_dir, "ranks": ranks, "input_widths": widths, "inputs": inputs,

@@ -18,8 +18,9 @@ import torch
 
 from ..analysis.protect import decompose_factor, decompose_gram, energy_cut
 from ..errors import ModelError
+from . import inputs as _inputs
 from .hooks import LoraHooks, Update
-from .inputs import EXACT_WIDTH, SKETCH_ROWS, Inputs
+from .inputs import Inputs
 from .prompts import PromptSet
 from .runner import _batch_tensors
 
@@ -37,6 +38,8 @@ class Grams:
     by_set: dict = field(default_factory=dict)
     rows: dict = field(default_factory=dict)
     groups: list = field(default_factory=list)
+    exact_width: int = 0
+    sketch_rows: int = 0
     _decomp: dict = field(default_factory=dict, repr=False)
 
     def total(self, sets, module: str) -> torch.Tensor:
@@ -57,14 +60,16 @@ class Grams:
         Args:
             sets (Iterable[str]): protected set names. module (str). energy (float): E in (0, 1].
         """
-        key = (tuple(sets), module)
+        sets = tuple(sets)
+        key = tuple(id(self.by_set[k][module]) for k in sets)  # modules that share their inputs share this
         if key not in self._decomp:
-            factors = [self.by_set[k][module].factor() for k in key[0]]
+            factors = [self.by_set[k][module].factor() for k in sets]
             if factors and all(f is not None for f in factors):
-                self._decomp[key] = decompose_factor(torch.cat(factors))  # type: ignore[arg-type]
+                self._decomp[key] = decompose_factor(torch.cat(factors))
             else:
-                self._decomp[key] = decompose_gram(self.total(key[0], module))
-        return energy_cut(*self._decomp[key], energy)[0]
+                self._decomp[key] = decompose_gram(self.total(sets, module))
+        w, V = self._decomp[key]
+        return energy_cut(w, V, energy)[0]
 
     def sketched(self) -> dict:
         """``{module: [Inputs.describe() per set]}`` for the modules whose inputs were sketched in some set."""
@@ -116,19 +121,22 @@ class _Recorder:
 
 
 def capture_grams(model, backbone: dict[str, Update], sets: dict[str, PromptSet], modules, *, batch: int = 8,
-                  device="cpu", progress=None, sketch_rows: int = SKETCH_ROWS, exact_width: int = EXACT_WIDTH,
-                  row_limit: int | None = None) -> Grams:
+                  device="cpu", progress=None, sketch_rows: int | None = None,
+                  exact_width: int | None = None, row_limit: int | None = None) -> Grams:
     """Run ``model`` with ``backbone`` on every set, teacher-forced; each module input's rows per set (``Inputs``).
 
     Args:
         model (torch.nn.Module): the loaded base (``runner.load_base``). backbone (dict[str, Update]): the step's
             base update per module (hooks). sets (dict[str, PromptSet]): name -> items. modules (Iterable[str]):
             the targeted modules. batch (int): items per forward pass. device: where the batches go.
-        progress: optional iterable wrapper. sketch_rows, exact_width, row_limit: ``Inputs``' (``row_limit=0``
-            forms a float64 Gram from the first batch, the earlier way, for benchmarks).
+        progress: optional iterable wrapper. sketch_rows, exact_width, row_limit: ``Inputs``' (default
+            ``inputs.SKETCH_ROWS``, ``inputs.EXACT_WIDTH``; ``row_limit=0`` forms a float64 Gram from the first batch,
+            the earlier way, for benchmarks).
     """
     modules = sorted(set(modules))
-    out = Grams()
+    sketch_rows = _inputs.SKETCH_ROWS if sketch_rows is None else sketch_rows
+    exact_width = _inputs.EXACT_WIDTH if exact_width is None else exact_width
+    out = Grams(exact_width=exact_width, sketch_rows=sketch_rows)
     device = torch.device(device)
     rec = _Recorder(model, modules)
     try:

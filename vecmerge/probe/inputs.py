@@ -65,7 +65,7 @@ class Inputs:
             self._chunks.append(rows.to(torch.float32))
             if self.n <= self.limit:
                 return
-            X = self.factor()
+            X = self._rows64()
             self._X = None
             if self.wide:
                 self.B = torch.zeros(2 * self.sketch_rows, self.width, dtype=torch.float64)
@@ -107,6 +107,10 @@ class Inputs:
             return None
         if self.kind == "sketch":
             return self.B[:self._fill]  # type: ignore[index]
+        return self._rows64()
+
+    def _rows64(self) -> torch.Tensor:
+        """The kept rows (n, in) in float64 (their chunks joined once)."""
         if self._chunks:
             self._X = torch.cat([self._X, *self._chunks]) if self._X is not None else torch.cat(self._chunks)
             self._chunks = []
