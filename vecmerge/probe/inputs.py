@@ -59,8 +59,7 @@ class Inputs:
         """Take ``rows`` (n_b, in) (a copy the caller no longer uses), in order."""
         rows = rows.reshape(-1, self.width)
         self.n += rows.shape[0]
-        r64 = rows.to(torch.float64)
-        self.trace += float((r64 * r64).sum())
+        self.trace += float(torch.linalg.vector_norm(rows, dtype=torch.float64) ** 2)
         if self.kind == "rows":
             self._chunks.append(rows.to(torch.float32))
             if self.n <= self.limit:
@@ -73,6 +72,7 @@ class Inputs:
             else:
                 self.G = X.T @ X
             return
+        r64 = rows.to(torch.float64)
         if self.G is not None:
             self.G.addmm_(r64.T, r64)
         else:
