@@ -24,7 +24,8 @@ def test_rows_are_kept_until_the_width_then_an_exact_gram():
     want = X.double().T @ X.double()
     assert inp.kind == "gram" and inp.factor() is None and inp.n == 11
     assert float((inp.gram() - want).norm()) <= 1e-12 * float(want.norm())
-    assert abs(inp.trace - torch.trace(want).item()) <= 1e-12 * inp.trace and inp.bound == 0.0 and inp.describe()["form"] == "gram"
+    assert abs(inp.trace - torch.trace(want).item()) <= 1e-12 * inp.trace
+    assert inp.bound == 0.0 and inp.describe()["form"] == "gram"
 
 
 def test_a_wide_input_is_sketched_within_its_recorded_bound_whatever_the_batches():
