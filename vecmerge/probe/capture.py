@@ -25,6 +25,9 @@ from .prompts import PromptSet
 from .runner import _batch_tensors
 
 
+KEEP = 4  # decompositions kept by Grams.basis: a layer's distinct inputs (q/k/v, o, gate/up, down)
+
+
 @dataclass
 class Grams:
     """Per set, per module, the input rows as ``Inputs`` (modules of one input share it); rows counted per set.
@@ -55,7 +58,7 @@ class Grams:
     def basis(self, sets, module: str, energy: float) -> torch.Tensor:
         """``U`` of ``module``: the fewest top eigenvectors of ``sum_k G_k`` over ``sets`` holding ``energy`` of its
         trace (``analysis.protect.energy_basis``), from the stacked rows' float64 SVD where every set kept rows or a
-        sketch, else from the summed Gram's eigh; the decomposition is kept for further energies.
+        sketch, else from the summed Gram's eigh; the last ``KEEP`` decompositions are kept (q/k/v, gate/up share one).
 
         Args:
             sets (Iterable[str]): protected set names. module (str). energy (float): E in (0, 1].
@@ -68,6 +71,8 @@ class Grams:
                 self._decomp[key] = decompose_factor(torch.cat(factors))
             else:
                 self._decomp[key] = decompose_gram(self.total(sets, module))
+            while len(self._decomp) > KEEP:  # a whole model's eigenvectors would weigh as much as its Grams again
+                self._decomp.pop(next(iter(self._decomp)))
         w, V = self._decomp[key]
         return energy_cut(w, V, energy)[0]
 
