@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from ..outputs.manifest import stamp
 from ..workspace.base_model import canonical
@@ -19,7 +20,7 @@ from .build import CUT_SEED, BuiltOutput
 from .evaluation import Evaluation
 
 
-def portable(path, home: Path) -> str:
+def portable(path: str | Path, home: Path) -> str:
     """``path`` relative to ``home`` (POSIX separators), with ``..`` when it lies outside it: an upload-ready
     folder holds no absolute local path (absolute only where no relative path exists, another drive)."""
     p = Path(path).resolve()
@@ -29,7 +30,7 @@ def portable(path, home: Path) -> str:
         return str(p)
 
 
-def _portable_base(name, home: Path, hub: tuple | None = None):
+def _portable_base(name: str | None, home: Path, hub: tuple | None = None) -> str | None:
     """A declared base model as recorded: the hub id when it is the local folder the output's ``base_model_id``
     names, else an absolute folder inside the workspace relative to it, else as declared.
 
@@ -110,7 +111,7 @@ def resolved_for(ev: Evaluation, multiple: float, module_figures: dict | None = 
         module_figures (dict | None): per module figures (their ``cut``), to say whether a randomized SVD ran.
     """
     recipe = ev.recipe
-    resolved = {"modules": len(ev.names)}
+    resolved: dict[str, Any] = {"modules": len(ev.names)}
     if ev.step is not None:
         st, k = ev.step, multiple
         resolved.update(alpha=None if st.alpha is None else st.alpha * k, alpha_chosen=st.alpha,
@@ -176,7 +177,7 @@ def card_body(manifest: dict) -> str:
 
 def gate_markdown(gate: dict) -> list[str]:
     """The gate's table as markdown lines, for the model card (``GateCheck.to_dict``)."""
-    def cell(text) -> str:
+    def cell(text: object) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
     g = gate

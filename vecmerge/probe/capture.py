@@ -24,7 +24,6 @@ from .inputs import Inputs
 from .prompts import PromptSet
 from .runner import _batch_tensors
 
-
 KEEP = 4  # decompositions kept by Grams.basis: a layer's distinct inputs (q/k/v, o, gate/up, down)
 
 
