@@ -168,7 +168,12 @@ def test_bad_protection_input_is_one_line_exit_2_and_nothing_written(protect_ws,
              (("--protect", "k=empty.jsonl"), ("empty.jsonl", "no items")),
              (("--protect", "keep1.jsonl"), ("--protect", "NAME=PROMPTS")),
              (("--target", "goal=goal.jsonl"), ("--target", "--protect")),
-             (("--protect", "k=missing.jsonl"), ("missing.jsonl",))]
+             (("--protect", "k=missing.jsonl"), ("missing.jsonl",)),
+             (("--protect", "keep1=keep1.jsonl", "--protect-energy", "0.5,1.2"), ("protect-energy", "(0, 1]")),
+             (("--protect", "keep1=keep1.jsonl", "--protect-energy", "-0.1"), ("protect-energy", "(0, 1]")),
+             (("--protect-energy", "0.9"), ("protect-energy", "--protect")),
+             (("--protect", "keep1=keep1.jsonl", "--target", f"t={big}"), ("big.jsonl", "vocabulary of 96")),
+             (("--protect", "keep1=keep1.jsonl", "--target", "t=empty.jsonl"), ("empty.jsonl", "no items"))]
     for extra, words in cases:
         _refused(run_cli(*step, *extra), *words)
         assert not (root / "po").exists()
@@ -189,4 +194,8 @@ def test_bad_protection_input_is_one_line_exit_2_and_nothing_written(protect_ws,
     # a command without a step: a recipe with protect and no dir
     (root / "r.yaml").write_text("base: a\nprotect: {keep1: keep1.jsonl}\nout: po\n")
     _refused(run_cli("run", "r.yaml"), "protect", "dir")
+    # a merge has no step: its command has no --protect, its recipe refuses the key
+    _refused(run_cli("merge", "--protect", "keep1=keep1.jsonl", "a", "b", "--out", "po"), "--protect", "--help")
+    (root / "m.yaml").write_text("method: ties\nmodels: [a, b]\nspace: core\nprotect: {keep1: keep1.jsonl}\nout: po\n")
+    _refused(run_cli("run", "m.yaml"), "m.yaml", "protect", "vecmerge project")
     assert not (root / "po").exists()
