@@ -122,6 +122,11 @@ def test_protected_step_matches_a_dense_reference(protect_ws, run_cli, tiny_base
     manifest = json.loads((root / "po" / "vecmerge.json").read_text())
     assert manifest["protection"]["protect"]["keep1"]["sha256"] == prot["protect"]["keep1"]["sha256"]
     assert manifest["recipe"]["protect"] == {"keep1": "keep1.jsonl", "keep2": "keep2.jsonl"}
+    # no absolute local path in the protection section either: the base model and prompt files relative to the ws
+    assert manifest["protection"]["protect"]["keep1"]["path"] == "keep1.jsonl"
+    assert manifest["protection"]["target"]["goal"]["path"] == "goal.jsonl"
+    assert not Path(manifest["protection"]["base_model"]["path"]).is_absolute()
+    assert (root / manifest["protection"]["base_model"]["path"]).resolve() == Path(tiny_base).resolve()
 
 
 def test_an_energy_list_writes_one_output_per_energy(protect_ws, run_cli):
