@@ -273,13 +273,6 @@ def plan_runs(plan: Plan, records: Iterable[Record]) -> list[tuple[str, float, i
             and r.sha256 == shas[r.model]]
 
 
-def decide_plan(plan: Plan, records: Iterable[Record]) -> SequentialDecision:
-    """``decide_runs`` over ``plan_runs(plan, records)`` with the plan's parameters (a t-mixture plan)."""
-    return decide_runs(plan_runs(plan, records), a=plan.a, b=plan.b, min_effect=plan.min_effect,
-                       max_runs=plan.max_runs, alpha=plan.alpha, prior_scale=plan.prior_scale,
-                       higher_is_better=plan.higher_is_better)
-
-
 def check_plan_weights(p: Plan, current_sha: Mapping[str, str | None] | None) -> None:
     """Raise when A or B of plan ``p`` now has other weights than the plan names."""
     for name, planned in ((p.a, p.a_sha256), (p.b, p.b_sha256)):
