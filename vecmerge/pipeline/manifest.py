@@ -72,12 +72,33 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
         gate = {**gate, "ledger": portable(gate["ledger"], Path(home).resolve())}
     if source is not None and home is not None and isinstance(source.get("path"), str):
         source = {**source, "path": portable(source["path"], Path(home).resolve())}
+    protection = ev.protection if ev.protection is None or home is None else portable_protection(ev.protection, home)
     resolved = resolved_for(ev, built.multiple, built.figures["modules"])
     figures, modules = manifest_figures(built.figures)
     return {**stamp(recipe.kind), "method": ev.method.name, **where, "recipe": d, "resolved": resolved,
             "inputs": inputs, "missing_modules": ev.missing, "figures": figures, "modules": modules,
             **({} if gate is None else {"gate": gate}), **({} if source is None else {"config": source}),
-            **({} if ev.protection is None else {"protection": ev.protection})}
+            **({} if protection is None else {"protection": protection})}
+
+
+def portable_protection(protection: dict, home: Path) -> dict:
+    """A protected step's figures with the base model folder and each prompt file relative to ``home``.
+
+    Args:
+        protection (dict): ``Evaluation.protection`` (``base_model.path``, ``protect``/``target`` sets' ``path``).
+        home (Path): the workspace folder.
+    """
+    home = Path(home).resolve()
+    out = dict(protection)
+    base = out.get("base_model")
+    if isinstance(base, dict) and isinstance(base.get("path"), str):
+        out["base_model"] = {**base, "path": portable(base["path"], home)}
+    for role in ("protect", "target"):
+        sets = out.get(role)
+        if isinstance(sets, dict):
+            out[role] = {k: {**e, "path": portable(e["path"], home)} if isinstance(e, dict)
+                         and isinstance(e.get("path"), str) else e for k, e in sets.items()}
+    return out
 
 
 MODULE_KEYS = ("rank", "exact_rank", "rel_error", "survival", "cut", "power_iters")

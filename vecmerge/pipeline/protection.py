@@ -19,13 +19,14 @@ from typing import TypedDict
 
 import torch
 
-from ..analysis.protect import ENERGY_DEFAULT, energy_basis, project, quadratic, ratio, widen
+from ..analysis.protect import ENERGY_DEFAULT, project, quadratic, quadratic_rows, ratio, widen
 from ..analysis.step import choose_step
 from ..errors import ModelError, NumericError, Problem, RecipeError
 from ..linalg.subspace import InSpan
 from ..linalg.threads import Progress
 from ..probe.capture import Grams, capture_grams
 from ..probe.hooks import Update
+from ..probe.inputs import Inputs
 from ..probe.prompts import read_prompts
 from ..probe.runner import load_base
 from ..recipe.recipe import Recipe
@@ -153,9 +154,8 @@ def protect(ev: Evaluation, cap: Captured, energy: float) -> Evaluation:
     drift = {k: [0.0, 0.0] for k in names_p + names_t}  # [||D' X^T||^2, ||D X^T||^2]
     d_sq = sum(x.norm() ** 2 for x in old_dir.modules.values())
     for m in modules:
-        G = cap.grams.total(names_p, m)
         try:
-            U, _ = energy_basis(G, energy)
+            U = cap.grams.basis(names_p, m, energy)
         except NumericError:
             files = ", ".join(str(cap.sets[k].path) for k in names_p)
             raise RecipeError([Problem("{protect}: " + f"{m}: its inputs on the protected prompts ({files}) are all "
@@ -170,9 +170,8 @@ def protect(ev: Evaluation, cap: Captured, energy: float) -> Evaluation:
                 v[m] = widen(x, pr.space)
         wide = widen(d, pr.space)
         for k in names_p + names_t:
-            Gk = cap.grams.by_set[k][m]
-            drift[k][0] += quadratic(pr.direction, Gk)
-            drift[k][1] += quadratic(wide, Gk)
+            drift[k][0] += _quadratic(pr.direction, cap.grams.by_set[k][m])
+            drift[k][1] += _quadratic(wide, cap.grams.by_set[k][m])
         ranks[m], widths[m] = pr.rank, int(U.shape[0])
     specs = old_dir.specs
     new_dir = TaskVector(direction, specs)
@@ -181,6 +180,12 @@ def protect(ev: Evaluation, cap: Captured, energy: float) -> Evaluation:
     kept_dir = ratio(sum(x.norm() ** 2 for x in direction.values()), d_sq)
     info = _figures(recipe, cap, energy, drift, kept_dir, ranks, widths)
     return dataclasses.replace(ev, operands=new_ops, direction=new_dir, step=step, protection=info)
+
+
+def _quadratic(x: InSpan, inputs: Inputs) -> float:
+    """``||x X^T||_F^2`` from the kept rows (or sketch) where there are, else from the Gram."""
+    F = inputs.factor()
+    return quadratic_rows(x, F) if F is not None else quadratic(x, inputs.gram())
 
 
 def _figures(recipe: Recipe, cap: Captured, energy: float, drift: dict, kept_dir: float | None, ranks: dict,
@@ -200,9 +205,17 @@ def _figures(recipe: Recipe, cap: Captured, energy: float, drift: dict, kept_dir
             warnings.append(f"target {k} keeps {v['kept_change']:.3g} of its change, no more than a protected set "
                             f"keeps ({worst:.3g}): the protection removed what the target needed; try a lower "
                             "--protect-energy or protect prompts that differ from the target's")
+    sketched = cap.grams.sketched()
+    if sketched:
+        worst_bound = max(d["bound"] for v in sketched.values() for d in v.values())
+        g = cap.grams
+        warnings.append(f"{len(sketched)} module(s) read inputs wider than {g.exact_width} on more than "
+                        f"{2 * g.sketch_rows} positions: U and their figures come from a Frequent Directions sketch of "
+                        f"{g.sketch_rows} rows, ||G - B^T B||_2 <= {worst_bound:.3g} tr(G) (inputs.sketched)")
+    inputs = {"exact_width": cap.grams.exact_width, "sketch_rows": cap.grams.sketch_rows, "sketched": sketched}
     rank_values = list(ranks.values())
     return {"energy": energy, "base_model": cap.identity, "protect": protected, "target": targets,
-            "kept_direction": kept_dir, "ranks": ranks, "input_widths": widths,
+            "kept_direction": kept_dir, "ranks": ranks, "input_widths": widths, "inputs": inputs,
             "rank_summary": {"modules": len(rank_values), "min": min(rank_values, default=0),
                              "max": max(rank_values, default=0),
                              "mean": (sum(rank_values) / len(rank_values)) if rank_values else 0.0},

@@ -185,6 +185,9 @@ def _stable_backbone(f: GateFacts, c: GateConfig) -> GateRow:
         said = (f"{f.backbone}: {comp.trainings} trainings ({', '.join(comp.members)}), {comp.evaluations} runs; "
                 f"training plus evaluation noise sd {spread:.4g} (between trainings {comp.sd_training:.4g}, within "
                 "evaluations " + f"{comp.sd_eval:.4g})")
+    elif s is not None and s.n < 2:  # min_repeats 1 allows one run, whose spread is not measured
+        return GateRow("stable backbone", UNKNOWN, f"{f.backbone}: 1 run, so its spread cannot be measured; "
+                       "record another run or give replicates", numbers, threshold, source)
     elif s is not None:  # count = len(runs) >= min_repeats: runs to summarize
         spread = s.sd
         said = f"{f.backbone}: {s.n} runs, std {spread:.4g}"
