@@ -69,6 +69,7 @@ def test_no_absolute_path_in_any_file_of_a_project_merge_extract_or_fuse_output(
         assert res.exit_code == 0, (kind, res.output)
     moved = tmp_path / "a" / "b" / "x"  # an output copied out of its place: its workspace named again
     shutil.copytree(outs["extract"], moved)
-    assert run_cli("verify", moved).exit_code != 0
+    res = run_cli("verify", moved)
+    assert res.exit_code != 0 and "if the output was moved or copied, pass --workspace" in " ".join(res.output.split())
     res = run_cli("verify", moved, "--workspace", ws / "vecmerge.yaml")
     assert res.exit_code == 0, res.output
