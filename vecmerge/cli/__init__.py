@@ -9,12 +9,13 @@
     evidence.py      evidence add/import/export/show/compare/calibrate, ls, gate
     models.py        extract, fuse
     probe.py         probe
+    search.py        search
     rank.py          rank
     report.py        report
     demo.py          demo
 """
 
-from . import demo, evidence, inspect, merge, models, probe, rank, report, verify  # noqa: F401  (each registers its commands)
+from . import demo, evidence, inspect, merge, models, probe, rank, report, search, verify  # noqa: F401  (each registers its commands)
 from .app import main
 
 __all__ = ["main"]

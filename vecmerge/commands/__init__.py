@@ -9,6 +9,7 @@ prints, so the transcript is exactly what a user typing them would see. Every fu
     evidence.py   evidence add/import/export/show/compare/calibrate/plan/decide, ls, gate
     models.py     extract, fuse
     probe.py      probe
+    search.py     search (constrained search; top K written through the pipeline)
     rank.py       rank
     report.py     report (recommend.py: its advice)
 """
@@ -31,7 +32,8 @@ from .models import extract, fuse
 from .probe import probe
 from .rank import rank
 from .report import report
+from .search import search
 
 __all__ = ["inspect", "audit", "merge", "merge_config", "verify", "evidence_add", "evidence_import", "evidence_export",
            "evidence_show", "evidence_compare", "evidence_calibrate", "evidence_plan", "evidence_decide", "ls", "gate",
-           "extract", "fuse", "probe", "rank", "report"]
+           "extract", "fuse", "probe", "rank", "report", "search"]
