@@ -27,7 +27,9 @@ _PRIORITY = ("trust", "energy", "w", "mix", "slope", "x")
 
 def _levels(d: Dim, n: int) -> list:
     if d.choices:
-        order = sorted(d.choices, key=lambda v: (v != 0.9, v == 0, v)) if d.name == "energy" else list(d.choices)
+        # energies: 0.9 (the default), then 0 (the plain step), then the others from the highest
+        order = sorted(d.choices, key=lambda v: (v not in (0.9, 0.0), v != 0.9, -v)) if d.name == "energy" \
+            else list(d.choices)
         return order[:n]
     if d.name == "trust":
         return [d.hi] if n == 1 else [d.lo + (d.hi - d.lo) * k / (n - 1) for k in range(n)]
