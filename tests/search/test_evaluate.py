@@ -15,7 +15,7 @@ from vecmerge.peft.adapter import Adapter
 from vecmerge.probe.hooks import module_updates
 from vecmerge.probe.prompts import read_prompts
 from vecmerge.probe.runner import ProbeModel, load_base, run_probe
-from vecmerge.search.evaluate import Z, Scorer, cached, judge, paired, record
+from vecmerge.search.evaluate import Scorer, Z, cached, judge, paired, record
 
 
 def _scores(values):
