@@ -116,7 +116,7 @@ def test_the_best_feasible_candidate_beats_every_plain_dose_that_keeps_the_prote
     written = _dense_updates(top1)
     ch = _changes(model, written, before)
     best = next(c for c in d["candidates"] if c["sha256"] == d["top"][0])
-    # measured: best plain dose +3.4 (protected mean changes just within 0.05); the search's best +4.28
+    # measured: the best plain dose +3.23 (trust 0.075); the search's best +4.28 (E 0.9, trust 0.364)
     assert best["feasible"] and best["objective"] > 1.2 * best_plain, (best["objective"], best_plain)
     assert float(ch[0].mean()) == pytest.approx(best["objective"], rel=1e-3, abs=1e-3)
     for t, name in ((1, "p1"), (2, "p2")):
