@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..analysis.protect import energy_basis
+from ..analysis.protect import energy_basis, energy_count
 from ..errors import RecipeError
 from ..linalg.lowrank import LowRank, combine
 from ..probe.capture import Grams
@@ -55,13 +55,19 @@ class Factors:
         return self._norm
 
     def basis(self, module: str, energy: float) -> torch.Tensor:
-        """``U`` of ``module`` at ``energy`` (cached): the protected inputs' span, float64."""
-        key = (module, energy)
-        if key not in self._bases:
+        """``U`` of ``module`` at ``energy``: the protected inputs' span, float64, from the module's one
+        eigendecomposition (``energy_basis`` at E = 1 keeps every non-zero eigenvector; ``energy_count`` cuts it)."""
+        if module not in self._bases:
             if self.grams is None:
                 raise ValueError("no Grams captured")  # a caller's error: protection without a capture
-            self._bases[key] = energy_basis(self.grams.total(self.protect, module), energy)[0]
-        return self._bases[key]
+            self._bases[module] = energy_basis(self.grams.total(self.protect, module), 1.0)
+        V, w = self._bases[module]
+        return V[:, :energy_count(w, energy)]
+
+    def decompose(self, modules) -> None:
+        """Every module's eigendecomposition now (a search's setup), so that no candidate pays for one."""
+        for m in modules:
+            self.basis(m, 1.0)
 
 
 def linear_modules(factors: Factors) -> list[str]:
