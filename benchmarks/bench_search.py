@@ -60,11 +60,13 @@ def make_data(root: Path, a) -> Path:
 
 
 def run_vecmerge(root: Path, a) -> dict:
+    from vecmerge import Workspace
+
+    # the search's stages, timed apart: its setup, the grid's candidates, each built and scored
     from vecmerge.search import engine
     from vecmerge.search.candidate import build
     from vecmerge.search.optimize import grid
     from vecmerge.search.space import candidate
-    from vecmerge.workspace.names import Workspace
 
     t = time.perf_counter()
     setup = engine.prepare(Workspace(root=root), base="bb", dirs=["t0 - bb"], target={"t": str(root / "target.jsonl")},
@@ -83,6 +85,7 @@ def run_evolve(root: Path, a, cands: list, setup) -> dict:
     """The mergekit-evolve way: per candidate the merged model written, loaded and run (module docstring)."""
     from transformers import AutoModelForCausalLM
 
+    # the evolve way's pieces: the base loaded as probe loads it, a candidate's dense update, the same scoring
     from vecmerge.probe.quiet import quiet_libraries
     from vecmerge.probe.runner import load_base
     from vecmerge.search.candidate import dense
