@@ -39,57 +39,14 @@ import numpy as np
 
 from .expressions import coefficients
 from .lora_terms import LoraFolder, read_folder, uncovered
+from .merges import COVERED, merged
 from .references import SPECTRAL, Uncovered, shared_cores, spectral
+from .stack import ZERO_RTOL, Stack
 
-ZERO_RTOL = 1e-9      # a module whose norm is below this share of its terms' norms is zero (it has no sign)
-GRAM_FLOOR = 1e-6     # a norm from the Grams only where ||X||^2 >= this share of bound^2, else from R factors
 STEPPED = ("add", "onto-ref", "orthogonal")
 LINEAR_MERGES = ("linear", "svd", "cat", "task_arithmetic", "slerp")
 SLERP_DOT = 0.9995    # mergekit's colinearity threshold on |cos theta|
 DIVISOR_EPS = 1e-8    # normalize by sum(weights) only when it is not ~0 (mergekit's rule)
-
-
-@dataclass
-class Stack:
-    """``B @ A`` held as stacked float64 factors; ``bound = sum_i ||B_i|| ||A_i||`` of its terms (for ZERO_RTOL)."""
-
-    B: np.ndarray
-    A: np.ndarray
-    bound: float = 0.0
-
-    @classmethod
-    def zero(cls, out: int, inn: int) -> Stack:
-        return cls(np.zeros((out, 0)), np.zeros((0, inn)))
-
-    def __add__(self, o: Stack) -> Stack:
-        return Stack(np.hstack([self.B, o.B]), np.vstack([self.A, o.A]), self.bound + o.bound)
-
-    def scaled(self, c: float) -> Stack:
-        return Stack(self.B * c, self.A, self.bound * abs(c))
-
-    def inner(self, o: Stack) -> float:
-        """``<self, o>_F`` from the two Grams."""
-        if not self.B.shape[1] or not o.B.shape[1]:
-            return 0.0
-        return float(np.sum((self.B.T @ o.B) * (self.A @ o.A.T)))
-
-    def norm(self) -> float:
-        """``||B A||_F``: from the Grams, ``sqrt(sum((B^T B) * (A A^T)))``, whose error is about ``eps * bound^2``,
-        so it is taken only where ``||B A||^2 >= GRAM_FLOOR * bound^2`` (relative error <= 1e-10); below, where the
-        terms nearly cancel (``v - v``), from R factors, ``||R_b R_a^T||_F``, stable at any size."""
-        if not self.B.shape[1]:
-            return 0.0
-        gram = float(np.sum((self.B.T @ self.B) * (self.A @ self.A.T)))
-        if gram >= GRAM_FLOOR * self.bound * self.bound > 0.0:
-            return math.sqrt(gram)
-        return float(np.linalg.norm(np.linalg.qr(self.B, mode="r") @ np.linalg.qr(self.A.T, mode="r").T))
-
-    def is_zero(self) -> bool:
-        return self.norm() <= ZERO_RTOL * self.bound
-
-    def apply(self, X: np.ndarray) -> np.ndarray:
-        """``B (A X)``."""
-        return self.B @ (self.A @ X)
 
 
 @dataclass
@@ -120,6 +77,7 @@ class Derivation:
     allow_missing: bool = False
     slerp: dict | None = None
     spectral: dict | None = None
+    merge: dict | None = None                       # a non-linear merge: method, recipe, weights, densities
     dir_norms: dict = field(default_factory=dict)   # ||dir'_m|| (project): ||step_m|| = |k alpha_m| ||dir'_m||
     protect: dict = field(default_factory=dict)     # a protected step: module -> U (in, c), dir' -> dir' (I - U U^T)
 
@@ -165,6 +123,11 @@ class Derivation:
 
     def intended(self, m: str) -> tuple[Stack, Stack | None, Stack | None]:
         """``(I_m, base_m, step_m)``: the update module m should hold, and for a step its backbone and step."""
+        if self.merge is not None:  # verify.independent.merges, on the unweighted models
+            g = self.merge
+            xs = [self.operand(w, m) for w in self.forms["_weights"]]
+            out = merged(g["method"], m, xs, g["weights"], g["densities"], g["recipe"])
+            return out.scaled(self.coeff.get(m, 1.0)), None, None
         if self.kind != "project" and self.spectral is not None:
             xs = [self.operand(w, m).scaled(c) for w, c in self.forms["_weights"].items()]
             Qb, cores, Qa = shared_cores([(x.B, x.A) for x in xs])
@@ -215,7 +178,7 @@ def derive(manifest: dict, protector=None) -> Derivation:
     r = manifest["recipe"]
     method = r.get("method")
     kind = "project" if method in STEPPED else "refactor" if method == "expression" else "merge"
-    if kind == "merge" and method not in LINEAR_MERGES + SPECTRAL:
+    if kind == "merge" and method not in LINEAR_MERGES + SPECTRAL + COVERED:
         raise Uncovered(f"method {method}: no independent reference yet")
     if r.get("protect") and protector is None:
         raise Uncovered("a protected step needs the base model to re-derive; pass --base-model")
@@ -266,6 +229,10 @@ def _fill(d: Derivation, r: dict, method: str, kind: str, protector=None) -> Non
     seen = dict.fromkeys(m for w in d.forms["_weights"] for n in d.forms[w] for m in d.folders[n].keys)
     d.names = [m for m in seen if _selected(r, m)]
     d.coeff = {m: _multiplier(r, m) for m in d.names}
+    if method in COVERED:  # verify.independent.merges: weights and densities per model, the recipe's fields
+        d.merge = {"method": method, "recipe": r, "weights": weights,
+                   "densities": [float(e["density"]) if e.get("density") is not None else float(r.get("density") or 1.0)
+                                 for e in r["models"]]}
     if method in SPECTRAL:  # the papers' definitions on the models' weighted cores (verify.independent.references)
         d.spectral = {k: r.get(k) for k in ("lambda", "sv_reduction", "common_space_fraction", "svc_alpha")
                       if r.get(k) is not None}

@@ -1,0 +1,138 @@
+"""The element-wise merges on dense tasks, in numpy, for ``independent.merges``: never ``linalg``'s kernels.
+
+Each takes the tasks ``X`` (n, rows, cols) float64 (a module's dense updates, or their principal cores) and
+returns the merged (rows, cols). Order of entries: by ``|x|`` descending, ties by the lowest row-major index
+first (``top``: the pipeline's documented tie rule). Random masks come from ``draws.Stream`` (one ``bernoulli``
+per model with a density below 1, model after model, float32 probabilities).
+
+- PEFT's rule (``peft``; ``ties``, ``dare_*`` without ``normalize``, ``magnitude_prune``): trim to the top
+  ``k = int(d N)`` by magnitude, or keep at random with ``p = d`` and divide by d; ``sum``: ``sum_i w_i T_i``;
+  ``ties``: ``s = +1 if sum_i v_i >= 0 else -1`` on the UNweighted ``v_i = T_i`` (``total``) or ``sign(T_i)``
+  (``frequency``), ``sum_i [sign T_i = s] w_i T_i / max(1, sum_i [sign T_i = s])`` (Yadav et al. 2023, PEFT).
+- mergekit 0.1.5's generalized task arithmetic (``gta``: ``ties``/``dare_*`` with ``normalize``, breadcrumbs,
+  DELLA): magnitude ``k = max(1, int(d N))``; breadcrumbs' outliers: the ``int(d N)`` entries after the
+  ``int(gamma N)`` largest; random (``p = d``) or DELLA's per-row ``p = d - eps + 2 eps (r - 1)/(c - 1)`` (r the
+  rank of ``|x|`` in its row, 1 the smallest; stable ranks); rescale ``1/d``, L1 (``||X||_1 / ||X M||_1``, 1 when
+  either is below 1e-7) or none; ``Y_i = w_i T_i``; consensus none, or on ``sum Y`` / ``sum sign Y``; divisor
+  ``sum w`` (1 below 1e-8) or ``sum_i A_i w_i`` (1 where 0); ``normalize``: mixed / divisor; times lambda.
+- SCE (Wan et al. 2024, mergekit's ``sce``): the ``int(nnz(var) topk)`` entries of largest population variance
+  across tasks, ``c_i = mean(T_i^2)`` normalized (uniform when all are 0), TIES' agreement on ``sum T``,
+  ``sum_i A_i c_i T_i / max(sum_i A_i c_i, 1e-6)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .draws import Stream
+
+L1_EPS = 1e-7
+DIVISOR_EPS = 1e-8
+SCE_CLAMP = 1e-6
+
+
+def top(a: np.ndarray, k: int) -> np.ndarray:
+    """Bool mask of the k largest entries of ``a`` (any shape), ties by the lowest row-major index first."""
+    flat = a.reshape(-1)
+    mask = np.zeros(flat.size, dtype=bool)
+    if k > 0:
+        mask[np.argsort(-flat, kind="stable")[:k]] = True
+    return mask.reshape(a.shape)
+
+
+def _sign_vote(v: np.ndarray) -> np.ndarray:
+    return np.where(v >= 0, 1.0, -1.0)
+
+
+def peft(X: np.ndarray, w, ds, drop: str, combine: str, majority: str, stream: Stream | None) -> np.ndarray:
+    """PEFT's magnitude_prune / ties / dare_linear / dare_ties (see the module docstring).
+
+    Args:
+        X (np.ndarray): (n, rows, cols). w, ds (sequence[float]): weights and densities, one per task.
+        drop (str): magnitude | random. combine (str): sum | ties. majority (str): total | frequency.
+        stream (Stream | None): the module's random stream (random drops).
+    """
+    T = X.copy()
+    for i, d in enumerate(ds):
+        if d >= 1.0:
+            continue
+        if drop == "random":
+            T[i] = X[i] * stream.bernoulli(np.full(X[i].shape, d)) / d
+        else:
+            k = int(d * X[i].size)
+            T[i] = X[i] * top(np.abs(X[i]), k) if k < X[i].size else X[i]
+    W = T * np.asarray(w, dtype=np.float64)[:, None, None]
+    if combine == "sum":
+        return W.sum(0)
+    s = _sign_vote(T.sum(0) if majority == "total" else np.sign(T).sum(0))
+    agree = np.sign(T) == s
+    return (W * agree).sum(0) / np.maximum(agree.sum(0), 1.0)
+
+
+def della_probabilities(x: np.ndarray, d: float, eps: float) -> np.ndarray:
+    """DELLA's float32 keep probabilities per row (rank 1: the smallest ``|x|``; stable ranks)."""
+    ranks = np.argsort(np.argsort(np.abs(x), axis=1, kind="stable"), axis=1, kind="stable").astype(np.float32) + 1
+    cols = x.shape[1]
+    norm = (np.clip((ranks - np.float32(1)) / np.float32(cols - 1), 0, 1) if cols > 1
+            else np.zeros_like(ranks))
+    return np.float32(d - eps) + norm * np.float32(2) * np.float32(eps)
+
+
+def gta(X: np.ndarray, w, ds, p: dict, stream: Stream | None) -> np.ndarray:
+    """mergekit's generalized task arithmetic (see the module docstring).
+
+    Args:
+        X (np.ndarray): (n, rows, cols). w, ds (sequence[float]): one per task.
+        p (dict): sparsify (none|magnitude|random|outliers|della), rescale (none|l1|inverse), consensus
+            (none|sum|count), normalize (bool), lam, gamma, epsilon. stream (Stream | None): random drops.
+    """
+    T = X.copy()
+    for i, d in enumerate(ds):
+        if p["sparsify"] == "none" or d >= 1.0:
+            continue
+        a, n = np.abs(X[i]), X[i].size
+        if p["sparsify"] == "magnitude":
+            mask = top(a, max(1, int(d * n)))
+        elif p["sparsify"] == "outliers":
+            keep = int(d * n)
+            n_bot = max(0, n - keep - int(p["gamma"] * n))
+            mask = top(a, n - n_bot) & ~top(a, n - n_bot - keep)
+        elif p["sparsify"] == "random":
+            mask = stream.bernoulli(np.full(X[i].shape, d))
+        else:
+            mask = stream.bernoulli(della_probabilities(X[i], d, p["epsilon"]))
+        f = 1.0
+        if p["rescale"] == "inverse":
+            f = 1.0 / d
+        elif p["rescale"] == "l1":
+            before, after = float(a.sum()), float((a * mask).sum())
+            f = 1.0 if before < L1_EPS or after < L1_EPS else before / after
+        T[i] = X[i] * mask * f
+    wv = np.asarray(w, dtype=np.float64)
+    Y = T * wv[:, None, None]
+    if p["consensus"] == "none":
+        mixed, total = Y.sum(0), float(wv.sum())
+        divisor = 1.0 if abs(total) < DIVISOR_EPS else total
+    else:
+        s = _sign_vote(Y.sum(0) if p["consensus"] == "sum" else np.sign(Y).sum(0))
+        agree = np.sign(Y) == s
+        mixed = (Y * agree).sum(0)
+        divisor = (wv[:, None, None] * agree).sum(0)
+        divisor = np.where(divisor == 0, 1.0, divisor)
+    if p["normalize"]:
+        mixed = mixed / divisor
+    return mixed * p["lam"]
+
+
+def sce(X: np.ndarray, select_topk: float) -> np.ndarray:
+    """SCE: select by variance across tasks, weigh by mean square, erase disagreeing signs."""
+    n = X.shape[0]
+    T = X
+    if select_topk < 1.0:
+        var = X.var(axis=0)
+        T = X * top(var, int(np.count_nonzero(var) * select_topk))
+    c = (T ** 2).sum(axis=(1, 2)) / T[0].size
+    c = c / c.sum() if float(c.sum()) > 0 else np.full(n, 1.0 / n)
+    agree = np.sign(T) == _sign_vote(T.sum(0))
+    ew = c[:, None, None] * agree
+    return (T * ew).sum(0) / np.maximum(ew.sum(0), SCE_CLAMP)
