@@ -143,13 +143,14 @@ def test_an_edited_alpha_or_drop_list_fails(toy, run_cli):
     assert not row["passed"] and "dropped_by_consensus" in row["detail"]
 
 
-def test_a_method_without_an_independent_reference_is_named_not_passed_silently(toy, run_cli):
-    run_ok(run_cli, "merge", "--method", "ties", "v51", "v28", "--density", "0.5", "--rank", "8", "--out", "out")
+def test_a_recipe_outside_verify_s_own_path_is_named_not_passed_silently(toy, run_cli):
+    """TSV-M of checkpoints that repeat factors exactly: its polar factor is not unique, so not re-derived."""
+    run_ok(run_cli, "merge", "--method", "tsv_m", "v51", "v28", "--out", "out")
     res = verify_output("out")
     assert "independent" not in by_name(res) and res["passed"]
-    assert "method ties" in res["not_independent"]
-    text = run_cli("verify", "out").stdout
-    assert "note: the update was not re-derived by verify's own path (method ties" in " ".join(text.split())
+    assert "polar factor is not unique" in res["not_independent"]
+    text = " ".join(run_cli("verify", "out").stdout.split())
+    assert "note: the update was not re-derived by verify's own path (the models' singular vectors" in text
 
 
 def test_the_independent_check_reads_bf16_outputs_itself(toy, run_cli):

@@ -33,7 +33,8 @@ from __future__ import annotations
 import math
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -78,13 +79,15 @@ class Derivation:
     slerp: dict | None = None
     spectral: dict | None = None
     merge: dict | None = None                       # a non-linear merge: method, recipe, weights, densities
+    recipe: dict = field(default_factory=dict)      # a merge's recipe with per_module rows (read module by module)
     dir_norms: dict = field(default_factory=dict)   # ||dir'_m|| (project): ||step_m|| = |k alpha_m| ||dir'_m||
     protect: dict = field(default_factory=dict)     # a protected step: module -> U (in, c), dir' -> dir' (I - U U^T)
 
     def _slerp_weights(self, xs: dict) -> dict:
         """SLERP's (c0, c1): recorded over all modules (global scope) or from module m's two updates."""
         a, b = xs.values()
-        c = self.slerp.get("c") or slerp_weights(a.norm(), b.norm(), a.inner(b), self.slerp["t"])
+        sl = self.slerp or {}
+        c = sl.get("c") or slerp_weights(a.norm(), b.norm(), a.inner(b), sl["t"])
         return dict(zip(xs, c))
 
     def close(self) -> None:
@@ -123,23 +126,27 @@ class Derivation:
 
     def intended(self, m: str) -> tuple[Stack, Stack | None, Stack | None]:
         """``(I_m, base_m, step_m)``: the update module m should hold, and for a step its backbone and step."""
+        if self.recipe.get("per_module"):  # module m's values over the recipe's (mergekit's gradients, filters)
+            local = replace(self, forms=dict(self.forms), recipe={})
+            _merge_parts(local, module_recipe(self.recipe, m), self.slerp)
+            return local.intended(m)
         if self.merge is not None:  # verify.independent.merges, on the unweighted models
             g = self.merge
-            xs = [self.operand(w, m) for w in self.forms["_weights"]]
-            out = merged(g["method"], m, xs, g["weights"], g["densities"], g["recipe"])
+            models = [self.operand(w, m) for w in self.forms["_weights"]]
+            out = merged(g["method"], m, models, g["weights"], g["densities"], g["recipe"])
             return out.scaled(self.coeff.get(m, 1.0)), None, None
         if self.kind != "project" and self.spectral is not None:
-            xs = [self.operand(w, m).scaled(c) for w, c in self.forms["_weights"].items()]
-            Qb, cores, Qa = shared_cores([(x.B, x.A) for x in xs])
-            core = spectral(self.spectral["method"], cores, (xs[0].B.shape[0], xs[0].A.shape[1]), self.spectral)
+            ws = [self.operand(w, m).scaled(c) for w, c in self.forms["_weights"].items()]
+            Qb, cores, Qa = shared_cores([(x.B, x.A) for x in ws])
+            core = spectral(self.spectral["method"], cores, (ws[0].B.shape[0], ws[0].A.shape[1]), self.spectral)
             return Stack(Qb @ core * self.coeff.get(m, 1.0), Qa.T), None, None
         if self.kind != "project":
             xs = {which: self.operand(which, m) for which in self.forms["_weights"]}
             weights = self.forms["_weights"] if self.slerp is None else self._slerp_weights(xs)
-            total = None
+            first = next(iter(xs.values()))
+            total = Stack.zero(first.B.shape[0], first.A.shape[1])
             for which, w in weights.items():
-                x = xs[which].scaled(w * self.coeff.get(m, 1.0))
-                total = x if total is None else total + x
+                total = total + xs[which].scaled(w * self.coeff.get(m, 1.0))
             return total, None, None
         base = self.operand("base", m)
         step = self.stepped_dir(m, base, self.operand("dir", m)).scaled(self.module_alpha[m])
@@ -184,8 +191,8 @@ def derive(manifest: dict, protector=None) -> Derivation:
         raise Uncovered("a protected step needs the base model to re-derive; pass --base-model")
     if r.get("base_model") is not None and not r.get("protect"):  # a protected step's base model reads inputs
         raise Uncovered("a DoRA base model")
-    if r.get("per_module"):
-        raise Uncovered("per-module values (per_module: mergekit's gradients and filters)")
+    if r.get("per_module") and kind != "merge":
+        raise Uncovered("per-module values (per_module) of a project or refactor recipe")
     paths = {n: e["path"] for n, e in (r.get("inputs") or {}).items()}
     for p in paths.values():
         why = uncovered(p)
@@ -218,17 +225,50 @@ def _fill(d: Derivation, r: dict, method: str, kind: str, protector=None) -> Non
         _step(d, r, method)
         return
     exprs = [r["base"]] if kind == "refactor" else [e["model"] for e in r["models"]]
+    d.forms = {f"models[{i}]": coefficients(x) for i, x in enumerate(exprs)}
+    _merge_parts(d, r, None)
+    seen = dict.fromkeys(m for w in d.forms["_weights"] for n in d.forms[w] for m in d.folders[n].keys)
+    d.names = [m for m in seen if _selected(r, m)]
+    d.coeff = {m: _multiplier(r, m) for m in d.names}
+    if r.get("per_module"):
+        if method == "slerp" and r.get("slerp_scope") == "global" and "t" in r["per_module"]:
+            raise Uncovered("a per-module t with slerp_scope global (the pipeline's one angle takes the recipe's t)")
+        d.recipe = r
+    if method == "slerp" and r.get("slerp_scope") == "global":  # one angle from the whole adapters
+        n0 = n1 = inner = 0.0
+        for m in d.names:
+            a, b = d.operand("models[0]", m), d.operand("models[1]", m)
+            n0, n1, inner = n0 + a.norm() ** 2, n1 + b.norm() ** 2, inner + a.inner(b)
+        d.slerp = {"t": float(r["t"]), "c": slerp_weights(math.sqrt(n0), math.sqrt(n1), inner, float(r["t"]))}
+
+
+def module_recipe(r: dict, m: str) -> dict:
+    """The recipe as module m reads it: each ``per_module`` row's value for the first pattern m matches
+    (``re.search``) over the recipe's field, or over model i's field for a key ``models.I.FIELD``."""
+    out = {**r, "models": [dict(e) for e in r.get("models") or []]}
+    for key, rows in (r.get("per_module") or {}).items():
+        for pattern, value in rows:
+            if re.search(pattern, m):
+                if key.startswith("models."):
+                    _, i, name = key.split(".", 2)
+                    out["models"][int(i)][name] = value
+                else:
+                    out[key] = value
+                break
+    return out
+
+
+def _merge_parts(d: Derivation, r: dict, slerp: dict | None) -> None:
+    """A merge's weights (``forms["_weights"]``, with task arithmetic's lambda), its non-linear method, spectral
+    parameters or slerp t from the recipe ``r`` (one module's under ``per_module``; ``slerp``: a global angle)."""
+    method, kind = r.get("method"), d.kind
     weights = [1.0] if kind == "refactor" else [float(e.get("weight", 1.0)) for e in r["models"]]
     lam = 1.0
     if method == "task_arithmetic":  # mergekit's lambda (a recipe key), over sum(w) with normalize
         lam = 1.0 if r.get("lambda") is None else float(r["lambda"])
         if r.get("normalize") and abs(sum(weights)) >= DIVISOR_EPS:
             lam /= sum(weights)
-    d.forms = {f"models[{i}]": coefficients(x) for i, x in enumerate(exprs)}
     d.forms["_weights"] = {f"models[{i}]": w * lam for i, w in enumerate(weights)}
-    seen = dict.fromkeys(m for w in d.forms["_weights"] for n in d.forms[w] for m in d.folders[n].keys)
-    d.names = [m for m in seen if _selected(r, m)]
-    d.coeff = {m: _multiplier(r, m) for m in d.names}
     if method in COVERED:  # verify.independent.merges: weights and densities per model, the recipe's fields
         d.merge = {"method": method, "recipe": r, "weights": weights,
                    "densities": [float(e["density"]) if e.get("density") is not None else float(r.get("density") or 1.0)
@@ -238,20 +278,14 @@ def _fill(d: Derivation, r: dict, method: str, kind: str, protector=None) -> Non
                       if r.get(k) is not None}
         d.spectral["method"] = method
     if method == "slerp":
-        d.slerp = {"t": float(r["t"])}
-        if r.get("slerp_scope") == "global":  # one angle from the whole adapters
-            n0 = n1 = inner = 0.0
-            for m in d.names:
-                a, b = d.operand("models[0]", m), d.operand("models[1]", m)
-                n0, n1, inner = n0 + a.norm() ** 2, n1 + b.norm() ** 2, inner + a.inner(b)
-            d.slerp["c"] = slerp_weights(math.sqrt(n0), math.sqrt(n1), inner, d.slerp["t"])
+        d.slerp = slerp if slerp is not None and "c" in slerp else {"t": float(r["t"])}
 
 
 def _module_step(d: Derivation, r: dict, method: str, m: str) -> dict:
     """Module m's part of the step's pass: its norms, its consensus sign and the mode's coefficients."""
     with np.errstate(over="raise", invalid="raise", divide="raise"):  # per thread: errstate is thread-local
         base = d.operand("base", m)
-        out = {"bn": base.norm(), "dn": 0.0}
+        out: dict[str, Any] = {"bn": base.norm(), "dn": 0.0}
         if not _selected(r, m):  # only/exclude: no step, and no say in the consensus
             return out
         direction = d.operand("dir", m)
@@ -259,7 +293,8 @@ def _module_step(d: Derivation, r: dict, method: str, m: str) -> dict:
         dir_zero = nd <= ZERO_RTOL * direction.bound
         ref = d.operand("ref", m) if "ref" in d.forms else None
         nr = ref.norm() if ref is not None else 0.0
-        if (r.get("consensus") or {}).get("ref") and not (nr <= ZERO_RTOL * ref.bound or dir_zero):
+        if ref is not None and (r.get("consensus") or {}).get("ref") and not (nr <= ZERO_RTOL * ref.bound
+                                                                               or dir_zero):
             out["sign"] = -1 if ref.inner(direction) < 0 else 1
         k = _multiplier(r, m)
         if method == "add":
@@ -270,7 +305,7 @@ def _module_step(d: Derivation, r: dict, method: str, m: str) -> dict:
             dn = (direction + base.scaled(-a)).norm() if a != 0.0 else nd  # by QR: nothing cancels
             out.update(c=(k, -a * k, None), dn=abs(k) * dn)
         else:
-            a = direction.inner(ref) / (nr * nr) if nr else 0.0
+            a = direction.inner(ref) / (nr * nr) if nr and ref is not None else 0.0
             c = max(a, 0.0) * k
             out.update(c=(0.0, 0.0, c), dn=abs(c) * nr, zeroed=a <= 0 and not dir_zero and k != 0)
         if m in d.protect and "c" in out:  # the projected direction's own norm

@@ -40,6 +40,12 @@ def top(a: np.ndarray, k: int) -> np.ndarray:
     return mask.reshape(a.shape)
 
 
+def _draw(stream: Stream | None, p: np.ndarray) -> np.ndarray:
+    if stream is None:
+        raise ValueError("a random drop needs the module's stream (the recipe's seed)")
+    return stream.bernoulli(p)
+
+
 def _sign_vote(v: np.ndarray) -> np.ndarray:
     return np.where(v >= 0, 1.0, -1.0)
 
@@ -57,7 +63,7 @@ def peft(X: np.ndarray, w, ds, drop: str, combine: str, majority: str, stream: S
         if d >= 1.0:
             continue
         if drop == "random":
-            T[i] = X[i] * stream.bernoulli(np.full(X[i].shape, d)) / d
+            T[i] = X[i] * _draw(stream, np.full(X[i].shape, d)) / d
         else:
             k = int(d * X[i].size)
             T[i] = X[i] * top(np.abs(X[i]), k) if k < X[i].size else X[i]
@@ -98,9 +104,9 @@ def gta(X: np.ndarray, w, ds, p: dict, stream: Stream | None) -> np.ndarray:
             n_bot = max(0, n - keep - int(p["gamma"] * n))
             mask = top(a, n - n_bot) & ~top(a, n - n_bot - keep)
         elif p["sparsify"] == "random":
-            mask = stream.bernoulli(np.full(X[i].shape, d))
+            mask = _draw(stream, np.full(X[i].shape, d))
         else:
-            mask = stream.bernoulli(della_probabilities(X[i], d, p["epsilon"]))
+            mask = _draw(stream, della_probabilities(X[i], d, p["epsilon"]))
         f = 1.0
         if p["rescale"] == "inverse":
             f = 1.0 / d
@@ -110,6 +116,7 @@ def gta(X: np.ndarray, w, ds, p: dict, stream: Stream | None) -> np.ndarray:
         T[i] = X[i] * mask * f
     wv = np.asarray(w, dtype=np.float64)
     Y = T * wv[:, None, None]
+    divisor: float | np.ndarray
     if p["consensus"] == "none":
         mixed, total = Y.sum(0), float(wv.sum())
         divisor = 1.0 if abs(total) < DIVISOR_EPS else total

@@ -35,6 +35,7 @@ from ...errors import few
 from ..report import check, close, within
 from .derive import Derivation, Stack, derive
 from .lora_terms import read_folder
+from .stack import r_factor
 
 PROBES = 16
 ALPHA_RTOL = 1e-9         # alpha is a ratio of float64 norms
@@ -65,13 +66,13 @@ def compare_module(m: str, d: Derivation, out, seed: str, cut: bool) -> dict:
         row["diff"] = _ratio(float(np.linalg.norm(WX - Q @ (Q.T @ IX))), nI)
         sq_i = intended.norm() ** 2
         err_sq = max(sq_i - 2 * intended.inner(W) + W.inner(W), 0.0)
-        sigma = (np.linalg.svd(np.linalg.qr(intended.B, mode="r") @ np.linalg.qr(intended.A.T, mode="r").T,
-                               compute_uv=False) if intended.B.shape[1] else np.zeros(0))
+        sigma = (np.linalg.svd(r_factor(intended.B) @ r_factor(intended.A.T).T, compute_uv=False)
+                 if intended.B.shape[1] else np.zeros(0))
         row.update(rel_error=_ratio(math.sqrt(err_sq), math.sqrt(sq_i)),
                    optimal=_ratio(math.sqrt(float(np.sum(sigma[row["rank"]:] ** 2))), math.sqrt(sq_i)))
     else:
         row["diff"] = _ratio(float(np.linalg.norm(WX - IX)), nI)
-    if step is not None:
+    if step is not None and base is not None:
         row["moved"] = W.inner(step) - base.inner(step)
         row["step_sq"] = (d.module_alpha[m] * d.dir_norms[m]) ** 2  # the norms of pass 1, not a second QR
     return row

@@ -39,10 +39,9 @@ def gram(xs: list[Stack]) -> np.ndarray:
 
 def combination(xs: list[Stack], a) -> Stack:
     """``sum_i a_i x_i`` as stacked factors."""
-    out = None
+    out = Stack.zero(xs[0].B.shape[0], xs[0].A.shape[1])
     for x, c in zip(xs, a):
-        term = x.scaled(float(c))
-        out = term if out is None else out + term
+        out = out + x.scaled(float(c))
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -49,7 +50,7 @@ class Stack:
         gram = float(np.sum((self.B.T @ self.B) * (self.A @ self.A.T)))
         if gram >= GRAM_FLOOR * self.bound * self.bound > 0.0:
             return math.sqrt(gram)
-        return float(np.linalg.norm(np.linalg.qr(self.B, mode="r") @ np.linalg.qr(self.A.T, mode="r").T))
+        return float(np.linalg.norm(r_factor(self.B) @ r_factor(self.A.T).T))
 
     def is_zero(self) -> bool:
         return self.norm() <= ZERO_RTOL * self.bound
@@ -61,6 +62,11 @@ class Stack:
     def dense(self) -> np.ndarray:
         """``B @ A`` as one (out, in) matrix (a module at a time)."""
         return self.B @ self.A
+
+
+def r_factor(M: np.ndarray) -> np.ndarray:
+    """R of the thin QR of M (``M = Q R``; ``||M x|| = ||R x||``)."""
+    return cast(np.ndarray, np.linalg.qr(M, mode="r"))
 
 
 def dense(D: np.ndarray) -> Stack:
