@@ -201,3 +201,44 @@ def test_a_keep_base_output_is_re_derived_by_verifys_own_path(toy, run_cli):
     row = by_name(verify_output("out"))["independent"]
     assert not row["passed"] and CUT_MODULE in row["detail"]
     assert row["figures"]["max_diff"] == pytest.approx(1e-4, rel=0.5)
+
+
+def _with_biases(root: Path, names=("v54", "v51", "v28")) -> dict:
+    """The toy's adapters made lora_bias adapters: a random ``lora_B.bias`` per module; returns their biases."""
+    from safetensors.torch import save_file
+
+    g, biases = torch.Generator().manual_seed(5), {}
+    for n in names:
+        t = load_file(str(root / n / "adapter_model.safetensors"))
+        for k in [k for k in t if k.endswith("lora_B.weight")]:
+            t[k[:-len("weight")] + "bias"] = biases[(n, k)] = torch.randn(t[k].shape[0], generator=g) * 0.01
+        save_file(t, str(root / n / "adapter_model.safetensors"), metadata={"format": "pt"})
+        cfg = json.loads((root / n / "adapter_config.json").read_text())
+        (root / n / "adapter_config.json").write_text(json.dumps({**cfg, "lora_bias": True}))
+    return biases
+
+
+@pytest.mark.parametrize("args", [("merge", "--method", "linear", "v54", "v51", "--weights", "0.6,0.4"),
+                                  ("project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.05")])
+def test_lora_bias_inputs_are_re_derived_by_verify_s_own_path(toy, run_cli, args):
+    """The own path reads ``lora_B.bias`` (issue 36's mutant: it never did, yet claimed the update re-derived): the
+    intended bias equals the inputs' biases combined here by hand (rel 1e-12), and a re-pinned 0.01% edit of one
+    module's written bias fails the independent row itself (the weights are untouched)."""
+    from vecmerge.recipe.load import with_absolute_inputs
+    from vecmerge.verify.independent.derive import derive
+
+    biases = _with_biases(toy)
+    run_ok(run_cli, *args, "--out", "out")
+    res = by_name(verify_output("out"))
+    assert res["independent"]["passed"] and "lora_bias bias updates of 14 modules" in res["independent"]["detail"]
+    man = with_absolute_inputs(json.loads(Path("out/vecmerge.json").read_text()), Path("out"))
+    d = derive(man)
+    key = f"base_model.model.{CUT_MODULE}.lora_B.weight"
+    b54, b51, b28 = (biases[(n, key)].double().numpy() for n in ("v54", "v51", "v28"))  # toy scale alpha/r = 1
+    want = 0.6 * b54 + 0.4 * b51 if args[0] == "merge" else b54 + d.module_alpha[CUT_MODULE] * (b51 - b28)
+    got = d.intended_bias(CUT_MODULE)
+    d.close()
+    assert float(((got - want) ** 2).sum() ** 0.5) <= 1e-12 * float((want ** 2).sum() ** 0.5)
+    rehashed(Path("out"), f"{CUT_MODULE}.lora_B.bias", lambda t: t * (1 + 1e-4))
+    row = by_name(verify_output("out"))["independent"]
+    assert not row["passed"] and "intended bias update" in row["detail"] and CUT_MODULE in row["detail"]

@@ -45,6 +45,7 @@ from .references import SPECTRAL, Uncovered, shared_cores, spectral
 from .stack import ZERO_RTOL, Stack
 
 STEPPED = ("add", "onto-ref", "orthogonal")
+BIASED = ("add", "expression", "linear", "svd", "cat", "task_arithmetic")  # lora_bias: a fixed linear map
 LINEAR_MERGES = ("linear", "svd", "cat", "task_arithmetic", "slerp")
 SLERP_DOT = 0.9995    # mergekit's colinearity threshold on |cos theta|
 DIVISOR_EPS = 1e-8    # normalize by sum(weights) only when it is not ~0 (mergekit's rule)
@@ -109,6 +110,34 @@ class Derivation:
         if out is None:
             shape = next(self.folders[n].factors(m) for n in self.folders if m in self.folders[n].keys)
             return Stack.zero(shape[0].shape[0], shape[1].shape[1])
+        return out
+
+    def operand_bias(self, which: str, m: str) -> np.ndarray | None:
+        """Module m's bias update of the expression ``which`` (lora_bias inputs), None where no input has one."""
+        out = None
+        for n, c in self.forms[which].items():
+            f: LoraFolder = self.folders[n]
+            v = f.bias(m) if m in f.bias_keys else None
+            if v is not None:
+                out = c * v if out is None else out + c * v
+        return out
+
+    def intended_bias(self, m: str) -> np.ndarray | None:
+        """Module m's intended bias update (BIASED methods: the same linear map as the weights'), or None:
+        ``b_m = base_m + k alpha_m mult_m dir_m`` (add), ``mult_m sum_i w_i operand_i`` (merge, refactor)."""
+        if self.kind == "project":
+            b, d = self.operand_bias("base", m), self.operand_bias("dir", m)
+            c = self.coeff.get(m)
+            if d is None or c is None:
+                return b
+            step = self.module_alpha[m] * c[0] * d
+            return step if b is None else b + step
+        out = None
+        for which, w in self.forms["_weights"].items():
+            v = self.operand_bias(which, m)
+            if v is not None:
+                v = v * (w * self.coeff.get(m, 1.0))
+                out = v if out is None else out + v
         return out
 
     def stepped_dir(self, m: str, base: Stack, d: Stack, c=None, protected: bool = True) -> Stack:
@@ -199,6 +228,11 @@ def derive(manifest: dict, protector=None) -> Derivation:
         if why:
             raise Uncovered(why)
     folders = {n: read_folder(p) for n, p in paths.items()}
+    if any(f.bias_keys for f in folders.values()) and (method not in BIASED or r.get("protect")
+                                                        or r.get("per_module")):
+        for f in folders.values():
+            f.close()
+        raise Uncovered(f"lora_bias inputs with method {method} (a bias is re-derived for {', '.join(BIASED)})")
     pins = {n: e.get("sha256") for n, e in (r.get("inputs") or {}).items()}
     changed = [n for n, f in folders.items() if f.sha256 != pins.get(n)]
     d = Derivation(kind, [], str(r.get("rank", "exact")), folders, allow_missing=bool(r.get("allow_missing")))

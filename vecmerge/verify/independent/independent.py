@@ -72,6 +72,12 @@ def compare_module(m: str, d: Derivation, out, seed: str, cut: bool) -> dict:
                    optimal=_ratio(math.sqrt(float(np.sum(sigma[row["rank"]:] ** 2))), math.sqrt(sq_i)))
     else:
         row["diff"] = _ratio(float(np.linalg.norm(WX - IX)), nI)
+    want_b = d.intended_bias(m)
+    got_b = out.bias(m) if m in out.bias_keys else None
+    if want_b is not None or got_b is not None:  # lora_bias: exact (a vector, never cut)
+        want_v = want_b if want_b is not None else np.zeros(Bw.shape[0])
+        got_v = got_b if got_b is not None else np.zeros(Bw.shape[0])
+        row["bias"] = _ratio(float(np.linalg.norm(got_v - want_v)), float(np.linalg.norm(want_v)))
     if step is not None and base is not None:
         row["moved"] = W.inner(step) - base.inner(step)
         row["step_sq"] = (d.module_alpha[m] * d.dir_norms[m]) ** 2  # the norms of pass 1, not a second QR
@@ -117,6 +123,11 @@ def _check(d: Derivation, out, manifest: dict, tol: dict, threads: int) -> dict:
         problems.append(f"{len(off)}/{len(rows)} modules do not hold the intended update, e.g. {off[0]}: "
                         f"{'W - QQ^T I' if cut else 'W - I'} is {rows[off[0]]['diff']:.3e} of I on {PROBES} probes "
                         f"> {tu:g}")
+    biased = {m: r["bias"] for m, r in rows.items() if "bias" in r}
+    off_b = [m for m, e in biased.items() if not within(e, tu)]
+    if off_b:
+        problems.append(f"{len(off_b)}/{len(biased)} modules do not hold the intended bias update (scale * "
+                        f"lora_B.bias), e.g. {off_b[0]}: relative error {biased[off_b[0]]:.3e} > {tu:g}")
     if cut:
         bad_err = [m for m, r in rows.items() if not isinstance((rec.get(m) or {}).get("rel_error"), (int, float))
                    or not within(abs(r["rel_error"] - rec[m]["rel_error"]), tu)]
@@ -141,7 +152,8 @@ def _check(d: Derivation, out, manifest: dict, tol: dict, threads: int) -> dict:
     return check("independent", not problems, "; ".join(problems) or
                  f"re-derived by verify's own float64 path (no pipeline code): every module is {what} within "
                  f"{tu:g} on {PROBES} probes" + (", the recorded cut errors reproduce" if cut else "")
-                 + (f"; alpha {figs['alpha']!r} as recorded" if figs.get("alpha") is not None else ""), figs)
+                 + (f"; alpha {figs['alpha']!r} as recorded" if figs.get("alpha") is not None else "")
+                 + (f"; the lora_bias bias updates of {len(biased)} modules within {tu:g}" if biased else ""), figs)
 
 
 def _step_problems(d: Derivation, manifest: dict, rows: dict, cut: bool, ts: float, figs: dict) -> list[str]:

@@ -13,7 +13,8 @@ folder again by PEFT's rules written out once more, on its own, for ``verify.ind
 
 Only the bytes come through ``io``: the bounded JSON parser, the checked safetensors reader (its sha256 is
 compared with the manifest's pin) and the time-bounded regex matcher. Folders this reading does not cover
-(DoRA, ``target_parameters`` experts, ``lora_bias``, ``.bin`` weights) are named by ``uncovered``.
+(DoRA, ``target_parameters`` experts, ``.bin`` weights) are named by ``uncovered``; a ``lora_bias`` folder's
+``<module>.lora_B.bias`` is read as the bias update ``scale * lora_B.bias`` (``LoraFolder.bias``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class LoraFolder:
     Args:
         path (Path): the folder. config (dict): ``adapter_config.json``. file (TensorFile): its weights.
         sha256 (str): the weights' sha256 as read. keys (dict[str, tuple[str, str]]): module -> (A key, B key).
+        bias_keys (dict[str, str]): module -> its ``lora_B.bias`` key (``lora_bias`` adapters).
     """
 
     path: Path
@@ -47,6 +49,7 @@ class LoraFolder:
     file: TensorFile
     sha256: str
     keys: dict
+    bias_keys: dict = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)  # one file position: reads take turns
 
     @property
@@ -85,6 +88,18 @@ class LoraFolder:
         return B * self.scale(module), A
 
 
+    def bias(self, module: str) -> np.ndarray | None:
+        """``scale * lora_B.bias`` of ``module`` (out,) in float64, or None without one."""
+        key = self.bias_keys.get(module)
+        if key is None:
+            return None
+        with self.lock:
+            v = _array(self.file, key)
+        if v.shape != (self.factors(module)[0].shape[0],):
+            raise ValueError(f"{self.path}: {key} has shape {v.shape}, not lora_B's output size")
+        return v * self.scale(module)
+
+
 def _array(f: TensorFile, name: str) -> np.ndarray:
     """Tensor ``name`` of ``f`` decoded by numpy as float64 (bf16: its 16 bits are the top of a float32)."""
     info = f.tensors[name]
@@ -104,8 +119,7 @@ def uncovered(folder: Path) -> str | None:
     c = load_json(folder / "adapter_config.json")
     if not isinstance(c, dict):
         return f"{folder.name}: adapter_config.json is not an object"
-    for key, what in (("use_dora", "a DoRA adapter"), ("target_parameters", "MoE expert parameters"),
-                      ("lora_bias", "lora_bias")):
+    for key, what in (("use_dora", "a DoRA adapter"), ("target_parameters", "MoE expert parameters")):
         if c.get(key):
             return f"{folder.name}: {what}"
     if c.get("peft_type", "LORA") != "LORA":
@@ -120,8 +134,11 @@ def read_folder(folder: Path) -> LoraFolder:
     config = load_json(folder / "adapter_config.json")
     f = TensorFile(folder / "adapter_model.safetensors")  # held open (one file throughout), read a tensor at a time
     sha = f.sha256()
-    keys = {}
+    keys, bias_keys = {}, {}
     for name in f.tensors:
+        if name.endswith(".lora_B.bias"):
+            module = name[:-len(".lora_B.bias")]
+            bias_keys[module[len(PREFIX):] if module.startswith(PREFIX) else module] = name
         for a_suffix, (_, b_suffix) in FACTORS.items():
             if name.endswith(a_suffix):
                 module = name[:-len(a_suffix)]
@@ -130,4 +147,4 @@ def read_folder(folder: Path) -> LoraFolder:
                 if b not in f.tensors:
                     raise ValueError(f"{folder}: {name} has no {b}")
                 keys[module] = (name, b)
-    return LoraFolder(folder, config, f, sha, keys)
+    return LoraFolder(folder, config, f, sha, keys, bias_keys)
