@@ -60,10 +60,9 @@ def test_uncovered_folders_are_named(tmp_path):
     assert "adapter_model.safetensors" in uncovered(g)
 
 
-def test_lora_bias_inputs_are_not_claimed_as_re_derived_by_verifys_own_path(tmp_path, monkeypatch, run_cli):
-    """Issue 36 (mutant): verify's own path reads ``B @ A`` only, never ``lora_B.bias``; so for lora_bias inputs
-    it must say the update was not re-derived (``not_independent``, naming lora_bias) instead of claiming it.
-    The bias itself is checked against the recomputed one (the ``bias`` row)."""
+def test_lora_bias_inputs_are_re_derived_with_their_biases(tmp_path, monkeypatch, run_cli):
+    """Issue 36 (mutant): verify's own path once read ``B @ A`` only, never ``lora_B.bias``, and still claimed the
+    update re-derived. Now it reads the biases (``scale * lora_B.bias``) and its row says it compared them."""
     monkeypatch.chdir(tmp_path)
     for name, seed in (("a", 1), ("b", 2)):
         folder = toy_adapter(name, seed=seed, extra_config={"lora_bias": True})
@@ -76,7 +75,13 @@ def test_lora_bias_inputs_are_not_claimed_as_re_derived_by_verifys_own_path(tmp_
     assert res.exit_code == 0, res.output
     ver = json.loads(run_cli("verify", "o", "--json").stdout)
     rows = {c["name"]: c for c in ver["checks"]}
-    assert ver["passed"] and rows["bias"]["passed"]
-    assert "independent" not in rows and "lora_bias" in ver["not_independent"]
-    assert not any("re-derived by verify's own" in c["detail"] for c in ver["checks"])
-    assert uncovered(tmp_path / "o") == "o: lora_bias"
+    assert ver["passed"] and rows["bias"]["passed"] and "not_independent" not in ver
+    assert rows["independent"]["passed"] and "the lora_bias bias updates of" in rows["independent"]["detail"]
+    assert uncovered(tmp_path / "o") is None
+    folder = read_folder(tmp_path / "o")
+    try:
+        m = next(iter(folder.bias_keys))
+        want = load_file(tmp_path / "o" / "adapter_model.safetensors")[folder.bias_keys[m]].double().numpy()
+        assert (folder.bias(m) == want * folder.scale(m)).all()  # scale * lora_B.bias, exactly
+    finally:
+        folder.close()
