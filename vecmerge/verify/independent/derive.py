@@ -16,16 +16,18 @@ own arithmetic: every operand of module m is a stack of factors ``X_m = [c_1 s_1
 - merges ``linear``, ``svd``, ``cat``: ``I_m = sum_i w_i x_i``; ``task_arithmetic``: ``lambda`` times it
   (over ``sum_i w_i`` with ``normalize``); ``slerp``: ``c0 x0 + c1 x1`` by mergekit's formula (``slerp_weights``,
   the angle per module or over all modules); the spectral merges ``tsv_m``, ``iso_c``, ``iso_cts``, ``svc`` by
-  their papers' formulas on the weighted updates (``verify.independent.references``); ``refactor``: the expression; each
-  times its multiplier.
+  their papers' formulas on the weighted updates (``verify.independent.references``); the element-wise, spherical
+  and KnOTS merges by ``verify.independent.merges`` (random masks re-drawn from the recorded seed); ``refactor``:
+  the expression; each times its multiplier. ``per_module`` rows (mergekit's gradients and filters) are read
+  module by module (``module_recipe``); a ``lora_bias`` input's bias by the same linear map as its weights
+  (``BIASED`` methods).
 
 Inner products come from Grams (``<X, Y> = sum((B_x^T B_y) * (A_x A_y^T))``), norms too where nothing cancels
 (``Stack.norm``: the Gram's error bounded against the terms' norms) and from R factors (``||R_b R_a^T||``) where
 a difference nearly cancels. The written update W is then compared with I (``independent.independent``; ``rank:
-keep-base`` is lossless, compared directly). What this path does not cover (the other merge methods, DoRA,
-expert or lora_bias inputs) raises ``Uncovered`` with the reason; that update is still checked by re-evaluating
-the recipe (``verify.checks.update``),
-which is not independent of the pipeline.
+keep-base`` is lossless, compared directly). What this path does not cover (DoRA or expert inputs, lora_bias
+inputs of a non-linear recipe, per-module values of a step) raises ``Uncovered`` with the reason; that update is
+still checked by re-evaluating the recipe (``verify.checks.update``), which is not independent of the pipeline.
 """
 
 from __future__ import annotations
