@@ -20,6 +20,7 @@ import numpy as np
 
 STATE_N = 624
 LOW24 = (1 << 24) - 1
+CHUNK = 1 << 22  # draws per step: bounded memory whatever the task's size
 
 
 def module_seed(seed: int, module: str) -> int:
@@ -49,7 +50,10 @@ class Stream:
         Args:
             p (np.ndarray): keep probabilities (float32, or a float cast to it, as torch's float32 tensor).
         """
-        p32 = np.asarray(p, dtype=np.float32)
-        u = self.bits.random_raw(p32.size).astype(np.uint64) & LOW24
-        uniform = (u.astype(np.float64) * 2.0 ** -24).astype(np.float32)  # exact: 24 bits fit a float32
-        return (uniform < p32.reshape(-1)).reshape(p32.shape)
+        p32 = np.asarray(p, dtype=np.float32).reshape(-1)
+        out = np.empty(p32.size, dtype=bool)
+        for s in range(0, p32.size, CHUNK):
+            u = self.bits.random_raw(min(CHUNK, p32.size - s)).astype(np.uint64) & LOW24
+            uniform = (u.astype(np.float64) * 2.0 ** -24).astype(np.float32)  # exact: 24 bits fit a float32
+            out[s:s + u.size] = uniform < p32[s:s + u.size]
+        return out.reshape(np.shape(p))

@@ -31,13 +31,28 @@ DIVISOR_EPS = 1e-8
 SCE_CLAMP = 1e-6
 
 
+BLOCK_BYTES = 64 * 2**20  # float64 bytes of every task's rows combined at once
+
+
 def top(a: np.ndarray, k: int) -> np.ndarray:
-    """Bool mask of the k largest entries of ``a`` (any shape), ties by the lowest row-major index first."""
+    """Bool mask of the k largest entries of ``a`` (any shape), ties by the lowest row-major index first: the
+    entries above the k-th largest value t, then as many entries equal to t as are missing, in index order."""
     flat = a.reshape(-1)
-    mask = np.zeros(flat.size, dtype=bool)
-    if k > 0:
-        mask[np.argsort(-flat, kind="stable")[:k]] = True
+    n = flat.size
+    if k >= n or k <= 0:
+        return np.full(a.shape, k > 0)
+    t = np.partition(flat, n - k)[n - k]
+    mask = flat > t
+    need = k - int(np.count_nonzero(mask))
+    if need > 0:
+        mask[np.flatnonzero(flat == t)[:need]] = True
     return mask.reshape(a.shape)
+
+
+def _blocks(X: np.ndarray):
+    """Row blocks ``(r0, r1)`` of the tasks X (n, rows, cols) of about BLOCK_BYTES together."""
+    step = max(1, BLOCK_BYTES // max(1, 8 * X.shape[0] * X.shape[2]))
+    return [(r0, min(X.shape[1], r0 + step)) for r0 in range(0, X.shape[1], step)]
 
 
 def _draw(stream: Stream | None, p: np.ndarray) -> np.ndarray:
@@ -58,21 +73,26 @@ def peft(X: np.ndarray, w, ds, drop: str, combine: str, majority: str, stream: S
         drop (str): magnitude | random. combine (str): sum | ties. majority (str): total | frequency.
         stream (Stream | None): the module's random stream (random drops).
     """
-    T = X.copy()
+    T = X.copy()  # trimmed task by task, then combined a block of rows at a time (memory: X, T and the output)
     for i, d in enumerate(ds):
         if d >= 1.0:
             continue
         if drop == "random":
-            T[i] = X[i] * _draw(stream, np.full(X[i].shape, d)) / d
-        else:
-            k = int(d * X[i].size)
-            T[i] = X[i] * top(np.abs(X[i]), k) if k < X[i].size else X[i]
-    W = T * np.asarray(w, dtype=np.float64)[:, None, None]
-    if combine == "sum":
-        return W.sum(0)
-    s = _sign_vote(T.sum(0) if majority == "total" else np.sign(T).sum(0))
-    agree = np.sign(T) == s
-    return (W * agree).sum(0) / np.maximum(agree.sum(0), 1.0)
+            T[i] *= _draw(stream, np.full(X[i].shape, d, dtype=np.float32))
+            T[i] /= d
+        elif int(d * X[i].size) < X[i].size:
+            T[i] *= top(np.abs(X[i]), int(d * X[i].size))
+    wv = np.asarray(w, dtype=np.float64)[:, None, None]
+    out = np.empty(T.shape[1:])
+    for r0, r1 in _blocks(T):
+        t = T[:, r0:r1]
+        if combine == "sum":
+            out[r0:r1] = (t * wv).sum(0)
+            continue
+        s = _sign_vote(t.sum(0) if majority == "total" else np.sign(t).sum(0))
+        agree = np.sign(t) == s
+        out[r0:r1] = (t * wv * agree).sum(0) / np.maximum(agree.sum(0), 1.0)
+    return out
 
 
 def della_probabilities(x: np.ndarray, d: float, eps: float) -> np.ndarray:
@@ -92,7 +112,7 @@ def gta(X: np.ndarray, w, ds, p: dict, stream: Stream | None) -> np.ndarray:
         p (dict): sparsify (none|magnitude|random|outliers|della), rescale (none|l1|inverse), consensus
             (none|sum|count), normalize (bool), lam, gamma, epsilon. stream (Stream | None): random drops.
     """
-    T = X.copy()
+    T = X.copy()  # sparsified task by task, then combined a block of rows at a time
     for i, d in enumerate(ds):
         if p["sparsify"] == "none" or d >= 1.0:
             continue
@@ -104,7 +124,7 @@ def gta(X: np.ndarray, w, ds, p: dict, stream: Stream | None) -> np.ndarray:
             n_bot = max(0, n - keep - int(p["gamma"] * n))
             mask = top(a, n - n_bot) & ~top(a, n - n_bot - keep)
         elif p["sparsify"] == "random":
-            mask = _draw(stream, np.full(X[i].shape, d))
+            mask = _draw(stream, np.full(X[i].shape, d, dtype=np.float32))
         else:
             mask = _draw(stream, della_probabilities(X[i], d, p["epsilon"]))
         f = 1.0
@@ -113,22 +133,27 @@ def gta(X: np.ndarray, w, ds, p: dict, stream: Stream | None) -> np.ndarray:
         elif p["rescale"] == "l1":
             before, after = float(a.sum()), float((a * mask).sum())
             f = 1.0 if before < L1_EPS or after < L1_EPS else before / after
-        T[i] = X[i] * mask * f
+        T[i] *= mask
+        if f != 1.0:
+            T[i] *= f
     wv = np.asarray(w, dtype=np.float64)
-    Y = T * wv[:, None, None]
-    divisor: float | np.ndarray
-    if p["consensus"] == "none":
-        mixed, total = Y.sum(0), float(wv.sum())
-        divisor = 1.0 if abs(total) < DIVISOR_EPS else total
-    else:
-        s = _sign_vote(Y.sum(0) if p["consensus"] == "sum" else np.sign(Y).sum(0))
-        agree = np.sign(Y) == s
-        mixed = (Y * agree).sum(0)
-        divisor = (wv[:, None, None] * agree).sum(0)
-        divisor = np.where(divisor == 0, 1.0, divisor)
-    if p["normalize"]:
-        mixed = mixed / divisor
-    return mixed * p["lam"]
+    out = np.empty(T.shape[1:])
+    for r0, r1 in _blocks(T):
+        Y = T[:, r0:r1] * wv[:, None, None]
+        divisor: float | np.ndarray
+        if p["consensus"] == "none":
+            mixed, total = Y.sum(0), float(wv.sum())
+            divisor = 1.0 if abs(total) < DIVISOR_EPS else total
+        else:
+            s = _sign_vote(Y.sum(0) if p["consensus"] == "sum" else np.sign(Y).sum(0))
+            agree = np.sign(Y) == s
+            mixed = (Y * agree).sum(0)
+            divisor = (wv[:, None, None] * agree).sum(0)
+            divisor = np.where(divisor == 0, 1.0, divisor)
+        if p["normalize"]:
+            mixed = mixed / divisor
+        out[r0:r1] = mixed * p["lam"]
+    return out
 
 
 def sce(X: np.ndarray, select_topk: float) -> np.ndarray:
