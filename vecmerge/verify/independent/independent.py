@@ -14,12 +14,15 @@ the probes: they change with every byte of the file):
   cut) satisfies and any rescaled, rotated or edited factor breaks; its error ``||I - W||`` (Grams) must
   reproduce the recorded ``modules[m].rel_error`` within tol and be optimal for its rank,
   ``||I - W||^2 <= sum_{j > k} sigma_j(I)^2 + (tol ||I||)^2`` (sigma from the R factors of I's stack): with a
-  tie in the spectrum any optimal cut passes, since only errors are compared there;
+  tie in the spectrum any optimal cut passes, since only errors are compared there; a range-finder cut (the
+  manifest's ``cut: randomized``, dense-space merges) is near-optimal, not exactly: within ``RANGE_FINDER_SLACK``
+  (1%) of the optimal error;
 - a step (``project``): ``survival = sum_m <W_m - base_m, step_m> / sum_m ||step_m||^2`` within the dtype's
   ``survival`` tolerance of 1 (of the recorded figure for a rank-cut output); the recorded alpha (``k alpha``),
   realized step, consensus drops and modules without a step as recomputed.
 
-Cost per module: ``O((out + in) R (R + PROBES))`` for a stack of R columns; one module's factors in memory.
+Cost per module: ``O((out + in) R (R + PROBES))`` for a stack of R columns; one module's factors in memory (a
+dense-space merge: its dense (out, in) result, ``O(out in min(out, in))`` for the optimal error's SVD).
 """
 
 from __future__ import annotations
@@ -35,11 +38,11 @@ from ...errors import few
 from ..report import check, close, within
 from .derive import Derivation, Stack, derive
 from .lora_terms import read_folder
-from .stack import r_factor
 
 PROBES = 16
 ALPHA_RTOL = 1e-9         # alpha is a ratio of float64 norms
 REALIZED_RTOL = 1e-7      # the realized step from the same norms, summed in another order
+RANGE_FINDER_SLACK = 1e-2  # a randomized (range-finder) cut's error may exceed the optimal one by this share
 PROTECTED_RTOL = 1e-6     # a protected step's alpha: ||D'|| rests on U from a float32 forward (captured item by item)
 
 
@@ -66,8 +69,7 @@ def compare_module(m: str, d: Derivation, out, seed: str, cut: bool) -> dict:
         row["diff"] = _ratio(float(np.linalg.norm(WX - Q @ (Q.T @ IX))), nI)
         sq_i = intended.norm() ** 2
         err_sq = max(sq_i - 2 * intended.inner(W) + W.inner(W), 0.0)
-        sigma = (np.linalg.svd(r_factor(intended.B) @ r_factor(intended.A.T).T, compute_uv=False)
-                 if intended.B.shape[1] else np.zeros(0))
+        sigma = intended.singular_values()
         row.update(rel_error=_ratio(math.sqrt(err_sq), math.sqrt(sq_i)),
                    optimal=_ratio(math.sqrt(float(np.sum(sigma[row["rank"]:] ** 2))), math.sqrt(sq_i)))
     else:
@@ -135,7 +137,12 @@ def _check(d: Derivation, out, manifest: dict, tol: dict, threads: int) -> dict:
             m = bad_err[0]
             problems.append(f"the recorded cut error differs in {len(bad_err)} module(s), e.g. {m}: recomputed "
                             f"{rows[m]['rel_error']:.6e}, recorded {(rec.get(m) or {}).get('rel_error')!r}")
-        worse = [m for m, r in rows.items() if not within(r["rel_error"], math.hypot(r["optimal"], tu))]
+        def bound(m: str, r: dict) -> float:
+            exact = math.hypot(r["optimal"], tu)
+            randomized = (rec.get(m) or {}).get("cut") == "randomized"
+            return max(exact, r["optimal"] * (1 + RANGE_FINDER_SLACK)) if randomized else exact
+
+        worse = [m for m, r in rows.items() if not within(r["rel_error"], bound(m, r))]
         if worse:
             m = worse[0]
             problems.append(f"{len(worse)} module(s) are not an optimal cut for their rank, e.g. {m}: error "

@@ -59,6 +59,15 @@ class Stack:
         """``B (A X)``."""
         return self.B @ (self.A @ X)
 
+    def singular_values(self) -> np.ndarray:
+        """The singular values of ``B @ A``: from the R factors, ``svd(R_b R_a^T)``, or from the dense matrix where the
+        stack is as wide as the matrix (a dense-space merge: no larger, and no QR of an identity)."""
+        if not self.B.shape[1]:
+            return np.zeros(0)
+        if self.B.shape[1] >= min(self.B.shape[0], self.A.shape[1]):
+            return np.linalg.svd(self.B @ self.A, compute_uv=False)
+        return np.linalg.svd(r_factor(self.B) @ r_factor(self.A.T).T, compute_uv=False)
+
     def dense(self) -> np.ndarray:
         """``B @ A`` as one (out, in) matrix (a module at a time)."""
         return self.B @ self.A
