@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +119,8 @@ def _protected(ev, base_model, progress=None):
 
     if base_model is None:
         raise UsageError("the output is a protected step: pass --base-model")
-    cap = capture(ev, SimpleNamespace(base_model=Path(base_model)), progress)
+    ws: Any = SimpleNamespace(base_model=Path(base_model))  # capture reads only the workspace's base model
+    cap = capture(ev, ws, progress)
     return protect(ev, cap, energies(ev.recipe)[0])
 
 
@@ -213,10 +215,15 @@ def protected_rows(path: Path, manifest: dict, tol: dict, base_model: Path) -> l
 
     r = manifest["recipe"]
     files = {**(r.get("protect") or {}), **(r.get("target") or {})}
-    fn, state = protector(r, lambda backbone, modules: capture_inputs(base_model, backbone, files, modules))
+    recorded = manifest.get("protection")
+    sketch = recorded.get("inputs") if isinstance(recorded, dict) else None
+    info: dict = {}
+    fn, state = protector(r, lambda backbone, modules: capture_inputs(base_model, backbone, files, modules,
+                                                                      sketch if isinstance(sketch, dict) else None,
+                                                                      info))
     rows = []
     row = independent_check(path, manifest, tol, protector=fn,
-                            after=lambda d: rows.append(protection_check(d, r, manifest.get("protection"), state)))
+                            after=lambda d: rows.append(protection_check(d, r, recorded, {**state, "sketched": info})))
     return [row, *rows]
 
 

@@ -122,7 +122,7 @@ def compare_to_recomputed(out: Adapter, ev, manifest: dict, tol: dict, progress=
             got["row"]["projected"] = p / tn if tn > 0 else p
         if off(m, got["row"]):
             got["hint"] = _scale_hint(W, target, tu)
-        if step_m is not None:  # <W - base, step> = <W, step> - <base, step> (the latter from the cores)
+        if step_m is not None and step_core is not None:  # <W - base, step> = <W, step> - <base, step> (cores)
             sn = step_core.norm()
             got.update(sn=sn, mv=W.inner(step_m) - base[m].inner(step_core))
         return got
