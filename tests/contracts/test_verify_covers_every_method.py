@@ -6,7 +6,7 @@ re-derived. The parametrization covers the whole method registry (checked agains
 inputs the independent path may not read: ``rank keep-base``, DoRA, MoE experts and ``lora_bias``. A clean
 output of each passes first (the same checks, no tolerance loosened). Every registered method and keep-base
 is covered by verify's own float64 path: its ``independent`` row re-derives the update (no ``not_independent``
-note) and itself fails on the edit (lora_bias inputs too); DoRA and MoE expert inputs are not yet (``own=False``).
+note) and itself fails on the edit (lora_bias and DoRA inputs too); MoE expert inputs are not yet (``own=False``).
 
 Why 1e-4 is caught on a rank-cut output: an optimal (or range-finder) cut is ``W = P_W I``, so the cut's error
 ``||I - W||`` moves only to second order under an edit inside W's column space (a scaled factor); verify's update
@@ -104,7 +104,7 @@ def test_verify_catches_a_repinned_edit_of_a_dora_merge(tmp_path, monkeypatch, p
     extra = ("--density", "0.5", "--rank", "8") if method == "ties" else ()
     res = run_cli("merge", "--method", method, "d", "l", *extra, "--base-model", tiny_base, "--out", "o")
     assert res.exit_code == 0, res.output
-    assert_caught(run_cli, tmp_path / "o", MODULE, MODULE, own=False)  # DoRA: not yet on verify's own path
+    assert_caught(run_cli, tmp_path / "o", MODULE, MODULE)  # DoRA: re-derived with the base model's weights
 
 
 @pytest.mark.slow

@@ -34,17 +34,19 @@ from __future__ import annotations
 
 import math
 import re
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from ...io.model_folder import ModelFolder
 from .expressions import coefficients
-from .lora_terms import LoraFolder, read_folder, uncovered
+from .lora_terms import LoraFolder, base_weight, dora_update, read_folder, uncovered
 from .merges import COVERED, merged
 from .references import SPECTRAL, Uncovered, shared_cores, spectral
-from .stack import ZERO_RTOL, Stack
+from .stack import Stack
+from .step import fill_step, multiplier, selected
 
 STEPPED = ("add", "onto-ref", "orthogonal")
 BIASED = ("add", "expression", "linear", "svd", "cat", "task_arithmetic")  # lora_bias: a fixed linear map
@@ -83,6 +85,8 @@ class Derivation:
     spectral: dict | None = None
     merge: dict | None = None                       # a non-linear merge: method, recipe, weights, densities
     recipe: dict = field(default_factory=dict)      # a merge's recipe with per_module rows (read module by module)
+    base_model: Any = None                          # DoRA inputs: the base model's folder (ModelFolder), its lock
+    base_lock: Any = field(default_factory=threading.Lock)
     dir_norms: dict = field(default_factory=dict)   # ||dir'_m|| (project): ||step_m|| = |k alpha_m| ||dir'_m||
     protect: dict = field(default_factory=dict)     # a protected step: module -> U (in, c), dir' -> dir' (I - U U^T)
 
@@ -96,6 +100,24 @@ class Derivation:
     def close(self) -> None:
         for f in self.folders.values():
             f.close()
+        if self.base_model is not None:
+            self.base_model.close()
+
+    def _factors(self, f: LoraFolder, m: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(B, A)`` of module m of input f: its scaled factors, or a DoRA module's effective update as dense
+        factors (``lora_terms.dora_update`` on the base model's weight)."""
+        B, A = f.factors(m)
+        if m not in f.magnitude_keys:
+            return B, A
+        if self.base_model is None:
+            raise Uncovered(f"{f.path.name}: a DoRA adapter needs its base model (the recipe's base_model)")
+        name = f"{m}.weight"
+        if name not in self.base_model.tensors:
+            raise Uncovered(f"the base model has no tensor {name} for DoRA module {m}")
+        with self.base_lock:
+            W = base_weight(self.base_model, name)
+        D = dora_update(W, B, A, f.magnitude(m))
+        return (D, np.eye(D.shape[1])) if D.shape[1] <= D.shape[0] else (np.eye(D.shape[0]), D)
 
     def operand(self, which: str, m: str) -> Stack:
         """Module m of the expression ``which`` (base, dir, ref, or a merge's ``models[i]``)."""
@@ -106,7 +128,7 @@ class Derivation:
                 if not self.allow_missing:
                     raise Uncovered(f"module {m} is missing from input {n}")
                 continue
-            B, A = f.factors(m)
+            B, A = self._factors(f, m)
             term = Stack(B * c, A, abs(c) * float(np.linalg.norm(B)) * float(np.linalg.norm(A)))
             out = term if out is None else out + term
         if out is None:
@@ -196,18 +218,6 @@ def slerp_weights(n0: float, n1: float, inner: float, t: float) -> tuple[float, 
     return math.sin((1.0 - t) * theta) / math.sin(theta), math.sin(t * theta) / math.sin(theta)
 
 
-def _multiplier(recipe: dict, m: str) -> float:
-    for pat, v in (recipe.get("multipliers") or {}).items():
-        if re.search(pat, m):
-            return float(v)
-    return 1.0
-
-
-def _selected(recipe: dict, m: str) -> bool:
-    only, excl = recipe.get("only"), recipe.get("exclude")
-    return (only is None or re.search(only, m) is not None) and not (excl is not None and re.search(excl, m))
-
-
 def derive(manifest: dict, protector=None) -> Derivation:
     """The Derivation of an output from its manifest (inputs at absolute paths); Uncovered when out of reach.
 
@@ -220,8 +230,6 @@ def derive(manifest: dict, protector=None) -> Derivation:
         raise Uncovered(f"method {method}: no independent reference yet")
     if r.get("protect") and protector is None:
         raise Uncovered("a protected step needs the base model to re-derive; pass --base-model")
-    if r.get("base_model") is not None and not r.get("protect"):  # a protected step's base model reads inputs
-        raise Uncovered("a DoRA base model")
     if r.get("per_module") and kind != "merge":
         raise Uncovered("per-module values (per_module) of a project or refactor recipe")
     paths = {n: e["path"] for n, e in (r.get("inputs") or {}).items()}
@@ -238,6 +246,11 @@ def derive(manifest: dict, protector=None) -> Derivation:
     pins = {n: e.get("sha256") for n, e in (r.get("inputs") or {}).items()}
     changed = [n for n, f in folders.items() if f.sha256 != pins.get(n)]
     d = Derivation(kind, [], str(r.get("rank", "exact")), folders, allow_missing=bool(r.get("allow_missing")))
+    if any(f.magnitude_keys for f in folders.values()):  # DoRA inputs: their effective updates need the base
+        if r.get("base_model") is None or r.get("protect"):
+            d.close()
+            raise Uncovered("DoRA inputs without the recipe's base model (or in a protected step)")
+        d.base_model = ModelFolder(r["base_model"])
     d.problems += [f"input {n}: its weights hash to {folders[n].sha256[:16]}..., not the pinned "
                    f"{str(pins.get(n))[:16]}..." for n in changed]
     try:
@@ -258,14 +271,14 @@ def _fill(d: Derivation, r: dict, method: str, kind: str, protector=None) -> Non
         d.names = list(dict.fromkeys(m for n in order for m in d.folders[n].keys))  # a module some input lacks
         if protector is not None:
             d.protect = protector(d)
-        _step(d, r, method)
+        fill_step(d, r, method)
         return
     exprs = [r["base"]] if kind == "refactor" else [e["model"] for e in r["models"]]
     d.forms = {f"models[{i}]": coefficients(x) for i, x in enumerate(exprs)}
     _merge_parts(d, r, None)
     seen = dict.fromkeys(m for w in d.forms["_weights"] for n in d.forms[w] for m in d.folders[n].keys)
-    d.names = [m for m in seen if _selected(r, m)]
-    d.coeff = {m: _multiplier(r, m) for m in d.names}
+    d.names = [m for m in seen if selected(r, m)]
+    d.coeff = {m: multiplier(r, m) for m in d.names}
     if r.get("per_module"):
         if method == "slerp" and r.get("slerp_scope") == "global" and "t" in r["per_module"]:
             raise Uncovered("a per-module t with slerp_scope global (the pipeline's one angle takes the recipe's t)")
@@ -315,83 +328,3 @@ def _merge_parts(d: Derivation, r: dict, slerp: dict | None) -> None:
         d.spectral["method"] = method
     if method == "slerp":
         d.slerp = slerp if slerp is not None and "c" in slerp else {"t": float(r["t"])}
-
-
-def _module_step(d: Derivation, r: dict, method: str, m: str) -> dict:
-    """Module m's part of the step's pass: its norms, its consensus sign and the mode's coefficients."""
-    with np.errstate(over="raise", invalid="raise", divide="raise"):  # per thread: errstate is thread-local
-        base = d.operand("base", m)
-        out: dict[str, Any] = {"bn": base.norm(), "dn": 0.0}
-        if not _selected(r, m):  # only/exclude: no step, and no say in the consensus
-            return out
-        direction = d.operand("dir", m)
-        nd = direction.norm()
-        dir_zero = nd <= ZERO_RTOL * direction.bound
-        ref = d.operand("ref", m) if "ref" in d.forms else None
-        nr = ref.norm() if ref is not None else 0.0
-        if ref is not None and (r.get("consensus") or {}).get("ref") and not (nr <= ZERO_RTOL * ref.bound
-                                                                               or dir_zero):
-            out["sign"] = -1 if ref.inner(direction) < 0 else 1
-        k = _multiplier(r, m)
-        if method == "add":
-            out.update(c=(k, 0.0, None), dn=abs(k) * nd)
-        elif method == "orthogonal":
-            nb = out["bn"]
-            a = direction.inner(base) / (nb * nb) if nb else 0.0
-            dn = (direction + base.scaled(-a)).norm() if a != 0.0 else nd  # by QR: nothing cancels
-            out.update(c=(k, -a * k, None), dn=abs(k) * dn)
-        else:
-            a = direction.inner(ref) / (nr * nr) if nr and ref is not None else 0.0
-            c = max(a, 0.0) * k
-            out.update(c=(0.0, 0.0, c), dn=abs(c) * nr, zeroed=a <= 0 and not dir_zero and k != 0)
-        if m in d.protect and "c" in out:  # the projected direction's own norm
-            out["dn"] = d.stepped_dir(m, base, direction, out["c"]).norm()
-        return out
-
-
-def _step(d: Derivation, r: dict, method: str, threads: int = 2) -> None:
-    """The consensus, the mode's coefficients and alpha of a project recipe: one pass over the modules on
-    worker threads (each operand read once, each norm taken once), summed in module order."""
-    with ThreadPoolExecutor(max(1, threads)) as pool:
-        rows = dict(zip(d.names, pool.map(lambda m: _module_step(d, r, method, m), d.names)))
-    bn = {m: x["bn"] for m, x in rows.items()}
-    dn = {m: x["dn"] for m, x in rows.items()}
-    d.coeff = {m: x["c"] for m, x in rows.items() if "c" in x}
-    d.zeroed = [m for m, x in rows.items() if x.get("zeroed")]
-    cons = r.get("consensus") or {}
-    if cons.get("ref"):
-        signs = {m: x["sign"] for m, x in rows.items() if "sign" in x}
-        bad = [m for m, v in signs.items() if v < 0]
-        agree, signed = len(signs) - len(bad), len(signs)
-        share = agree / signed if signed else 0.0
-        if cons.get("min_agree") is not None and share < cons["min_agree"]:
-            d.problems.append(f"consensus: {agree}/{signed} agree < min_agree {cons['min_agree']}")
-        if bad and cons.get("on_disagree", "fail") == "fail":
-            d.problems.append(f"consensus: {len(bad)} module(s) disagree and on_disagree is fail")
-        if cons.get("on_disagree") == "drop":
-            d.dropped = bad
-            for m in bad:
-                d.coeff.pop(m, None)
-                dn[m] = 0.0
-    d.dir_norms = dn
-    _alpha(d, r, bn, dn)
-
-
-def _alpha(d: Derivation, r: dict, bn: dict, dn: dict) -> None:
-    """alpha by the trust region (``T ||base|| / ||dir'||``, global or per module), ``--alpha`` clipped to it."""
-    trust, given, k = r.get("trust"), r.get("alpha"), float(r.get("multiple", 1.0))
-    B, D = math.sqrt(sum(v * v for v in bn.values())), math.sqrt(sum(v * v for v in dn.values()))
-
-    def bounded(b: float, n: float) -> float:
-        bound = trust * b / n if (trust is not None and n) else (0.0 if trust is not None else math.inf)
-        a = bound if given is None else given
-        return math.copysign(min(abs(a), bound), a) if trust is not None else a
-
-    if r.get("trust_scope", "global") == "global":
-        a = bounded(B, D)
-        d.alpha = a * k
-        d.module_alpha = {m: a * k for m in d.names}
-    else:
-        d.module_alpha = {m: bounded(bn[m], dn[m]) * k for m in d.names}
-    step = math.sqrt(sum((abs(d.module_alpha[m]) * dn[m]) ** 2 for m in d.names))
-    d.realized = step / B if B else None
