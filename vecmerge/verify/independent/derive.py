@@ -25,8 +25,9 @@ own arithmetic: every operand of module m is a stack of factors ``X_m = [c_1 s_1
 Inner products come from Grams (``<X, Y> = sum((B_x^T B_y) * (A_x A_y^T))``), norms too where nothing cancels
 (``Stack.norm``: the Gram's error bounded against the terms' norms) and from R factors (``||R_b R_a^T||``) where
 a difference nearly cancels. The written update W is then compared with I (``independent.independent``; ``rank:
-keep-base`` is lossless, compared directly). What this path does not cover (DoRA or expert inputs, lora_bias
-inputs of a non-linear recipe, per-module values of a step) raises ``Uncovered`` with the reason; that update is
+keep-base`` is lossless, compared directly). DoRA inputs enter as their effective update on the recipe's base
+model (``lora_terms.dora_update``). What this path does not cover (expert inputs, lora_bias inputs of a
+non-linear recipe, per-module values of a step) raises ``Uncovered`` with the reason; that update is
 still checked by re-evaluating the recipe (``verify.checks.update``), which is not independent of the pipeline.
 """
 
