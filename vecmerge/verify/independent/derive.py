@@ -1,34 +1,17 @@
 """The intended update re-derived from the manifest by verify's own float64 path: numpy, no pipeline code.
 
-``verify`` must not share the code it checks: a bug in the pipeline (the evaluation, a method, the step, a
-rank cut, the writer) must not be a bug in the check. This module recomputes what an output should hold
-from the manifest's recorded recipe and its sha256-pinned inputs (read by ``verify.lora_terms``), with its
-own arithmetic: every operand of module m is a stack of factors ``X_m = [c_1 s_1 B_1, ...] [A_1; ...]``
-(float64 numpy), and
-
-- expressions (``v54``, ``v51 - v28``, ``0.5*(a+b)``) are read by Python's own ``ast``, not ``vecmerge.expr``;
-- ``project``: ``dir'_m`` by its mode (add: ``dir_m``; onto-ref: ``max(<dir_m, ref_m>, 0) / ||ref_m||^2 ref_m``;
-  orthogonal: ``dir_m - <dir_m, base_m> / ||base_m||^2 base_m``), zero where the consensus drops m
-  (``<ref_m, dir_m> < 0``, a module zero within ``ZERO_RTOL`` of its terms having no sign) or
-  ``only``/``exclude`` leave it out, times its multiplier; ``alpha = T ||base|| / ||dir'||`` (global norms;
-  per module with ``trust_scope: module``; ``--alpha`` clipped to that bound); ``I_m = base_m + k alpha dir'_m``
-  for the dose k (``multiple``);
-- merges ``linear``, ``svd``, ``cat``: ``I_m = sum_i w_i x_i``; ``task_arithmetic``: ``lambda`` times it
-  (over ``sum_i w_i`` with ``normalize``); ``slerp``: ``c0 x0 + c1 x1`` by mergekit's formula (``slerp_weights``,
-  the angle per module or over all modules); the spectral merges ``tsv_m``, ``iso_c``, ``iso_cts``, ``svc`` by
-  their papers' formulas on the weighted updates (``verify.independent.references``); the element-wise, spherical
-  and KnOTS merges by ``verify.independent.merges`` (random masks re-drawn from the recorded seed); ``refactor``:
-  the expression; each times its multiplier. ``per_module`` rows (mergekit's gradients and filters) are read
-  module by module (``module_recipe``); a ``lora_bias`` input's bias by the same linear map as its weights
-  (``BIASED`` methods).
-
-Inner products come from Grams (``<X, Y> = sum((B_x^T B_y) * (A_x A_y^T))``), norms too where nothing cancels
-(``Stack.norm``: the Gram's error bounded against the terms' norms) and from R factors (``||R_b R_a^T||``) where
-a difference nearly cancels. The written update W is then compared with I (``independent.independent``; ``rank:
-keep-base`` is lossless, compared directly). DoRA inputs enter as their effective update on the recipe's base
-model (``lora_terms.dora_update``). What this path does not cover (expert inputs, lora_bias inputs of a
-non-linear recipe, per-module values of a step) raises ``Uncovered`` with the reason; that update is
-still checked by re-evaluating the recipe (``verify.checks.update``), which is not independent of the pipeline.
+A bug in the pipeline (the evaluation, a method, the step, a rank cut, the writer) must not be a bug in the
+check: this module recomputes what an output should hold from the recorded recipe and its sha256-pinned inputs
+(``lora_terms``) with its own arithmetic, every operand of module m a factor stack ``[c_1 s_1 B_1, ...] [A_1; ..]``
+(``stack.Stack``; expressions read by Python's ``ast``). ``project``: ``I_m = base_m + k alpha_m dir'_m``
+(``step``); ``linear``, ``svd``, ``cat``: ``sum_i w_i x_i``; ``task_arithmetic``: lambda times it (over
+``sum w`` with ``normalize``); ``slerp``: mergekit's ``c0 x0 + c1 x1`` (``slerp_weights``, per module or
+global); the spectral merges by ``references``; the element-wise, spherical and KnOTS merges by ``merges``;
+``refactor``: the expression; each times its multiplier. ``per_module`` rows are read module by module
+(``module_recipe``), a ``lora_bias`` input's bias by its weights' linear map (``BIASED``), a DoRA input as its
+effective update on the recipe's base model. ``independent`` compares the written W with I. What is not covered
+(expert inputs, lora_bias inputs of a non-linear recipe, per-module values of a step) raises ``Uncovered`` with
+the reason; that update is still checked by re-evaluating the recipe (``verify.checks.update``), not independent.
 """
 
 from __future__ import annotations

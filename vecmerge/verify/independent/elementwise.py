@@ -1,23 +1,17 @@
 """The element-wise merges on dense tasks, in numpy, for ``independent.merges``: never ``linalg``'s kernels.
 
-Each takes the tasks ``X`` (n, rows, cols) float64 (a module's dense updates, or their principal cores) and
-returns the merged (rows, cols). Order of entries: by ``|x|`` descending, ties by the lowest row-major index
-first (``top``: the pipeline's documented tie rule). Random masks come from ``draws.Stream`` (one ``bernoulli``
-per model with a density below 1, model after model, float32 probabilities).
+Each takes tasks ``X`` (n, rows, cols) (dense updates or principal cores) and returns the merged (rows, cols).
+Entries rank by ``|x|``, ties to the lowest row-major index (``top``); masks come from ``draws.Stream``.
 
-- PEFT's rule (``peft``; ``ties``, ``dare_*`` without ``normalize``, ``magnitude_prune``): trim to the top
-  ``k = int(d N)`` by magnitude, or keep at random with ``p = d`` and divide by d; ``sum``: ``sum_i w_i T_i``;
-  ``ties``: ``s = +1 if sum_i v_i >= 0 else -1`` on the UNweighted ``v_i = T_i`` (``total``) or ``sign(T_i)``
-  (``frequency``), ``sum_i [sign T_i = s] w_i T_i / max(1, sum_i [sign T_i = s])`` (Yadav et al. 2023, PEFT).
-- mergekit 0.1.5's generalized task arithmetic (``gta``: ``ties``/``dare_*`` with ``normalize``, breadcrumbs,
-  DELLA): magnitude ``k = max(1, int(d N))``; breadcrumbs' outliers: the ``int(d N)`` entries after the
-  ``int(gamma N)`` largest; random (``p = d``) or DELLA's per-row ``p = d - eps + 2 eps (r - 1)/(c - 1)`` (r the
-  rank of ``|x|`` in its row, 1 the smallest; stable ranks); rescale ``1/d``, L1 (``||X||_1 / ||X M||_1``, 1 when
-  either is below 1e-7) or none; ``Y_i = w_i T_i``; consensus none, or on ``sum Y`` / ``sum sign Y``; divisor
-  ``sum w`` (1 below 1e-8) or ``sum_i A_i w_i`` (1 where 0); ``normalize``: mixed / divisor; times lambda.
-- SCE (Wan et al. 2024, mergekit's ``sce``): the ``int(nnz(var) topk)`` entries of largest population variance
-  across tasks, ``c_i = mean(T_i^2)`` normalized (uniform when all are 0), TIES' agreement on ``sum T``,
-  ``sum_i A_i c_i T_i / max(sum_i A_i c_i, 1e-6)``.
+- PEFT's rule (``peft``: ``ties``, ``dare_*`` without ``normalize``, ``magnitude_prune``): the top ``int(d N)``
+  by magnitude, or random ``p = d`` divided by d; ``sum_i w_i T_i``, or TIES (Yadav et al. 2023): the sign of
+  the UNweighted ``sum T_i`` (``sum sign T_i``: frequency), ``sum_i A_i w_i T_i / max(1, sum_i A_i)``.
+- mergekit 0.1.5's generalized task arithmetic (``gta``): magnitude ``max(1, int(d N))``; outliers (breadcrumbs)
+  the ``int(d N)`` after the ``int(gamma N)`` largest; random; DELLA's per-row ``p = d - eps + 2 eps (r-1)/(c-1)``
+  (stable ranks); rescale 1/d, L1 (1 below 1e-7) or none; ``Y_i = w_i T_i``; consensus none, ``sum Y`` or
+  ``sum sign Y``; divisor ``sum w`` (1 below 1e-8) or ``sum_i A_i w_i`` (1 at 0); ``normalize``; times lambda.
+- SCE (Wan et al. 2024, mergekit's): the ``int(nnz(var) topk)`` entries of largest variance across tasks,
+  ``c_i`` ~ ``mean(T_i^2)`` (uniform at 0), ``sum_i A_i c_i T_i / max(sum_i A_i c_i, 1e-6)``.
 """
 
 from __future__ import annotations

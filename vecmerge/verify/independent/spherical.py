@@ -1,20 +1,17 @@
 """mergekit 0.1.5's spherical merges and Model Stock on factored updates, in numpy, for ``independent.merges``.
 
-Every one is a combination of the models' updates with coefficients from their norms and inner products, so
-it is computed in the coefficients: with the Gram ``G_ij = <x_i, x_j>`` (``Stack.inner``), a combination
-``sum_i a_i x_i`` has the norm ``sqrt(a^T G a)`` and the inner product ``(G a)_j`` with x_j; the result is
-``sum_i a_i x_i`` as factors (exact). Per row (column) the same with row (column) Grams of the factors.
+Each is a combination ``sum_i a_i x_i`` of the updates with coefficients from their Gram ``G_ij = <x_i, x_j>``
+(a combination's norm is ``sqrt(a^T G a)``), written as factors: exact. Per row (column): row (column) Grams.
 
-- Model Stock (Jang et al. 2024; mergekit ``model_stock``): ``t mean_i x_i``, ``t = N cos / (1 + (N - 1) cos)``,
-  cos the mean pairwise cosine (0 where a norm is 0, clamped to [-1, 1]); t = 0 where ``|1 + (N-1) cos| < 1e-6``;
-  per output row with ``filter_wise``.
-- NuSLERP (mergekit ``nuslerp``): ``t = w_1 / (w_0 + w_1)`` (0.5 when the sum is below 1e-6 in size);
-  ``cos = <x0, x1> / (max(|x0|, 1e-7) max(|x1|, 1e-7))``; ``(1 - t, t)`` where ``1 - cos^2 <= 1e-16``, else
-  ``sin((1-t) theta) / sin theta``, ``sin(t theta) / sin theta``; per module, row, or column (``row_wise``).
-- Multi-SLERP (mergekit ``multislerp``): ``u_i = x_i / (|x_i| + eps)``, ``m`` the normalized ``sum w_i u_i``,
-  ``g = sum_i w_i (u_i - <u_i, m> m)``, ``(sum_i w_i |x_i|) (cos(|g|+eps) m + sin(|g|+eps) g / (|g|+eps))``.
-- Karcher (mergekit ``karcher``, weights 1/n): the Riemannian mean of the unit updates by up to ``max_iter``
-  gradient steps (stop when ``|g| < tol``), times ``sum_i |x_i| / n``.
+- Model Stock (Jang et al. 2024): ``t mean_i x_i``, ``t = N cos / (1 + (N - 1) cos)``, cos the mean pairwise
+  cosine (0 at a zero norm, clamped), t = 0 where ``|1 + (N-1) cos| < 1e-6``; per row with ``filter_wise``.
+- NuSLERP: ``t = w_1 / (w_0 + w_1)`` (0.5 below 1e-6), ``cos = <x0, x1> / (max(|x0|, 1e-7) max(|x1|, 1e-7))``,
+  ``(1 - t, t)`` where ``1 - cos^2 <= 1e-16``, else ``sin((1-t) theta) / sin theta``, ``sin(t theta) / sin
+  theta``; per module, row, or column (``row_wise``).
+- Multi-SLERP: ``u_i = x_i / (|x_i| + eps)``, m the normalized ``sum w_i u_i``, ``g = sum_i w_i (u_i - <u_i,
+  m> m)``, ``(sum_i w_i |x_i|) (cos(|g|+eps) m + sin(|g|+eps) g / (|g|+eps))``.
+- Karcher (weights 1/n): the Riemannian mean of the unit updates, up to ``max_iter`` gradient steps (stop at
+  ``|g| < tol``), times ``sum_i |x_i| / n``.
 """
 
 from __future__ import annotations
