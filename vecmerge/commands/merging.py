@@ -12,9 +12,11 @@ from ..report import evidence as report_evidence
 from ..report import verify as report_verify
 from ..report.format import to_json
 from ..report.merge import render_merge, render_modules
+from ..requests import Verify
 from ..verify.checks.output import verify_identities, verify_output
 from ..workspace.names import Workspace
-from .evidence import gate_dict
+from .gate import gate_dict
+from .printing import Echo
 from .progress import progress_bar
 
 
@@ -123,29 +125,28 @@ def _check_hub_base(ws: Workspace, recipe: Recipe, base: str | None, hub_id: str
             "base_model_name_or_path"] if local else []
 
 
-def verify(ws: Workspace, targets: list[str], *, base_model=None, identities: bool = False, as_json: bool = False,
-           allow_base_mismatch: bool = False, echo=print, progress=None, workspace_given: bool = False) -> dict:
+def verify(ws: Workspace, req: Verify, *, echo: Echo = print, progress=None, workspace_given: bool = False) -> dict:
     """``vecmerge verify``: re-derive an output from its manifest (or check identities); CheckFailed if any fails.
 
+    The workspace names the ``--identities`` adapters; its ``base_model`` is the default ``--base-model`` (and its
+    ``base_model_id`` the hub id that folder stands for).
+
     Args:
-        ws (Workspace): names for ``identities``; its ``base_model`` is the default ``base_model`` (and its
-            ``base_model_id`` the hub id that folder stands for).
-        targets (list[str]): one output folder, or adapters (names or folders) with ``identities``.
-        base_model (str | Path | None): a local transformers model folder: also load through PEFT.
-        allow_base_mismatch (bool): run the PEFT checks on a base model the output does not declare.
+        ws (Workspace). req (Verify): one output folder, or adapters with ``--identities``.
         workspace_given (bool): ``--workspace`` was given: the manifest's relative input paths start at its
             folder (an output moved or copied out of the workspace it was made in).
     """
+    targets = list(req.target)
     bar = progress_bar(progress, "verify")
-    if identities:
+    if req.identities:
         labels = [t if t in ws.adapters else Path(t).name or t for t in targets]  # workspace names as typed
         result = verify_identities([ws.adapter(t, "drop") for t in targets], progress=bar, labels=labels)
     else:
         aliases = {ws.base_model: ws.base_model_id} if ws.base_model and ws.base_model_id else None
-        result = verify_output(targets[0], base_model=base_model or ws.base_model, progress=bar,
-                               allow_base_mismatch=allow_base_mismatch, base_model_aliases=aliases,
+        result = verify_output(targets[0], base_model=req.base_model or ws.base_model, progress=bar,
+                               allow_base_mismatch=req.allow_base_mismatch, base_model_aliases=aliases,
                                workspace=ws.home if workspace_given else None)
-    echo(to_json(result) if as_json else report_verify.render(result))
+    echo(to_json(result) if req.as_json else report_verify.render(result))
     if not result["passed"]:
         failed = [c["name"] for c in result["checks"] if c["passed"] is False]
         raise CheckFailed(f"{len(failed)} check(s) failed: {', '.join(failed)}")
