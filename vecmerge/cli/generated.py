@@ -32,7 +32,8 @@ def _type(s: Spec) -> Any:
     if s.kind == "choice":
         return click.Choice(s.choices)
     if s.kind == "path":
-        return click.Path(**s.path)
+        return click.Path(exists=s.path.get("exists", False), file_okay=s.path.get("file_okay", True),
+                          dir_okay=s.path.get("dir_okay", True))
     if s.kind == "int" and s.range is not None:
         return click.IntRange(*s.range)
     return {"float": float, "int": int, "written": _WrittenFloat()}.get(s.kind)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..analysis.audit import audit_pairwise, audit_trajectories
-from ..analysis.inspect import describe
+from ..analysis.audit import AuditReport, PairwiseReport, audit_pairwise, audit_trajectories
+from ..analysis.inspect import AdapterSummary, describe
 from ..expr import parse
 from ..outputs.transaction import PNG, OutputPolicy, write_file
 from ..report import audit as report_audit
@@ -17,7 +17,7 @@ from .printing import Echo
 from .progress import progress_bar
 
 
-def inspect(ws: Workspace, req: Inspect, *, echo: Echo = print, progress=None) -> list[dict]:
+def inspect(ws: Workspace, req: Inspect, *, echo: Echo = print, progress=None) -> list[AdapterSummary]:
     """``vecmerge inspect ADAPTER...``: config, scale rule, ranks, dtype, norms and sha256 of each.
 
     ``--base-model``: a local base model folder, needed for DoRA adapters (their effective update depends on its
@@ -49,28 +49,31 @@ def inspect(ws: Workspace, req: Inspect, *, echo: Echo = print, progress=None) -
     return infos
 
 
-def audit(ws: Workspace, req: Audit, *, echo: Echo = print, progress=None) -> dict:
+def audit(ws: Workspace, req: Audit, *, echo: Echo = print, progress=None) -> AuditReport | PairwiseReport:
     """``vecmerge audit``: ``--ref``/``--dir`` agreement, or the pairwise matrix of ADAPTERS, in the view asked.
 
     ``--plot``: a heatmap PNG, never over an input, nor over an existing file unless ``--force`` and it is a PNG;
     ``--samples``: chance-band draws; ``--by``, ``--sort``, ``--format``: the view (``report_audit.render``).
     """
     bar = progress_bar(progress, "audit")
-    more = {"modules_to_save": req.modules_to_save, "allow_base_mismatch": req.allow_base_mismatch}
+    trajectories = (req.ref, req.direction) if req.ref is not None and req.direction is not None else None
     policy = None
     if req.plot:  # refuse a --plot over an input (or any file not a PNG) before the work
-        exprs = [req.ref, req.direction] if req.ref is not None else list(req.adapters)
+        exprs = list(trajectories) if trajectories is not None else list(req.adapters)
         names = dict.fromkeys(n for e in exprs for n in parse(e).names())
         policy = OutputPolicy.for_command(inputs={n: ws.path_of(n) for n in names}, workspace_adapters=ws.adapters,
                                           base_model=ws.base_model, force=req.force)
         policy.check_file(req.plot, PNG, flag="--plot")
-    if req.ref is not None:
-        result = audit_trajectories(ws, req.ref, req.direction, req.allow_missing, req.samples, bar, **more)
+    result: AuditReport | PairwiseReport
+    if trajectories is not None:  # the request holds --ref and --dir together, or ADAPTERS
+        result = audit_trajectories(ws, *trajectories, req.allow_missing, req.samples, bar,
+                                    modules_to_save=req.modules_to_save, allow_base_mismatch=req.allow_base_mismatch)
     else:
-        result = audit_pairwise(ws, list(req.adapters), req.allow_missing, bar, **more)
+        result = audit_pairwise(ws, list(req.adapters), req.allow_missing, bar, modules_to_save=req.modules_to_save,
+                                allow_base_mismatch=req.allow_base_mismatch)
     fmt = req.format
     echo(report_audit.render(result, by=req.by, sort=req.sort, fmt=fmt))
-    if req.plot:
+    if req.plot and policy is not None:
         write_file(req.plot, lambda f: report_audit.plot(result, f), policy=policy, kind=PNG, flag="--plot")
         echo(f"heatmap: {req.plot}", err=fmt != "table")
     return result

@@ -37,13 +37,14 @@ __all__ = ["compare_models", "calibrate_metrics", "calibrate_loo_metrics", "rank
 def _one_metric(ledger: Ledger, names: Sequence[str], metric: str | None, current_sha) -> str:
     if metric is not None:
         return metric
-    shared = stale = None
+    shared: set[str] | None = None
+    stale: set[str] | None = None
     for n in names:
         recs = ledger.records([n], current_sha=current_sha, include_stale=True)
         mine, old = {r.metric for r in recs if not r.stale}, {r.metric for r in recs}
         shared = mine if shared is None else shared & mine
         stale = old if stale is None else stale & old
-    if len(shared) == 1:
+    if shared is not None and len(shared) == 1:
         return next(iter(shared))
     if shared:
         raise EvidenceError(f"{' and '.join(names)} share metrics {', '.join(sorted(shared))}; name one with --metric")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..report import models as report_model
 from ..report.format import to_json
 from ..requests import Extract, Fuse
@@ -9,8 +11,12 @@ from ..workspace.names import Workspace
 from .printing import Echo
 from .progress import progress_bar
 
+if TYPE_CHECKING:  # torch: imported when a command runs
+    from ..models.extract_write import ExtractReport
+    from ..models.fuse import FuseReport
 
-def extract(req: Extract, *, echo: Echo = print, progress=None) -> dict:
+
+def extract(req: Extract, *, echo: Echo = print, progress=None) -> ExtractReport:
     """``vecmerge extract``: a LoRA from a full fine-tune (``models.extract_write.extract``), then its report
     (``--json``: the manifest; ``--modules``: also the per-module table)."""
     from ..models.extract_write import extract as run_extract
@@ -21,7 +27,7 @@ def extract(req: Extract, *, echo: Echo = print, progress=None) -> dict:
     return man
 
 
-def fuse(ws: Workspace, req: Fuse, *, echo: Echo = print, progress=None) -> dict:
+def fuse(ws: Workspace, req: Fuse, *, echo: Echo = print, progress=None) -> FuseReport:
     """``vecmerge fuse``: ADAPTER (a workspace name, else a folder) added into the base model's weights
     (``--base-model``, else the workspace's), written as a plain model; then its report."""
     from ..errors import UsageError

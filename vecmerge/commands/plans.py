@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import UsageError
 from ..evidence import EvidenceError
@@ -82,7 +83,7 @@ def plan(ledger: Ledger, a: str, b: str, *, metric: str, min_effect: float, max_
     design = Design(spending, look_every, beta, existing)
     power = (plan_power(min_effect, max_runs, alpha, design, sd) if kind == TEST else
              anytime_power(min_effect, max_runs, alpha, sd, existing))
-    stored = {"sd_from": "--noise-sd" if noise_sd is not None else ("ledger" if sd else None),
+    stored: dict[str, Any] = {"sd_from": "--noise-sd" if noise_sd is not None else ("ledger" if sd else None),
               "existing": None if existing is None else list(existing), "power": power.to_dict()}
     if kind == TEST:
         stored.update(spending=spending, look_every=look_every, beta=beta)

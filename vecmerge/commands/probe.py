@@ -47,7 +47,7 @@ def probe(ws: Workspace, req: Probe, *, echo: Echo = print, progress=None) -> di
     out["prompts"]["path"] = shown(out["prompts"]["path"])
     if out["recorded"]["ledger"]:
         out["recorded"]["ledger"] = shown(out["recorded"]["ledger"])
-    if req.plot:
+    if req.plot and policy is not None:
         write_file(req.plot, lambda f: report_probe.plot_probe(out, f), policy=policy, kind=PNG, flag="--plot")
     echo(to_json(out) if req.as_json else printable(report_probe.render_probe(out), keep_newlines=True))
     if req.plot:

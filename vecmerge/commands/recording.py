@@ -66,11 +66,13 @@ def add(ledger: Ledger, name: str, values: Sequence[float], *, metric: str, sha2
         for run, v in zip(per_run, given):
             run[key] = v
     fields = canonical_fields(env or {}, "--env")
-    entries = [Entry(name, metric, v, sha256, s, note=note, env=fields) for v, s in zip(values, per_run)]
+    entries = [Entry(name, metric, v, sha256, tuple(sorted(s.items())), note=note, env=fields)
+               for v, s in zip(values, per_run)]
     written: dict = {}
-    for key, given in [(None, values), *((k, [r[k] for r in per_run]) for k in (subs or {}))]:
+    series: list[tuple[str | None, list]] = [(None, values), *((k, [r[k] for r in per_run]) for k in (subs or {}))]
+    for sub, given in series:
         for v in given:
-            note_decimals(written, metric, key, check_decimals(decimals) if decimals is not None else
+            note_decimals(written, metric, sub, check_decimals(decimals) if decimals is not None else
                  decimals_of(v.text) if isinstance(v, Written) else None)
     ids = ledger.write(entries, None if higher_is_better is None else {metric: higher_is_better},
                        also=lambda con, now: write_decimals(con, written))

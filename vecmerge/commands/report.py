@@ -10,6 +10,7 @@ any work and written in one transaction: both or neither, an existing one replac
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..errors import EvidenceError, OutputError, UsageError
 from ..evidence.ledger.environment import EnvChoice
@@ -95,7 +96,7 @@ def gather(ws: Workspace, candidates: list[str], vs: str, metric: str | None = N
     metric = metric or (ws.metric if ws.metric in ledger.metrics() else None)
     compare = lambda a, b: compare_models(ledger, a, b, metric, current_sha=current, env=choice,  # noqa: E731
                                                    replicates=ws.replicate_groups())
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in candidates:
         cmp = compare(name, vs)
         metric = cmp["metric"]
@@ -114,7 +115,7 @@ def gather(ws: Workspace, candidates: list[str], vs: str, metric: str | None = N
     higher = rows[0]["comparison"]["higher_is_better"]
     return {"backbone": vs, "metric": metric, "higher_is_better": higher, "ledger": show_path(ledger.path),
             "confidence": rows[0]["comparison"]["confidence"], "candidates": rows,
-            "probes": _probes(ledger, [*candidates, vs], metric, current, choice),
+            "probes": _probes(ledger, [*candidates, vs], rows[-1]["comparison"]["metric"], current, choice),
             "recommendation": recommend(rows, vs, higher, compare)}
 
 

@@ -96,7 +96,7 @@ def _grids(records, env_id: str, decimals: Mapping) -> list[dict]:
     out = []
     for metric in dict.fromkeys(r.metric for r in records):
         mine = [r for r in records if r.metric == metric]
-        series = {None: [v for vs in runs_by_model(mine).values() for v in vs]}
+        series: dict[str | None, list[float]] = {None: [v for vs in runs_by_model(mine).values() for v in vs]}
         series.update({k: [v for vs in by_model.values() for v in vs]
                        for k, by_model in sorted(sub_runs(mine).items())})
         for sub, values in series.items():
@@ -181,7 +181,7 @@ def evidence_show(ws: Workspace, req: EvidenceShow, *, echo: Echo = print) -> di
     out = show(ledger, list(req.names) or None, req.metric, current_sha=ws.current_shas(ledger.models()),
                include_stale=req.include_stale, env=EnvChoice.parse(req.env), by=req.by,
                replicates=ws.replicate_groups())
-    if req.plot:
+    if req.plot and policy is not None:
         write_file(req.plot, lambda f: report_evidence.plot_show(out, f), policy=policy, kind=PNG, flag="--plot")
     say(echo, out, report_evidence.render_show, req.as_json)
     if req.plot:

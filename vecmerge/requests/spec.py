@@ -12,11 +12,12 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, TypeVar
 
 from ..errors import UsageError
 
 Check = Callable[[Any], "str | None"]
+R = TypeVar("R", bound="Request")
 
 
 class Problem(ValueError):
@@ -78,14 +79,13 @@ def argument(**spec: Any) -> Any:
 
 
 def spec_of(f: dataclasses.Field) -> Spec:
+    """The declaration a request field was made with (``option`` or ``argument``)."""
     return f.metadata["spec"]
 
 
 @dataclass(frozen=True)
 class Request:
     """A command's inputs: checked whole when made (``problems``), every problem in one ``UsageError``."""
-
-    command: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -102,7 +102,7 @@ class Request:
         return []
 
     @classmethod
-    def from_flags(cls, given: Mapping[str, Any]) -> Request:
+    def from_flags(cls: type[R], given: Mapping[str, Any]) -> R:
         """The request of the values click parsed (``given``: field name -> value); UsageError with every
         problem when a value cannot be read or checked."""
         values, problems = {}, []
