@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .shared import DECIMALS, ENV, FORCE, JSON, METRIC, PLOT, STALE
-from .spec import Problem, Request, Spec, argument, option
+from .spec import Problem, Request, Spec, argument, option, positive
 
 
 def _written(text: str) -> Any:
@@ -152,12 +152,6 @@ class Ls(Request):
     as_json: bool = option(JSON)
 
 
-def _trust(v: float) -> str | None:
-    import math
-
-    return None if math.isfinite(v) and v > 0 else f"--trust {v}: a relative step > 0, e.g. 0.0113"
-
-
 @dataclass(frozen=True)
 class Gate(Request):
     """Is BASE + alpha*(X - Y) worth trying? Seven conditions, PASS/FAIL/UNKNOWN; exit 0 only when all pass.
@@ -173,7 +167,7 @@ class Gate(Request):
     consensus_ref: str | None = option(Spec("--consensus-ref", "The reference trajectory for module consensus, "
                                             "e.g. 'v54 - v54e2'."))
     trust: float | None = option(Spec("--trust", "The relative step T of the planned merge.", kind="float",
-                                      check=_trust))
+                                      check=positive("--trust", "a relative step > 0, e.g. 0.0113")))
     metric: str | None = option(METRIC, help="The ledger metric (default: gate.metric or metric: in vecmerge.yaml).")
     env: tuple = option(ENV)
     as_json: bool = option(JSON)
