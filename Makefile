@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 DEMO_OUT ?= demo-out
 
-.PHONY: install demo test test-fast lint bench check oracle readme clean mutate
+.PHONY: install demo test test-fast lint fmt bench check oracle readme clean mutate
 
 install: $(VENV)/.installed
 
@@ -37,6 +37,10 @@ lint: install
 	$(VENV)/bin/ruff check vecmerge tests examples benchmarks tools
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy vecmerge
+
+# ruff format (settings in ruff.toml's [format]) over the same folders lint checks; rewrites files in place
+fmt: install
+	$(VENV)/bin/ruff format vecmerge tests examples benchmarks tools
 
 bench: install
 	$(PY) benchmarks/run.py

@@ -1,33 +1,12 @@
 """``vecmerge demo``: the user's v58 story end to end on toy trajectories it trains itself.
 
-It trains a tiny random Qwen3 with LoRA (v28, its continuation v51, a backbone v54e2 -> v54; see
-``trajectories.py``), evaluates each checkpoint several times on fresh random subsets of held-out
-sequences of the toy task, split into three sub-tasks (``evals.csv``: each run's total and sub-scores, each
-item with its sub-task), protects the sub-tasks in the gate (``gate: protect:`` in the demo's
-``vecmerge.yaml``), then runs the very commands a user types, printing each one first::
-
-    vecmerge inspect v54 v51
-    vecmerge audit --ref v54-v54e2 --dir v51-v28 --plot audit.png
-    vecmerge evidence import evals.csv --higher-is-better toy_acc
-    vecmerge ls
-    vecmerge evidence show
-    vecmerge evidence compare v51 v28
-    vecmerge gate --base v54 --dir v51-v28 --consensus-ref v54-v54e2 --trust 0.0113
-    vecmerge project --base v54 --dir v51-v28 --trust 0.0113 --consensus-ref v54-v54e2 --gate --out out/v58
-    vecmerge verify out/v58 --base-model base
-    vecmerge evidence import history.csv
-    vecmerge probe v28 v51 v54e2 v54 v28_h1 ... --prompts heldout.jsonl
-    vecmerge evidence calibrate --proxy probe:heldout:loglik --target toy_acc --loo
-    vecmerge project --base v54 --dir v51-v28 --trust 0.0113 ... --dose 0.5,1,1.456,4 --out out/dose
-    vecmerge probe out/dose-x0.5 ... --prompts heldout.jsonl
-    vecmerge rank out/dose-x0.5 ... --proxy probe:heldout:loglik --target toy_acc
-
-and ends with the folder to upload and its sha256. The last six close the loop of function-space evidence: the
-twelve past checkpoints (the four, and each run's other half epochs, evaluated like them) are teacher-forced on
-held-out toy sequences, that probe is calibrated leave-one-model-out against their repeated toy accuracy, and the
-dose ladder is ranked by it. Every command runs in the demo folder, whose ``vecmerge.yaml`` names the checkpoints,
-so the user can rerun any of them there by hand. Each step
-calls the same ``commands`` function the CLI calls for that command line.
+It trains a tiny random Qwen3 with LoRA (``trajectories.py``: v28, its continuation v51, a backbone
+v54e2 -> v54), evaluates each checkpoint several times (``evals.csv``, three sub-tasks), then runs the very
+commands a user types, printing each one first: inspect, audit, evidence import / show / compare, gate,
+project, verify, probe, evidence calibrate --loo, a dose ladder, probe and rank over it. It ends with the
+folder to upload and its sha256. Every command runs in the demo folder, whose ``vecmerge.yaml`` names the
+checkpoints, and calls the same ``commands`` function the CLI calls for that command line.
+The full command list and what the last six show: docs/design/demo.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """The bias updates of ``lora_bias`` inputs, merged exactly by the recipe's own linear coefficients.
 
-With ``lora_bias`` PEFT's ``lora_B`` is an ``nn.Linear`` with a bias, so a layer's output gains
-``scale * lora_B.bias`` (and ``merge`` adds it to the base layer's bias): module m's update is the weight part
-``scale * B @ A`` and the bias part ``b_m = scale * lora_B.bias`` (``Adapter.bias``), both linear in the adapter.
-For a method whose update is a fixed linear map of its operands (``Method.linear_terms``: ``add``,
-``expression``, ``linear``, ``task_arithmetic``, ``cat``, ``svd``) the output's bias is the same map of the
-inputs' biases, exact in float64 (a vector: no rank cut), a missing bias counting as zero::
+With ``lora_bias`` a module's update has a bias part ``b_m = scale * lora_B.bias`` (``Adapter.bias``), linear in
+the adapter. For a method whose update is a fixed linear map of its operands (``Method.linear_terms``) the
+output's bias is the same map of the inputs' biases, exact in float64, a missing bias counting as zero::
 
-    stepped: b_m = base_m + multiple * alpha_m * mult_m * c * dir_m   (no step for dropped or unselected modules)
+    stepped: b_m = base_m + multiple * alpha_m * mult_m * c * dir_m
     merge:   b_m = mult_m * sum_k c_k * operand_k
 
-where each operand is its expression over the inputs. The writer stores ``b_m / scale_out`` as the output's
-``lora_B.bias`` (``peft.write.bias_tensor``), with ``lora_bias: true``. Any other method's bias is undefined
-(``ties``, ``dare``, the spectral ones act on the weight update's entries or spectrum): ``check`` refuses it.
-PEFT merges ``lora_B.bias`` into the base layer's bias, so a base model (a local folder: the recipe's, the
-workspace's or the one the inputs declare) whose layer has no bias cannot take the output: ``check_base``
-refuses it before anything is written.
+The writer stores ``b_m / scale_out`` (``peft.write.bias_tensor``). Any other method's bias is undefined:
+``check`` refuses it; ``check_base`` refuses a base model whose layer has no bias, before anything is written.
+Why: docs/design/pipeline.md.
 """
 
 from __future__ import annotations

@@ -6,13 +6,10 @@ For every module m (one at a time, so a large model holds one module's bases)::
     R_m = cut(T_m, rank policy)             (rankcut.cut: factors of the chosen rank)
     W_m = R_m rounded to the output dtype   (export.prepare_modules: the tensors to store)
 
-and ``figures`` measures what survived (see ``figures.py``). A dense-space merge's ``T_m`` is a dense
-matrix (``Dense``, formed here and released after the module), cut by a randomized SVD seeded per
-module (``module_seed(CUT_SEED, m)``); a merge whose exact result lies outside the module's basis (a
-per-row spherical merge, KnOTS) gives factors (``LowRank``), cut by their SVD; ``cat`` writes the models'
-own factors (``Method.factors``) instead of a cut. The experts of a MoE parameter share one stored rank:
-they are cut again at their common rank (``experts.py``) and packed into PEFT's layout
-(``export.pack_params``). Nothing is written here.
+and ``figures`` measures what survived. A dense ``T_m`` is cut by a randomized SVD seeded per module
+(``module_seed(CUT_SEED, m)``), factors (``LowRank``) by their SVD; ``cat`` writes the models' own factors.
+A MoE parameter's experts are cut again at their common rank (``experts.py``) and packed into PEFT's
+layout. Nothing is written here. More: docs/design/pipeline.md.
 """
 
 from __future__ import annotations

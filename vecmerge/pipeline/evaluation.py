@@ -1,19 +1,16 @@
 """Everything but the writing: inputs, one basis per module, consensus, the method and the step.
 
-For every module m, the recipe's expressions (``base``, ``dir``, ``ref``) become cores of one shared
-basis (``subspace.Subspace``); then, for a stepped method::
+For every module m, the recipe's expressions (``base``, ``dir``, ``ref``) become cores of one shared basis
+(``subspace.Subspace``); then, for a stepped method::
 
     dir'_m = method(dir_m, base_m, ref_m)     (0 for modules the consensus gate drops)
     alpha  = trust-region choice over all modules (``step.choose_step``)
     intended_m = base_m + k * alpha_m * dir'_m   (k: the dose multiple of one output)
 
-and for any other method ``intended_m = mult_m * method(operands_m)`` (a core, or for a dense-space
-merge a ``Dense`` matrix, formed when the module is built). All of it float64; exact except the
-dense-space methods' cut.
-
-Module selection (``only``/``exclude``, ``selection``): a merge evaluates only the selected modules;
-``project`` gives the others no step (they keep the backbone). Multipliers (``multipliers``) scale a
-merge's update, or ``project``'s direction before alpha is chosen.
+and for any other method ``intended_m = mult_m * method(operands_m)`` (a core, or a ``Dense`` matrix for a
+dense-space merge). All float64; exact except the dense-space methods' cut. ``only``/``exclude`` select
+modules (``project`` gives the others no step); ``multipliers`` scale a merge's update or ``project``'s
+direction before alpha is chosen.
 """
 
 from __future__ import annotations

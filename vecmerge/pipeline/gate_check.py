@@ -1,23 +1,12 @@
 """The gate before a step BASE + alpha*(X - Y): the seven conditions of ``evidence.gate``, with their facts.
 
-The facts come from the workspace, the evidence ledger and this pipeline's own computations, never
-from a second implementation:
-
-    common base         each named adapter's declared base model (adapter_config.json; a local folder by its
-                        real path, a relative one read from the workspace too: ``base_model.declared_base``,
-                        the normaliser ``project``'s check uses) and module shapes
-    common parent       ``Workspace.lineage`` (``parent:`` keys, vecmerge manifests) -> ``evidence.lineage``;
-                        supporting figures: cos(X, Y) and ||X - Y|| / ||Y|| (factored, exact)
-    stable backbone,    the ledger at ``Workspace.ledger_path``, current records only (each adapter's
-    repeated evidence   content sha256), in one eval environment, with the workspace's replicate groups
-                        (``replicate_of:``): ``evidence.gate_facts.gate_evidence``
-    module consensus    ``consensus_rows`` of ``evaluate_cores``: the rows project's consensus gate decides on
-    small trust region  the realized relative step ``||alpha dir'|| / ||base||`` of the recipe's outputs
-                        (``StepSize.realized``, the largest dose); when no step is computed (the consensus
-                        decision stops it, or the adapters do not align), the recipe's trust x its largest dose
-
-``check_gate`` returns the result and the completed evaluation, so ``run`` writes from the very
-evaluation the gate judged.
+The facts come from the workspace, the evidence ledger and this pipeline's own computations, never from a
+second implementation: declared base models (``base_model.declared_base``) and shapes; ``Workspace.lineage``
+with cos(X, Y) and ||X - Y|| / ||Y||; the ledger's current records in one environment with the replicate
+groups (``evidence.gate_facts.gate_evidence``); ``consensus_rows`` of ``evaluate_cores``; and the realized
+relative step ``||alpha dir'|| / ||base||`` (``StepSize.realized``, the largest dose; else trust x dose).
+``check_gate`` returns the result and the completed evaluation, so ``run`` writes from the very evaluation
+the gate judged. Each fact's source in full: docs/design/pipeline.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """What a pipeline output's ``vecmerge.json`` and model card say: the resolved recipe, its inputs, its figures.
 
-The manifest is what makes an output re-derivable: ``vecmerge verify`` re-evaluates its ``recipe``
-from its pinned ``inputs`` and compares the result with the stored weights and these figures.
-
-Local paths stay portable: ``workspace`` is the workspace folder relative to the output folder, and
-every input path, ``out``, the recipe's and each input's declared base model folder and ``config``'s file
-are relative to that workspace (with ``..`` outside it: no absolute local path in an upload-ready folder),
-so the workspace can move or be shared with its outputs (``recipe.manifest_root`` reads them back). An
-input's declared base model that is the local folder the output's ``base_model_id`` names is recorded as that
-hub id, and a gated run's ``gate.ledger`` is relative to the workspace too.
-
-The parts every manifest shares (``tool``, ``created``, ``kind`` first; ``vecmerge_version`` and ``output``
-last), the file name, its schema and ``verify``'s tolerances are ``outputs.manifest``'s; this module builds
-the merge-specific middle.
+The manifest makes an output re-derivable: ``vecmerge verify`` re-evaluates its ``recipe`` from its pinned
+``inputs`` and compares the result with the stored weights and these figures. Local paths stay portable:
+``workspace`` is relative to the output folder and every other local path relative to the workspace (no
+absolute path in an upload-ready folder; ``recipe.manifest_root`` reads them back). The parts every manifest
+shares, its file name, schema and tolerances are ``outputs.manifest``'s; this module builds the
+merge-specific middle. Which paths, and hub ids: docs/design/pipeline.md.
 """
 
 from __future__ import annotations

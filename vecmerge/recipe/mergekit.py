@@ -1,32 +1,11 @@
 """mergekit merge configurations read as vecmerge recipes: ``vecmerge merge --config FILE.yml``.
 
-A mergekit YAML (mergekit 0.1.5's ``MergeConfiguration``) names a ``merge_method``, a ``base_model``, the
-``models`` (each with ``parameters``: ``weight``, ``density``, ...), global ``parameters`` and a ``dtype``;
-here the models are LoRA adapters (workspace names, or folders relative to the YAML), and the merge runs on
-their updates with the base model at the origin (mergekit's ``base + merge(deltas)`` is the update
-``merge(deltas)``), written as a LoRA. What maps:
-
-- ``merge_method``: every mergekit method vecmerge has (``task_arithmetic``, ``ties``, ``dare_ties``,
-  ``dare_linear``, ``breadcrumbs``, ``breadcrumbs_ties``, ``della``, ``della_linear``, ``sce``,
-  ``model_stock``, ``nuslerp``, ``multislerp``, ``karcher``, ``slerp``), ``linear`` as ``task_arithmetic``
-  with mergekit's ``normalize: true``, and vecmerge's own merge methods by name;
-- per-model ``weight`` and ``density`` stay per model; other per-model parameters (``gamma``, ``epsilon``)
-  must agree across models (vecmerge takes one); global ``parameters`` are the method's options (a
-  global ``weight`` or ``density`` is every model's default), ``int8_mask`` is accepted and has no effect;
-  gradients and filters (``mergekit_values``) become the recipe's ``per_module`` rows;
-- ``base_model``: a model listed in ``models`` too is dropped from them (its update is the origin, as
-  mergekit skips it); a hub id is recorded as the output's ``base_model_id``, a local model folder is the
-  recipe's ``base_model`` (DoRA inputs are read against it); a model written ``BASE+LORA`` (mergekit's LoRA
-  syntax) is the LoRA;
-- ``dtype`` (or ``out_dtype``): the written dtype (float32, bfloat16, float16; vecmerge computes in float64);
-- ``slices`` whose sources all take the same models over one ``layer_range`` each select those layers
-  (``only``); the LoRA keeps each layer where it is (mergekit's output would stack the slices into a new
-  model), so overlapping slices, slices of different models and per-slice parameters are refused;
-- ``tokenizer_source``, ``tokenizer``, ``chat_template``: ignored with a note (a LoRA has no tokenizer).
-
-mergekit's defaults fill what the file leaves out (``density: 1``; ``normalize`` and ``rescale`` per method,
-``mergekit_vocab.DEFAULTS``), and the notes say where a method means something else on LoRA updates. Every
-key vecmerge does not support is named in one problem line, a typo with mergekit's word. No torch here.
+A mergekit YAML (mergekit 0.1.5's ``MergeConfiguration``: ``merge_method``, ``base_model``, ``models`` with
+their ``parameters``, global ``parameters``, ``dtype``, ``slices``) becomes one ``Recipe``: the models are
+LoRA adapters and the merge runs on their updates with the base model at the origin (mergekit's
+``base + merge(deltas)`` is the update ``merge(deltas)``), written as a LoRA. mergekit's defaults fill what
+the file leaves out (``mergekit_vocab.DEFAULTS``); every key vecmerge does not support is named in one
+problem line. No torch here. What maps to what: docs/design/recipe.md.
 """
 
 from __future__ import annotations

@@ -2,22 +2,16 @@
 
 ``vecmerge.yaml``::
 
-    base_model: base            # optional: a local transformers folder, for verify --base-model
-    base_model_id: Qwen/Qwen3-0.6B   # optional: its hub id, written into outputs (ready to upload)
+    base_model: base                          # optional: a local transformers folder
     adapters:
       v54: runs/v54/checkpoint-3
-      v51: {path: runs/v51, parent: v28}    # lineage: v51 was trained on from v28
-      v28: {path: runs/v28, parent: null}   # a root: trained straight from the base model
-      v54b: {path: runs/v54-seed2, replicate_of: v54}   # another training of v54's configuration (another seed)
-    evidence: vecmerge-evidence.db          # optional: the evaluation ledger (this is the default)
-    metric: official_total                  # optional: the default metric of ls, compare and gate
-    gate: {min_repeats: 3, max_trust: 0.015}   # optional: the gate's thresholds (see evidence.gate)
+      v51: {path: runs/v51, parent: v28}      # lineage: v51 was trained on from v28
+      v54b: {path: runs/v54-seed2, replicate_of: v54}   # another training of v54's configuration
+    evidence: vecmerge-evidence.db            # optional: the evaluation ledger (this is the default)
 
-Paths are relative to the workspace file. A name that is not listed is a folder of that name in
-the current directory. An adapter written by vecmerge takes its parent from its manifest (the
-backbone of ``vecmerge.json``'s recipe) unless the entry declares one. ``replicate_of: NAME`` makes an entry
-an independent training of NAME's configuration: NAME and its replicates are one replicate group
-(``replicate_groups``), whose evaluations separate training noise from evaluation noise (evidence.replicates).
+Paths are relative to the workspace file; a name not listed is a folder of that name in the current
+directory. An adapter written by vecmerge takes its parent from its manifest unless the entry declares one.
+Every key (``base_model_id``, ``metric``, ``gate``...) and replicate groups: docs/design/workspace.md.
 """
 
 from __future__ import annotations

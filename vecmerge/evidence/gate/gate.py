@@ -1,32 +1,15 @@
 """The gate: a merge step BASE + alpha*(X - Y) is worth trying only when all seven conditions hold.
 
-The user's one merge that worked (v58 = v54 + 0.1226*(v51 - v28)) held because six things were true at
-once, and a merge is judged by what it costs the other sub-scores too; this is a PURE function over facts
-the caller gathers (workspace, ledger, audit, trust):
+A PURE function over facts the caller gathers (workspace, ledger, audit, trust): common base, common parent,
+stable backbone (BASE's run sd, or with replicates sqrt(σ̂²_b + σ̂²_w), within its limit), repeated evidence
+(X better than Y beyond noise, or a plan's sequential decision, or the test over trainings), module consensus
+(agreeing share >= min_agree), small trust region (trust <= max_trust) and no sub-score regresses (every
+protected sub-score not worse at its margin, Holm across them).
 
-    common base          every named adapter declares the same base model, and their shapes match
-    common parent        X and Y lie on one recorded lineage (one descends from the other, or a shared ancestor)
-    stable backbone      BASE has >= min_repeats runs and its sample std is no larger than the limit: the set
-                         ``max_backbone_sd``, else ``backbone_noise_factor`` x the ledger's pooled noise; with
-                         replicates of BASE (``replicate_of:``), its training plus evaluation noise
-                         sqrt(σ̂²_b + σ̂²_w) instead of its std (``variance.py``)
-    repeated evidence    X is better than Y beyond eval noise on the metric (compare.compare_records's verdict); where a
-                         plan (``evidence plan``) exists for X vs Y on the metric, its sequential decision instead:
-                         stop_better PASS, stop_worse / stop_futile / inconclusive FAIL, continue UNKNOWN; with
-                         replicates of X or Y, the test over trainings (training plus evaluation noise,
-                         ``replicates.py``) instead of both
-    module consensus     the share of modules agreeing with the reference >= min_agree
-    small trust region   the relative step size trust <= max_trust
-    no sub-score         every protected sub-score of X is shown not worse than Y's at its margin (one-sided,
-      regresses          Holm across them: ``subscores.compare_subscores``); FAIL when one is worse beyond noise
-                         or its whole interval lies below -margin; UNKNOWN otherwise, with the runs that would
-                         decide. Zero-variance sub-scores are decided exactly. No sub-scores recorded: nothing
-                         to protect (PASS, said so)
-
-Each row is PASS, FAIL or UNKNOWN (no evidence to decide) with the numbers behind it and the threshold
-with where it came from; the two noise rows say which noise they used (``numbers["noise"]``: ``evaluation``
-or ``training plus evaluation``). UNKNOWN is not a pass: ``GateResult.passed`` only when all seven PASS. Every
-evidence row is of one eval environment (``gate_facts.gate_evidence``; ``GateConfig.env`` picks one).
+Each row is PASS, FAIL or UNKNOWN (no evidence to decide) with its numbers and the threshold's source.
+UNKNOWN is not a pass: ``GateResult.passed`` only when all seven PASS. Every evidence row is of one eval
+environment (``gate_facts.gate_evidence``; ``GateConfig.env`` picks one).
+Each condition in full and where it comes from: docs/design/evidence.md.
 """
 
 from __future__ import annotations

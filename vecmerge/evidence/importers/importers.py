@@ -1,23 +1,12 @@
 """Read evaluations from CSV, lm-evaluation-harness results JSON and its ``--log_samples`` JSONL files.
 
-Every file is parsed completely before anything is written; all entries of one import go to the ledger in
-ONE transaction. A malformed input raises one EvidenceError whose message is one line naming the file,
-the row (1-based line number, or the JSON path) and the field, with a count of any further problems.
-
-Formats:
-    CSV        header with ``model,metric,value`` and optionally ``note``, ``stderr``, ``item``,
-               ``cluster``, ``subscore``, ``sha256``, ``sub.KEY`` columns (a run's sub-score KEY each;
-               ``subscore``: the sub-score an item-level row counts toward) and ``env.KEY`` columns (a field of
-               the row's eval environment, ``environment.py``; an empty cell: not recorded). The columns ``id``,
-               ``source``, ``created``, ``stale`` and ``env_id`` (written by ``export_csv_text``) are ignored. A
-               text cell that ``io.safe_text.spreadsheet_cell`` quoted (``'=...``) is read without its quote.
-    results    lm-eval's ``results_*.json``: per task, ``"METRIC,FILTER": value`` and
-               ``"METRIC_stderr,FILTER": value or "N/A"``; ``higher_is_better`` gives the directions; a group's
-               run carries each of its tasks (``group_subtasks``) as a sub-score.
-    samples    lm-eval's ``samples_TASK_*.jsonl`` (``--log_samples``): one line per document with
-               ``doc_id``, ``filter``, ``metrics`` (names) and one value per metric: item-level records.
-
-The lm-eval readers live in ``lm_eval.py`` (metric names ``TASK/METRIC`` or ``TASK/METRIC/FILTER``).
+Every file is parsed completely before anything is written; all entries of one import go to the ledger in ONE
+transaction. A malformed input raises one EvidenceError line naming the file, the row (1-based line, or the
+JSON path) and the field, with a count of any further problems. CSV: ``model,metric,value`` and optionally
+``note``, ``stderr``, ``item``, ``cluster``, ``subscore``, ``sha256``, ``sub.KEY`` and ``env.KEY`` columns
+(an export's ``id``, ``source``, ``created``, ``stale``, ``env_id`` are ignored; a spreadsheet-quoted cell is
+read without its quote). The lm-eval readers live in ``lm_eval.py``. The formats in full:
+docs/design/evidence.md.
 """
 
 from __future__ import annotations

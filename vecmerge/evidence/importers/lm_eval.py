@@ -1,18 +1,11 @@
 """lm-evaluation-harness output: ``results_*.json`` (whole runs) and ``--log_samples`` JSONL (item-level).
 
-    results    per task, ``"METRIC,FILTER": value`` and ``"METRIC_stderr,FILTER": value or "N/A"``;
-               ``higher_is_better`` gives the directions (true or false, nothing else); the model from
-               ``config.model_args`` / ``model_name`` (``lm_eval_model``: matched to a workspace adapter by its
-               path); each task's eval environment (``lm_eval_environment``).
-               A group (``group_subtasks``: group -> its tasks, nested groups included) is a run of its own,
-               ``GROUP/METRIC[/FILTER]``, whose sub-scores are its tasks' values of the same metric and
-               filter, keyed by task name; each task stays a metric of its own as well.
-    samples    ``samples_TASK_*.jsonl``: one line per document with ``doc_id``, ``filter``, ``metrics``
-               (names) and one value per metric.
-
-Metric names: ``TASK/METRIC`` for filter ``none``, ``TASK/METRIC/FILTER`` otherwise, the same for the
-results file and its samples, so a run's value is the mean of its item-level values. Checked against the
-real lm-eval 0.4.13 output in tests/fixtures/lm_eval.
+results: per task ``"METRIC,FILTER": value`` and ``"METRIC_stderr,FILTER"``, ``higher_is_better`` for the
+directions, the model from ``config.model_args`` / ``model_name`` (``lm_eval_model``), each task's environment
+(``lm_eval_environment``); a group (``group_subtasks``) is a run of its own with its tasks as sub-scores.
+samples: ``samples_TASK_*.jsonl``, one line per document (``doc_id``, ``filter``, ``metrics``, the values).
+Metric names: ``TASK/METRIC`` for filter ``none``, ``TASK/METRIC/FILTER`` otherwise, the same in both files,
+so a run's value is the mean of its item-level values. The layouts in full: docs/design/evidence.md.
 """
 
 from __future__ import annotations

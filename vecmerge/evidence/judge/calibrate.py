@@ -1,25 +1,13 @@
 """Proxy calibration: can a cheap local metric P rank candidates the way the target metric T does?
 
-The user's lesson: "a proxy not calibrated on past models is at most a disaster detector", and 8 to 12
-past models are needed before a proxy may rank anything. Over the models that have both P and T (each
-model's mean over its current runs):
+Over the models that have both P and T (each model's mean over its current runs): Spearman ρ
+(``scipy.stats.spearmanr``; a perfect order without ties gets the exact p 2 / n!), Kendall τ_b, percentile
+bootstrap intervals over ``n_boot`` seeded resamples of the models, pairwise accuracy (P ties count 1/2) and
+the noise ceiling (the mean ρ between one run per model and the mean of its other runs).
 
-    Spearman ρ     Pearson correlation of the average ranks (scipy.stats.spearmanr); a perfect order without ties
-                   gets the exact permutation p, 2 / n!
-    Kendall τ_b    (C - D) / sqrt((n0 - n1)(n0 - n2)) over model pairs (scipy.stats.kendalltau)
-    bootstrap CI   percentile interval of ρ and τ over ``n_boot`` resamples of the models with replacement
-                   (seeded; resamples where P or T is constant are skipped and counted)
-    pairwise acc.  share of model pairs with different T means that P orders the same way (P ties: 1/2)
-    noise ceiling  how well ONE run of the target ranks the models: the mean Spearman ρ between one run per
-                   model and the mean of that model's other runs (models with ≥ 2 target runs), exact over
-                   every choice of runs when there are at most ``ceiling_draws`` choices, else sampled
-
-Verdict (documented thresholds, all parameters):
-    "too few models"           fewer than ``min_models`` (default 8) models have both metrics;
-    "ranks candidates"         otherwise, when the lower end of ρ's bootstrap interval ≥ ``min_spearman_low``
-                               (default 0.5);
-    "disaster detector only"   otherwise: do not rank with it (it may still catch a broken model, which
-                               this calibration does not test).
+Verdict: "too few models" below ``min_models`` (8); "ranks candidates" when the lower end of ρ's interval
+>= ``min_spearman_low`` (0.5); otherwise "disaster detector only". ``Calibration`` is the one result type of
+this and of ``loo``. The user's lesson behind the thresholds: docs/design/evidence.md.
 """
 
 from __future__ import annotations

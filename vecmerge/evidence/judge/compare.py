@@ -98,13 +98,9 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
        "is better beyond eval noise" (without a recorded direction: "scores higher/lower"); otherwise
        "within noise".
 
-    Also reported: the pooled within-model noise of every model in ``records`` (the ledger's typical run
-    noise) and the runs per model a two-sample t test would need to detect ``detect`` (default: the observed
-    difference of run means) with ``power`` at ``alpha``, using the pooled sd (else A's and B's own).
-    Every sub-score A or B recorded is compared too (``compare_subscores`` with ``target`` and ``margins``).
-    Where A or B belongs to a replicate group (``replicates``: root -> members), the groups' variance components
-    and the training test are reported (``replicates.replicate_evidence``); the verdict above stays the test
-    of these two models' own runs, and a note says when the training test disagrees.
+    Also reported: the pooled noise, the runs per model a t test would need to detect ``detect`` (default: the
+    observed difference), every sub-score (``compare_subscores``) and, for replicate groups, the training test
+    (``replicates.replicate_evidence``; the verdict stays this pair's own). In full: docs/design/evidence.md.
 
     Args:
         a, b (str): model names.

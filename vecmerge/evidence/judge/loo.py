@@ -1,25 +1,15 @@
 """Leave-one-model-out calibration: does a fit of the target on proxies predict a model it has never seen?
 
-Over the n models that have the target T and every proxy P_1..P_k (each model's mean over its current runs),
-with ``Z = [1, P_1, .., P_k]`` (n, k+1) and ``y`` the target means:
+Over the n models with the target and every proxy (means over current runs), ``Z = [1, P_1, .., P_k]``:
 
-    fit         ordinary least squares with an intercept, ``beta = argmin ||Z beta - y||`` (the minimum-norm one
-                when Z is rank-deficient), through the SVD ``Z = U S V^T`` cut at ``s_i > n * eps * s_1``
-    held out    ``yhat_(i)``: the fit on the other n - 1 models, evaluated at model i. Exact without n refits:
-                with ``h_i = sum_j U_ij^2`` (the hat matrix's diagonal) and ``e = y - Z beta``,
-                ``yhat_(i) = y_i - e_i / (1 - h_i)``; where ``1 - h_i < LEVERAGE_TOL`` (model i alone sets a
-                coefficient) it is refit without model i (scipy's minimum-norm least squares)
-    judged      Spearman ρ and Kendall τ_b of ``yhat_(.)`` against ``y``, with bootstrap intervals over the models
-                (``calibrate.rank_agreement``; the n held-out pairs resampled as if independent, which they are
-                only nearly: each prediction used the other models), pairwise accuracy, RMSE, and the target's
-                noise ceiling (``calibrate.noise_ceiling``)
+    beta = argmin ||Z beta - y||   (minimum norm; SVD of Z cut at s_i > n * eps * s_1)
+    yhat_(i) = y_i - e_i / (1 - h_i),   e = y - Z beta,   h_i = sum_j U_ij^2   (refit where 1 - h_i < LEVERAGE_TOL)
 
-Verdict: "too few models" with fewer than ``min_models`` (8) models or fewer than k + 3 (each held-out fit keeps a
-residual degree of freedom); "ranks candidates" when the held-out ρ's lower bound is at least ``min_spearman_low``
-(0.5); otherwise "disaster detector only". The fit learns each proxy's sign, so directions never flip a proxy
-here: a lower-is-better target is predicted as it is and judged by agreement of order (a perfect proxy of it has
-held-out ρ = 1 whatever its declared direction); the target's direction only decides, in ``rank``, which end of
-the prediction is best. A slope against the declared directions of a proxy and the target is noted.
+Judged by Spearman ρ and Kendall τ_b of ``yhat_(.)`` against ``y`` (bootstrap intervals), pairwise accuracy,
+RMSE and the target's noise ceiling. Verdict: "too few models" below ``min_models`` (8) or k + 3 models;
+"ranks candidates" when the held-out ρ's lower bound >= ``min_spearman_low`` (0.5); else "disaster detector
+only". The fit learns each proxy's sign; the target's direction only orders ``rank``'s output.
+Why, and the bootstrap's caveat: docs/design/evidence.md.
 """
 
 from __future__ import annotations

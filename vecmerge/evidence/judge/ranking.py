@@ -1,21 +1,15 @@
 """Ranking new candidates by a proxy: only with a calibration that passed; otherwise flag the ones far below.
 
-With a leave-one-model-out calibration (``loo``) whose verdict is "ranks candidates", each candidate's target is
-predicted by the fit on every past model (``Calibration.predict``) and the candidates are ranked by it, best
-first in the target's direction; the ranking's credibility is the calibration's held-out figures, shown with it,
-and it says when the candidates' predictions span less than the held-out RMSE (an order finer than the proxy was
-shown to resolve) or lie outside the past models' range (an extrapolation).
+With a ``loo`` calibration whose verdict is "ranks candidates", candidates are ranked by their predicted target
+(``Calibration.predict``), best first, with the held-out figures beside them. Otherwise they are listed as
+given and a candidate is flagged "far below the others" when its modified z-score against the others
+(Iglewicz and Hoaglin, 1993), the proxy oriented higher-is-better, is below ``-FAR_BELOW`` (3.5):
 
-Otherwise the proxy is a disaster detector only: the candidates are listed as given, unranked, and a candidate is
-flagged "far below the others" when its modified z-score against the others (the other candidates and every past
-model with the proxy; Iglewicz and Hoaglin, 1993) is below ``-FAR_BELOW`` (3.5), the proxy oriented so that
-higher is better:
+    M(x) = 0.6745 (x - med) / MAD,   MAD = median(|x_j - med|) over the others
+    where MAD = 0:  M(x) = (x - med) / (1.253314 * MeanAD);  where both are 0: any value below is far below
 
-    M(x) = 0.6745 (x - med) / MAD,   med and MAD = median(|x_j - med|) over the others;
-    where MAD = 0:  M(x) = (x - med) / (1.253314 * MeanAD),  MeanAD = mean(|x_j - med|);
-    where both are 0 (every other value equal): any value below them is far below.
-
-Fewer than ``MIN_POOL`` (3) others flag nothing (said so).
+Fewer than ``MIN_POOL`` (3) others flag nothing (said so). What the ranking says about its own resolution:
+docs/design/evidence.md.
 """
 
 from __future__ import annotations

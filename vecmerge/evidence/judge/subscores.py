@@ -1,33 +1,13 @@
 """Every sub-score of A against B: the test, Holm across sub-scores, grades, and what a change costs the others.
 
-The user's eight sub-scores share one adapter ("most improvements only moved score from one pocket to
-another"); their lesson: raise one sub-score while the other seven are constraints that must not regress.
-
-Per sub-score K of the metric (whole runs carry K in their ``subs``; item-level records name K as ``subscore``):
-
-    test           the first registered difference test that applies (``difference/``: clustered, paired,
-                   McNemar over K's items scored by both, else Welch over K's run values)
-    direction      the metric's, shared by its sub-scores: better = sign * (A - B), sign = +1 if higher is better
-    worse          the two-sided p, Holm-adjusted across the family, < alpha with better < 0; or the whole
-                   interval of ``better`` (at ``confidence``) below -margin
-    not worse      non-inferiority at margin m: H0 better <= -m against H1 better > -m, one-sided,
-                   t = (better + m) / SE, p = P(T_df > t); Holm-adjusted across the family, < alpha
-    unknown        neither; with the runs per model a one-sided t test would need (power 0.8, alpha / family
-                   size, the pooled noise of K) to show it not worse at the observed difference, or worse when
-                   the observed difference is below -m
-    zero variance  each model's runs of K are one value, up to float round-off (>= min_runs runs each): the
-                   difference is exact, ASSUMING K does not vary between runs of one model (said in the reason);
-                   worse when better < 0, else not worse; decided without a p-value, outside the families
-    margin         given (one value, or one per sub-score), else one grade where K's values across all models
-                   lie on a grid at their written precision (``grades.detect_grid``; unknown precision: no grid),
-                   else K's pooled within-model noise sd (the change one run makes); with none of these there is
-                   no non-inferiority test; each row names where its margin came from
-    family         the sub-scores compared, the target (the one being raised) left out, that have a test;
-                   alpha = 1 - confidence. Holm needs no assumption about how the sub-scores depend on each other.
-
-A worse sub-score is worse even when the drop is smaller than the margin: the margin is the uncertainty
-tolerated before "not worse" is claimed, not an allowance for a regression the runs do show.
-A difference below one grade of K's grid is flagged: on a grid, no grade (or less than one) moved.
+Per sub-score K of the metric (whole runs carry K in ``subs``, item records name it in ``subscore``), with
+better = sign * (A - B): the first registered difference test that applies (``difference/``); *worse* when the
+Holm-adjusted two-sided p < alpha with better < 0, or the whole interval lies below -margin; *not worse* by
+non-inferiority at margin m (t = (better + m) / SE, one-sided, Holm across the family); *unknown* otherwise,
+with the runs a test would need; a zero-variance K is decided exactly, outside the families. The margin is
+given, else one grade of K's grid (``grades.detect_grid``), else K's pooled noise sd. The family: the compared
+sub-scores with a test, the target left out; alpha = 1 - confidence.
+Why, and what each row says: docs/design/evidence.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """Group-sequential boundaries: crossing probabilities over K looks and alpha (or beta) spending.
 
-Canonical joint distribution (Jennison and Turnbull 2000, ch. 3): at looks with information I_1 < ... < I_K,
-Z_k = S_k / sqrt(I_k) with independent increments S_k - S_{k-1} ~ N(θ (I_k - I_{k-1}), I_k - I_{k-1}). Two means
-of nested runs fit it exactly (Cov(d_j, d_k) = Var(d_k), I = 1 / Var(d)). Crossing probabilities come from the
-Armitage-McPherson-Rowe recursion on the density of Z_k over the continuation region, integrated by Simpson's
-rule on a grid of ``GRID`` points (ch. 19); the tail at look k is exact given the density at look k - 1:
+Canonical joint distribution (Jennison and Turnbull 2000, ch. 3): Z_k = S_k / sqrt(I_k), independent
+increments S_k - S_{k-1} ~ N(θ Δ_k, Δ_k), Δ_k = I_k - I_{k-1}. The Armitage-McPherson-Rowe recursion on the
+density of Z_k over the continuation region, by Simpson's rule on ``GRID`` points:
 
     P(continue to k, Z_k >= b) = ∫ f_{k-1}(y) Φ̄((b sqrt(I_k) - y sqrt(I_{k-1}) - θ Δ_k) / sqrt(Δ_k)) dy
+    obf     a(t) = 2 - 2 Φ(z_{a/2} / sqrt(t))        pocock  a(t) = a log(1 + (e - 1) t)
 
-Spending functions of the information fraction t (Lan and DeMets 1983; Kim and DeMets 1987), one-sided level a:
-    obf     a(t) = 2 - 2 Φ(z_{a/2} / sqrt(t))        (O'Brien-Fleming-like)
-    pocock  a(t) = a log(1 + (e - 1) t)              (Pocock-like)
-The boundary at look k spends a(t_k) - a(t_{k-1}) beyond it; a(1) = a. Tests pin the engine against Jennison
-and Turnbull's tables of Pocock's and O'Brien-Fleming's constants and against gsDesign's spending boundaries.
+Look k spends a(t_k) - a(t_{k-1}) beyond its boundary; a(1) = a. Sources and what the tests pin it
+against: docs/design/evidence.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """Planned looks with power (the default plan): a group-sequential Welch test over the plan's looks.
 
-A look comes after a run once both models have 2 runs and at least ``look_every`` runs arrived since the last
-look, and always when both have the plan's N (``--use-existing``: runs recorded before the plan are the first
-look). At a look with n_A, n_B runs (direction applied, Δ = mu_A - mu_B):
+A look comes once both models have 2 runs and ``look_every`` runs arrived since the last, and always at N each.
+At a look (direction applied, Δ = mu_A - mu_B):
 
     d = mean_A - mean_B,  se² = s_A²/n_A + s_B²/n_B,  ν = Welch-Satterthwaite,  t = d / se,  w = (d - D) / se
-    information fraction f = n_e / (N/2), n_e = n_A n_B / (n_A + n_B)  (1 when both have N)
+    f = n_e / (N/2),  n_e = n_A n_B / (n_A + n_B);   efficacy c_k = F_ν⁻¹(Φ(b_k)),  b_k from Spending(alpha/2)
 
-Efficacy: ``group_sequential.Spending(alpha/2)`` gives b_k on the z scale; the t boundary is the same nominal
-p on ν degrees of freedom (Jennison and Turnbull 2000, the "significance level" approach for an unknown
-variance): c_k = F_ν⁻¹(Φ(b_k)). Futility: the same spending at level beta, F_k, for the test of Δ >= D
-(non-binding: the efficacy boundary ignores it). The decisions: ``decide_planned``. Assumes normal runs, and
-a run order that does not depend on the scores; exact for a known sd, approximate through ν (the tests and
-docs/DECISIONS.md measure it at the user's 3-10 runs).
+Futility: the same spending at level beta for the test of Δ >= D (non-binding). The decisions:
+``decide_planned``. Assumes normal runs and a run order independent of the scores; approximate through ν
+(measured in docs/DECISIONS.md). Sources and the look rule in full: docs/design/evidence.md.
 """
 
 from __future__ import annotations

@@ -1,44 +1,16 @@
 """Pre-registered sequential decisions: when to stop spending official runs (an anytime-valid t test).
 
-Official evaluations are scarce, and a fixed-n test repeated after every new run ("peeking") breaks: with a
-look after every run, a repeated Welch test at 5% says "better" far more often than 5% when nothing differs
-(the tests measure it). A plan fixes D (the smallest difference worth finding), N (the most runs of each
-model) and alpha first; a confidence sequence then holds at every look, however many.
+A plan fixes D (the smallest difference worth finding), N (the most runs per model) and alpha first; the
+confidence sequence below then holds at every look, however many. With d = mean_A - mean_B, pooled s_p on
+ν = n_A + n_B - 2 df, n_e = n_A n_B / (n_A + n_B), t = (d - Δ0) / (s_p sqrt(1/n_A + 1/n_B)), s² = 1 + n_e g:
 
-Model: each model's runs are normal with one common, unknown sd sigma; Delta = mu_A - mu_B in the metric's
-direction (positive: A better). After n_A and n_B runs:
+    E(Δ0) = (1/s) [(1 + t²/ν) / (1 + t²/(ν s²))]^((ν+1)/2)        (Gaussian-mixture t test; Ville: P <= α)
+    CS = d ± c s_p sqrt(1/n_A + 1/n_B),  K = (s/α)^(2/(ν+1)),  c² = ν (K - 1) / (1 - K/s²) if K < s² else ∞
 
-    d = mean_A - mean_B,  s_p² = (SS_A + SS_B) / ν,  ν = n_A + n_B - 2,  n_e = n_A n_B / (n_A + n_B)
-    t(Δ0) = (d - Δ0) / (s_p sqrt(1/n_A + 1/n_B))
-
-The likelihood ratio of the t statistic (the maximal invariant under x -> a x + b: a test martingale in the
-invariant filtration; Lai 1976; Pérez-Ortiz, Lardy, de Heide, Grünwald 2024; Wang and Ramdas 2023, whose
-Gaussian-mixture t-test this is, in two samples), mixed over the standardized effect δ = (Δ - Δ0)/σ ~ N(0, g):
-
-    E(Δ0) = ∫ f_{ν, δ sqrt(n_e)}(t) dN(δ; 0, g) / f_ν(t) = f_ν(t/s) / (s f_ν(t)),   s² = 1 + n_e g
-          = (1/s) [(1 + t²/ν) / (1 + t²/(ν s²))]^((ν+1)/2)
-
-(a mixture of noncentral t's is a scaled central t: Z + δ sqrt(n_e) ~ N(0, s²); a test checks the integral).
-Under Δ = Δ0 it is a nonnegative martingale of mean 1 over the looks, so by Ville's inequality
-P(some look has E(Δ) >= 1/α) <= α. The confidence sequence {Δ0 : E(Δ0) < 1/α} is d ± c s_p sqrt(1/n_A + 1/n_B):
-
-    K = (s/α)^(2/(ν+1));   c² = ν (K - 1) / (1 - K/s²)  if K < s²,  else c = ∞
-    (E never reaches 1/α when its supremum s^ν <= 1/α: the sequence is then the whole line)
-
-In one sample (n_e = n, ν = n - 1, g = 1/r²) E = sqrt(r²/(n+r²)) ((n+r²)V / ((n+r²)V - S²))^(n/2), S = Σx,
-V = Σx² (Δ0 = 0); as ν -> ∞ (σ known) c tends to the two-sided normal-mixture boundary of Howard, Ramdas,
-McAuliffe and Sekhon 2021, sqrt((v + ρ) log((v + ρ) / (ρ α²))) on the sum scale, v = n_e, ρ = 1/g (tested).
-
-Decisions, at each look (after each recorded run, once both models have 2), the first that applies:
-    stop_better   the sequence's lower end > 0: A better than B (wrong with probability <= alpha)
-    stop_worse    its upper end < 0: A worse than B (wrong with probability <= alpha)
-    stop_futile   its upper end < D: A not better by D (when Delta >= D, with probability <= alpha)
-    inconclusive  both models have the plan's N runs and no stop was reached: the budget is spent
-    continue      with the runs per model that would decide if d and s_p stayed as they are
-
-The first stop is final: later runs are counted, not looked at; runs past a model's N are not looks.
-Prior scale: g = prior_scale², prior_scale = D / (the ledger's pooled noise sd when the plan was made), 1
-without one. Assumes normal runs with one sd; which model runs next may depend on past scores, not future ones.
+At each look the first that applies: stop_better (lower end > 0), stop_worse (upper end < 0), stop_futile
+(upper end < D), inconclusive (N runs each, no stop), continue. The first stop is final. Prior scale:
+g = prior_scale², prior_scale = D / the ledger's pooled noise sd when the plan was made (1 without one).
+The derivation, its references and assumptions: docs/design/evidence.md.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ from ...io.parse import short
 from ...linalg.rank_policy import RankPolicy
 from ...linalg.rankcut import cut
 from ...peft.adapter import Adapter
-from ...peft.format import CONFIG_NAME, param_targeted, pattern_key, peft_scale, targeted
+from ...peft.format import CONFIG_NAME, pattern_key, peft_scale, targeted
+from ...peft.params import param_targeted
 from ...workspace.taskvector import TaskVector
 from ..report import check, within
 

@@ -37,7 +37,8 @@ import torch
 
 from ...errors import few
 from ...peft.adapter import Adapter
-from ...peft.format import PREFIX, entry_name, unwrap
+from ...peft.format import PREFIX
+from ...peft.params import entry_name, unwrap
 from ..report import check, not_run, within
 
 PEFT_DELTA_RTOL = 1e-5
