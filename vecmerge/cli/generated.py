@@ -44,7 +44,7 @@ def param(name: str, s: Spec) -> Callable:
     typed = {"type": t} if (t := _type(s)) is not None else {}
     if s.flag is None:
         return click.argument(name, nargs=s.nargs, required=s.required, **typed)
-    decls = [s.flag, *([s.short] if s.short else []), name]
+    decls = [s.flag, name]
     if s.kind == "flag":
         return click.option(*decls, is_flag=True, help=s.help)
     more: dict[str, Any] = {"multiple": True} if s.multiple else {}

@@ -17,7 +17,7 @@ from ..options import (
     REPORT_FORMATS,
 )
 from ..recipe.keys import KEY
-from .shared import FORCE, JSON
+from .shared import FORCE, JSON, PLOT
 from .spec import Request, Spec, argument, option
 
 
@@ -49,8 +49,7 @@ class Audit(Request):
     fmt: str = option(Spec("--format", REPORT_FORMAT_HELP, kind="choice", choices=REPORT_FORMATS, default="table",
                            shown=True))
     as_json: bool = option(JSON, help="Machine-readable output: the same as --format json.")
-    plot: str | None = option(Spec("--plot", "Also write a cosine heatmap PNG, layers x module types (needs "
-                                   "matplotlib).", kind="path", path={"dir_okay": False}))
+    plot: str | None = option(PLOT, help="Also write a cosine heatmap PNG, layers x module types (needs matplotlib).")
     force: bool = option(FORCE)
     allow_missing: bool = option(Spec("--allow-missing", KEY["allow_missing"].describe() + " Audits count them "
                                       "apart (not compared).", kind="flag"))

@@ -15,7 +15,7 @@ from ..options import (
     EXTRACT_TARGETS_HELP,
     FUSE_DTYPE_HELP,
 )
-from .shared import BASE_MODEL, FORCE, JSON, OUT_FOLDER
+from .shared import BASE_MODEL, FORCE, JSON, OUT_FOLDER, PLOT
 from .spec import Request, Spec, argument, option
 
 MANIFEST = JSON.with_help("Print the manifest instead of the report.")
@@ -81,8 +81,7 @@ class Probe(Request):
                               "forward passes).", kind="pair", default=True, shown=True))
     record: bool = option(Spec("--record/--no-record", "Write into the ledger, and reuse what it holds (--no-record: "
                                "compute everything, write nothing).", kind="pair", default=True, shown=True))
-    plot: str | None = option(Spec("--plot", "A PNG: the 2-D map and the distance heatmap.", kind="path",
-                                   path={"dir_okay": False}))
+    plot: str | None = option(PLOT, help="A PNG: the 2-D map and the distance heatmap.")
     force: bool = option(FORCE)
     as_json: bool = option(JSON)
 

@@ -37,7 +37,6 @@ class Spec:
         range (tuple[int, int] | None): kind int: the inclusive range click enforces.
         parse (Callable[[Any], Any] | None): the typed value from the text given (raises ``Problem``).
         check (Callable[[Any], str | None] | None): the problem with a value, or None.
-        short (str | None): a one-letter alias (``-q``).
     """
 
     flag: str | None = None
@@ -54,7 +53,6 @@ class Spec:
     range: tuple[int, int] | None = None
     parse: Callable[[Any], Any] | None = None
     check: Check | None = None
-    short: str | None = None
 
     def with_help(self, help: str, **more: Any) -> Spec:
         """This declaration with another ``--help`` text (a shared option worded for one command)."""
