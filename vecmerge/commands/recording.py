@@ -10,10 +10,11 @@ import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from json.encoder import encode_basestring_ascii
+from typing import Any
 
 from ..errors import UsageError
 from ..evidence import EvidenceError
-from ..evidence.importers.importers import export_csv_lines, import_files
+from ..evidence.importers.importers import Imported, export_csv_lines, import_files
 from ..evidence.ledger.environment import canonical_fields
 from ..evidence.ledger.ledger import Entry, Ledger
 from ..evidence.ledger.precision import check_decimals, decimals_of
@@ -86,7 +87,7 @@ def import_(ledger: Ledger, paths: Iterable[str], *,
             current_sha: Mapping[str, str | None] | Callable[[str], str | None] | None = None,
             model: str | None = None, cluster_field: str | None = None, task: str | None = None,
             directions: Mapping[str, bool] | None = None, adapters=None, home=None,
-            env: Mapping[str, str] | None = None, decimals: int | None = None) -> dict:
+            env: Mapping[str, str] | None = None, decimals: int | None = None) -> Imported:
     """``vecmerge evidence import FILE... [--model NAME] [--cluster-field KEY] [--higher-is-better M] [--env K=V]``:
     ``importers.import_files`` (``current_sha``: a mapping or a function of the model name; ``adapters`` and
     ``home``: the workspace's, to match lm-eval's model paths)."""
@@ -162,9 +163,9 @@ def evidence_import(ws: Workspace, req: EvidenceImport, *, echo: Echo = print) -
     The request's directions are declared in the same transaction; its ``--env`` fields are added to every
     record's eval environment.
     """
-    out = import_(ledger_of(ws), list(req.files), current_sha=ws.content_sha, model=req.model,
+    out: dict[str, Any] = {**import_(ledger_of(ws), list(req.files), current_sha=ws.content_sha, model=req.model,
                   cluster_field=req.cluster_field, task=req.task, directions=req.directions, adapters=ws.adapters,
-                  home=ws.home, env=dict(req.env), decimals=req.decimals)
+                  home=ws.home, env=dict(req.env), decimals=req.decimals)}
     out["unhashed"] = [m for m in out["models"] if ws.content_sha(m) is None]
     say(echo, out, report_evidence.render_import, req.as_json)
     return out

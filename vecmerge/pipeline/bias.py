@@ -14,6 +14,9 @@ Why: docs/design/pipeline.md.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
+
 import torch
 
 from ..errors import Problem, RecipeError, few
@@ -48,7 +51,7 @@ def check(ev: Evaluation) -> None:
                            "parameter; merge the adapters' modules without target_parameters"])
 
 
-def check_base(ev: Evaluation, folders: list, roots=()) -> None:
+def check_base(ev: Evaluation, folders: list, roots: Iterable[Path] = ()) -> None:
     """RecipeError (one line) when the first local model folder of ``folders`` has a ``<module>.weight`` but no
     ``<module>.bias`` for a module the output gives a bias: PEFT cannot merge it (``merge_and_unload``).
 
@@ -71,19 +74,22 @@ def check_base(ev: Evaluation, folders: list, roots=()) -> None:
 def coefficients(ev: Evaluation, m: str, multiple: float) -> dict[str, float]:
     """``{input: c}``: module m's update as a fixed combination of the inputs (see the module docstring)."""
     forms, terms, k = operand_forms(ev.recipe, ev.method), _terms(ev), ev.multipliers.get(m, 1.0)
+    if terms is None:
+        raise ValueError(f"{ev.method.name}: no fixed combination of the inputs (``check`` refuses its biases)")
     out: dict[str, float] = {}
 
     def put(key: str, c: float) -> None:
         for n, a in forms[key].coeffs.items():
             out[n] = out.get(n, 0.0) + c * a
 
-    if ev.step is None:
+    step = ev.step
+    if step is None:
         for key, c in terms.items():
             put(key, k * c)
         return out
     put("base", 1.0)
     if m not in set(ev.dropped) | set(ev.unselected):
-        put("dir", terms["dir"] * k * ev.step.module_alpha[m] * multiple)
+        put("dir", terms["dir"] * k * step.module_alpha[m] * multiple)
     return out
 
 

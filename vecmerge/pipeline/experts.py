@@ -12,8 +12,10 @@ errors). Why not one k over the joint spectrum: docs/design/pipeline.md.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 
-def groups(specs: dict, names) -> dict[str, list[str]]:
+
+def groups(specs: dict, names: Iterable[str]) -> dict[str, list[str]]:
     """``{parameter target: [expert modules]}`` of the expert modules among ``names``, in order."""
     out: dict[str, list[str]] = {}
     for m in names:
@@ -29,7 +31,7 @@ def common_ranks(rows: dict, specs: dict) -> dict[str, int]:
         rows (dict[str, ModuleBuild]): each module cut at the policy's own choice.
         specs (dict[str, ModuleSpec]): layouts (which modules are experts of which parameter).
     """
-    out = {}
+    out: dict[str, int] = {}
     for members in groups(specs, rows).values():
         k = max(rows[m].cut.rank for m in members)
         out.update((m, k) for m in members if rows[m].cut.rank < k)

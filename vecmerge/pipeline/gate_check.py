@@ -17,13 +17,15 @@ from dataclasses import dataclass
 from ..analysis.consensus import summarize as summarize_consensus
 from ..errors import CheckFailed, RecipeError, UsageError, VecmergeError, shown
 from ..evidence.gate.gate import GateConfig, GateFacts, GateResult, evaluate_gate
-from ..evidence.gate.gate_facts import gate_evidence
+from ..evidence.gate.gate_facts import GateEvidence, gate_evidence
 from ..evidence.ledger.ledger import Ledger
 from ..expr import parse
+from ..linalg.threads import Progress
 from ..recipe.recipe import Recipe
 from ..workspace.base_model import declared_base
 from ..workspace.lineage import relation
 from ..workspace.names import Workspace
+from ..workspace.taskvector import TaskVector
 from .evaluation import Evaluation, complete, consensus_rows, evaluate_cores
 from .inputs import output_plan
 
@@ -75,9 +77,9 @@ class GateCheck:
 
 def step_names(recipe: Recipe) -> tuple[str, str, str]:
     """``(backbone, x, y)`` of a recipe BASE + alpha*(X - Y); RecipeError for any other shape."""
-    base = parse(recipe.base)
-    names = base.names()
-    if len(names) != 1 or base.coeffs[names[0]] != 1.0:
+    base = parse(recipe.base) if recipe.base is not None else None
+    names = base.names() if base is not None else []
+    if base is None or len(names) != 1 or base.coeffs[names[0]] != 1.0:
         raise RecipeError([f"gate: base {recipe.base!r} must be one adapter name (the backbone whose runs the "
                            "ledger holds)"])
     d = parse(recipe.dir) if recipe.dir else None
@@ -89,7 +91,7 @@ def step_names(recipe: Recipe) -> tuple[str, str, str]:
     return names[0], pos[0], neg[0]
 
 
-def gate_config(ws: Workspace, recipe_gate=None) -> GateConfig:
+def gate_config(ws: Workspace, recipe_gate: bool | dict | None = None) -> GateConfig:
     """The workspace's ``gate:`` thresholds, overridden key by key by a recipe's ``gate:`` mapping."""
     config = GateConfig.from_dict(ws.gate, source=shown(ws.file) if ws.file else "vecmerge.yaml")
     if isinstance(recipe_gate, dict) and recipe_gate:
@@ -133,7 +135,7 @@ def shape_mismatches(adapters: dict) -> list[str]:
     return out
 
 
-def _closeness(vx, vy, dist: float) -> dict:
+def _closeness(vx: TaskVector, vy: TaskVector, dist: float) -> dict:
     """``cos(X, Y) = <X, Y> / (||X|| ||Y||)`` (shared modules; a missing one counts as zero) and
     ``||X - Y|| / ||Y||`` (``dist``: the norm of the direction's cores), the gate's supporting figures."""
     nx, ny = vx.norm(), vy.norm()
@@ -142,7 +144,7 @@ def _closeness(vx, vy, dist: float) -> dict:
             "relative_distance": dist / ny if ny > 0 else None}
 
 
-def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
+def check_gate(recipe: Recipe, ws: Workspace, progress: Progress | None = None) -> GateCheck:
     """Gather the facts for the recipe's step and evaluate the gate (see the module docstring).
 
     Args:
@@ -164,7 +166,7 @@ def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
     parents, roots = pinned.lineage(names)
     ledger = Ledger(pinned.ledger_path)
     metric = gate_metric(config, pinned, ledger)
-    evidence = {}
+    evidence: GateEvidence | None = None  # no metric: the gate's rows say what is missing
     if metric is not None:
         evidence = gate_evidence(ledger, backbone, x, y, metric, current_sha=pinned.current_shas(ledger.models()),
                                  config=config, replicates=pinned.replicate_groups())
@@ -182,13 +184,16 @@ def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
         if recipe.trust is not None or recipe.alpha is not None:
             try:
                 ev = complete(cores, rows)
-                trust = max(ev.step.realized(k)["global"] for k in multiples)
+                if ev.step is not None:  # a step recipe (``step_names``) is stepped: complete chose its alpha
+                    trust = max(ev.step.realized(k)["global"] for k in multiples)
             except CheckFailed as e:  # the consensus decision: the gate's table shows why first
                 error = e
     base_models = {n: declared_base(a.config.base_model, (pinned.home,)) for n, a in adapters.items()}
     facts = GateFacts(backbone, x, y, base_models=base_models,
                       shape_mismatches=mismatches, lineage=relation(x, y, parents, roots=roots),
                       closeness=closeness, consensus=consensus,
-                      consensus_ref=recipe.consensus.ref if recipe.consensus else None, trust=trust, **evidence)
+                      consensus_ref=recipe.consensus.ref if recipe.consensus else None, trust=trust)
+    if evidence is not None:
+        facts = dataclasses.replace(facts, **evidence)
     return GateCheck(evaluate_gate(facts, config), config, metric, str(ledger.path), backbone, x, y, ev, error,
-                     evidence.get("env"))
+                     evidence["env"] if evidence else None)

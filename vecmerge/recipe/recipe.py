@@ -114,7 +114,7 @@ class Recipe:
         return {**d, **params}
 
     @classmethod
-    def from_dict(cls, data, source: str = "recipe", root: Path | None = None) -> Recipe:
+    def from_dict(cls, data: object, source: str = "recipe", root: Path | None = None) -> Recipe:
         """Validate ``data`` and build a Recipe; every problem is reported at once (RecipeError).
 
         Args:

@@ -185,9 +185,14 @@ def _stable_backbone(f: GateFacts, c: GateConfig) -> GateRow:
         said = (f"{f.backbone}: {comp.trainings} trainings ({', '.join(comp.members)}), {comp.evaluations} runs; "
                 f"training plus evaluation noise sd {spread:.4g} (between trainings {comp.sd_training:.4g}, within "
                 "evaluations " + f"{comp.sd_eval:.4g})")
+    elif s is not None and s.n < 2:  # min_repeats 1 allows one run, whose spread is not measured
+        return GateRow("stable backbone", UNKNOWN, f"{f.backbone}: 1 run, so its spread cannot be measured; "
+                       "record another run or give replicates", numbers, threshold, source)
+    elif s is not None:  # count = len(runs) >= min_repeats: runs to summarize
+        spread = s.sd
+        said = f"{f.backbone}: {s.n} runs, std {spread:.4g}"
     else:
-        spread = s.std
-        said = f"{f.backbone}: {s.n} runs, std {s.std:.4g}"
+        raise ValueError(f"gate: no runs of {f.backbone} to judge")
     if limit is None:
         return GateRow("stable backbone", UNKNOWN, f"{said}, no noise level to compare to", numbers, threshold, source)
     ok = spread <= limit
@@ -229,7 +234,10 @@ def _repeated_evidence(f: GateFacts, c: GateConfig) -> GateRow:
 def _training_evidence(f: GateFacts, c: GateConfig, source: str) -> GateRow:
     """The repeated-evidence row from the test over trainings (``replicates.py``): training plus evaluation noise."""
     cmp = f.comparison
-    reps, d = cmp.replicates, cmp.replicates.test
+    reps = cmp.replicates if cmp is not None else None
+    if cmp is None or reps is None or reps.test is None or reps.noise is None:
+        raise ValueError("gate: the training evidence row reads the replicates' test (a caller's error)")
+    d, noise = reps.test, reps.noise
     threshold = (f"{f.x} better than {f.y} beyond training plus evaluation noise ({c.confidence:.0%} interval "
                  "over trainings excludes 0)")
     numbers = {**cmp.to_dict(), "noise": "training plus evaluation"}
@@ -244,7 +252,7 @@ def _training_evidence(f: GateFacts, c: GateConfig, source: str) -> GateRow:
     ka, kb = d.n
     text = (f"{said} on {cmp.metric}, over trainings ({ka} of {f.x}: {', '.join(reps.trainings[0])}; {kb} of {f.y}: "
             f"{', '.join(reps.trainings[1])}): diff {d.diff:+.4g}, CI [{d.ci_low:.4g}, {d.ci_high:.4g}], p {d.p:.3g}; "
-            f"sd of a training's mean {reps.noise.sd:.4g} ({reps.noise.df} df)")
+            f"sd of a training's mean {noise.sd:.4g} ({noise.df} df)")
     if f.plan is not None and f.plan_decision is not None:
         text += f"; plan {f.plan.id} (evaluation noise only) says {f.plan_decision.decision}"
     return GateRow("repeated evidence", status, text, numbers, threshold, source)
@@ -275,6 +283,8 @@ def _trust(f: GateFacts, c: GateConfig) -> GateRow:
 def _planned_evidence(f: GateFacts) -> GateRow:
     """The repeated-evidence row from the plan's decision (``planned.decide_plan``)."""
     p, d = f.plan, f.plan_decision
+    if p is None or d is None:
+        raise ValueError("gate: the planned evidence row reads the plan and its decision (a caller's error)")
     status = {STOP_BETTER: PASS, CONTINUE: UNKNOWN}.get(d.decision, FAIL)
     kind = "planned looks" if p.test == GROUP_SEQUENTIAL.name else "anytime-valid"
     threshold = (f"plan {p.id}: {f.x} better than {f.y}, {kind} ({p.test}, alpha {p.alpha:g}, "

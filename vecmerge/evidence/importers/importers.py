@@ -16,6 +16,7 @@ import io
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TypedDict
 
 from ...io.files import open_regular
 from ...io.parse import short
@@ -117,10 +118,11 @@ def parse_csv(path: str | Path) -> Parsed:
                     except EvidenceError as err:
                         problems.add(where, name, str(err).split(": ", 1)[-1])
                         bad_env = True
-            if None in (model, metric, value) or None in subs.values() or bad_env:
+            given = {k: v for k, v in subs.items() if v is not None}
+            if model is None or metric is None or value is None or len(given) < len(subs) or bad_env:
                 continue
-            entries.append(Entry(model, metric, value, sha, subs, stderr, item, cluster, source, note, subscore,
-                                 canonical_fields(env)))
+            entries.append(Entry(model, metric, value, sha, tuple(sorted(given.items())), stderr, item, cluster,
+                                 source, note, subscore, canonical_fields(env)))
             if item is None:  # grades are read from whole runs: the decimals their cells are written with
                 note_decimals(decimals, metric, None, decimals_of(cells["value"]))
                 for key in subs:
@@ -179,7 +181,7 @@ def parse_files(paths: Iterable[str | Path], *, model: str | None = None, cluste
     groups = {k: v for run in runs.values() for k, v in run.groups.items()}
     matched = match_samples(list(runs), [p for p in paths if kinds[p] == "samples"])
     for p, run_file in matched.items():
-        run = runs.get(run_file)
+        run = runs.get(run_file) if run_file is not None else None
         mine = run.entries if run is not None else results
         sample_model = model or (mine[0].model if run is not None else next(iter(result_models))
                                  if len(result_models) == 1 else None)
@@ -204,11 +206,26 @@ def parse_files(paths: Iterable[str | Path], *, model: str | None = None, cluste
     return out
 
 
+class Imported(TypedDict):
+    """What ``import_files`` recorded, as the JSON of ``evidence import`` reads."""
+
+    files: list[str]
+    records: int
+    ids: list[int]  # [first, last], empty when nothing new was recorded
+    models: list[str]
+    metrics: list[str]
+    item_level: int
+    directions: dict[str, bool]
+    environments: dict[str, dict[str, str]]  # environment id -> its fields (empty: none recorded)
+    duplicates: list[dict]  # {"file", "same_as"}: files whose content was imported before
+
+
 def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
                  sha_of: Mapping[str, str | None] | Callable[[str], str | None] | None = None,
                  model: str | None = None, cluster_field: str | None = None, task: str | None = None,
                  directions: Mapping[str, bool] | None = None, adapters: Mapping[str, Path] | None = None,
-                 home: Path | None = None, env: Mapping[str, str] | None = None, decimals: int | None = None) -> dict:
+                 home: Path | None = None, env: Mapping[str, str] | None = None, decimals: int | None = None
+                 ) -> Imported:
     """Parse all ``paths``, fill each entry's sha256 from ``sha_of`` (where the file carried none) and
     write everything in one transaction.
 
@@ -221,8 +238,9 @@ def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
             (a CSV carries none); one that contradicts a file's own declaration raises, nothing written.
 
     Returns:
-        dict: ``{"files": [...], "records": int, "ids": [first, last], "models": [...], "metrics": [...],
-        "item_level": int, "directions": {metric: higher_is_better}, "environments": {id: fields}}``.
+        Imported: ``{"files": [...], "records": int, "ids": [first, last], "models": [...], "metrics": [...],
+        "item_level": int, "directions": {metric: higher_is_better}, "environments": {id: fields},
+        "duplicates": [...]}``.
     """
     parsed = parse_files(paths, model=model, cluster_field=cluster_field, task=task, adapters=adapters, home=home,
                          env=env, decimals=decimals)
@@ -299,7 +317,7 @@ def export_csv_lines(rows: Iterable[dict], subs: Sequence[str], envs: Sequence[s
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
 
-    def line(cells) -> str:
+    def line(cells: Iterable[str]) -> str:
         buf.seek(0)
         buf.truncate()
         writer.writerow(cells)
@@ -323,7 +341,7 @@ def export_csv_lines(rows: Iterable[dict], subs: Sequence[str], envs: Sequence[s
         yield line(cells)
 
 
-def _cell(value) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, float):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -279,7 +280,7 @@ def calibrate(proxy: Mapping[str, Sequence[float]], target: Mapping[str, Sequenc
 
 
 def calibrate_records(records: Iterable[Record], proxy: str, target: str, *,
-                      directions: Mapping[str, bool] | None = None, **options) -> Calibration:
+                      directions: Mapping[str, bool] | None = None, **options: Any) -> Calibration:
     """``calibrate`` over ledger records: each model's whole runs on ``proxy`` and on ``target``.
 
     Args:

@@ -5,7 +5,7 @@ sub-score (``subscores.compare_subscores``) and, where A or B has training repli
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .. import EvidenceError
@@ -86,7 +86,8 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
                     higher_is_better: bool | None = None, confidence: float = 0.95, min_runs: int = 2,
                     min_items: int = 2, detect: float | None = None, alpha: float = 0.05,
                     power: float = 0.8, target: str | None = None, margins: float | dict | None = None,
-                    margin_source: str = "given", replicates=None, env: dict | None = None,
+                    margin_source: str = "given", replicates: Mapping[str, Sequence[str]] | None = None,
+                    env: dict | None = None,
                     decimals: Mapping[str | None, int] | None = None) -> Comparison:
     """Compare A and B on one metric; the verdict rule is exact:
 
@@ -144,8 +145,8 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
                 else "a_better" if a_up == higher_is_better else "b_better")
     pooled = pooled_noise(runs)
     noise = pooled.sd if pooled else None
-    if noise is None and w is not None:
-        noise = math.sqrt((sa.std**2 + sb.std**2) / 2)
+    if noise is None and w is not None and sa is not None and sb is not None:  # Welch ran: both have a spread
+        noise = math.sqrt((sa.sd**2 + sb.sd**2) / 2)
     if detect is None and sa and sb:
         detect = abs(sa.mean - sb.mean)
     needed = repeats_needed(detect, noise, alpha=alpha, power=power) if noise and detect else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -148,7 +149,7 @@ def calibrate_loo(proxies: Mapping[str, Mapping[str, Sequence[float]]], target: 
 
 def calibrate_loo_records(records: Iterable[Record], proxies: Sequence[str], target: str, *,
                           directions: Mapping[str, bool] | None = None, exclude: Iterable[str] = (),
-                          **options) -> Calibration:
+                          **options: Any) -> Calibration:
     """``calibrate_loo`` over ledger records: each model's whole runs of each proxy and of the target.
 
     Args:

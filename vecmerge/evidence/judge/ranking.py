@@ -18,6 +18,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from .calibrate import Calibration
 
@@ -38,6 +39,18 @@ def modified_z(x: float, others: Sequence[float]) -> float:
     return 0.0 if x == med else math.copysign(math.inf, x - med)
 
 
+class CandidateRow(TypedDict):
+    """One candidate of a ranking, as its JSON reads (``Ranking.rows``)."""
+
+    candidate: str
+    rank: int | None
+    predicted: float | None
+    extrapolated: list[str]
+    proxies: dict[str, float]
+    z: dict[str, float | None]
+    far_below: list[str]
+
+
 @dataclass(frozen=True)
 class Ranking:
     """Candidates ranked by a calibrated prediction, or listed with disaster flags (``mode``).
@@ -52,7 +65,7 @@ class Ranking:
     target: str | None
     mode: str
     verdict: str
-    rows: tuple[dict, ...]
+    rows: tuple[CandidateRow, ...]
     calibration: dict | None
     reasons: tuple[str, ...] = ()
 
@@ -78,9 +91,10 @@ def rank_candidates(values: Mapping[str, Mapping[str, float]], *, history: Mappi
     proxies = tuple(values)
     candidates = tuple(values[proxies[0]])
     reasons = []
-    rows = []
+    rows: list[CandidateRow] = []
     for c in candidates:
-        z, far = {}, []
+        z: dict[str, float | None] = {}
+        far: list[str] = []
         for p in proxies:
             sign = -1.0 if directions.get(p) is False else 1.0
             others = [sign * v for k, v in values[p].items() if k != c]
@@ -88,8 +102,8 @@ def rank_candidates(values: Mapping[str, Mapping[str, float]], *, history: Mappi
             if len(others) < MIN_POOL:
                 z[p] = None
                 continue
-            z[p] = modified_z(sign * values[p][c], others)
-            if z[p] < -FAR_BELOW:
+            z[p] = score = modified_z(sign * values[p][c], others)
+            if score < -FAR_BELOW:
                 far.append(p)
         rows.append({"candidate": c, "rank": None, "predicted": None, "extrapolated": [],
                      "proxies": {p: values[p][c] for p in proxies}, "z": z, "far_below": far})
@@ -98,16 +112,17 @@ def rank_candidates(values: Mapping[str, Mapping[str, float]], *, history: Mappi
     target = calibration.target if calibration is not None else None
     if calibration is not None and calibration.ranks:
         higher = calibration.target_higher_is_better is not False
-        spans = {p: (min(v), max(v)) for p, v in calibration.proxy_means.items()}
+        spans = {p: (min(v), max(v)) for p, v in (calibration.proxy_means or {}).items()}
+        predicted = {r["candidate"]: calibration.predict(r["proxies"]) for r in rows}
         for r in rows:
-            r["predicted"] = calibration.predict(r["proxies"])
+            r["predicted"] = predicted[r["candidate"]]
             r["extrapolated"] = [p for p in proxies if not spans[p][0] <= r["proxies"][p] <= spans[p][1]]
         out = [r["candidate"] for r in rows if r["extrapolated"]]
         if out:
             reasons.append(f"{', '.join(out)} lie outside the past models' range of the proxy: their predictions "
                            "extrapolate the fit")
-        rows.sort(key=lambda r: -r["predicted"] if higher else r["predicted"])
-        spread = rows[0]["predicted"] - rows[-1]["predicted"]
+        rows.sort(key=lambda r: -predicted[r["candidate"]] if higher else predicted[r["candidate"]])
+        spread = predicted[rows[0]["candidate"]] - predicted[rows[-1]["candidate"]]
         if len(rows) > 1 and calibration.rmse is not None and abs(spread) < calibration.rmse:
             reasons.append(f"the candidates' predictions span {abs(spread):.3g}, less than the fit's held-out RMSE "
                            f"{calibration.rmse:.3g}: their order is finer than the proxy was shown to resolve")

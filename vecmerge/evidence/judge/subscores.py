@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from .. import EvidenceError
 from ..difference import registry as tests
@@ -110,7 +111,11 @@ def sub_keys(records: Iterable[Record], models: Sequence[str]) -> list[str]:
                    ([r.subscore] if r.is_item and r.subscore else [k for k, _ in r.subs])})
 
 
-def _margin_for(key, margins, grid: Grid | None, noise: float | None, source: str):
+Margins = float | Mapping[str, float] | None  # one margin, one per sub-score, or none given
+
+
+def _margin_for(key: str, margins: Margins, grid: Grid | None, noise: float | None, source: str
+                ) -> tuple[float | None, str | None]:
     """The margin of sub-score ``key`` and where it came from, in words (the report names it per row)."""
     if isinstance(margins, Mapping) and key in margins:
         return float(margins[key]), source
@@ -124,8 +129,27 @@ def _margin_for(key, margins, grid: Grid | None, noise: float | None, source: st
     return None, None
 
 
-def _one(key, a, b, metric, runs, items, margins, margin_source, confidence, min_runs, min_items, decimals):
-    """One sub-score's figures before the families are known (``runs``: model -> values, every model)."""
+class _Part(TypedDict):
+    """One sub-score's figures before the families are known: the fields ``SubScoreRow`` takes from ``_one``."""
+
+    key: str
+    a_summary: Summary | None
+    b_summary: Summary | None
+    test: DiffResult | None
+    diff: float | None
+    zero_variance: bool
+    margin: float | None
+    margin_source: str | None
+    grid: Grid | None
+    below_one_grade: bool | None
+    noise_sd: float | None
+
+
+def _one(key: str, a: str, b: str, metric: str, runs: Mapping[str, list[float]], items: Mapping[str, list[Record]],
+         margins: Margins, margin_source: str, confidence: float, min_runs: int, min_items: int,
+         decimals: int | None) -> tuple[_Part, tuple[int, int]]:
+    """One sub-score's figures before the families are known, and the runs of A and B (``runs``: model ->
+    values, every model)."""
     ra, rb = runs.get(a, []), runs.get(b, [])
     sa = summarize(ra, model=a, metric=metric, sub=key, confidence=confidence) if ra else None
     sb = summarize(rb, model=b, metric=metric, sub=key, confidence=confidence) if rb else None
@@ -133,16 +157,17 @@ def _one(key, a, b, metric, runs, items, margins, margin_source, confidence, min
     ib, cb = item_means(items.get(b, []))
     test = tests.deciding(tests.run_all(tests.Scores(tuple(ra), tuple(rb), ia, ib, {**cb, **ca}, min_items),
                                         confidence))
-    zero = (test is None and min(len(ra), len(rb)) >= max(min_runs, 2) and sa.std == 0 and sb.std == 0)
-    diff = test.diff if test else (sa.mean - sb.mean) if zero else None
+    zero = bool(test is None and sa is not None and sb is not None and min(len(ra), len(rb)) >= max(min_runs, 2)
+                and sa.std == 0 and sb.std == 0)
+    diff = test.diff if test is not None else (sa.mean - sb.mean) if zero and sa and sb else None
     grid = detect_grid([v for vs in runs.values() for v in vs], decimals=decimals)
     pooled = pooled_noise(runs)
     noise = pooled.sd if pooled and pooled.sd > 0 else (
         math.sqrt((sa.std**2 + sb.std**2) / 2) if sa and sb and sa.std and sb.std else None)
     margin, source = _margin_for(key, margins, grid, noise, margin_source)
     below = grid.below_one_grade(diff) if grid is not None and diff is not None else None
-    return dict(key=key, a_summary=sa, b_summary=sb, test=test, diff=diff, zero_variance=zero, margin=margin,
-                margin_source=source, grid=grid, below_one_grade=below, noise_sd=noise, n=(len(ra), len(rb)))
+    return _Part(key=key, a_summary=sa, b_summary=sb, test=test, diff=diff, zero_variance=zero, margin=margin,
+                 margin_source=source, grid=grid, below_one_grade=below, noise_sd=noise), (len(ra), len(rb))
 
 
 def compare_subscores(a: str, b: str, records: Iterable[Record], *, metric: str | None = None,
@@ -183,22 +208,23 @@ def compare_subscores(a: str, b: str, records: Iterable[Record], *, metric: str 
     parts = [_one(k, a, b, metric, runs.get(k, {}), items.get(k, {}), margins, margin_source, confidence, min_runs,
                   min_items, known.get(k, known.get("*"))) for k in keys]
     sign = None if higher_is_better is None else (1.0 if higher_is_better else -1.0)
-    family = [p["key"] for p in parts if p["test"] is not None and p["key"] != target and sign is not None]
-    two = {p["key"]: p["test"].p for p in parts if p["key"] in family}
+    tested = {p["key"]: (t, p["margin"]) for p, _ in parts if (t := p["test"]) is not None}
+    family = [k for k in tested if k != target and sign is not None]
+    two = {k: tested[k][0].p for k in family}
     from scipy import stats
 
-    ni = {p["key"]: float(stats.t.sf((sign * p["test"].diff + p["margin"]) / p["test"].se, p["test"].df))
-          for p in parts if p["key"] in family and p["margin"] is not None}
+    ni = {k: float(stats.t.sf((sign * t.diff + m) / t.se, t.df)) for k in family
+          for t, m in [tested[k]] if sign is not None and m is not None}
     two_holm, ni_holm = holm(two), holm(ni)
     rows = []
-    for p in parts:
-        key, t, m, (na, nb) = p["key"], p["test"], p["margin"], p.pop("n")
+    for p, (na, nb) in parts:
+        key, t, m = p["key"], p["test"], p["margin"]
         better = None if sign is None or p["diff"] is None else sign * p["diff"]
         status, more = UNKNOWN, None
         if sign is None:
             reason = f"no direction recorded for {metric} (its sub-scores share it)"
         elif p["zero_variance"]:
-            status = WORSE if better < 0 else NOT_WORSE
+            status = WORSE if better is not None and better < 0 else NOT_WORSE  # zero spread: diff is exact
             reason = (f"every run of each model scored one value ({na} and {nb} runs): the difference "
                       f"{p['diff']:+.4g} is exact, {ZERO_SPREAD}")
         elif t is None:
@@ -206,7 +232,7 @@ def compare_subscores(a: str, b: str, records: Iterable[Record], *, metric: str 
                       if min(na, nb) >= 2 else f" (Welch needs {max(min_runs, 2)} each)"))
         else:
             upper = sign * (t.ci_high if sign > 0 else t.ci_low)
-            if key != target and two_holm[key] < alpha and better < 0:
+            if key != target and two_holm[key] < alpha and better is not None and better < 0:
                 status, reason = WORSE, f"worse beyond noise (Holm p {two_holm[key]:.3g} < {alpha:g})"
             elif m is not None and upper < -m:
                 status, reason = WORSE, f"the whole interval lies below -{m:.4g}"

@@ -11,12 +11,16 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from .. import EvidenceError
 from . import schema, sqlite_file, stored
 from .schema import SCHEMA_VERSION
+
+T = TypeVar("T")
+Sql = str | Callable[[int], str | None] | None  # a query, or one per schema version (None: no rows)
 
 
 class LedgerFile:
@@ -70,7 +74,7 @@ class LedgerFile:
         immutable = not os.access(path.parent, os.W_OK) and not (wal.exists() and wal.stat().st_size > 0)
         return path.as_uri() + "?mode=ro" + ("&immutable=1" if immutable else "")
 
-    def _not_a_ledger(self, why) -> EvidenceError:
+    def _not_a_ledger(self, why: object) -> EvidenceError:
         return EvidenceError(f"{self.path}: not a vecmerge evidence ledger ({why}); "
                              "point `evidence:` in vecmerge.yaml at another file")
 
@@ -82,7 +86,7 @@ class LedgerFile:
             raise self._not_a_ledger(err) from None
         return stored.schema_version(rows, self.path, SCHEMA_VERSION)
 
-    def _write(self, work) -> list[int]:
+    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work(con)`` inside one BEGIN IMMEDIATE transaction (schema created on first use, an older
         ledger migrated to ``SCHEMA_VERSION`` in the same transaction: see ``schema.py``)."""
         con = self._connect(write=True)
@@ -111,7 +115,7 @@ class LedgerFile:
         finally:
             con.close()
 
-    def _read(self, sql, args: Sequence = ()) -> list[tuple]:
+    def _read(self, sql: Sql, args: Sequence = ()) -> list[tuple]:
         """Rows of ``sql`` (a string, or a function of the schema version giving one, or None: no rows)."""
         if not self.path.exists():
             return []

@@ -38,7 +38,7 @@ def _number_text(x: float) -> str:
     return repr(float(x))
 
 
-def canonical_value(value, what: str):
+def canonical_value(value: object, what: str) -> str | None:
     """The canonical text of one field's value (module docstring), None for "not recorded"; raises
     EvidenceError naming ``what`` for a value that cannot be one (a non-finite number, a control character)."""
     if value is None:
@@ -74,12 +74,12 @@ def canonical_value(value, what: str):
     return text
 
 
-def _plain(value) -> bool:
+def _plain(value: object) -> bool:
     return isinstance(value, str) and value == value.strip() and not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f
                                                                           for c in value)
 
 
-def _nested(value, what: str):
+def _nested(value: object, what: str) -> object:
     """A list's or mapping's content for its canonical JSON: strings kept exactly (a stop sequence ``"\\n"`` is
     one), numbers and booleans as their canonical text, nulls left out, mappings by sorted key."""
     if isinstance(value, Mapping):
@@ -94,7 +94,7 @@ def _nested(value, what: str):
     return canonical_value(value, what)
 
 
-def key_problem(key) -> str | None:
+def key_problem(key: object) -> str | None:
     """Why ``key`` cannot name an environment field (None when it can)."""
     if not isinstance(key, str) or not KEY_RE.fullmatch(key):
         return (f"environment field {key!r}: use letters, digits, '_', '.' and '-' (at most 64, starting with a "
@@ -266,7 +266,7 @@ def records_of_one_environment(records: Sequence, models: Iterable[str], choice:
     return chosen, [r for r in records if r.environment.id == chosen.id]
 
 
-def _count(records) -> str:
+def _count(records: Iterable) -> str:
     by: dict[str, int] = {}
     for r in records:
         by[r.model] = by.get(r.model, 0) + 1

@@ -20,7 +20,7 @@ import dataclasses
 import json
 import numbers
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from ...errors import few
@@ -50,7 +50,7 @@ class Ledger(LedgerFile):
 
     # -- writes ------------------------------------------------------------------------------------
     def write(self, entries: Iterable[Entry], directions: Mapping[str, bool] | None = None, *,
-              also=None) -> list[int]:
+              also: Callable[[sqlite3.Connection, str], None] | None = None) -> list[int]:
         """Record every entry (and metric directions) in ONE transaction, or nothing at all.
 
         Args:
@@ -70,10 +70,10 @@ class Ledger(LedgerFile):
             raise EvidenceError(f"nothing recorded: {len(problems)} problem(s): {few(problems, 3)}")
         now = utc_now()
 
-        def work(con):
+        def work(con: sqlite3.Connection) -> list[int]:
             for metric, higher in (directions or {}).items():
                 self._declare(con, metric, higher, replace=False, now=now)
-            ids = []
+            ids: list[int] = []
             for e in entries:
                 cur = con.execute(
                     "INSERT INTO records (model, sha256, metric, value, subs, stderr, item, cluster, source,"
@@ -81,6 +81,8 @@ class Ledger(LedgerFile):
                     (e.model, e.sha256, e.metric, float(e.value), json.dumps({k: float(v) for k, v in e.subs}),
                      None if e.stderr is None else float(e.stderr), e.item, e.cluster, e.source, e.note, now,
                      e.subscore, _env_json(e.env)))
+                if cur.lastrowid is None:  # an INSERT always has one; the write fails as a database error would
+                    raise sqlite3.DatabaseError("a record was inserted without a row id")
                 ids.append(cur.lastrowid)
             if also is not None:
                 also(con, now)
@@ -101,23 +103,25 @@ class Ledger(LedgerFile):
         Returns:
             list[int]: the new ids.
         """
-        values = [values] if isinstance(values, numbers.Real) else list(values)
-        if not values:
+        runs = [values] if isinstance(values, (float, int, numbers.Real)) else list(values)
+        if not runs:
             raise EvidenceError(f"{model}: no value to record for {metric}")
+        subs_list: list[Mapping[str, float]]
         if subs is None:
-            subs_list = [{}] * len(values)
+            subs_list = [{}] * len(runs)
         elif isinstance(subs, Mapping):
-            if len(values) != 1:
-                raise EvidenceError(f"{model}: sub-scores given once for {len(values)} values; "
+            if len(runs) != 1:
+                raise EvidenceError(f"{model}: sub-scores given once for {len(runs)} values; "
                                     "record the runs one at a time, or give one mapping per value")
             subs_list = [subs]
         else:
             subs_list = list(subs)
-            if len(subs_list) != len(values):
-                raise EvidenceError(f"{model}: {len(subs_list)} sub-score mappings for {len(values)} values")
+            if len(subs_list) != len(runs):
+                raise EvidenceError(f"{model}: {len(subs_list)} sub-score mappings for {len(runs)} values")
         fields = canonical_fields(env or {})
-        return self.write(Entry(model, metric, v, sha256, s, stderr=stderr, source=source, note=note, env=fields)
-                          for v, s in zip(values, subs_list))
+        pairs = [tuple(sorted(s.items())) if isinstance(s, Mapping) else s for s in subs_list]  # as Entry sorts them
+        return self.write(Entry(model, metric, v, sha256, p, stderr=stderr, source=source, note=note, env=fields)
+                          for v, p in zip(runs, pairs))
 
     def add_items(self, model: str, sha256: str | None, metric: str,
                   items: Mapping[str, float] | Iterable[tuple[str, float]], *,
@@ -135,7 +139,7 @@ class Ledger(LedgerFile):
         return self.write(Entry(model, metric, v, sha256, item=str(i), cluster=clusters.get(str(i)),
                                 source=source, note=note, subscore=subscores.get(str(i))) for i, v in pairs)
 
-    def _declare(self, con, metric: str, higher: bool, *, replace: bool, now: str) -> None:
+    def _declare(self, con: sqlite3.Connection, metric: str, higher: bool, *, replace: bool, now: str) -> None:
         if (p := name_problem(metric, "metric")) or not isinstance(higher, bool):
             raise EvidenceError(p or f"{metric}: higher_is_better must be true or false, not {higher!r}")
         row = con.execute("SELECT higher_is_better FROM directions WHERE metric = ?", (metric,)).fetchone()
@@ -216,9 +220,12 @@ class Ledger(LedgerFile):
     def export_columns(self) -> tuple[list[str], list[str], bool]:
         """What an export's columns depend on, from the distinct stored cells (one pass in SQLite): the sub-score
         keys, the environment keys (both sorted) and whether any record names its sub-score."""
-        keys = {}
+        keys: dict[str, list[str]] = {}
         for column, least in (("subs", 1), ("env", 3)):
-            cells = self._read(lambda v, c=column, n=least: None if v < n else f"SELECT DISTINCT {c} FROM records")
+            def distinct(v: int, c: str = column, n: int = least) -> str | None:
+                return None if v < n else f"SELECT DISTINCT {c} FROM records"
+
+            cells = self._read(distinct)
             try:
                 keys[column] = sorted({k for (t,) in cells if t is not None
                                        for k, _ in stored.stored_pairs(self.path, column, t)})
@@ -259,7 +266,7 @@ class Ledger(LedgerFile):
             raise EvidenceError(f"no plan recorded: {len(problems)} problem(s): {few(problems, 3)}")
         now = utc_now()
 
-        def work(con):
+        def work(con: sqlite3.Connection) -> list[Plan]:
             last = con.execute("SELECT COALESCE(MAX(id), 0) FROM records").fetchone()[0]
             rows = con.execute(f"SELECT {schema.PLAN_COLUMNS} FROM plans ORDER BY id").fetchall()
             seq = con.execute("SELECT seq FROM sqlite_sequence WHERE name = 'plans'").fetchone()
@@ -272,10 +279,11 @@ class Ledger(LedgerFile):
             cells = [int(v) if isinstance(v, bool) else v for v in (getattr(rec, f.name) for f in
                                                                      dataclasses.fields(Plan))]
             cells[-2] = design
-            cells[-1] = plan_chain.link(plan_chain.check_chain(rows, self.path, plan_chain.first_chained(con)),
-                                        cells[:-1])
+            chain = plan_chain.link(plan_chain.check_chain(rows, self.path, plan_chain.first_chained(con)),
+                                    cells[:-1])
+            cells[-1] = chain
             con.execute(f"INSERT INTO plans ({schema.PLAN_COLUMNS}) VALUES ({', '.join('?' * len(cells))})", cells)
-            return [dataclasses.replace(rec, chain=cells[-1])]
+            return [dataclasses.replace(rec, chain=chain)]
 
         return self._write(work)[0]
 
@@ -290,6 +298,6 @@ class Ledger(LedgerFile):
                 and (metric is None or p.metric == metric)]
 
 
-def _env_json(fields) -> str | None:
+def _env_json(fields: Iterable[tuple[str, str]]) -> str | None:
     """The environment column: canonical JSON of the fields, NULL for none recorded."""
     return json.dumps(dict(fields), sort_keys=True, separators=(",", ":"), ensure_ascii=True) if fields else None

@@ -86,9 +86,12 @@ def detect_grid(values: Iterable[float], *, decimals: int | None = None, toleran
     import numpy as np
 
     xs = sorted(float(v) for v in values if math.isfinite(float(v)))
-    if tolerance is None and decimals is None:
+    if tolerance is not None:
+        tol = float(tolerance)
+    elif decimals is not None:
+        tol = value_tolerance(xs, decimals)
+    else:
         return None  # the precision is unknown: a float's repr does not say how the value was written
-    tol = float(tolerance) if tolerance is not None else value_tolerance(xs, decimals)
     levels: list[float] = []
     for x in xs:
         if not levels or x - levels[-1] > 2 * tol:

@@ -55,21 +55,23 @@ class _Walk:
     """The density of Z_k on the continuation region, look by look, under drift θ."""
 
     def __init__(self, theta: float):
-        self.theta, self.info, self.z, self.wf = theta, 0.0, None, None  # wf: Simpson weight x density
+        self.theta, self.info = theta, 0.0
+        self.z: np.ndarray | None = None
+        self.wf: np.ndarray | None = None  # Simpson weight x density
 
     def tail(self, info: float, bound: float, upper: bool) -> float:
         """P(continue to this look, Z >= bound) (upper) or Z <= bound (lower)."""
         if math.isinf(bound):
             return 0.0 if (bound > 0) == upper else self.mass(info)
         dk = info - self.info
-        if self.z is None:  # first look: Z ~ N(θ sqrt(I), 1)
+        if self.z is None or self.wf is None:  # first look (both None until ``step``): Z ~ N(θ sqrt(I), 1)
             x = bound - self.theta * math.sqrt(info)
             return float(stats.norm.sf(x) if upper else stats.norm.cdf(x))
-        x = (bound * math.sqrt(info) - self.z * math.sqrt(self.info) - self.theta * dk) / math.sqrt(dk)
-        return float(self.wf @ (special.ndtr(-x) if upper else special.ndtr(x)))
+        xs = (bound * math.sqrt(info) - self.z * math.sqrt(self.info) - self.theta * dk) / math.sqrt(dk)
+        return float(self.wf @ (special.ndtr(-xs) if upper else special.ndtr(xs)))
 
     def mass(self, info: float) -> float:
-        return 1.0 if self.z is None else float(self.wf.sum())
+        return 1.0 if self.z is None or self.wf is None else float(self.wf.sum())
 
     def step(self, info: float, lo: float, hi: float) -> None:
         """Move to the next look and keep Z's density on (lo, hi)."""
@@ -118,7 +120,9 @@ class Spending:
         if not 0 < level < 1:
             raise EvidenceError(f"spending level {level!r}: between 0 and 1")
         spent(1.0, level, family)  # checks the family
-        self.level, self.family, self.fractions, self.bounds = level, family, [], []
+        self.level, self.family = level, family
+        self.fractions: list[float] = []
+        self.bounds: list[float] = []
         self._walk, self._before = _Walk(0.0), 0.0
 
     def add(self, fraction: float) -> float:

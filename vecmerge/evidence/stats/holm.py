@@ -13,8 +13,17 @@ sub-scores. Why a family needs it, and Holm as closed testing: docs/design/evide
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import overload
 
 from .. import EvidenceError
+
+
+@overload
+def holm(pvalues: Mapping[str, float]) -> dict[str, float]: ...
+
+
+@overload
+def holm(pvalues: Sequence[float]) -> list[float]: ...
 
 
 def holm(pvalues: Mapping[str, float] | Sequence[float]) -> dict[str, float] | list[float]:
@@ -27,9 +36,14 @@ def holm(pvalues: Mapping[str, float] | Sequence[float]) -> dict[str, float] | l
     Returns:
         dict[str, float] | list[float]: ``adjusted[i] = max_{j <= rank(i)} min(1, (m - j + 1) p_(j))``.
     """
-    keyed = isinstance(pvalues, Mapping)
-    keys = list(pvalues) if keyed else list(range(len(pvalues)))
-    values = [float(pvalues[k]) for k in keys]
+    if isinstance(pvalues, Mapping):
+        keys = list(pvalues)
+        return dict(zip(keys, _adjusted([float(pvalues[k]) for k in keys], keys)))
+    return _adjusted([float(p) for p in pvalues], range(len(pvalues)))
+
+
+def _adjusted(values: list[float], keys: Sequence[object]) -> list[float]:
+    """Holm's adjusted ``values`` in their order (``keys`` name them when one is not a p-value)."""
     for k, p in zip(keys, values):
         if not 0.0 <= p <= 1.0:  # also refuses NaN
             raise EvidenceError(f"holm: p-value {p!r} of {k!r} is not in [0, 1]")
@@ -40,4 +54,4 @@ def holm(pvalues: Mapping[str, float] | Sequence[float]) -> dict[str, float] | l
     for rank, i in enumerate(order):
         running = max(running, min(1.0, (m - rank) * values[i]))
         adjusted[i] = running
-    return dict(zip(keys, adjusted)) if keyed else adjusted
+    return adjusted

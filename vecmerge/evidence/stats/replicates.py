@@ -40,14 +40,15 @@ def members(names: Iterable[str], groups: Mapping[str, Sequence[str]] | None) ->
     return out
 
 
-def trainings(root: str, groups: Mapping[str, Sequence[str]] | None, runs: Mapping[str, Sequence[float]]) -> dict:
+def trainings(root: str, groups: Mapping[str, Sequence[str]] | None, runs: Mapping[str, Sequence[float]]
+              ) -> dict[str, list[float]]:
     """``{member: its runs}`` of the group ``root`` (just ``{root: runs}`` for a name without replicates)."""
     members = list(dict.fromkeys([root, *(groups or {}).get(root, ())]))
     return {m: list(runs.get(m, [])) for m in members}
 
 
-def components(name: str, groups, runs: Mapping[str, Sequence[float]], *, metric: str = "", env: str | None = None,
-               confidence: float = 0.95) -> VarianceComponents | None:
+def components(name: str, groups: Mapping[str, Sequence[str]] | None, runs: Mapping[str, Sequence[float]], *,
+               metric: str = "", env: str | None = None, confidence: float = 0.95) -> VarianceComponents | None:
     """The variance components of the group ``name`` belongs to (None: no group, or not separable)."""
     root = group_of(name, groups)
     if root is None:
@@ -79,8 +80,9 @@ class ReplicateEvidence:
                 "trainings": [list(t) for t in self.trainings], "reason": self.reason}
 
 
-def replicate_evidence(a: str, b: str, runs: Mapping[str, Sequence[float]], groups, *, metric: str = "",
-                       env: str | None = None, confidence: float = 0.95) -> ReplicateEvidence | None:
+def replicate_evidence(a: str, b: str, runs: Mapping[str, Sequence[float]],
+                       groups: Mapping[str, Sequence[str]] | None, *, metric: str = "", env: str | None = None,
+                       confidence: float = 0.95) -> ReplicateEvidence | None:
     """The training test of A against B and the components of their groups (module docstring).
 
     Args:

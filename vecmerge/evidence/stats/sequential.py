@@ -16,13 +16,17 @@ The derivation, its references and assumptions: docs/design/evidence.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from .. import EvidenceError
 from ..difference.t_mixture import T_MIXTURE
 from ..ledger.environment import EnvChoice, one_environment
 from ..ledger.records import Plan, Record
+
+if TYPE_CHECKING:  # planned imports this module
+    from .planned import PlannedLook
 
 STOP_BETTER, STOP_WORSE, STOP_FUTILE = "stop_better", "stop_worse", "stop_futile"
 INCONCLUSIVE, CONTINUE = "inconclusive", "continue"
@@ -95,7 +99,7 @@ class SequentialDecision:
     Args:
         decision (str): ``stop_better``, ``stop_worse``, ``stop_futile``, ``inconclusive`` or ``continue``.
         reason (str): why, in words.
-        looks (tuple[Look, ...]): in recording order, up to the first stop.
+        looks (tuple[Look, ...] | tuple[PlannedLook, ...]): in recording order, up to the first stop.
         runs (tuple[int, int]): runs of A and B used (within the plan's maximum, up to the stop).
         after_stop (int): runs recorded after the stop (not looked at).
         beyond_max (int): runs past a model's maximum (not looks).
@@ -105,14 +109,14 @@ class SequentialDecision:
 
     decision: str
     reason: str
-    looks: tuple[Look, ...]
+    looks: tuple[Look, ...] | tuple[PlannedLook, ...]
     runs: tuple[int, int]
     after_stop: int
     beyond_max: int
     more_runs: int | None
 
     @property
-    def last(self) -> Look | None:
+    def last(self) -> Look | PlannedLook | None:
         return self.looks[-1] if self.looks else None
 
     def to_dict(self, replay: bool = True) -> dict:
@@ -130,7 +134,8 @@ def _width(na: int, nb: int, sd: float, g: float, alpha: float) -> tuple[float, 
     return c, (math.inf if math.isinf(c) else c * se)
 
 
-def _more_runs(na, nb, d, sd, min_effect, max_runs, g, alpha) -> int | None:
+def _more_runs(na: int, nb: int, d: float, sd: float, min_effect: float, max_runs: int, g: float, alpha: float
+               ) -> int | None:
     """The fewest k for which k more runs of each model (up to the maximum) would end the plan at the current
     d and s_p: half-width < max(d, D - d). None when the maximum comes first."""
     need = max(d, min_effect - d)
@@ -228,7 +233,7 @@ def decide_plan(plan: Plan, records: Iterable[Record]) -> SequentialDecision:
                        higher_is_better=plan.higher_is_better)
 
 
-def check_plan_weights(p: Plan, current_sha) -> None:
+def check_plan_weights(p: Plan, current_sha: Mapping[str, str | None] | None) -> None:
     """Raise when A or B of plan ``p`` now has other weights than the plan names."""
     for name, planned in ((p.a, p.a_sha256), (p.b, p.b_sha256)):
         now = (current_sha or {}).get(name, planned)
@@ -237,7 +242,7 @@ def check_plan_weights(p: Plan, current_sha) -> None:
                                 f"{str(planned)[:12]}); record a new plan for these weights")
 
 
-def plan_looks(p: Plan, records, env: EnvChoice | None) -> list:
+def plan_looks(p: Plan, records: Sequence[Record], env: EnvChoice | None) -> list[Record]:
     """The records that are plan ``p``'s looks, in one eval environment (several: refused, naming the fields)."""
     ids = {rid for _, _, rid in plan_runs(p, records)}
     looks = [r for r in records if r.id in ids]

@@ -211,10 +211,15 @@ def protected_rows(path: Path, manifest: dict, tol: dict, base_model: Path) -> l
 
     r = manifest["recipe"]
     files = {**(r.get("protect") or {}), **(r.get("target") or {})}
-    fn, state = protector(r, lambda backbone, modules: capture_inputs(base_model, backbone, files, modules))
+    recorded = manifest.get("protection")
+    sketch = recorded.get("inputs") if isinstance(recorded, dict) else None
+    info: dict = {}
+    fn, state = protector(r, lambda backbone, modules: capture_inputs(base_model, backbone, files, modules,
+                                                                      sketch if isinstance(sketch, dict) else None,
+                                                                      info))
     rows = []
     row = independent_check(path, manifest, tol, protector=fn,
-                            after=lambda d: rows.append(protection_check(d, r, manifest.get("protection"), state)))
+                            after=lambda d: rows.append(protection_check(d, r, recorded, {**state, "sketched": info})))
     return [row, *rows]
 
 
