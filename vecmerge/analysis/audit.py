@@ -45,6 +45,7 @@ class AuditReport(Result):
         base_models (dict): each input's declared base model. base_models_differ (bool).
     """
 
+    kind: str = field(default="audit", kw_only=True)  # first in the JSON
     ref: str
     direction: str = field(metadata=json_meta("dir"))
     missing: dict
@@ -52,11 +53,6 @@ class AuditReport(Result):
     rows: list
     base_models: dict
     base_models_differ: bool
-    kind: str = "audit"
-
-    def to_dict(self) -> dict:
-        d = super().to_dict()
-        return {"kind": d.pop("kind"), **d}
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,16 +65,12 @@ class PairwiseReport(Result):
         base_models (dict), base_models_differ (bool): as for ``AuditReport``.
     """
 
+    kind: str = field(default="pairwise", kw_only=True)  # first in the JSON
     missing: dict
     pairwise: dict
     pairs: list
     base_models: dict
     base_models_differ: bool
-    kind: str = "pairwise"
-
-    def to_dict(self) -> dict:
-        d = super().to_dict()
-        return {"kind": d.pop("kind"), **d}
 
 
 def haar_blocks(n: int, rows: int, cols: int, count: int, gen: torch.Generator,

@@ -26,7 +26,7 @@ from ..workspace.names import Workspace
 from .judging import calibrate_metrics, compare_models
 from .plans import decide
 from .printing import Echo, show_path
-from .recommend import advise, recommend
+from .recommend import advise, noise_used, one_mcnemar, recommend
 from .summaries import check_known, show
 
 __all__ = ["report", "gather", "plan_state"]
@@ -94,8 +94,8 @@ def gather(ws: Workspace, candidates: list[str], vs: str, metric: str | None = N
     current = ws.current_shas(ledger.models())
     check_known(ledger, [*candidates, vs], metric)
     metric = metric or (ws.metric if ws.metric in ledger.metrics() else None)
-    compare = lambda a, b: compare_models(ledger, a, b, metric, current_sha=current, env=choice,  # noqa: E731
-                                                   replicates=ws.replicate_groups())
+    compare = lambda a, b: one_mcnemar(compare_models(  # noqa: E731
+        ledger, a, b, metric, current_sha=current, env=choice, replicates=ws.replicate_groups()))
     rows: list[dict[str, Any]] = []
     for name in candidates:
         cmp = compare(name, vs)
@@ -114,7 +114,7 @@ def gather(ws: Workspace, candidates: list[str], vs: str, metric: str | None = N
                      "reasons": reasons})
     higher = rows[0]["comparison"]["higher_is_better"]
     return {"backbone": vs, "metric": metric, "higher_is_better": higher, "ledger": show_path(ledger.path),
-            "confidence": rows[0]["comparison"]["confidence"], "candidates": rows,
+            "confidence": rows[0]["comparison"]["confidence"], "candidates": rows, "noise": noise_used(rows),
             "probes": _probes(ledger, [*candidates, vs], rows[-1]["comparison"]["metric"], current, choice),
             "recommendation": recommend(rows, vs, higher, compare)}
 

@@ -161,14 +161,16 @@ def _name(value, line: int, key: str, problems: list) -> str | None:
     return value
 
 
-def _encode_pair(tokenizer, prompt: str, target: str) -> tuple[list, list]:
-    """lm-evaluation-harness's rule for a (context, continuation) pair (module docstring)."""
+def _encode_pair(tokenizer, prompt: str, target: str) -> tuple[list, list, bool]:
+    """lm-evaluation-harness's rule for a (context, continuation) pair (module docstring), and whether
+    ``encode(prompt)`` is a prefix of ``encode(prompt + target)`` (False: the two merge at the boundary, so the
+    continuation's ids would not be the target's)."""
     spaces = len(prompt) - len(prompt.rstrip())
     if spaces:
         prompt, target = prompt[:-spaces], prompt[-spaces:] + target
     ctx = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     whole = tokenizer(prompt + target, add_special_tokens=False)["input_ids"]
-    return list(ctx), list(whole[len(ctx):])
+    return list(ctx), list(whole[len(ctx):]), list(whole[:len(ctx)]) == list(ctx)
 
 
 def _item(number: int, raw, tokenizer, problems: list) -> Item | None:
@@ -203,7 +205,13 @@ def _item(number: int, raw, tokenizer, problems: list) -> Item | None:
         return None
     prompt, target = parts["prompt"], parts["target"]
     if isinstance(prompt, str) and isinstance(target, str):
-        prompt, target = _encode_pair(tokenizer, prompt, target)
+        text = parts["prompt"][-12:] + "|" + parts["target"][:12]
+        prompt, target, aligned = _encode_pair(tokenizer, prompt, target)
+        if not aligned:
+            problems.append(f"line {number}: the prompt's end and the target's start merge into one token when "
+                            f"encoded together ({short(text, 40)}), so the scored tokens would not be the target; "
+                            "start the target with a space, or give prompt_ids and target_ids")
+            return None
     else:
         prompt = tokenizer(prompt, add_special_tokens=False)["input_ids"] if isinstance(prompt, str) else prompt
         target = tokenizer(target, add_special_tokens=False)["input_ids"] if isinstance(target, str) else target

@@ -152,6 +152,38 @@ def orientation_flip(proxy_higher_is_better: bool | None, target_higher_is_bette
             and proxy_higher_is_better != target_higher_is_better)
 
 
+def verdict(n: int, need: int, rho: float | None, rho_ci: tuple[float, float] | None, ceiling: float | None, *,
+            min_spearman_low: float, target: str, have: str, rho_name: str, negative: str,
+            reasons: Sequence[str] = ()) -> tuple[str, tuple[str, ...]]:
+    """The verdict code and every reason (``reasons`` found before, then the rule's), for both calibrations:
+
+        too_few_models  n < need          ranks_candidates  rho_ci[0] >= min_spearman_low
+        disaster_detector_only  otherwise (plus a reason for ρ < 0 and for a noise ceiling < min_spearman_low)
+
+    Args:
+        n (int): the models compared. need (int): the fewest that may be judged. rho (float | None): Spearman's ρ.
+        rho_ci (tuple[float, float] | None): its interval. ceiling (float | None): the target's noise ceiling.
+        min_spearman_low (float): the bound. target (str): the target's name. have (str): what the n models have.
+        rho_name (str): ρ's name in the bound's reason. negative (str): the reason for ρ < 0.
+        reasons (Sequence[str]): the reasons found before.
+    """
+    out = list(reasons)
+    if n < need:
+        code = "too_few_models"
+        out.insert(0, f"{n} models have {have}; at least {need} are needed")
+    elif rho_ci is not None and rho_ci[0] >= min_spearman_low:
+        code = "ranks_candidates"
+    else:
+        code = "disaster_detector_only"
+        if rho_ci is not None:
+            out.append(f"{rho_name} lower bound {rho_ci[0]:.3f} < {min_spearman_low}")
+    if rho is not None and rho < 0:
+        out.append(negative)
+    if ceiling is not None and ceiling < min_spearman_low:
+        out.append(f"one run of {target} ranks the models only to ρ = {ceiling:.3f}: the target itself is noisy")
+    return code, tuple(out)
+
+
 # The fields only one kind of calibration has: a single proxy's, and the held-out fit's (``loo.py``).
 _ONE_PROXY = ("proxy", "flipped")
 _HELD_OUT = ("proxies", "target_means", "proxy_means", "predictions", "coefficients", "rmse",
@@ -258,25 +290,14 @@ def calibrate(proxy: Mapping[str, Sequence[float]], target: Mapping[str, Sequenc
                                                                   confidence=confidence)
     if n >= 3 and rho is None:
         reasons.append(f"{proxy_name if np.ptp(p) == 0 else target_name} is the same for every model")
-    if n < min_models:
-        code = "too_few_models"
-        reasons.insert(0, f"{n} models have both {proxy_name} and {target_name}; at least {min_models} are needed")
-    elif rho_ci is not None and rho_ci[0] >= min_spearman_low:
-        code = "ranks_candidates"
-    else:
-        code = "disaster_detector_only"
-        if rho_ci is not None:
-            reasons.append(f"Spearman's lower bound {rho_ci[0]:.3f} < {min_spearman_low}")
-    if rho is not None and rho < 0:
-        reasons.append("the correlation is negative: check both metrics' directions")
-    if ceiling is not None and ceiling < min_spearman_low:
-        reasons.append(f"one run of {target_name} ranks the models only to ρ = {ceiling:.3f}: the target "
-                       "itself is noisy")
+    code, why = verdict(n, min_models, rho, rho_ci, ceiling, min_spearman_low=min_spearman_low, target=target_name,
+                        have=f"both {proxy_name} and {target_name}", rho_name="Spearman's",
+                        negative="the correlation is negative: check both metrics' directions", reasons=reasons)
     return Calibration(proxy=proxy_name, target=target_name, models=models, spearman=rho, spearman_p=rho_p,
                        spearman_ci=rho_ci, kendall=tau, kendall_p=tau_p, kendall_ci=tau_ci, boot_valid=valid,
                        pairwise_accuracy=acc, pairs=pairs, noise_ceiling=ceiling, noise_ceiling_models=ceiling_models,
                        flipped=flip, min_models=min_models, min_spearman_low=min_spearman_low, confidence=confidence,
-                       n_boot=n_boot, seed=seed, verdict_code=code, verdict=VERDICTS[code], reasons=tuple(reasons))
+                       n_boot=n_boot, seed=seed, verdict_code=code, verdict=VERDICTS[code], reasons=why)
 
 
 def calibrate_records(records: Iterable[Record], proxy: str, target: str, *,

@@ -31,6 +31,7 @@ from .calibrate import (
     noise_ceiling,
     pairwise_accuracy,
     rank_agreement,
+    verdict,
 )
 
 LEVERAGE_TOL = 1e-9
@@ -40,16 +41,21 @@ def _design(X: np.ndarray) -> np.ndarray:
     return np.column_stack([np.ones(X.shape[0]), X])
 
 
+def _kept_svd(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``U, S, Vt`` of the thin SVD of Z cut to the singular values s_i > max(Z.shape) * eps * s_1 (none if s_1 = 0)."""
+    U, S, Vt = np.linalg.svd(Z, full_matrices=False)
+    keep = S > S[0] * max(Z.shape) * np.finfo(float).eps if S.size and S[0] > 0 else np.zeros(S.size, bool)
+    return U[:, keep], S[keep], Vt[keep]
+
+
 def least_squares(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``beta`` (k+1,): intercept then slopes of the minimum-norm least-squares fit of ``y`` on ``[1, X]``.
 
     Args:
         X (ndarray): (n, k) proxies. y (ndarray): (n,) target.
     """
-    Z = _design(X)
-    U, S, Vt = np.linalg.svd(Z, full_matrices=False)
-    keep = S > S[0] * max(Z.shape) * np.finfo(float).eps if S.size and S[0] > 0 else np.zeros(S.size, bool)
-    return Vt[keep].T @ ((U[:, keep].T @ y) / S[keep])
+    U, S, Vt = _kept_svd(_design(X))
+    return Vt.T @ ((U.T @ y) / S)
 
 
 def held_out_predictions(X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -61,9 +67,7 @@ def held_out_predictions(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     from scipy.linalg import lstsq
 
     Z = _design(X)
-    U, S, _ = np.linalg.svd(Z, full_matrices=False)
-    keep = S > S[0] * max(Z.shape) * np.finfo(float).eps if S.size and S[0] > 0 else np.zeros(S.size, bool)
-    Ur = U[:, keep]
+    Ur = _kept_svd(Z)[0]
     h = (Ur**2).sum(axis=1)
     e = y - Ur @ (Ur.T @ y)
     out = np.empty_like(y)
@@ -121,21 +125,10 @@ def calibrate_loo(proxies: Mapping[str, Mapping[str, Sequence[float]]], target: 
             ph = directions.get(p)
             if ph is not None and th is not None and coef[p] != 0 and (coef[p] > 0) != (ph == th):
                 reasons.append(f"the fit weighs {p} against its declared direction (slope {coef[p]:+.4g})")
-    if n < max(min_models, k + 3):
-        code = "too_few_models"
-        reasons.insert(0, f"{n} models have {target_name} and {', '.join(names)}; at least "
-                          f"{max(min_models, k + 3)} are needed")
-    elif rho_ci is not None and rho_ci[0] >= min_spearman_low:
-        code = "ranks_candidates"
-    else:
-        code = "disaster_detector_only"
-        if rho_ci is not None:
-            reasons.append(f"the held-out Spearman's lower bound {rho_ci[0]:.3f} < {min_spearman_low}")
-    if rho is not None and rho < 0:
-        reasons.append("held-out predictions order the models against the target")
-    if ceiling is not None and ceiling < min_spearman_low:
-        reasons.append(f"one run of {target_name} ranks the models only to ρ = {ceiling:.3f}: the target itself "
-                       "is noisy")
+    code, why = verdict(n, max(min_models, k + 3), rho, rho_ci, ceiling, min_spearman_low=min_spearman_low,
+                        target=target_name, have=f"{target_name} and {', '.join(names)}",
+                        rho_name="the held-out Spearman's",
+                        negative="held-out predictions order the models against the target", reasons=reasons)
     return Calibration(
         proxies=names, target=target_name, models=models, target_means=tuple(float(v) for v in y),
         proxy_means={p: [float(v) for v in X[:, j]] for j, p in enumerate(names)},
@@ -144,7 +137,7 @@ def calibrate_loo(proxies: Mapping[str, Mapping[str, Sequence[float]]], target: 
         pairwise_accuracy=acc, pairs=pairs, rmse=rmse, noise_ceiling=ceiling, noise_ceiling_models=ceiling_models,
         target_higher_is_better=directions.get(target_name), min_models=min_models, min_spearman_low=min_spearman_low,
         confidence=confidence, n_boot=n_boot, seed=seed, verdict_code=code, verdict=VERDICTS[code],
-        reasons=tuple(reasons), loo=True)
+        reasons=why, loo=True)
 
 
 def calibrate_loo_records(records: Iterable[Record], proxies: Sequence[str], target: str, *,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import EvidenceError
@@ -66,12 +66,9 @@ def mixture_boundary(nu: float, n_eff: float, g: float, alpha: float) -> float:
 
 
 @dataclass(frozen=True)
-class Look:
-    """One look: after the run ``record_id`` of ``model``; the sequence, the e-value at 0, the decision.
-
-    ``diff`` is mean_A - mean_B in the metric's direction; ``ci_low``/``ci_high`` the confidence sequence
-    (None when unbounded); ``boundary`` is c (None when infinite); ``more_runs`` per model (continue only).
-    """
+class BaseLook:
+    """What every look of either test records first: its number, the run ``record_id`` of ``model`` it came
+    after, the runs of A and B, ``diff`` = mean_A - mean_B in the metric's direction, an sd and diff's se."""
 
     look: int
     record_id: int | None
@@ -81,15 +78,26 @@ class Look:
     diff: float
     sd: float
     se: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Look(BaseLook):
+    """One look of the anytime test (``BaseLook``'s fields, sd pooled), then the sequence, the e-value at 0, the
+    decision.
+
+    ``ci_low``/``ci_high`` the confidence sequence (None when unbounded); ``boundary`` is c (None when
+    infinite); ``more_runs`` per model (continue only).
+    """
+
     boundary: float | None
     ci_low: float | None
     ci_high: float | None
     e_value: float
     decision: str
     more_runs: int | None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,53 @@ class SequentialDecision:
         return out
 
 
+@dataclass
+class RunTally:
+    """The runs of A and B a test has counted (``add_run`` per model) and those it passed over, in recording order.
+
+    A run is passed over after the first stop (``after``) or past its model's ``max_runs`` (``beyond``).
+
+    Args:
+        a, b (str): the names. max_runs (int): N. sign (float): +1, or -1 when lower is better.
+        test (str): the test's name, for errors. stopped (str | None): the first stop's reason, set by the test.
+    """
+
+    a: str
+    b: str
+    max_runs: int
+    sign: float
+    test: str
+    stopped: str | None = None
+    after: int = 0
+    beyond: int = 0
+    n: dict[str, int] = field(init=False)
+    mean: dict[str, float] = field(init=False)
+    ss: dict[str, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.n, self.mean, self.ss = {self.a: 0, self.b: 0}, {self.a: 0.0, self.b: 0.0}, {self.a: 0.0, self.b: 0.0}
+
+    def take(self, run: Sequence) -> bool:
+        """Count ``run`` (``(model, value[, record_id])``, value times ``sign``); False when it is passed over."""
+        model, value = run[0], self.sign * float(run[1])
+        if model not in self.n:
+            raise EvidenceError(f"{self.test}: a run of {model!r}, not of {self.a} or {self.b}")
+        if self.stopped:
+            self.after += 1
+            return False
+        if self.n[model] >= self.max_runs:
+            self.beyond += 1
+            return False
+        add_run(self.n, self.mean, self.ss, model, value)
+        return True
+
+    def decision(self, looks: tuple[Look, ...] | tuple[PlannedLook, ...], reason: str) -> SequentialDecision:
+        """The decision: the last look's (``continue`` before any), with the counts of runs used and passed over."""
+        return SequentialDecision(looks[-1].decision if looks else CONTINUE, reason, looks,
+                                  (self.n[self.a], self.n[self.b]), self.after, self.beyond,
+                                  None if self.stopped or not looks else looks[-1].more_runs)
+
+
 def _width(na: int, nb: int, sd: float, g: float, alpha: float) -> tuple[float, float]:
     c = mixture_boundary(na + nb - 2, na * nb / (na + nb), g, alpha)
     se = sd * math.sqrt(1 / na + 1 / nb)
@@ -162,21 +217,14 @@ def decide_runs(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_eff
     if not (min_effect > 0 and 0 < alpha < 1 and prior_scale > 0 and max_runs >= 2):
         raise EvidenceError(f"sequential test: min_effect {min_effect!r} > 0, 0 < alpha {alpha!r} < 1, "
                             f"prior_scale {prior_scale!r} > 0 and max_runs {max_runs!r} >= 2 are needed")
-    sign, g = (1.0 if higher_is_better else -1.0), prior_scale**2
-    n, mean, ss = {a: 0, b: 0}, {a: 0.0, b: 0.0}, {a: 0.0, b: 0.0}
+    g = prior_scale**2
+    tally = RunTally(a, b, max_runs, 1.0 if higher_is_better else -1.0, "sequential test")
+    n, mean, ss = tally.n, tally.mean, tally.ss
     looks: list[Look] = []
-    stopped, after, beyond = None, 0, 0
     for run in runs:
-        model, value = run[0], sign * float(run[1])
-        if model not in n:
-            raise EvidenceError(f"sequential test: a run of {model!r}, not of {a} or {b}")
-        if stopped:
-            after += 1
+        if not tally.take(run):
             continue
-        if n[model] >= max_runs:
-            beyond += 1
-            continue
-        add_run(n, mean, ss, model, value)
+        model = run[0]
         na, nb = n[a], n[b]
         if na < 2 or nb < 2:
             continue
@@ -188,21 +236,21 @@ def decide_runs(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_eff
         lo, hi = (None, None) if math.isinf(half) else (d - half, d + half)
         more = None
         if lo is not None and lo > 0:
-            decision, stopped = STOP_BETTER, f"the sequence's lower end {lo:.4g} > 0: {a} better than {b}"
+            decision, tally.stopped = STOP_BETTER, f"the sequence's lower end {lo:.4g} > 0: {a} better than {b}"
         elif hi is not None and hi < 0:
-            decision, stopped = STOP_WORSE, f"the sequence's upper end {hi:.4g} < 0: {a} worse than {b}"
+            decision, tally.stopped = STOP_WORSE, f"the sequence's upper end {hi:.4g} < 0: {a} worse than {b}"
         elif hi is not None and hi < min_effect:
-            decision, stopped = STOP_FUTILE, (f"the sequence's upper end {hi:.4g} < D = {min_effect:g}: {a} is "
-                                              f"not better than {b} by D")
+            decision, tally.stopped = STOP_FUTILE, (f"the sequence's upper end {hi:.4g} < D = {min_effect:g}: "
+                                                    f"{a} is not better than {b} by D")
         elif na >= max_runs and nb >= max_runs:
-            decision, stopped = INCONCLUSIVE, f"both have the plan's {max_runs} runs: the budget is spent"
+            decision, tally.stopped = INCONCLUSIVE, f"both have the plan's {max_runs} runs: the budget is spent"
         else:
             decision = CONTINUE
             more = _more_runs(na, nb, d, sd, min_effect, max_runs, g, alpha)
         looks.append(Look(len(looks) + 1, run[2] if len(run) > 2 else None, model, na, nb, d, sd, se,
                           None if math.isinf(c) else c, lo, hi, e, decision, more))
-    if stopped:
-        reason, last = stopped, looks[-1]
+    if tally.stopped:
+        reason, last = tally.stopped, looks[-1]
     elif looks:
         last = looks[-1]
         reason = (f"the sequence [{last.ci_low:.4g}, {last.ci_high:.4g}] holds 0 and D = {min_effect:g}"
@@ -211,8 +259,7 @@ def decide_runs(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_eff
                    f"; more than the plan's {max_runs} runs each would be needed at these estimates")
     else:
         reason = f"no look yet: runs {a} {n[a]}, {b} {n[b]} (a look needs 2 of each after the plan)"
-    return SequentialDecision(looks[-1].decision if looks else CONTINUE, reason, tuple(looks), (n[a], n[b]), after,
-                              beyond, None if stopped or not looks else looks[-1].more_runs)
+    return tally.decision(tuple(looks), reason)
 
 
 def plan_runs(plan: Plan, records: Iterable[Record]) -> list[tuple[str, float, int]]:
@@ -224,13 +271,6 @@ def plan_runs(plan: Plan, records: Iterable[Record]) -> list[tuple[str, float, i
     return [(r.model, r.value, r.id) for r in sorted(records, key=lambda r: r.id)
             if not r.is_item and r.metric == plan.metric and r.model in shas and r.id > since
             and r.sha256 == shas[r.model]]
-
-
-def decide_plan(plan: Plan, records: Iterable[Record]) -> SequentialDecision:
-    """``decide_runs`` over ``plan_runs(plan, records)`` with the plan's parameters (a t-mixture plan)."""
-    return decide_runs(plan_runs(plan, records), a=plan.a, b=plan.b, min_effect=plan.min_effect,
-                       max_runs=plan.max_runs, alpha=plan.alpha, prior_scale=plan.prior_scale,
-                       higher_is_better=plan.higher_is_better)
 
 
 def check_plan_weights(p: Plan, current_sha: Mapping[str, str | None] | None) -> None:
