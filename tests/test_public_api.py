@@ -72,7 +72,9 @@ BUILDING_BLOCKS = {
     "vecmerge.probe.capture": {"capture_grams"},  # the protected step's capture, timed apart
     "vecmerge.report.protect": {"frontier_png"},  # the protected-step frontier plot
     "vecmerge.linalg.lowrank": {"resolve_device"},  # the --device rule
-    "vecmerge.commands.operations": {"show", "compare_models", "export_lines"},  # the ledger's reads, in-process
+    "vecmerge.commands.judging": {"compare_models"},  # the ledger's reads, in-process
+    "vecmerge.commands.recording": {"export_lines"},
+    "vecmerge.commands.summaries": {"show"},
     "vecmerge.evidence.ledger.schema": {"RECORD_COLUMNS"},  # the columns of the plain sqlite3 scan
     "vecmerge.search": {"engine"},  # the search's setup, timed apart from its candidates
     "vecmerge.search.candidate": {"build", "dense"},  # a candidate's hooks; its dense update for the evolve way

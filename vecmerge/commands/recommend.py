@@ -158,7 +158,7 @@ def advise(cmp: dict, plan: dict | None) -> tuple[str, list[str]]:
         advice = SUBMIT
     else:
         advice = NOT_YET
-        if code == "a_better":
+        if code == "a_better" and plan is not None:  # a plan that has not said stop_better holds it back
             reasons.append(f"the fixed-n test says better ({_test_words(cmp)}), but the plan of {c} vs {b} says "
                            f"{plan['decision']}: {plan['reason']}")
         elif code == "within_noise":
