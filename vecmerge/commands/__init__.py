@@ -25,6 +25,7 @@ from .plans import evidence_decide, evidence_plan
 from .probe import probe
 from .recording import evidence_add, evidence_export, evidence_import
 from .report import report
+from .search import search
 from .summaries import evidence_show, ls
 
 __all__ = ["inspect", "audit", "merge", "merge_config", "verify", "evidence_add", "evidence_import", "evidence_export",

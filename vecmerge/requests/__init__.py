@@ -6,6 +6,7 @@
     judging.py   evidence compare/plan/decide/calibrate, rank, report
     adapters.py  inspect, audit, verify
     models.py    extract, fuse, probe, demo
+    search.py    search
     merging.py   what a run of project/merge/refactor/run does besides its recipe
 
 ``cli/generated.py`` makes each command's click parameters and ``--help`` from its request; ``commands/``
@@ -17,8 +18,9 @@ from .evidence import EvidenceAdd, EvidenceExport, EvidenceImport, EvidenceShow,
 from .judging import EvidenceCalibrate, EvidenceCompare, EvidenceDecide, EvidencePlan, Rank, Report
 from .merging import RunFlags
 from .models import Demo, Extract, Fuse, Probe
+from .search import Search
 from .spec import Request
 
 __all__ = ["Request", "Inspect", "Audit", "Verify", "EvidenceAdd", "EvidenceImport", "EvidenceExport", "EvidenceShow",
            "Ls", "Gate", "EvidenceCompare", "EvidencePlan", "EvidenceDecide", "EvidenceCalibrate", "Rank", "Report",
-           "Extract", "Fuse", "Probe", "Demo", "RunFlags"]
+           "Extract", "Fuse", "Probe", "Demo", "Search", "RunFlags"]
