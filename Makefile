@@ -49,6 +49,7 @@ bench: install
 	$(PY) benchmarks/bench_ledger.py
 	$(PY) benchmarks/bench_protect.py
 	$(PY) benchmarks/bench_protect.py --tokens 128 --out bench-out/protect-2048
+	$(PY) benchmarks/bench_search.py
 
 # the mergekit oracle tests (tests/methods/test_mergekit_oracle*.py) run in check: it installs the extra first
 check: lint oracle test

@@ -42,7 +42,7 @@ def test_show_plot_zooms_to_the_data_and_draws_every_sub_score(tmp_path, monkeyp
     res = run_cli("evidence", "import", EXAMPLES / "scores.csv", EXAMPLES / "history.csv", "--higher-is-better",
                   "official_total")
     assert res.exit_code == 0, res.output
-    from vecmerge.commands import operations
+    from vecmerge.commands import summaries as operations
     from vecmerge.evidence.ledger.ledger import Ledger
 
     d = operations.show(Ledger(tmp_path / "vecmerge-evidence.db"))

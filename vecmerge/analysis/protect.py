@@ -77,11 +77,17 @@ def energy_cut(w: torch.Tensor, V: torch.Tensor, energy: float) -> tuple[torch.T
     if not top > 0.0 or not math.isfinite(top):
         raise NumericError("the protected inputs' Gram is zero (or not finite)")
     w = torch.where(w > ZERO_EIG * top, w, torch.zeros_like(w))
+    return V[:, :energy_count(w, energy)].contiguous(), w
+
+
+def energy_count(w: torch.Tensor, energy: float) -> int:
+    """``c``: the fewest of the eigenvalues ``w`` (descending, round-off already zeroed) whose sum is at least
+    ``energy`` of their total, and never more than the non-zero ones (``energy_basis``'s rule, for a caller that
+    keeps one eigendecomposition for several energies)."""
     cum = torch.cumsum(w, 0)
     total = float(cum[-1])
     c = int(torch.searchsorted(cum, torch.tensor([energy * total * (1 - 1e-12)], dtype=cum.dtype)).item()) + 1
-    c = min(c, int((w > 0).sum()))
-    return V[:, :c].contiguous(), w
+    return min(c, int((w > 0).sum()))
 
 
 class ProtectedSpace(Subspace):

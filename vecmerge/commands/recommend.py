@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ..evidence.difference.mcnemar import McNemar
+from ..evidence.difference.paired import Paired
 from ..evidence.judge.compare import VERDICTS
 from ..report.candidates import test_name
 
@@ -66,16 +68,16 @@ def one_mcnemar(cmp: dict) -> dict:
     Args:
         cmp (dict): ``compare_models(a, b)``.
     """
-    paired, exact = cmp.get("paired"), cmp.get("mcnemar")
+    paired, exact = cmp.get(Paired.name), cmp.get(McNemar.name)
     if not paired or not exact or not str(paired.get("method") or "").startswith("McNemar"):
         return cmp
     b, c = exact["discordant"] or (None, None)
-    out = {**cmp, "paired": None}
+    out = {**cmp, Paired.name: None}
     note = (f"McNemar's exact test over {exact['n'][0]} paired 0/1 items ({b} only {cmp['a']} right, {c} only "
             f"{cmp['b']}): p {exact['p']:.3g}")
-    if cmp["decided_by"] == "paired":
+    if cmp["decided_by"] == Paired.name:
         code = _code(exact, cmp["higher_is_better"])
-        out.update(decided_by="mcnemar", verdict_code=code,
+        out.update(decided_by=McNemar.name, verdict_code=code,
                    verdict=VERDICTS[code].format(a=cmp["a"], b=cmp["b"], metric=cmp["metric"]))
         out["decided_note"] = f"decided by {note}" + (
             "" if code == cmp["verdict_code"] else f"; evidence compare's paired row ({paired['method']}, p "
@@ -158,7 +160,7 @@ def advise(cmp: dict, plan: dict | None) -> tuple[str, list[str]]:
         advice = SUBMIT
     else:
         advice = NOT_YET
-        if code == "a_better":
+        if code == "a_better" and plan is not None:  # a plan that has not said stop_better holds it back
             reasons.append(f"the fixed-n test says better ({_test_words(cmp)}), but the plan of {c} vs {b} says "
                            f"{plan['decision']}: {plan['reason']}")
         elif code == "within_noise":

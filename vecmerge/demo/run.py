@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from .. import commands
+from .. import requests as rq
 from ..errors import CheckFailed, OutputError, VecmergeError
 from ..outputs.manifest import read_manifest
 from ..outputs.policy import DEMO_MARKER as MARKER
@@ -40,34 +41,38 @@ PROXY = "probe:heldout:loglik"
 DOSES = (0.5, 1, 1.456, 4)
 LADDER = [f"out/dose-x{k:g}" for k in DOSES]
 STEPS = [  # (the command line shown, the call it stands for)
-    (["inspect", "v54", "v51"], lambda ws, echo: commands.inspect(ws, ["v54", "v51"], echo=echo)),
+    (["inspect", "v54", "v51"], lambda ws, echo: commands.inspect(ws, rq.Inspect(("v54", "v51")), echo=echo)),
     (["audit", "--ref", "v54-v54e2", "--dir", "v51-v28", "--by", "grid", "--plot", "audit.png"],
-     lambda ws, echo: commands.audit(ws, ref="v54-v54e2", direction="v51-v28", by="grid", plot="audit.png",
-                                     echo=echo)),
+     lambda ws, echo: commands.audit(ws, rq.Audit(ref="v54-v54e2", direction="v51-v28", by="grid",
+                                                      plot="audit.png"), echo=echo)),
     (["evidence", "import", EVALS, "--higher-is-better", METRIC],
-     lambda ws, echo: commands.evidence_import(ws, [EVALS], directions={METRIC: True}, echo=echo)),
-    (["ls"], lambda ws, echo: commands.ls(ws, echo=echo)),
-    (["evidence", "show"], lambda ws, echo: commands.evidence_show(ws, echo=echo)),
-    (["evidence", "compare", "v51", "v28"], lambda ws, echo: commands.evidence_compare(ws, "v51", "v28", echo=echo)),
+     lambda ws, echo: commands.evidence_import(ws, rq.EvidenceImport((EVALS,), higher=(METRIC,)), echo=echo)),
+    (["ls"], lambda ws, echo: commands.ls(ws, rq.Ls(), echo=echo)),
+    (["evidence", "show"], lambda ws, echo: commands.evidence_show(ws, rq.EvidenceShow(), echo=echo)),
+    (["evidence", "compare", "v51", "v28"],
+     lambda ws, echo: commands.evidence_compare(ws, rq.EvidenceCompare("v51", "v28"), echo=echo)),
     (["gate", "--base", "v54", "--dir", "v51-v28", "--consensus-ref", "v54-v54e2", "--trust", "0.0113"],
-     lambda ws, echo: commands.gate(ws, "v54", "v51-v28", consensus_ref="v54-v54e2", trust=0.0113, echo=echo)),
+     lambda ws, echo: commands.gate(ws, rq.Gate("v54", "v51-v28", consensus_ref="v54-v54e2", trust=0.0113), echo=echo)),
     (["project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--consensus-ref", "v54-v54e2",
       "--gate", "--out", "out/v58"],
-     lambda ws, echo: commands.merge(ws, Recipe.from_dict(V58), echo=echo)),
+     lambda ws, echo: commands.merge(ws, Recipe.from_dict(V58), rq.RunFlags(), echo=echo)),
     (["verify", "out/v58", "--base-model", "base"],
-     lambda ws, echo: commands.verify(ws, ["out/v58"], base_model="base", echo=echo)),
+     lambda ws, echo: commands.verify(ws, rq.Verify(("out/v58",), base_model="base"), echo=echo)),
     (["evidence", "import", HISTORY_EVALS],
-     lambda ws, echo: commands.evidence_import(ws, [HISTORY_EVALS], echo=echo)),
-    (["probe", *PAST, "--prompts", PROBES], lambda ws, echo: commands.probe(ws, PAST, prompts=PROBES, echo=echo)),
+     lambda ws, echo: commands.evidence_import(ws, rq.EvidenceImport((HISTORY_EVALS,)), echo=echo)),
+    (["probe", *PAST, "--prompts", PROBES],
+     lambda ws, echo: commands.probe(ws, rq.Probe(tuple(PAST), prompts=PROBES), echo=echo)),
     (["evidence", "calibrate", "--proxy", PROXY, "--target", METRIC, "--loo"],
-     lambda ws, echo: commands.evidence_calibrate(ws, [PROXY], METRIC, loo=True, echo=echo)),
+     lambda ws, echo: commands.evidence_calibrate(ws, rq.EvidenceCalibrate((PROXY,), METRIC, loo=True), echo=echo)),
     (["project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--consensus-ref", "v54-v54e2", "--dose",
       ",".join(f"{k:g}" for k in DOSES), "--out", "out/dose"],
      lambda ws, echo: commands.merge(ws, Recipe.from_dict({**{k: v for k, v in V58.items() if k != "gate"},
-                                                           "dose": list(DOSES), "out": "out/dose"}), echo=echo)),
-    (["probe", *LADDER, "--prompts", PROBES], lambda ws, echo: commands.probe(ws, LADDER, prompts=PROBES, echo=echo)),
+                                                           "dose": list(DOSES), "out": "out/dose"}), rq.RunFlags(),
+                                     echo=echo)),
+    (["probe", *LADDER, "--prompts", PROBES],
+     lambda ws, echo: commands.probe(ws, rq.Probe(tuple(LADDER), prompts=PROBES), echo=echo)),
     (["rank", *LADDER, "--proxy", PROXY, "--target", METRIC],
-     lambda ws, echo: commands.rank(ws, LADDER, [PROXY], METRIC, echo=echo)),
+     lambda ws, echo: commands.rank(ws, rq.Rank(tuple(LADDER), (PROXY,), METRIC), echo=echo)),
 ]
 TARGET, HELD = SUBTASKS[0], SUBTASKS[1:]  # the protected step raises one sub-task and holds the other two
 ENERGIES, PDOSES = (0.5, 0.9), (1, 4)
@@ -81,8 +86,9 @@ STEPS += [
      lambda ws, echo: commands.merge(ws, Recipe.from_dict({
          **{k: v for k, v in V58.items() if k != "gate"}, "dose": list(PDOSES), "out": "out/protect",
          "protect": {t: f"heldout-{t}.jsonl" for t in HELD}, "target": {TARGET: f"heldout-{TARGET}.jsonl"},
-         "protect_energy": list(ENERGIES)}), echo=echo)),
-    (["probe", *FRONT, "--prompts", PROBES], lambda ws, echo: commands.probe(ws, FRONT, prompts=PROBES, echo=echo)),
+         "protect_energy": list(ENERGIES)}), rq.RunFlags(), echo=echo)),
+    (["probe", *FRONT, "--prompts", PROBES],
+     lambda ws, echo: commands.probe(ws, rq.Probe(tuple(FRONT), prompts=PROBES), echo=echo)),
 ]
 SMALL = {"layers": 1, "steps": 40, "hidden": 64, "rank": 4}
 RUNS, SUBSET, POOL = 5, 64, 512  # evaluations per checkpoint, items per run, held-out sequences

@@ -132,7 +132,7 @@ def show_fig(d: dict):
     (4 a row), each panel zoomed to its own data (module docstring).
 
     Args:
-        d (dict): ``evidence.operations.show``'s result.
+        d (dict): ``commands.summaries.show``'s result.
     """
     plt = pyplot()
     rows = d["summaries"]

@@ -7,7 +7,9 @@ import sqlite3
 
 import pytest
 
-from vecmerge.commands import operations as commands
+from vecmerge.commands.judging import compare_models
+from vecmerge.commands.recording import export_lines
+from vecmerge.commands.summaries import show
 from vecmerge.evidence import EvidenceError
 from vecmerge.evidence.judge.compare import compare_records
 from vecmerge.evidence.ledger.environment import EnvChoice, records_of_one_environment
@@ -60,7 +62,7 @@ def _reference(ledger: Ledger, names, current, include_stale: bool, choice: EnvC
 def test_show_counts_item_level_records_as_a_record_per_row_does(ledger, names, include_stale, env):
     current = {"a": SHA_A, "b": SHA_B}
     choice = EnvChoice.parse([env]) if env else EnvChoice()
-    out = commands.show(ledger, names, M, current_sha=current, include_stale=include_stale, env=choice)
+    out = show(ledger, names, M, current_sha=current, include_stale=include_stale, env=choice)
     want = _reference(ledger, names, current, include_stale, choice)
     assert {k: out[k] for k in want} == want
     if names is None and include_stale:  # a's items: q0..q8 (and q20 in h2) over several groups
@@ -74,7 +76,7 @@ def test_compare_reads_the_other_models_runs_only_and_gives_the_same_result(ledg
                  + [Entry("c", M, v, "c" * 64, env={"harness": "h1"}) for v in (1.5, 1.7)])
     current = {"a": SHA_A, "b": SHA_B, "c": "c" * 64}
     choice = EnvChoice.parse(["harness=h1"])
-    out = commands.compare_models(ledger, "a", "b", M, current_sha=current, env=choice)
+    out = compare_models(ledger, "a", "b", M, current_sha=current, env=choice)
     _, recs = records_of_one_environment(ledger.records(metric=M, current_sha=current), {"a", "b"}, choice, "x")
     want = compare_records("a", "b", recs, metric=M, higher_is_better=True, env=out["env"]).to_dict()
     assert out == want
@@ -96,7 +98,7 @@ def test_a_hostile_item_level_cell_is_refused_naming_its_record(ledger, sql, mat
     con.commit()
     con.close()
     with pytest.raises(EvidenceError, match=match.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
-        commands.show(ledger)
+        show(ledger)
 
 
 def test_an_item_text_show_does_not_print_is_left_to_the_readers_that_do(ledger):
@@ -106,6 +108,6 @@ def test_an_item_text_show_does_not_print_is_left_to_the_readers_that_do(ledger)
     con.execute("UPDATE records SET item = 'q1 ' WHERE id = 4")
     con.commit()
     con.close()
-    assert sum(r["records"] for r in commands.show(ledger, ["a"], M)["item_level"]) == 15
+    assert sum(r["records"] for r in show(ledger, ["a"], M)["item_level"]) == 15
     with pytest.raises(EvidenceError, match=r"record 4 \(a, probe:loglik\): item 'q1 ' is not a name"):
-        "".join(commands.export_lines(ledger))
+        "".join(export_lines(ledger))

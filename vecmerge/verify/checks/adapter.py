@@ -135,7 +135,7 @@ def _combinable(x: TaskVector, y: TaskVector) -> bool:
 
 
 def _worst(values: dict) -> tuple[str | None, float]:
-    m = max(values, key=values.get, default=None)
+    m = max(values, key=lambda k: values[k], default=None)
     return m, (values[m] if m is not None else 0.0)
 
 

@@ -1,0 +1,78 @@
+"""``vecmerge search``'s bad input (issue 35, item 7): one line, exit 2, nothing written (no output, no ledger)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def _prompts(path, rows) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path.name
+
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch, peft_adapter, tiny_base):
+    """A folder with adapters a and b on the tiny base, a target set and two protected sets (token ids)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "vecmerge.yaml").write_text(f"adapters:\n  a: {peft_adapter('sa', 1)}\n  b: {peft_adapter('sb', 2)}\n")
+    _prompts(tmp_path / "t.jsonl", [{"id": i, "prompt_ids": [1, i + 2], "target_ids": [40]} for i in range(6)])
+    _prompts(tmp_path / "p.jsonl", [{"id": i, "prompt_ids": [3, i + 10], "target_ids": [41]} for i in range(6)])
+    return tmp_path, tiny_base
+
+
+def _search(run_cli, base_model, *extra, target="t=t.jsonl", protect="p=p.jsonl", margin="0.1", budget="2",
+            direction="b - a"):
+    return run_cli("search", "--base", "a", "--dir", direction, "--target", target, "--protect", protect,
+                   "--margin", margin, "--trust-max", "0.1", "--budget", budget, "--sampler", "grid",
+                   "--base-model", base_model, "--out-dir", "out", *extra)
+
+
+def _refused(res, root, *words):
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), res.output
+    for w in words:
+        assert w in lines[0], lines[0]
+    assert not (root / "out").exists() and not (root / "vecmerge-evidence.db").exists()
+
+
+def test_a_protected_set_sharing_prompts_with_the_target_is_refused(ws, run_cli):
+    root, base = ws
+    _prompts(root / "q.jsonl", [{"id": "x", "prompt_ids": [1, 4], "target_ids": [9]}])  # t's item 2
+    _refused(_search(run_cli, base, protect="q=q.jsonl"), root, "q.jsonl", "1 of its prompts", "target")
+
+
+def test_a_margin_below_zero_is_refused(ws, run_cli):
+    root, base = ws
+    _refused(_search(run_cli, base, margin="-0.1"), root, "--margin", ">= 0")
+
+
+def test_a_budget_of_zero_is_refused(ws, run_cli):
+    root, base = ws
+    _refused(_search(run_cli, base, budget="0"), root, "--budget 0")
+
+
+def test_an_unknown_direction_is_refused(ws, run_cli):
+    root, base = ws
+    _refused(_search(run_cli, base, direction="nosuch - a"), root, "nosuch")
+
+
+def test_prompts_the_model_cannot_read_are_refused(ws, run_cli):
+    root, base = ws
+    _prompts(root / "w.jsonl", [{"id": 1, "prompt": "hello", "target": " world"}])
+    _refused(_search(run_cli, base, protect="w=w.jsonl"), root, "w.jsonl", "tokenizer")
+    _prompts(root / "v.jsonl", [{"id": 1, "prompt_ids": [3, 5000], "target_ids": [4]}])
+    _refused(_search(run_cli, base, protect="v=v.jsonl"), root, "v.jsonl", "vocabulary")
+
+
+def test_a_search_on_random_adapters_writes_its_record_and_top_k(ws, run_cli):
+    """End to end on random adapters (no trained signal): the record, the PNG, the written candidates."""
+    root, base = ws
+    res = _search(run_cli, base, "--top", "1", "--json", margin="1000", budget="3")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["evaluated"] == 3 and d["computed"] == 3 and len(d["top"]) == 1
+    assert (root / "out" / "search.json").is_file() and (root / "out" / "front.png").is_file()
+    assert (root / "out" / "top1" / "adapter_model.safetensors").is_file()

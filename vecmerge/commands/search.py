@@ -1,0 +1,103 @@
+"""``vecmerge search`` once its flags are parsed: the search (``search/``), then the record, the PNG and the top K
+written as PEFT LoRAs through the pipeline, each manifest pointing at the record (its path and sha256).
+
+    OUT_DIR/search.json    the search record: id, space, seed, sampler, every candidate's recipe and figures
+    OUT_DIR/front.png      target gain against the worst protected change
+    OUT_DIR/top<i>         the i-th candidate by target gain, written by ``run(recipe)`` at rank exact
+
+Nothing is written until the search has finished: Ctrl-C leaves the ledger's finished evaluations only. Each
+output is written whole or not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from ..errors import UsageError
+from ..evidence.ledger.ledger import Ledger
+from ..io.safe_text import printable
+from ..outputs.policy import FileKind
+from ..outputs.transaction import PNG, OutputPolicy, write_file
+from ..peft.write import OUTPUT_FILES
+from ..pipeline.runner import run
+from ..recipe.recipe import Recipe
+from ..report import search as report_search
+from ..report.format import to_json
+from ..requests.search import Search
+from ..workspace.base_model import model_folder_problem
+from ..workspace.names import Workspace
+from .progress import progress_bar
+
+RECORD = "search.json"
+FRONT = "front.png"
+_HEAD = b'{\n  "tool": "vecmerge search"'
+SEARCH_RECORD = FileKind("search record vecmerge wrote", lambda head: head.startswith(_HEAD))
+
+
+def record_bytes(d: dict) -> bytes:
+    """The search record as written (``tool`` first, so that a later run knows the file is its own)."""
+    return json.dumps({"tool": "vecmerge search", **d}, indent=2, sort_keys=False).encode() + b"\n"
+
+
+def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=None) -> dict:
+    """``vecmerge search --base B --dir D... --target N=P --protect N=P... --margin M --out-dir DIR``.
+
+    Args:
+        ws (Workspace). req (Search): the request (``requests/search.py``): without ``--resume`` a search whose
+            first candidate the ledger already holds is refused (module docstring of ``search/engine.py``).
+        echo: prints the report. progress: the progress-bar wrapper. on_result: called after each candidate (tests).
+    """
+    from ..search import engine
+
+    target, protect, budget, top_k, out_dir = req.target, req.protect, req.budget, req.top_k, req.out_dir
+    folder = Path(req.base_model) if req.base_model is not None else ws.base_model
+    if folder is None:
+        raise UsageError("search: give --base-model DIR (or base_model: in vecmerge.yaml)")
+    problem = model_folder_problem(folder)
+    if problem:
+        raise UsageError(f"--base-model {folder}: {problem}")
+    out = Path(out_dir)
+    ledger = Ledger(ws.ledger_path)
+    policy = OutputPolicy.for_command(inputs=[ledger.path, *target.values(), *protect.values()],
+                                      workspace_adapters=ws.adapters, base_model=folder, force=req.force)
+    policy.check_file(out / RECORD, SEARCH_RECORD, flag="--out-dir")
+    policy.check_file(out / FRONT, PNG, flag="--out-dir")
+    for i in range(top_k):
+        policy.check_folder(out / f"top{i + 1}", flag="--out-dir", expected_entries=OUTPUT_FILES)
+    setup = engine.prepare(ws, base=req.base, dirs=list(req.dirs), target=target, protect=protect,
+                           margin=req.margin, trust_max=req.trust_max, base_model=folder, depth=req.depth,
+                           types=req.types, exclude=list(req.exclude), energies=req.energies, batch=req.batch,
+                           record_to=ledger, progress=progress_bar(progress, "capture"))
+
+    def first_check(r, results):
+        if len(results) == 1 and not req.resume and r.target and not r.computed:
+            raise UsageError(f"search: the ledger {ledger.path} already holds this search's first candidate "
+                             f"({r.sha256[:12]}); pass --resume to continue it, or another --seed")
+        if on_result is not None:
+            on_result(r, results)
+
+    try:
+        outcome = engine.run(setup, budget=budget, seed=req.seed, sampler=req.sampler, k=top_k,
+                             progress=progress_bar(progress, "search"), on_result=first_check)
+    finally:
+        setup.scorer.close()
+    d = outcome.to_dict()
+    data = record_bytes(d)
+    sha = hashlib.sha256(data).hexdigest()
+    out.mkdir(parents=True, exist_ok=True)
+    write_file(out / RECORD, data, policy=policy, kind=SEARCH_RECORD, flag="--out-dir")
+    write_file(out / FRONT, lambda f: report_search.plot_front(d, f), policy=policy, kind=PNG, flag="--out-dir")
+    d["written"] = {}
+    for i, r in enumerate(outcome.top):
+        path = out / f"top{i + 1}"
+        recipe = Recipe.from_dict({**r.recipe, "out": str(path)}, source=f"candidate {r.sha256[:12]}")
+        source = {"format": "vecmerge search", "path": str(out / RECORD), "sha256": sha,
+                  "notes": f"search {d['id']}: candidate {r.sha256}, top {i + 1} of {len(outcome.top)} by target "
+                           f"gain {r.objective:+.6g}; its figures are in the record"}
+        rep = run(recipe, ws, force=req.force, source=source)
+        d["written"][r.sha256] = str(rep.outputs[0].path)
+    d["record"] = {"path": str(out / RECORD), "sha256": sha, "png": str(out / FRONT)}
+    echo(to_json(d) if req.as_json else printable(report_search.render_search(d), keep_newlines=True))
+    return d

@@ -1,0 +1,149 @@
+"""The samplers that propose candidates, and the loop that evaluates them: seeded, so a seed and a budget give
+the same candidates, and resumable, since every evaluation is in the ledger before the next one starts.
+
+    grid   (no extra needed) a product of levels per parameter, grown round-robin (trust first, then the
+           energy, the weights, the mix, the slope, the exclusions) while it fits the budget; visited in a seeded
+           random order, so that a cut budget still spreads over the space
+    tpe    optuna's TPE with constraints (``constraints_func``: ``-M - lower`` per protected set and the step
+           over ``trust_max``, each ``<= 0`` when it holds), seeded; told every result, replayed ones included
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import UsageError
+from .space import Dim, Space
+
+SAMPLERS = ("auto", "grid", "tpe")
+MAX_LEVELS = 64
+_PRIORITY = ("trust", "energy", "w", "mix", "slope", "x")
+
+
+def _levels(d: Dim, n: int) -> list:
+    if d.choices:
+        # energies: 0.9 (the default), then 0 (the plain step), then the others from the highest
+        order = sorted(d.choices, key=lambda v: (v not in (0.9, 0.0), v != 0.9, -v)) if d.name == "energy" \
+            else list(d.choices)
+        return order[:n]
+    if d.name == "trust":
+        return [d.hi] if n == 1 else [d.lo + (d.hi - d.lo) * k / (n - 1) for k in range(n)]
+    if n == 1:
+        return [{"slope": 0.0, "mix": 0.5}.get(d.name, 1.0)]
+    return [d.lo + (d.hi - d.lo) * k / (n - 1) for k in range(n)]
+
+
+def grid(space: Space, budget: int, seed: int) -> list[dict]:
+    """The grid's candidates' parameters (module docstring), at most ``budget``, in the seed's order."""
+    dims = sorted(space.dims(), key=lambda d: next(i for i, p in enumerate(_PRIORITY) if d.name.startswith(p)))
+    sizes = {d.name: 1 for d in dims}
+    cap = {d.name: len(d.choices) if d.choices else MAX_LEVELS for d in dims}
+    grown = True
+    while grown:
+        grown = False
+        for d in dims:
+            total = math.prod(sizes.values())
+            if sizes[d.name] < cap[d.name] and total // sizes[d.name] * (sizes[d.name] + 1) <= budget:
+                sizes[d.name] += 1
+                grown = True
+    points: list[dict] = [{}]
+    for d in dims:
+        points = [{**p, d.name: v} for p in points for v in _levels(d, sizes[d.name])]
+    random.Random(seed).shuffle(points)
+    return points[:budget]
+
+
+def search(space: Space, evaluate: Callable, *, budget: int, seed: int, sampler: str = "auto", margins: dict,
+           progress=None, on_result: Callable | None = None) -> tuple[list, str]:
+    """Evaluate up to ``budget`` candidates proposed by ``sampler``; ``(results, sampler used)``.
+
+    Args:
+        space (Space). evaluate (Callable[[dict], Result]): scores one parameter set (and records it).
+        budget (int): candidates. seed (int). sampler (str): auto (tpe when optuna is installed), grid or tpe.
+        margins (dict[str, float]): M per protected set. progress: an optional iterable wrapper (tqdm).
+        on_result (Callable[[Result, list], None] | None): called after each result with the results so far.
+    """
+    if budget < 1:
+        raise UsageError(f"--budget {budget}: evaluate at least 1 candidate")
+    if sampler not in SAMPLERS:
+        raise UsageError(f"--sampler {sampler}: use one of {', '.join(SAMPLERS)}")
+    if sampler == "auto":
+        sampler = "tpe" if _has_optuna() else "grid"
+    if sampler == "tpe" and not _has_optuna():
+        raise UsageError("--sampler tpe needs optuna: pip install 'vecmerge[search]' (or use --sampler grid)")
+    steps = range(budget)
+    bar = progress(steps) if progress else steps
+    results: list = []
+    propose = _Grid(space, budget, seed) if sampler == "grid" else _Tpe(space, seed, budget, margins)
+    for _ in bar:
+        params = propose.ask()
+        if params is None:
+            break
+        r = evaluate(params)
+        propose.tell(r)
+        results.append(r)
+        best = max((x for x in results if x.feasible), key=lambda x: x.objective, default=None)
+        if hasattr(bar, "set_postfix_str"):
+            bar.set_postfix_str("best feasible: none" if best is None else f"best feasible {best.objective:+.4g}")
+        if on_result is not None:
+            on_result(r, results)
+    return results, sampler
+
+
+def _has_optuna() -> bool:
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _Grid:
+    def __init__(self, space: Space, budget: int, seed: int):
+        self.points = grid(space, budget, seed)
+
+    def ask(self) -> dict | None:
+        return self.points.pop(0) if self.points else None
+
+    def tell(self, result) -> None:
+        pass
+
+
+class _Tpe:
+    """optuna's constrained TPE through ask and tell (its experimental warnings silenced)."""
+
+    def __init__(self, space: Space, seed: int, budget: int, margins: dict):
+        import optuna
+
+        self.optuna, self.space, self.margins = optuna, space, margins
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        with self._quiet():
+            sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(1, min(10, budget // 3)),
+                                                 constraints_func=lambda t: t.user_attrs["constraints"])
+            self.study = optuna.create_study(direction="maximize", sampler=sampler)
+        self.trial: Any = None
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _quiet():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+
+    def ask(self) -> dict:
+        with self._quiet():
+            self.trial = t = self.study.ask()
+            return {d.name: t.suggest_categorical(d.name, list(d.choices)) if d.choices
+                    else t.suggest_float(d.name, d.lo, d.hi) for d in self.space.dims()}
+
+    def tell(self, result) -> None:
+        value = result.objective if math.isfinite(result.objective) else -1e9
+        cons = result.constraints(self.margins, self.space.trust_max) if result.target else [1e9]
+        with self._quiet():
+            self.trial.set_user_attr("constraints", [c if math.isfinite(c) else 1e9 for c in cons])
+            self.study.tell(self.trial, value)
