@@ -6,15 +6,13 @@ the commands (``evidence_*``) take the workspace and the request, and print the 
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from ..errors import UsageError
 from ..evidence import EvidenceError
-from ..evidence.importers.importers import Imported, export_csv_lines, import_files
+from ..evidence.importers.export import export_csv, export_json
+from ..evidence.importers.importers import Imported, import_files
 from ..evidence.ledger.environment import canonical_fields
 from ..evidence.ledger.ledger import Entry, Ledger
 from ..evidence.ledger.precision import check_decimals, decimals_of
@@ -102,41 +100,11 @@ def export(ledger: Ledger, fmt: str = "csv", *, current_sha: Mapping[str, str | 
 
 def export_lines(ledger: Ledger, fmt: str = "csv", *,
                  current_sha: Mapping[str, str | None] | None = None) -> Iterator[str]:
-    """``export``'s text in pieces, the ledger streamed (``Ledger.iter_records``): the columns come from one SQL
-    pass over the distinct stored cells, then each record is read, written and dropped."""
+    """``export``'s text in pieces, streamed from the ledger's rows (``importers.export``: a piece per batch of
+    records, each row checked as every read checks it)."""
     if fmt not in ("csv", "json"):
         raise EvidenceError(f"--format {fmt}: use csv or json")
-    rows = (r.to_dict() for r in ledger.iter_records(current_sha))
-    if fmt == "csv":
-        yield from export_csv_lines(rows, *ledger.export_columns())
-        return
-    head = json.dumps(ledger.directions(), indent=2).replace("\n", "\n  ")
-    yield f'{{\n  "directions": {head},\n  "records": ['
-    first = True
-    for row in rows:  # json.dumps(..., indent=2) of the whole, written one record at a time
-        yield ("\n    " if first else ",\n    ") + _record_json(row)
-        first = False
-    yield ("]" if first else "\n  ]") + "\n}\n"
-
-
-def _scalar_json(value) -> str:
-    if type(value) is str:
-        return encode_basestring_ascii(value)
-    if type(value) is float and math.isfinite(value):
-        return repr(value)
-    if value is None or type(value) in (bool, int):
-        return json.dumps(value)
-    raise TypeError(type(value).__name__)
-
-
-def _record_json(row: dict) -> str:
-    """``json.dumps(row, indent=2)`` indented by 4 more spaces, for a flat row (the C encoder per value: the
-    indenting encoder is pure Python, a tenth of the speed); anything but a flat row goes through json.dumps."""
-    try:
-        body = ",\n      ".join(f"{encode_basestring_ascii(k)}: {_scalar_json(v)}" for k, v in row.items())
-    except TypeError:
-        return json.dumps(row, indent=2).replace("\n", "\n    ")
-    return "{\n      " + body + "\n    }" if row else "{}"
+    return (export_csv if fmt == "csv" else export_json)(ledger, current_sha)
 
 
 def evidence_add(ws: Workspace, req: EvidenceAdd, *, echo: Echo = print) -> dict:

@@ -28,6 +28,7 @@ from ..ledger.precision import check_decimals, decimals_of
 from ..ledger.precision import note as note_decimals
 from ..ledger.precision import write as write_decimals
 from ..ledger.records import SHA_RE, Entry
+from .export import csv_columns
 from .lm_eval import lm_eval_model, metric_name, parse_lm_eval_results, parse_lm_eval_samples
 from .lm_eval_groups import group_items
 from .lm_eval_tree import expand, match_samples
@@ -311,9 +312,7 @@ def export_csv_lines(rows: Iterable[dict], subs: Sequence[str], envs: Sequence[s
         rows (Iterable[dict]): ``Record.to_dict()`` rows. subs, envs (Sequence[str]): the sub-score and environment
             keys, sorted. subscore (bool): whether the ``subscore`` column is written.
     """
-    columns = ["model", "metric", "value", "stderr", "item", "cluster", "note", "sha256", "source", "created",
-               "stale", "id", *(["subscore"] if subscore else []), *(f"sub.{k}" for k in subs),
-               *(["env_id"] if envs else []), *(f"env.{k}" for k in envs)]
+    columns = csv_columns(subs, envs, subscore)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
 

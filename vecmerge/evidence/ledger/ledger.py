@@ -200,7 +200,26 @@ class Ledger(LedgerFile):
     def iter_records(self, current_sha: Mapping[str, str | None] | None = None, *,
                      batch: int = 10_000) -> Iterator[Record]:
         """Every record in id order (stale ones included, flagged), read ``batch`` rows at a time: a whole ledger
-        streamed without holding it (``export``). Each row is checked as ``records`` checks it."""
+        streamed without holding it. Each row is checked as ``records`` checks it."""
+        for rows in self._batches(batch):
+            for row in rows:
+                rec = stored.record_from_row(row, self.path)
+                yield dataclasses.replace(rec, stale=True) if is_stale(rec, current_sha) else rec
+
+    def iter_rows(self, current_sha: Mapping[str, str | None] | None = None, *,
+                  batch: int = 10_000) -> Iterator[list[tuple]]:
+        """``iter_records`` without a Record per row (what ``export`` streams): lists of up to ``batch`` rows, each
+        the ``schema.RECORD_COLUMNS`` cells as stored, checked as ``records`` checks them
+        (``stored.checked_rows``), then ``stale`` (``is_stale``'s rule); ``subs`` and ``env`` are the stored JSON
+        text (``stored.stored_pairs`` reads it)."""
+        now = dict(current_sha or {})
+        for rows in self._batches(batch):
+            # is_stale: stale where the model's current hash is known and the record's differs
+            yield [(*r, (h := now.get(r[1])) is not None and r[2] != h)
+                   for r in stored.checked_rows(rows, self.path)]
+
+    def _batches(self, batch: int) -> Iterator[list[tuple]]:
+        """The stored ``schema.RECORD_COLUMNS`` rows in id order, ``batch`` at a time, unchecked."""
         if not self.path.exists():
             return
         con = self._connect(write=False)
@@ -209,9 +228,7 @@ class Ledger(LedgerFile):
                 return
             cur = con.execute(f"SELECT {schema.record_select(self._check_version(con))} FROM records ORDER BY id")
             while rows := cur.fetchmany(batch):
-                for row in rows:
-                    rec = stored.record_from_row(row, self.path)
-                    yield dataclasses.replace(rec, stale=True) if is_stale(rec, current_sha) else rec
+                yield rows
         except sqlite3.Error as err:
             raise EvidenceError(f"{self.path}: could not read the evidence ledger ({err})") from err
         finally:
@@ -230,7 +247,7 @@ class Ledger(LedgerFile):
                 keys[column] = sorted({k for (t,) in cells if t is not None
                                        for k, _ in stored.stored_pairs(self.path, column, t)})
             except EvidenceError:
-                for _ in self.iter_records():  # the first bad row raises, naming its record as every read does
+                for _ in self.iter_rows():  # the first bad row raises, naming its record as every read does
                     pass
                 raise
         named = self._read(lambda v: None if v < 2 else

@@ -115,19 +115,26 @@ def _remember(table: set | dict, key: object, value: object = None) -> None:
         table[key] = value
 
 
-def record_from_row(row: tuple, path: Path) -> Record:
-    """A Record from one ``schema.RECORD_COLUMNS`` row, every cell checked (module docstring).
-
-    A row whose every text cell was seen good before (``_NAMES``, ``_SHAS``, ``_SUBS``, ``_ENVS``) and whose
-    numbers are finite floats takes the fast path; any other row is checked cell by cell (``_checked``)."""
+def _known(row: tuple) -> bool:
+    """Whether every text cell of a ``schema.RECORD_COLUMNS`` row was seen good before (``_NAMES``, ``_SHAS``,
+    ``_SUBS``, ``_ENVS``) and its numbers are finite floats: the row needs no check of its own."""
     rid, model, sha, metric, value, subs, stderr, item, cluster, source, note, created, subscore, env = row
-    if (type(rid) is int and is_name(model) and is_name(metric) and is_name(source)
+    return (type(rid) is int and is_name(model) and is_name(metric) and is_name(source)
             and (item is None or is_name(item)) and (cluster is None or is_name(cluster))
             and (subscore is None or is_name(subscore)) and (sha is None or sha in _SHAS)
             and type(value) is float and value - value == 0
             and (stderr is None or (type(stderr) is float and stderr - stderr == 0 and stderr >= 0))
             and (note is None or type(note) is str) and type(created) is str and subs in _SUBS
-            and (env is None or env in _ENVS)):
+            and (env is None or env in _ENVS))
+
+
+def record_from_row(row: tuple, path: Path) -> Record:
+    """A Record from one ``schema.RECORD_COLUMNS`` row, every cell checked (module docstring).
+
+    A row whose cells were all seen good before (``_known``) takes the fast path; any other row is checked cell by
+    cell (``_checked``)."""
+    if _known(row):
+        rid, model, sha, metric, value, subs, stderr, item, cluster, source, note, created, subscore, env = row
         rec = _NEW(Record)  # the frozen dataclass's __init__ without its 15 guarded setattrs: the same object
         _SET(rec, "__dict__", {"id": rid, "model": model, "sha256": sha, "metric": metric, "value": value,
                                "subs": _SUBS[subs], "stderr": stderr, "item": item, "cluster": cluster,
@@ -135,6 +142,51 @@ def record_from_row(row: tuple, path: Path) -> Record:
                                "env": () if env is None else _ENVS[env], "stale": False})
         return rec
     return _checked(row, path)
+
+
+def checked_rows(rows: list[tuple], path: Path) -> list[tuple]:
+    """``schema.RECORD_COLUMNS`` rows as stored, each checked as ``record_from_row`` checks it (the first bad cell
+    raises naming its record) without building a Record: a row ``_checked`` had to convert (a number stored as an
+    integer) comes back with its numbers as the Record holds them; ``subs`` and ``env`` stay the stored JSON text
+    (``stored_pairs`` reads it). A batch whose columns all pass ``_all_good`` comes back as it is."""
+    if _all_good(rows, path):
+        return rows
+    return [row if _known(row) else _converted(row, path) for row in rows]
+
+
+def _all_good(rows: list[tuple], path: Path) -> bool:
+    """Whether every row would pass ``_checked`` unchanged, column by column over each column's distinct cells (set
+    operations in C, not a check per row); False where any cell needs the row-by-row check that names its record.
+    A float column's sum is finite only if each value is (an overflow just takes the row-by-row way)."""
+    if not rows:
+        return True
+    rid, model, sha, metric, value, subs, stderr, item, cluster, source, note, created, subscore, env = zip(*rows)
+    errs = set(stderr) - {None}
+    if not (set(map(type, rid)) == {int} and set(map(type, value)) == {float} and math.isfinite(sum(value))
+            and set(map(type, errs)) <= {float} and math.isfinite(sum(errs)) and min(errs, default=0.0) >= 0
+            and set(map(type, note)) <= {str, type(None)} and set(map(type, created)) == {str}):
+        return False
+    names = set(model).union(metric, source, set(item).union(cluster, subscore) - {None}) - _NAMES
+    hashes = set(sha) - _SHAS - {None}
+    if not (all(is_name(t) for t in names) and all(type(t) is str and SHA_RE.fullmatch(t) for t in hashes)):
+        return False
+    for seen, cells in ((_NAMES, names), (_SHAS, hashes)):
+        if len(seen) + len(cells) > CACHED:
+            seen.clear()
+        seen.update(cells)
+    for read, column, texts in ((_SUBS, "subs", set(subs)), (_ENVS, "env", set(env) - {None})):
+        for text in texts.difference(read):
+            try:
+                _remember(read, text, stored_pairs(path, column, text))
+            except EvidenceError:
+                return False
+    return True
+
+
+def _converted(row: tuple, path: Path) -> tuple:
+    r = _checked(row, path)
+    return (r.id, r.model, r.sha256, r.metric, r.value, row[5], r.stderr, r.item, r.cluster, r.source, r.note,
+            r.created, r.subscore, row[13])
 
 
 def _checked(row: tuple, path: Path) -> Record:
