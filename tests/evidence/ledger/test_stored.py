@@ -190,3 +190,42 @@ def test_a_plan_naming_a_test_the_registry_does_not_know_is_refused(ledger):
     for action in (ledger.plans, lambda: ledger.add("v51", None, "official_total", 0.7)):
         with pytest.raises(EvidenceError, match=line):
             action()
+
+
+GOOD = (7, "v51", "a" * 64, "official_total", 0.5, '{"video": 0.25}', 0.01, None, None, "manual", None,
+        "2026-01-01T00:00:00Z", None, '{"temperature":"0"}')
+
+
+@pytest.fixture
+def unseen(monkeypatch):
+    """The remembered cells forgotten: every cell of a batch is checked afresh."""
+    from vecmerge.evidence.ledger import stored
+    for name, empty in (("_NAMES", set()), ("_SHAS", set()), ("_SUBS", {}), ("_ENVS", {})):
+        monkeypatch.setattr(stored, name, empty)
+    return stored
+
+
+def test_a_good_batch_is_checked_by_its_columns_and_handed_back_as_it_is(unseen, tmp_path):
+    rows = [GOOD, (*GOOD[:7], "q1", "c1", *GOOD[9:12], "task", None), (8, *GOOD[1:6], None, *GOOD[7:])]
+    assert unseen.checked_rows(rows, tmp_path) is rows  # no row rebuilt
+    assert [unseen.record_from_row(r, tmp_path).id for r in rows] == [7, 7, 8]
+    converted = unseen.checked_rows([(*GOOD[:4], 2, *GOOD[5:])], tmp_path)  # an integer value: row by row
+    assert converted == [(*GOOD[:4], 2.0, *GOOD[5:])] and type(converted[0][4]) is float
+    big = [(*GOOD[:4], v, *GOOD[5:]) for v in (1e308, 1e308)]  # the column's sum overflows; each value is fine
+    assert unseen.checked_rows(big, tmp_path) == big
+
+
+@pytest.mark.parametrize("column, bad", [
+    (0, True), (0, "7"), (1, None), (1, " v51"), (1, b"v51"), (2, "A" * 64), (3, "m\x1b"), (4, float("nan")),
+    (4, float("inf")), (4, "0.5"), (5, "{oops"), (5, '{"video": "x"}'), (6, -1.0), (6, float("inf")), (7, "q\n"),
+    (8, ""), (9, None), (10, 3), (11, None), (12, "t\x00"), (13, "["), (13, '{"temperature": "0.0"}'),
+])
+def test_a_bad_cell_in_a_batch_is_refused_as_the_row_by_row_check_refuses_it(unseen, tmp_path, column, bad):
+    """Each cell ``record_from_row`` refuses, third in a batch: the batch check falls back and the first bad row
+    raises the same line (the columns' checks never let through what the row's check refuses)."""
+    row = (*GOOD[:column], bad, *GOOD[column + 1:])
+    with pytest.raises(EvidenceError) as want:
+        unseen.record_from_row(row, tmp_path)
+    with pytest.raises(EvidenceError) as got:
+        unseen.checked_rows([GOOD, GOOD, row, GOOD], tmp_path)
+    assert str(got.value) == str(want.value) and "record " in str(got.value)
