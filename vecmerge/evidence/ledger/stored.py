@@ -115,26 +115,19 @@ def _remember(table: set | dict, key: object, value: object = None) -> None:
         table[key] = value
 
 
-def _known(row: tuple) -> bool:
-    """Whether every text cell of a ``schema.RECORD_COLUMNS`` row was seen good before (``_NAMES``, ``_SHAS``,
-    ``_SUBS``, ``_ENVS``) and its numbers are finite floats: the row needs no check of its own."""
+def record_from_row(row: tuple, path: Path) -> Record:
+    """A Record from one ``schema.RECORD_COLUMNS`` row, every cell checked (module docstring).
+
+    A row whose every text cell was seen good before (``_NAMES``, ``_SHAS``, ``_SUBS``, ``_ENVS``) and whose
+    numbers are finite floats takes the fast path; any other row is checked cell by cell (``_checked``)."""
     rid, model, sha, metric, value, subs, stderr, item, cluster, source, note, created, subscore, env = row
-    return (type(rid) is int and is_name(model) and is_name(metric) and is_name(source)
+    if (type(rid) is int and is_name(model) and is_name(metric) and is_name(source)
             and (item is None or is_name(item)) and (cluster is None or is_name(cluster))
             and (subscore is None or is_name(subscore)) and (sha is None or sha in _SHAS)
             and type(value) is float and value - value == 0
             and (stderr is None or (type(stderr) is float and stderr - stderr == 0 and stderr >= 0))
             and (note is None or type(note) is str) and type(created) is str and subs in _SUBS
-            and (env is None or env in _ENVS))
-
-
-def record_from_row(row: tuple, path: Path) -> Record:
-    """A Record from one ``schema.RECORD_COLUMNS`` row, every cell checked (module docstring).
-
-    A row whose cells were all seen good before (``_known``) takes the fast path; any other row is checked cell by
-    cell (``_checked``)."""
-    if _known(row):
-        rid, model, sha, metric, value, subs, stderr, item, cluster, source, note, created, subscore, env = row
+            and (env is None or env in _ENVS)):
         rec = _NEW(Record)  # the frozen dataclass's __init__ without its 15 guarded setattrs: the same object
         _SET(rec, "__dict__", {"id": rid, "model": model, "sha256": sha, "metric": metric, "value": value,
                                "subs": _SUBS[subs], "stderr": stderr, "item": item, "cluster": cluster,
@@ -148,10 +141,11 @@ def checked_rows(rows: list[tuple], path: Path) -> list[tuple]:
     """``schema.RECORD_COLUMNS`` rows as stored, each checked as ``record_from_row`` checks it (the first bad cell
     raises naming its record) without building a Record: a row ``_checked`` had to convert (a number stored as an
     integer) comes back with its numbers as the Record holds them; ``subs`` and ``env`` stay the stored JSON text
-    (``stored_pairs`` reads it). A batch whose columns all pass ``_all_good`` comes back as it is."""
+    (``stored_pairs`` reads it). A batch whose columns all pass ``_all_good`` comes back as it is; any other is read
+    row by row."""
     if _all_good(rows, path):
         return rows
-    return [row if _known(row) else _converted(row, path) for row in rows]
+    return [_cells(record_from_row(row, path), row) for row in rows]
 
 
 def _all_good(rows: list[tuple], path: Path) -> bool:
@@ -183,8 +177,8 @@ def _all_good(rows: list[tuple], path: Path) -> bool:
     return True
 
 
-def _converted(row: tuple, path: Path) -> tuple:
-    r = _checked(row, path)
+def _cells(r: Record, row: tuple) -> tuple:
+    """A checked row's cells as ``checked_rows`` hands them over: the Record's, the stored ``subs`` and ``env``."""
     return (r.id, r.model, r.sha256, r.metric, r.value, row[5], r.stderr, r.item, r.cluster, r.source, r.note,
             r.created, r.subscore, row[13])
 
