@@ -15,7 +15,9 @@ from the inputs in factored float64 (``pipeline.intended``, through the recipe's
   any edit) and reproduces its recorded per-module error within that tolerance;
 - step: ``survival = sum_m <W_m - base_m, step_m> / ||step||^2`` within ``TOLERANCES[dtype]["survival"]``
   of 1 (of the recorded value for a rank-cut output); it fails when no module could be compared
-  (both in ``update.compare_to_recomputed``);
+  (both in ``update.compare_to_recomputed``); update, step and bias run only where verify's own path did not
+  compare every module (``own_path_compared``: a recipe it does not cover, a derivation that failed) or for the
+  PEFT checks of ``--base-model`` on a lossless output: elsewhere the ``independent`` row is the update's check;
 - files, figures, manifest (``verify_manifest``): the folder holds only what vecmerge writes and the
   model card as pinned; every figure and field of the manifest recomputes (``FIGURES_RTOL``), so an
   edited ``figures.dtype_effect``, ``modules[m].survival`` or ``resolved.realized`` fails by name.
