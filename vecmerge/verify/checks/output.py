@@ -38,6 +38,7 @@ through ``pipeline.evaluate`` and the very method object the output's recipe nam
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ def input_check(manifest: dict, where: str = "") -> dict:
         except VecmergeError as e:
             problems.append(f"input {name} is missing or unreadable: {e}")
             continue
-        sha = digest(a.weights_path, lambda a=a: a.sha256)  # kept for verify's own path (one hash per call)
+        sha = digest(a.weights_path, partial(getattr, a, "sha256"))  # kept for verify's own path (once per call)
         if sha != entry.get("sha256"):
             problems.append(f"input {name}: {a.weights_path} has sha256 {sha[:16]}..., the manifest pins "
                             f"{str(entry.get('sha256'))[:16]}...: it changed after the merge")
@@ -346,7 +347,7 @@ def _verify_output(path: Path, base_model, progress, allow_base_mismatch: bool, 
         if ev is not None:
             keep = base_model is not None and ev.recipe.rank_policy.lossless
             try:
-                more = []  # a recipe verify's own path compared: its row is the update's (and step's, bias') check
+                more: list[dict] = []  # where verify's own path compared: its row checks update, step, bias
                 if keep or not own_path_compared(indep):
                     more, expected = compare_to_recomputed(out, ev, manifest, tol, progress, keep_expected=keep)
                 more.append(figures_check(manifest, rebuilt_figures(ev)))
