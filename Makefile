@@ -44,6 +44,7 @@ bench: install
 	$(PY) benchmarks/bench_probe.py
 	$(PY) benchmarks/bench_ledger.py
 	$(PY) benchmarks/bench_protect.py
+	$(PY) benchmarks/bench_search.py
 
 # the mergekit oracle tests (tests/methods/test_mergekit_oracle*.py) run in check: it installs the extra first
 check: lint oracle test
