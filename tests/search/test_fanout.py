@@ -136,3 +136,19 @@ def test_evaluate_many_gives_the_engines_results_and_replays_the_ledger(root, lo
             assert abs(fa.mean - fb.mean) <= TOL and abs(fa.lower - fb.lower) <= 2 * TOL, s
     assert not any(r.computed for r in again)  # every candidate replayed from the driver's ledger
     assert [r.to_dict() | {"computed": True} for r in again] == [r.to_dict() for r in first]
+
+
+@pytest.mark.slow
+def test_the_engine_with_a_pool_proposes_and_judges_as_in_one_process(root, local_ray, tmp_path):
+    one = engine.run(_setup(root, Ledger(tmp_path / "one.db")), budget=6, seed=1, sampler="grid")
+    fan, seen = _setup(root, Ledger(tmp_path / "fan.db")), []
+    with Pool(fan, workers=2, gpus=False) as pool:
+        got = engine.run(fan, budget=6, seed=1, sampler="grid", pool=pool, on_result=lambda r, rs: seen.append(len(rs)))
+        tpe = [engine.run(_setup(root, Ledger(tmp_path / f"tpe{i}.db")), budget=4, seed=1, sampler="tpe", pool=pool)
+               for i in range(2)]
+    assert len(one.results) == 6 and seen == [1, 2, 3, 4, 5, 6]  # told and reported one by one, asked two by two
+    assert got.forwards == one.forwards == 6 * 2 * 3  # the workers' forward passes counted
+    assert [r.sha256 for r in got.results] == [r.sha256 for r in one.results]
+    for a, b in zip(got.results, one.results):
+        assert abs(a.objective - b.objective) <= TOL and a.feasible == b.feasible and a.computed
+    assert [r.sha256 for r in tpe[0].results] == [r.sha256 for r in tpe[1].results]  # seeded with a pool too
