@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 DEMO_OUT ?= demo-out
 
-.PHONY: install demo test test-fast lint bench check oracle readme clean mutate
+.PHONY: install demo test test-fast lint fmt bench check oracle readme clean mutate
 
 install: $(VENV)/.installed
 
@@ -38,12 +38,17 @@ lint: install
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy vecmerge
 
+# ruff format (settings in ruff.toml's [format]) over the same folders lint checks; rewrites files in place
+fmt: install
+	$(VENV)/bin/ruff format vecmerge tests examples benchmarks tools
+
 bench: install
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/bench_extract.py
 	$(PY) benchmarks/bench_probe.py
 	$(PY) benchmarks/bench_ledger.py
 	$(PY) benchmarks/bench_protect.py
+	$(PY) benchmarks/bench_protect.py --tokens 128 --out bench-out/protect-2048
 	$(PY) benchmarks/bench_search.py
 
 # the mergekit oracle tests (tests/methods/test_mergekit_oracle*.py) run in check: it installs the extra first

@@ -34,7 +34,9 @@ from pathlib import Path
 from vecmerge import Ledger
 
 # the evidence commands' reads, timed in-process, and the columns the plain scan reads
-from vecmerge.commands.operations import compare_models, export_lines, show
+from vecmerge.commands.judging import compare_models
+from vecmerge.commands.recording import export_lines
+from vecmerge.commands.summaries import show
 from vecmerge.evidence.ledger.schema import RECORD_COLUMNS
 
 T0 = time.perf_counter()

@@ -6,9 +6,12 @@ and ``--prompts`` items of ``--tokens`` tokens in batches of ``--batch``. Measur
 ``--repeat`` times (each keeps its best wall time), on the CPU with ``--threads`` torch threads:
 
     bare       the forward passes with the backbone's hooks on (what capturing must run anyway)
-    capture    the same passes with the Gram hooks: ``G += X^T X`` in float64 per distinct module input
+    capture    the same passes with the capture's hooks (``probe/inputs.py``: rows kept while fewer than the
+               width, an exact float64 Gram beyond, a Frequent Directions sketch for inputs wider than 4096)
+    basis      after the forward: every module's U at E 0.9 (float64 SVD of kept rows, or eigh of a Gram)
+    earlier    with ``--earlier``: the capture as it was (a float64 Gram ``G += X^T X`` from the first batch)
 
-and the Grams' memory (one ``in x in`` float64 matrix per distinct input: q/k/v share one, gate/up share one).
+and the memory the captured inputs hold (q/k/v share one input, gate/up one).
 The table goes to stdout and ``OUT/protect.md`` (raw figures: ``OUT/protect.json``).
 """
 
@@ -70,11 +73,23 @@ def bare(model, modules, backbone, ps, batch):
             model(input_ids=ids, attention_mask=att, use_cache=False)
 
 
-def capture(model, modules, backbone, ps, batch):
+def capture(model, modules, backbone, ps, batch, row_limit=None):
     # building block (internal): the protected step's capture, timed apart
     from vecmerge.probe.capture import capture_grams
 
-    return capture_grams(model, backbone, {"s": ps}, modules, batch=batch)
+    return capture_grams(model, backbone, {"s": ps}, modules, batch=batch, row_limit=row_limit)
+
+
+def earlier(model, modules, backbone, ps, batch):
+    return capture(model, modules, backbone, ps, batch, row_limit=0)
+
+
+def basis(grams, modules) -> float:
+    """Seconds to form every module's U at E 0.9 (shared inputs decomposed once)."""
+    t = time.perf_counter()
+    for m in modules:
+        grams.basis(["s"], m, 0.9)
+    return time.perf_counter() - t
 
 
 def main(argv=None) -> int:
@@ -89,33 +104,48 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--earlier", action="store_true", help="also time the earlier capture (a Gram from the start)")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     rows, raw = [], {}
+    runs = [("bare", bare), ("capture", capture)] + ([("earlier", earlier)] if a.earlier else [])
     for shape in a.shape:
         a.shape = shape
         model, modules, backbone, ps = setup(a)
-        walls: dict = {"bare": [], "capture": []}
-        grams = None
+        walls: dict = {name: [] for name, _ in runs}
+        held: dict = {}
         for _ in range(a.repeat):
-            for name, fn in (("bare", bare), ("capture", capture)):
+            for name, fn in runs:
                 t = time.perf_counter()
                 out = fn(model, modules, backbone, ps, a.batch)
                 walls[name].append(time.perf_counter() - t)
-                grams = out if name == "capture" else grams
-        unique = {id(g): g for g in grams.by_set["s"].values()}
-        mem = sum(g.numel() * g.element_size() for g in unique.values())
+                held[name] = out
         best = {k: min(v) for k, v in walls.items()}
-        raw[shape] = {"walls": walls, "best": best, "gram_bytes": mem, "distinct_inputs": len(unique),
-                      "modules": len(modules), "rows": a.prompts * a.tokens}
-        rows.append(f"| {shape} | {a.layers} | {len(modules)} | {len(unique)} | {a.prompts * a.tokens} | "
-                    f"{best['bare']:.2f} | {best['capture']:.2f} | {best['capture'] / best['bare']:.2f}x | "
-                    f"{mem / 2 ** 20:.0f} MiB |")
+        grams = held["capture"]
+        forms = sorted({i.kind for mods in grams.by_set.values() for i in mods.values()})
+        raw[shape] = {"walls": walls, "best": best, "held_bytes": grams.nbytes(), "forms": forms,
+                      "basis_s": basis(grams, modules), "distinct_inputs": len(grams.groups),
+                      "modules": len(modules), "rows": a.prompts * a.tokens, "sketched": grams.sketched()}
+        if a.earlier:
+            raw[shape].update(earlier_bytes=held["earlier"].nbytes(), earlier_basis_s=basis(held["earlier"], modules))
+        r = raw[shape]
+        line = (f"| {shape} | {a.layers} | {r['distinct_inputs']} | {r['rows']} | {'/'.join(forms)} | "
+                f"{best['bare']:.2f} | {best['capture']:.2f} | {best['capture'] / best['bare']:.2f}x | "
+                f"{r['basis_s']:.2f} | {r['held_bytes'] / 2 ** 20:.0f} MiB |")
+        if a.earlier:
+            line += (f" {best['earlier']:.2f} ({best['earlier'] / best['bare']:.2f}x) | {r['earlier_basis_s']:.2f} | "
+                     f"{r['earlier_bytes'] / 2 ** 20:.0f} MiB |")
+        rows.append(line)
         print(f"[protect bench] {shape}: {rows[-1]}", file=sys.stderr, flush=True)
     head = (f"protected-step capture on the CPU ({a.threads} thread(s)), {a.prompts} prompts x {a.tokens} tokens, "
             f"batch {a.batch}, backbone rank {a.rank}, vocab {a.vocab}; best of {a.repeat}")
-    table = "\n".join([head, "", "| layer shapes | layers | modules | distinct inputs (Grams) | rows | bare forward s "
-                       "| capture s | capture / bare | Gram memory |", "|---|---|---|---|---|---|---|---|---|", *rows])
+    cols = ("| layer shapes | layers | distinct inputs | rows | held as | bare forward s | capture s | capture / bare "
+            "| basis s | held memory |")
+    rule = "|---|---|---|---|---|---|---|---|---|---|"
+    if a.earlier:
+        cols += " earlier capture s | earlier basis s | earlier memory |"
+        rule += "---|---|---|"
+    table = "\n".join([head, "", cols, rule, *rows])
     print(table)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "protect.md").write_text(table + "\n")

@@ -66,14 +66,22 @@ BUILDING_BLOCKS = {
     "vecmerge.linalg.randsvd": {"truncated_svd"},  # the randomized SVD, timed on its own
     "vecmerge.io.model_folder": {"ModelFolder"},  # reading the extract benchmark's models
     "vecmerge.io.safetensors_write": {"SafetensorsWriter", "write_index"},  # writing them
-    "vecmerge.probe.runner": {"ProbeModel", "run_probe", "_batch_tensors"},  # the probe runner and its batching
+    "vecmerge.probe.runner": {"ProbeModel", "run_probe", "_batch_tensors", "load_base"},  # the runner, its batching
     "vecmerge.probe.prompts": {"read_prompts", "Item", "PromptSet"},  # the runner's input; the capture bench's
     "vecmerge.probe.hooks": {"Update", "LoraHooks"},  # the backbone's hooks a protected step's capture runs under
     "vecmerge.probe.capture": {"capture_grams"},  # the protected step's capture, timed apart
     "vecmerge.report.protect": {"frontier_png"},  # the protected-step frontier plot
     "vecmerge.linalg.lowrank": {"resolve_device"},  # the --device rule
-    "vecmerge.commands.operations": {"show", "compare_models", "export_lines"},  # the ledger's reads, in-process
+    "vecmerge.commands.judging": {"compare_models"},  # the ledger's reads, in-process
+    "vecmerge.commands.recording": {"export_lines"},
+    "vecmerge.commands.summaries": {"show"},
     "vecmerge.evidence.ledger.schema": {"RECORD_COLUMNS"},  # the columns of the plain sqlite3 scan
+    "vecmerge.search": {"engine"},  # the search's setup, timed apart from its candidates
+    "vecmerge.search.candidate": {"build", "dense"},  # a candidate's hooks; its dense update for the evolve way
+    "vecmerge.search.optimize": {"grid"},  # the candidates both ways score
+    "vecmerge.search.space": {"candidate"},  # ... and their recipes
+    "vecmerge.search.evaluate": {"Scorer"},  # the same scoring for both ways
+    "vecmerge.probe.quiet": {"quiet_libraries"},  # transformers' loading bars off in the evolve loop
 }
 
 

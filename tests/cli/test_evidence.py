@@ -454,7 +454,7 @@ def test_plan_max_runs_past_sqlite_integers_is_one_line_exit_2(ws, run_cli):
 def test_export_is_written_in_pieces_with_the_same_text(ws, run_cli, monkeypatch):
     """``evidence export`` streams (issue 36 item 10): written in pieces of ``CHUNK`` characters, the output is the
     text written at once, for CSV and JSON."""
-    import vecmerge.commands.evidence as command
+    import vecmerge.commands.recording as command
 
     for i in range(30):
         ok(run_cli("evidence", "add", "v51", str(1 + i / 100), "--sub", f"video={i / 10}"))

@@ -96,6 +96,10 @@ def test_report_on_the_published_numbers_recommends_running_v58_again(ledger, ru
     assert f"| v51 (backbone) | 5 | {np.mean(V51):.6g} | [{ci51[0]:.5g}, {ci51[1]:.5g}] |" in md
     assert (f"about {n58} runs each of v58 and v51 would detect a difference of {abs(diff):.4g} (power 0.8, alpha "
             f"0.05, run noise sd {sd:.4g})") in md
+    # the noise sd is pooled over the ledger, and the report says over which models, runs and df (v28 is not shown)
+    assert (f"Run noise sd {sd:.4g}, the within-model sd pooled over every model with at least 2 current runs of "
+            f"official_total in this eval environment: 3 models (v51, v28, v58), {5 + 2 + 3} runs, "
+            f"{4 + 1 + 2} df; of these, in this report: v51, v58.") in md
     for name, value in (("v59", 0.9944), ("v60", 0.9895)):
         d = value - np.mean(V51)
         row = next(line for line in md.splitlines() if line.startswith(f"| {name} |"))
@@ -248,3 +252,71 @@ def test_a_better_total_with_sub_scores_not_yet_shown_not_worse_is_not_submitted
     assert advice == NOT_YET
     assert any("1 sub-score(s) not yet shown not worse" in r for r in reasons)
     assert reasons[-1] == "A recorded no s: what it costs that sub-score is unknown"
+
+
+def _v54_v60(seed: int = 5):
+    """v54's per-document 0/1 scores and v60's (v54's with seeded flips), as tests/evidence/importers make them."""
+    from lm_eval_layout import scores
+
+    v54 = scores(seed, 0.8)
+    rng = np.random.default_rng(seed + 1)
+    v60 = {t: [(1 - x) if (x == 1 and rng.random() < 0.35) or (x == 0 and rng.random() < 0.15) else x
+               for x in xs] for t, xs in v54.items()}
+    return v54, v60
+
+
+def test_report_shows_one_mcnemar_on_paired_0_1_items_the_exact_one_and_says_it_decided(tmp_path, monkeypatch,
+                                                                                         run_cli):
+    """Issue 33 follow-up: the paired test's McNemar (chi-square from 25 discordant items) and the registry's exact
+    McNemar were both reported; the report shows the exact one, names it as the test that decided, and its p, interval
+    and verdict equal scipy's exact binomial test on the discordant items (a single run each: no Welch)."""
+    from lm_eval_layout import TASKS, write_run
+
+    from vecmerge.commands.report import gather
+    from vecmerge.workspace.names import Workspace
+
+    monkeypatch.chdir(tmp_path)
+    v54, v60 = _v54_v60()
+    write_run(tmp_path / "out", "v54", "2026-12-01T10-00-00.000001", v54)
+    write_run(tmp_path / "out", "v60", "2026-12-01T10-00-00.000001", v60)
+    ok(run_cli("evidence", "import", *sorted(str(f) for f in (tmp_path / "out").rglob("*.json*"))))
+    a = [x for t in TASKS for x in v60[t]]
+    b = [x for t in TASKS for x in v54[t]]
+    n10 = sum(x == 1 and y == 0 for x, y in zip(a, b))
+    n01 = sum(x == 0 and y == 1 for x, y in zip(a, b))
+    p = stats.binomtest(n10, n10 + n01, 0.5).pvalue
+    assert n10 + n01 >= 25 and p < 0.05 and n10 < n01  # v60 lost items: v54 is better, by the exact test
+    ok(run_cli("report", "v60", "--vs", "v54", "--metric", "facts/acc", "--out", "r.md"))
+    md = (tmp_path / "r.md").read_text()
+    assert md.count("McNemar") == 1 and "chi-square" not in md and "paired (" not in md
+    assert (f"Test: decided by McNemar's exact test over 120 paired 0/1 items ({n10} only v60 right, {n01} only "
+            f"v54): p {p:.3g}.") in md
+    row = next(line for line in md.splitlines() if line.startswith("| v60 |"))
+    assert f"| mcnemar (exact binomial) p {p:.3g} | v54 is better beyond eval noise |" in row
+    assert "## v60: do not submit" in md
+    cmp = gather(Workspace(None), ["v60"], "v54", "facts/acc")["candidates"][0]["comparison"]
+    assert cmp["paired"] is None and cmp["decided_by"] == "mcnemar" and cmp["verdict_code"] == "b_better"
+    assert cmp["mcnemar"]["p"] == pytest.approx(p, rel=1e-12)
+    assert cmp["mcnemar"]["diff"] == pytest.approx((n10 - n01) / 120, rel=1e-12)
+
+
+def test_one_mcnemar_lets_the_exact_test_decide_and_says_when_the_chi_square_row_differed():
+    """Where the paired row's chi-square p (0.04) and the exact p (0.06) fall on either side of 0.05, the exact test
+    decides, and the note quotes what the dropped row said."""
+    from vecmerge.commands.recommend import one_mcnemar
+
+    paired = {"diff": -0.1, "p": 0.04, "method": "McNemar chi-square", "ci_low": -0.2, "ci_high": -0.01,
+              "beyond_noise": True}
+    exact = {"diff": -0.1, "p": 0.06, "method": "exact binomial", "ci_low": -0.21, "ci_high": 0.004, "n": [100],
+             "discordant": [12, 22], "beyond_noise": False}
+    cmp = {"a": "A", "b": "B", "metric": "m", "higher_is_better": True, "decided_by": "paired", "paired": paired,
+           "mcnemar": exact, "verdict_code": "b_better", "verdict": "B is better beyond eval noise"}
+    out = one_mcnemar(cmp)
+    assert out["paired"] is None and out["decided_by"] == "mcnemar"
+    assert out["verdict_code"] == "within_noise" and out["verdict"] == "within noise"
+    assert out["decided_note"] == ("decided by McNemar's exact test over 100 paired 0/1 items (12 only A right, 22 "
+                                   "only B): p 0.06; evidence compare's paired row (McNemar chi-square, p 0.04) says "
+                                   "B is better beyond eval noise")
+    assert cmp["paired"] is paired  # the comparison given is left as it was
+    welch_only = {**cmp, "paired": None, "mcnemar": None, "decided_by": "welch"}
+    assert one_mcnemar(welch_only) is welch_only

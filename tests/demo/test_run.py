@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vecmerge.demo.run import LADDER, PAST, PROXY, prepare_folder, run_demo
+from vecmerge.demo.run import LADDER, PAST, PROTECTED, PROXY, prepare_folder, run_demo
 from vecmerge.demo.trajectories import HISTORY, SUBTASKS
 from vecmerge.errors import OutputError
 
@@ -102,7 +102,7 @@ def test_demo_closes_the_function_space_loop(small_demo):
         assert cmd in text
     ledger = Ledger(out / "vecmerge-evidence.db")
     runs = {r.model: r.value for r in ledger.records(metric=PROXY, level="run")}
-    assert set(runs) == {*PAST, *LADDER}
+    assert set(runs) == {*PAST, *LADDER, *PROTECTED}  # and the protected steps (issue 34 item 6)
     for model in ("v51", "out/dose-x1"):
         items = [r.value for r in ledger.records([model], PROXY, level="item")]
         assert len(items) == 64 and runs[model] == pytest.approx(sum(items) / 64, rel=1e-12)
@@ -192,3 +192,27 @@ def test_makefile_shows_pip_and_names_the_torch_build(tmp_path):
     assert any('--index-url https://download.pytorch.org/whl/cpu "torch==2.13.0"' in p for p in pips)
     default = plan()
     assert "--index-url" not in default and "CUDA on Linux x86_64" in default and "whl/cpu for CPU only" in default
+
+
+@pytest.mark.slow
+def test_demo_protects_two_sub_tasks_and_draws_the_frontier(small_demo):
+    """Issue 34 item 6: the step protected on start_mid and start_high at E 0.5 and 0.9, doses 1 and 4, probed per
+    sub-task: at each dose it moves the held sub-tasks less than the plain step (the probe's paired changes from
+    v54), its manifest records the protection, and protect.png is drawn."""
+    from vecmerge.demo.run import HELD, PDOSES, TARGET
+
+    out, text, result = small_demo
+    assert "--protect start_mid=heldout-start_mid.jsonl" in text and "# protect.png:" in text
+    assert (out / "protect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = {(r["energy"], r["trust"]): r for r in result["protect"]}
+    assert len(rows) == 2 + len(PROTECTED)
+    for k in PDOSES:
+        plain = max(abs(d) for d in rows[(None, k)]["drops"])
+        for e in (0.5, 0.9):
+            assert max(abs(d) for d in rows[(e, k)]["drops"]) < plain
+    for name in PROTECTED:
+        p = json.loads((out / name / "vecmerge.json").read_text())["protection"]
+        assert set(p["protect"]) == set(HELD) and set(p["target"]) == {TARGET}
+        assert all(0.0 <= v["kept_drift"] < 1.0 for v in p["protect"].values())
+    lines = (out / "heldout.jsonl").read_text().splitlines()
+    assert sum(len((out / f"heldout-{t}.jsonl").read_text().splitlines()) for t in SUBTASKS) == len(lines)

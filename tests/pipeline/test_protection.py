@@ -122,6 +122,11 @@ def test_protected_step_matches_a_dense_reference(protect_ws, run_cli, tiny_base
     manifest = json.loads((root / "po" / "vecmerge.json").read_text())
     assert manifest["protection"]["protect"]["keep1"]["sha256"] == prot["protect"]["keep1"]["sha256"]
     assert manifest["recipe"]["protect"] == {"keep1": "keep1.jsonl", "keep2": "keep2.jsonl"}
+    # no absolute local path in the protection section either: the base model and prompt files relative to the ws
+    assert manifest["protection"]["protect"]["keep1"]["path"] == "keep1.jsonl"
+    assert manifest["protection"]["target"]["goal"]["path"] == "goal.jsonl"
+    assert not Path(manifest["protection"]["base_model"]["path"]).is_absolute()
+    assert (root / manifest["protection"]["base_model"]["path"]).resolve() == Path(tiny_base).resolve()
 
 
 def test_an_energy_list_writes_one_output_per_energy(protect_ws, run_cli):
@@ -168,7 +173,12 @@ def test_bad_protection_input_is_one_line_exit_2_and_nothing_written(protect_ws,
              (("--protect", "k=empty.jsonl"), ("empty.jsonl", "no items")),
              (("--protect", "keep1.jsonl"), ("--protect", "NAME=PROMPTS")),
              (("--target", "goal=goal.jsonl"), ("--target", "--protect")),
-             (("--protect", "k=missing.jsonl"), ("missing.jsonl",))]
+             (("--protect", "k=missing.jsonl"), ("missing.jsonl",)),
+             (("--protect", "keep1=keep1.jsonl", "--protect-energy", "0.5,1.2"), ("protect-energy", "(0, 1]")),
+             (("--protect", "keep1=keep1.jsonl", "--protect-energy", "-0.1"), ("protect-energy", "(0, 1]")),
+             (("--protect-energy", "0.9"), ("protect-energy", "--protect")),
+             (("--protect", "keep1=keep1.jsonl", "--target", f"t={big}"), ("big.jsonl", "vocabulary of 96")),
+             (("--protect", "keep1=keep1.jsonl", "--target", "t=empty.jsonl"), ("empty.jsonl", "no items"))]
     for extra, words in cases:
         _refused(run_cli(*step, *extra), *words)
         assert not (root / "po").exists()
@@ -189,4 +199,8 @@ def test_bad_protection_input_is_one_line_exit_2_and_nothing_written(protect_ws,
     # a command without a step: a recipe with protect and no dir
     (root / "r.yaml").write_text("base: a\nprotect: {keep1: keep1.jsonl}\nout: po\n")
     _refused(run_cli("run", "r.yaml"), "protect", "dir")
+    # a merge has no step: its command has no --protect, its recipe refuses the key
+    _refused(run_cli("merge", "--protect", "keep1=keep1.jsonl", "a", "b", "--out", "po"), "--protect", "--help")
+    (root / "m.yaml").write_text("method: ties\nmodels: [a, b]\nspace: core\nprotect: {keep1: keep1.jsonl}\nout: po\n")
+    _refused(run_cli("run", "m.yaml"), "m.yaml", "protect", "vecmerge project")
     assert not (root / "po").exists()

@@ -142,6 +142,10 @@ def test_text_is_encoded_with_the_folders_tokenizer(tmp_path, tokenizer_folder):
     assert ps.items[0].target_ids == (ids["on"], ids["a"], ids["mat"])
     assert ps.items[1].prompt_ids == (ids["a"], ids["dog"]) and ps.items[1].target_ids == (3,)
     assert ps.items[2].target_ids == (ids["[UNK]"],)
+    f = jsonl(tmp_path / "m.jsonl", {"id": 1, "prompt": "the cat", "target": "sat"})  # "catsat": one word
+    with pytest.raises(ParseError, match=r"line 1: the prompt's end and the target's start merge into one token "
+                                         r"when encoded together .*start the target with a space"):
+        read_prompts(f, tokenizer_folder)
     f = jsonl(tmp_path / "e.jsonl", {"id": 1, "prompt": "the", "target": "   "})
     with pytest.raises(ParseError, match="line 1: the target encodes to no tokens"):
         read_prompts(f, tokenizer_folder)

@@ -42,7 +42,7 @@ def test_show_plot_zooms_to_the_data_and_draws_every_sub_score(tmp_path, monkeyp
     res = run_cli("evidence", "import", EXAMPLES / "scores.csv", EXAMPLES / "history.csv", "--higher-is-better",
                   "official_total")
     assert res.exit_code == 0, res.output
-    from vecmerge.commands import operations
+    from vecmerge.commands import summaries as operations
     from vecmerge.evidence.ledger.ledger import Ledger
 
     d = operations.show(Ledger(tmp_path / "vecmerge-evidence.db"))
@@ -79,3 +79,106 @@ def test_report_figures_are_pngs_of_totals_and_sub_scores():
     figs = report_figures(d)
     assert set(figs) == {"totals", "subscores"}
     assert all(b[:8] == b"\x89PNG\r\n\x1a\n" for b in figs.values())
+
+
+def _summary(mean: float, n: int) -> dict:
+    one = n == 1
+    return {"mean": mean, "n": n, "single_run": one, "ci_low": None if one else mean - 0.01,
+            "ci_high": None if one else mean + 0.01}
+
+
+def _report(names, backbone="v51", metric="official_total", sub="item_understanding") -> dict:
+    """A gathered report (the keys ``report_figures`` reads): each candidate 0.003 above the last, one sub-score."""
+    cands = []
+    for i, name in enumerate(names):
+        subs = {sub: {"key": sub, "a_summary": _summary(0.25 + 0.001 * i, 3), "b_summary": _summary(0.25, 5)}}
+        cands.append({"name": name, "comparison": {
+            "a_summary": _summary(1.0 + 0.003 * i, 3), "b_summary": _summary(1.0, 5), "decided_by": "welch",
+            "welch": {"diff": 0.003 * i, "ci_low": 0.003 * i - 0.01, "ci_high": 0.003 * i + 0.01},
+            "subscores": {"subscores": subs}}})
+    return {"backbone": backbone, "metric": metric, "confidence": 0.95, "candidates": cands}
+
+
+def test_eight_forty_character_names_never_overlap_and_every_name_stays_readable():
+    """Stranger finding: long candidate names overlapped on the axis. Measured here with the renderer: no two tick
+    labels' window extents intersect, each lies inside the figure, and each full name is on the axis (wrapped) or in
+    the key under the figure (``N  name``)."""
+    from vecmerge.report.plots import png_bytes, report_figs
+
+    names = [f"qwen3-8b-lora-r64-alpha128-lr2e-5-seed{i:02d}"[:40].ljust(40, "x") for i in range(8)]
+    assert all(len(n) == 40 for n in names) and len(set(names)) == 8
+    figs = report_figs(_report(names))
+    assert set(figs) == {"totals", "subscores"}
+    for fig in figs.values():
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        key = "\n".join(t.get_text() for t in fig.texts)
+        for ax in [a for a in fig.axes if a.get_visible()]:
+            labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+            boxes = [t.get_window_extent(renderer) for t in labels]
+            assert len(boxes) >= 8
+            for i, one in enumerate(boxes):
+                assert fig.bbox.x0 <= one.x0 and one.x1 <= fig.bbox.x1 and fig.bbox.y0 <= one.y0
+                assert not any(one.overlaps(other) for other in boxes[i + 1:]), [t.get_text() for t in labels]
+            texts = [t.get_text().split("\n(n=")[0].split(" (n=")[0] for t in labels]
+            for name in names:
+                on_axis = any(t.replace("\n", "") == name for t in texts)
+                keyed = any(f"{t}  {name}" in key.splitlines() for t in texts)
+                assert on_axis or keyed, name
+        assert png_bytes(fig)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _cjk_font_installed(chars: str) -> bool:
+    """Whether this machine has a font file (not Last Resort, whose glyphs are boxes) mapping every one of ``chars``."""
+    from matplotlib import font_manager
+
+    paths = {f.fname for f in font_manager.fontManager.ttflist} | set(font_manager.findSystemFonts())
+    for path in paths:
+        try:
+            font = font_manager.get_font(path)
+        except (OSError, RuntimeError, ValueError):
+            continue
+        if not font.family_name.startswith("Last Resort") and {ord(c) for c in chars} <= set(font.get_charmap()):
+            return True
+    return False
+
+
+def _draw_with_warnings(d: dict) -> tuple[dict, list]:
+    import warnings
+
+    from vecmerge.report.plots import report_figures
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figs = report_figures(d)
+    assert set(figs) == {"totals", "subscores"}
+    assert all(b[:8] == b"\x89PNG\r\n\x1a\n" for b in figs.values())
+    return figs, [str(w.message) for w in caught]
+
+
+CJK = {"names": ["模型甲", "模型乙"], "backbone": "基线", "metric": "总分", "sub": "理解能力"}
+
+
+def test_chinese_names_are_drawn_with_a_cjk_font_where_one_is_installed():
+    """Stranger finding: Chinese model and sub-score names drew as missing glyphs. With a CJK font on this machine
+    (even one matplotlib's font cache predates), no missing-glyph warning; without one, one warning line, no crash."""
+    d = _report(CJK["names"], CJK["backbone"], CJK["metric"], CJK["sub"])
+    _, said = _draw_with_warnings(d)
+    assert not any("missing from" in m for m in said)  # matplotlib's per-glyph warnings never reach the user
+    if _cjk_font_installed("模型甲乙基线总分理解能力"):
+        assert said == []
+    else:
+        assert len(said) == 1 and said[0].startswith("report plots: no installed font has a glyph for")
+
+
+def test_without_a_cjk_font_the_figures_are_written_and_the_boxes_said_once(monkeypatch):
+    from vecmerge.report import fonts
+
+    monkeypatch.setattr(fonts, "glyph_font", lambda chars: None)
+    d = _report(CJK["names"], CJK["backbone"], CJK["metric"], CJK["sub"])
+    _, said = _draw_with_warnings(d)
+    assert said == ["report plots: no installed font has a glyph for 基线总分模型甲乙理解能力: those characters show "
+                    "as boxes in the figures (the Markdown and HTML text are unaffected); install a CJK font, e.g. "
+                    "Noto Sans CJK (Debian: fonts-noto-cjk) or WenQuanYi (fonts-wqy-microhei)"]
+    _, ascii_only = _draw_with_warnings(_report(["v58", "v59"]))
+    assert ascii_only == []

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from vecmerge.probe.capture import Grams
+from vecmerge.probe.inputs import Inputs
 from vecmerge.search.candidate import Factors, backbone_updates, build, dense
 from vecmerge.search.space import Space, candidate, module_multiplier
 from vecmerge.testing import toy_adapter
@@ -30,11 +31,13 @@ def test_a_protected_candidate_is_the_backbone_plus_its_projected_scaled_directi
     backbone = ws.evaluate("a")
     dirs = [ws.evaluate("b - a"), ws.evaluate("c")]
     gen = torch.Generator().manual_seed(0)
-    grams = {}
+    grams, inputs = {}, {}
     for m, x in backbone.modules.items():
         X = torch.randn(12, x.shape[1], generator=gen, dtype=torch.float64)
         grams[m] = X.T @ X  # rank 12 of the input width: the projection leaves the rest
-    factors = Factors(backbone, dirs, Grams({"p": grams}, {"p": 12}), ["p"])
+        inputs[m] = Inputs(x.shape[1])
+        inputs[m].add(X.clone())
+    factors = Factors(backbone, dirs, Grams({"p": inputs}, {"p": 12}), ["p"])
     space = Space("a", ("b - a", "c"), tuple(backbone.modules), 0.05, (("p", "p.jsonl"),), types=True, depth=True)
     c = candidate(space, {"trust": 0.04, "w0": 0.7, "w1": 0.3, "energy": 0.9, "slope": 0.5, "mix": 0.4})
     ours = dense(c, factors)
@@ -52,12 +55,12 @@ def test_a_protected_candidate_is_the_backbone_plus_its_projected_scaled_directi
                                                                                       for x in Dp.values()))
     for m in A:
         want = A[m] + alpha * Dp[m]
-        assert np.abs(ours[m].numpy() - want).max() <= 1e-10 * np.abs(want).max(), m
+        assert np.abs(ours[m].numpy() - want).max() <= 1e-8 * np.abs(want).max(), m  # rows SVD vs Gram eigh
     built = build(c, factors, dtype=torch.float64)
     assert built.step == pytest.approx(0.04, rel=1e-12)  # ||alpha D'|| / ||backbone|| = t
-    assert built.alpha == pytest.approx(alpha, rel=1e-10)
+    assert built.alpha == pytest.approx(alpha, rel=1e-8)
     plain = math.sqrt(sum(((module_multiplier(m, 2, 0.5, 0.4) * D[m]) ** 2).sum() for m in A))
-    assert abs(built.kept_direction - math.sqrt(sum((x ** 2).sum() for x in Dp.values())) / plain) < 1e-10
+    assert abs(built.kept_direction - math.sqrt(sum((x ** 2).sum() for x in Dp.values())) / plain) < 1e-8
     # the backbone alone as hooks: the same factors, the scale folded into B
     bb = backbone_updates(factors, dtype=torch.float64)
     for m, u in bb.items():

@@ -26,10 +26,12 @@ FLAGS = ("--base", "bb", "--dir", "t0 - bb", "--target", "t0=task0.jsonl", "--pr
          "--sampler", "grid", "--seed", 0, "--base-model", "base", "--json")
 
 
-def _kwargs(out: str, **extra) -> dict:
-    return dict(base="bb", dirs=["t0 - bb"], target={"t0": "task0.jsonl"},
-                protect={"p1": "task1.jsonl", "p2": "task2.jsonl"}, margin=MARGIN, out_dir=out, trust_max=TRUST_MAX,
-                budget=BUDGET, seed=0, sampler="grid", base_model="base", echo=lambda *a, **k: None, **extra)
+def _request(out: str):
+    from vecmerge.requests import Search
+
+    return Search(base="bb", dirs=("t0 - bb",), target={"t0": "task0.jsonl"},
+                  protect={"p1": "task1.jsonl", "p2": "task2.jsonl"}, margin=MARGIN, out_dir=out, trust_max=TRUST_MAX,
+                  budget=BUDGET, seed=0, sampler="grid", base_model="base")
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +57,7 @@ def searched(tmp_path_factory):
                 raise KeyboardInterrupt
 
         with pytest.raises(KeyboardInterrupt):
-            commands.search(Workspace(), **_kwargs("out"), on_result=stop)
+            commands.search(Workspace(), _request("out"), echo=lambda *a, **k: None, on_result=stop)
         assert not (root / "out").exists()  # nothing half-done
         res = CliRunner().invoke(main, ["--quiet", "search", *map(str, FLAGS), "--out-dir", "out", "--resume"],
                                  catch_exceptions=False)

@@ -1,53 +1,14 @@
 """Per-module agreement between a reference trajectory and a direction, measured against chance.
 
-For modules m: ``inner_m = <ref_m, dir_m>_F`` (factored), ``cos_m = inner_m / (||ref_m|| ||dir_m||)``;
-the module *agrees* when ``inner_m > 0``. ``agree_energy`` is the share of ``||dir||^2`` in agreeing modules.
+    inner_m = <ref_m, dir_m>_F (factored)    cos_m = inner_m / (||ref_m|| ||dir_m||)    agrees: inner_m > 0
+    null_std_m = 1 / sqrt(out * in)          z_m = cos_m / null_std_m                  chance: |cos_m| < null_band_m
+    global_z = sum_m inner_m / sqrt(sum_m (||ref_m|| ||dir_m|| null_std_m)^2)
 
-**Chance level.** Unrelated updates of the same shapes and spectra are modelled as ``Q1 ref_m Q2^T``
-with Haar-random orthogonal Q1 (out x out) and Q2 (in x in). With ``ref = U diag(s) V^T`` and
-``dir = P diag(t) R^T``, the null cosine is ``sum_ij s_i t_j M1_ji M2_ji / (|s| |t|)`` where
-``M1 = P^T Q1 U`` and ``M2 = R^T Q2 V`` are (k_dir x k_ref) blocks of Haar matrices; so it depends only
-on the two spectra and (out, in). Analytic part (exact for every rank): ``E[O_ij O_kl] = d_ik d_jl / n``
-for Haar O(n) gives ``E cos = 0`` and ``Var cos = 1 / (out * in)``, hence ``null_std = 1/sqrt(out in)``
-(0.00057 for a 1024 x 3072 module) and ``z = cos / null_std``. The *shape* depends on the ranks:
-excess kurtosis is about ``6 / (pr_ref * pr_dir)`` (pr = participation ratio ``(sum s^2)^2 / sum s^4``),
-so two rank-1 updates give a heavy-tailed product-normal while rank-32 ones are Gaussian to a
-fraction of a percent. The *sampled* band (``samples > 0``, the default) therefore draws the Haar
-blocks exactly for the leading ``SAMPLE_RANK`` singular pairs of each side (Bartlett-Wishart +
-Cholesky, O(k^3) per draw, never an out x in matrix) and adds the remaining pairs as a Gaussian of
-exactly their variance; it is used to mark chance. Its Monte Carlo error is about 7% of the band
-(one standard error) at 200 draws (seeded, so a report is reproducible); tests check it against dense random
-rotations. ``samples=0`` uses the analytic band ``1.96 * null_std``. Both are two-sided at ``LEVEL``
-(5%): a module is *chance* when ``|cos_m| < null_band_m``. The model assumes no structure shared by
-unrelated updates; real adapters of one base model share input statistics, so read "significant"
-as "beyond isotropic chance", not as proof.
-
-**Whole adapter.** ``binom_p`` = one-sided binomial tail ``P(X >= agree)``, X ~ Bin(modules, 1/2):
-it assumes the modules' signs are independent coin tosses, which layers trained together are not,
-so it overstates the evidence. ``binom_p_significant`` repeats it over non-chance modules only.
-``global_z = sum_m inner_m / sqrt(sum_m (||ref_m|| ||dir_m|| null_std_m)^2)`` (independent rotations).
-
-**Missing modules** (``--allow-missing``): a module some input lacks is read as zero but *not compared*:
-its row is marked ``missing`` and it counts neither as agreeing nor as disagreeing (``not_compared``),
-nor in the sign tests; the whole-vector figures (``global_*``) keep it as zero.
-
-**JSON** (``audit_trajectories`` and ``audit_pairwise``; stable, keys are only ever added). ``kind: "audit"``,
-``ref``, ``dir``, ``missing`` ({adapter name: [modules it lacks, read as zero]}), ``base_models`` ({adapter
-name: declared base model}), ``base_models_differ`` (bool, only with ``--allow-base-mismatch``),
-``summary``: ``modules, agree, disagree`` (same sign / opposite sign, over compared modules),
-``not_compared, agree_energy, cosine_median, cosine_min, cosine_max, disagreeing`` (list of module names),
-``chance, agree_significant, disagree_significant`` (beyond chance), ``binom_p, binom_p_significant,
-global_inner, global_cosine, global_z, null_method`` ("sampled"|"analytic"), ``samples, level``; ``rows``:
-one per module with ``module, layer`` (int|null), ``type`` (shortest unambiguous suffix, e.g.
-``attn.c_proj``), ``shape`` ([out, in]), ``inner, cosine, ref_norm, dir_norm, agree`` (bool), ``missing``
-(inputs lacking it), ``null_std, z, null_band, chance`` (bool), ``mark``
-("agree"|"disagree"|"chance"|"missing"); an expert of a MoE parameter also has ``expert`` (its index; ``type``
-is the parameter) and the summary ``experts`` (``rows, parameters, agree, chance, agree_significant,
-disagree_significant``). Pairwise (``kind: "pairwise"``): ``pairwise``: ``labels``,
-``modules``, ``norm`` (per label), ``cosine``, ``agree``, ``significant``, ``compared`` (label x label
-matrices: global cosine, compared modules with ``inner > 0``, those also with ``|z| >= 1.96``, modules
-every input of both sides has), and ``pairs``: one object per pair ``a, b, cosine, agree, significant,
-modules, compared, cosine_median``.
+``null_band`` is sampled (Haar blocks on the leading singular pairs, seeded; the default) or analytic
+(``1.96 * null_std``), two-sided at ``LEVEL``. ``binom_p`` is the one-sided binomial tail of the agreeing
+modules over Bin(modules, 1/2). A module some input lacks (``--allow-missing``) is marked ``missing`` and
+not compared. ``audit_trajectories`` and ``audit_pairwise`` return typed results whose JSON keys are only
+ever added. The null model, its limits and the JSON keys: docs/design/analysis.md.
 """
 
 from __future__ import annotations
@@ -84,6 +45,7 @@ class AuditReport(Result):
         base_models (dict): each input's declared base model. base_models_differ (bool).
     """
 
+    kind: str = field(default="audit", kw_only=True)  # first in the JSON
     ref: str
     direction: str = field(metadata=json_meta("dir"))
     missing: dict
@@ -91,11 +53,6 @@ class AuditReport(Result):
     rows: list
     base_models: dict
     base_models_differ: bool
-    kind: str = "audit"
-
-    def to_dict(self) -> dict:
-        d = super().to_dict()
-        return {"kind": d.pop("kind"), **d}
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,16 +65,12 @@ class PairwiseReport(Result):
         base_models (dict), base_models_differ (bool): as for ``AuditReport``.
     """
 
+    kind: str = field(default="pairwise", kw_only=True)  # first in the JSON
     missing: dict
     pairwise: dict
     pairs: list
     base_models: dict
     base_models_differ: bool
-    kind: str = "pairwise"
-
-    def to_dict(self) -> dict:
-        d = super().to_dict()
-        return {"kind": d.pop("kind"), **d}
 
 
 def haar_blocks(n: int, rows: int, cols: int, count: int, gen: torch.Generator,

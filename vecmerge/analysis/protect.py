@@ -36,17 +36,58 @@ def energy_basis(G: torch.Tensor, energy: float) -> tuple[torch.Tensor, torch.Te
     Args:
         G (Tensor): (in, in) symmetric positive semi-definite, float64. energy (float): E in (0, 1].
     """
+    return energy_cut(*decompose_gram(G), energy)
+
+
+def decompose_gram(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(w, V)``: ``G = V diag(w) V^T`` by float64 eigh, w descending.
+
+    Args:
+        G (Tensor): (in, in) symmetric positive semi-definite.
+    """
     w, V = torch.linalg.eigh(G.to(COMPUTE_DTYPE))
-    w, V = w.flip(0), V.flip(1)
+    return w.flip(0), V.flip(1)
+
+
+def decompose_factor(F: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(w, V)`` of ``G = F^T F`` without forming it: ``F = P diag(s) V^T`` (float64 SVD), ``w = s^2`` descending.
+
+    Exact: ``F^T F``'s eigenvectors are ``F``'s right singular vectors, and the SVD keeps the small ones more
+    accurately than an eigh of the formed Gram.
+
+    Args:
+        F (Tensor): (n, in) rows (any n; n below in gives at most n eigenvalues).
+    """
+    F = F.to(COMPUTE_DTYPE)
+    if F.shape[0] < F.shape[1]:  # LAPACK is several times faster on the tall orientation: F^T = V diag(s) P^T
+        V, S, _ = torch.linalg.svd(F.T, full_matrices=False)
+        return S * S, V
+    _, S, Vh = torch.linalg.svd(F, full_matrices=False)
+    return S * S, Vh.T
+
+
+def energy_cut(w: torch.Tensor, V: torch.Tensor, energy: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(U, w)``: ``V``'s first ``c`` columns, ``c`` the fewest whose ``w`` (descending) hold ``energy`` of the sum,
+    eigenvalues below ``ZERO_EIG`` of the largest counted as zero. NumericError when every ``w`` is zero.
+
+    Args:
+        w (Tensor): (k,) eigenvalues, descending. V (Tensor): (in, k) eigenvectors. energy (float): E in (0, 1].
+    """
     top = float(w[0]) if w.numel() else 0.0
     if not top > 0.0 or not math.isfinite(top):
         raise NumericError("the protected inputs' Gram is zero (or not finite)")
     w = torch.where(w > ZERO_EIG * top, w, torch.zeros_like(w))
+    return V[:, :energy_count(w, energy)].contiguous(), w
+
+
+def energy_count(w: torch.Tensor, energy: float) -> int:
+    """``c``: the fewest of the eigenvalues ``w`` (descending, round-off already zeroed) whose sum is at least
+    ``energy`` of their total, and never more than the non-zero ones (``energy_basis``'s rule, for a caller that
+    keeps one eigendecomposition for several energies)."""
     cum = torch.cumsum(w, 0)
     total = float(cum[-1])
     c = int(torch.searchsorted(cum, torch.tensor([energy * total * (1 - 1e-12)], dtype=cum.dtype)).item()) + 1
-    c = min(c, int((w > 0).sum()))
-    return V[:, :c].contiguous(), w
+    return min(c, int((w > 0).sum()))
 
 
 class ProtectedSpace(Subspace):
@@ -141,6 +182,16 @@ def quadratic(x: InSpan, G: torch.Tensor) -> float:
     GQ = sp.core_of_right(G.to(device=x.C.device, dtype=COMPUTE_DTYPE))  # G Qa (in, q)
     M = sp.core_of_right(GQ.T)  # Qa^T G Qa (q, q)
     return float(((x.C @ M) * x.C).sum())
+
+
+def quadratic_rows(x: InSpan, F: torch.Tensor) -> float:
+    """``||x F^T||_F^2 = tr(x F^T F x^T)`` from rows ``F`` (n, in): ``||C (F Qa)^T||^2``, no Gram formed.
+
+    Args:
+        x (InSpan): an update (out, in) as a core. F (Tensor): (n, in) rows (or a sketch's).
+    """
+    P = x.space.core_of_right(F.to(device=x.C.device, dtype=COMPUTE_DTYPE))  # F Qa (n, q)
+    return float(((P @ x.C.T) ** 2).sum())
 
 
 def ratio(kept: float, whole: float) -> float | None:

@@ -227,15 +227,3 @@ def main(ctx, workspace, debug, quiet, device):
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
     ctx.obj = Ctx(workspace, debug, quiet, device)
-
-
-def json_option(fn):
-    return click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")(fn)
-
-
-def metric_list(text: str, flag: str) -> list[str]:
-    """``P1,P2`` -> ``[P1, P2]``; a usage error for an empty name or a repeated one."""
-    names = [p.strip() for p in text.split(",")]
-    if not all(names) or len(set(names)) != len(names):
-        usage(f"{flag} {text!r}: give metric names separated by commas, each once")
-    return names

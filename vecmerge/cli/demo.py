@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import click
 
-from .app import Ctx, global_options, handled, main
+from .. import requests as rq
+from .app import Ctx, main
+from .generated import command
 
 
-@main.command()
-@click.option("--out", type=click.Path(file_okay=False), default="demo-out", show_default=True,
-              help="The demo folder (the toy checkpoints, vecmerge.yaml, the audit plot and out/v58).")
-@click.option("--force", is_flag=True, help="Replace an existing --out (only one a demo made).")
-@click.option("--small", is_flag=True, help="Smallest settings (for tests).")
-@global_options
-@click.pass_obj
-@handled
-def demo(obj: Ctx, out, force, small):
-    """Train toy trajectories, then inspect, audit, project and verify: the whole story in a minute."""
+@command(main, rq.Demo, "demo")
+def demo(obj: Ctx, req: rq.Demo) -> None:
     from ..demo.run import run_demo
 
-    run_demo(out, force=force, small=small, quiet=obj.quiet, echo=click.echo)
+    run_demo(req.out, force=req.force, small=req.small, quiet=obj.quiet, echo=click.echo)

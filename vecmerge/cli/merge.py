@@ -6,7 +6,7 @@ import click
 
 from ..recipe.docs import recipe_help
 from .app import Ctx, handled, main, usage
-from .recipe_flags import method_options, recipe_data, recipe_options, run_mergekit, run_options, run_recipe
+from .recipe_flags import method_options, recipe_data, recipe_options, run_flags, run_mergekit, run_options, run_recipe
 
 
 @main.command()
@@ -15,17 +15,17 @@ from .recipe_flags import method_options, recipe_data, recipe_options, run_merge
 @run_options()
 @click.pass_obj
 @handled
-def project(obj: Ctx, force, dry_run, as_json, show_modules, **given):
+def project(obj: Ctx, **given):
     """A trust-region step BASE + alpha*DIR, gated by consensus, written as a PEFT LoRA.
 
     With --only/--exclude the step is taken in the selected modules only; the others keep the backbone.
 
     Example: vecmerge project --base v54 --dir 'v51 - v28' --trust 0.0113 --consensus-ref 'v54 - v54e2' --out out/v58
     """
+    flags = run_flags(given)
     if given.get("gate_metric") is not None and not given.get("gate"):
         usage("project: --metric only means something with --gate")
-    run_recipe(obj, recipe_data(given), "project", force=force, dry_run=dry_run, as_json=as_json,
-               show_modules=show_modules)
+    run_recipe(obj, recipe_data(given), "project", flags)
 
 
 @main.command()
@@ -42,7 +42,7 @@ def project(obj: Ctx, force, dry_run, as_json, show_modules, **given):
 @run_options()
 @click.pass_obj
 @handled
-def merge(obj: Ctx, models, weights, config, force, dry_run, as_json, show_modules, **given):
+def merge(obj: Ctx, models, weights, config, **given):
     """The classic merges of INPUTs (adapter names or expressions such as 'v51 - v28'), written as a PEFT LoRA.
 
     Each method is applied to the updates scale*B@A themselves, never to the factors, and the output
@@ -50,10 +50,10 @@ def merge(obj: Ctx, models, weights, config, force, dry_run, as_json, show_modul
     write a recipe (models: [{model: v28, weight: 0.5, density: 0.3}, ...]) and use vecmerge run, or
     a mergekit configuration (--config merge.yml).
     """
+    flags = run_flags(given)
     if config is not None:
         typed = [w for w, v in (("INPUT", models), ("--weights", weights)) if v]
-        return run_mergekit(obj, config, recipe_data(given), typed=typed, force=force, dry_run=dry_run,
-                            as_json=as_json, show_modules=show_modules)
+        return run_mergekit(obj, config, recipe_data(given), flags, typed=typed)
     if not models or given.get("method") is None:
         usage("merge: needs INPUT... and --method (or --config FILE.yml, a mergekit configuration)")
     ws = [1.0] * len(models)
@@ -65,8 +65,7 @@ def merge(obj: Ctx, models, weights, config, force, dry_run, as_json, show_modul
         if len(ws) != len(models):
             usage(f"--weights {weights}: {len(ws)} weight(s) for {len(models)} INPUT(s); give one per INPUT")
     data = {**recipe_data(given), "models": [{"model": m, "weight": w} for m, w in zip(models, ws)]}
-    run_recipe(obj, data, "merge", force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules,
-               named={"weights": "--weights"})
+    run_recipe(obj, data, "merge", flags, named={"weights": "--weights"})
 
 
 @main.command()
@@ -75,11 +74,12 @@ def merge(obj: Ctx, models, weights, config, force, dry_run, as_json, show_modul
 @run_options()
 @click.pass_obj
 @handled
-def refactor(obj: Ctx, expression, force, dry_run, as_json, show_modules, **given):
+def refactor(obj: Ctx, expression, **given):
     """Any EXPRESSION of adapters, re-factored to a LoRA of the chosen --rank.
 
     Example: vecmerge refactor '0.5*v16 + 0.5*v28' --rank 32 --out out/avg
     """
+    flags = run_flags(given)
     rank = given.get("rank")
     if str(rank).strip().lower() == "keep-base":
         usage("refactor: --rank keep-base keeps a backbone's factors under a step; use 'vecmerge project' for "
@@ -87,8 +87,7 @@ def refactor(obj: Ctx, expression, force, dry_run, as_json, show_modules, **give
     if str(rank).strip().lower().startswith("step-energy"):
         usage("refactor: --rank step-energy:E measures a step's energy, and refactor has no step; use --rank "
               "energy:E (the share of the whole update's energy)")
-    run_recipe(obj, {**recipe_data(given), "base": expression}, "refactor", force=force, dry_run=dry_run,
-               as_json=as_json, show_modules=show_modules, named={"base": "EXPRESSION"})
+    run_recipe(obj, {**recipe_data(given), "base": expression}, "refactor", flags, named={"base": "EXPRESSION"})
 
 
 @main.command("run", epilog=recipe_help())
@@ -97,7 +96,7 @@ def refactor(obj: Ctx, expression, force, dry_run, as_json, show_modules, **give
 @run_options(force_help="Replace existing outputs.")
 @click.pass_obj
 @handled
-def run_cmd(obj: Ctx, recipe, out, force, base_model_id, dry_run, as_json, show_modules):
+def run_cmd(obj: Ctx, recipe, out, base_model_id, **given):
     """Run a YAML RECIPE (or re-run an output's vecmerge.json manifest, from any folder).
 
     The recipe's keys are listed below (the same as docs/RECIPES.md).
@@ -119,8 +118,7 @@ def run_cmd(obj: Ctx, recipe, out, force, base_model_id, dry_run, as_json, show_
             raise RecipeError([f"--base-model-id {base_model_id!r}: a hub id such as Qwen/Qwen3-0.6B (ORG/NAME)"],
                               "options")
         r = dataclasses.replace(r, base_model_id=base_model_id)
-    commands.merge(obj.ws(), r, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules,
-                   echo=echo, progress=obj.bars())
+    commands.merge(obj.ws(), r, run_flags(given), echo=echo, progress=obj.bars())
 
 
 def _not_a_model_manifest(path) -> None:

@@ -7,12 +7,17 @@ problem names its keys (``errors.Problem``), and is printed with the flags of th
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 from click import ParameterSource
 
 from .. import methods
 from ..recipe.keys import KEYS, Key, offered, words
+from ..requests import RunFlags
+from ..requests.spec import spec_of
 from .app import Ctx, echo, global_options
+from .generated import param
 
 _TYPES = {"number": float, "folder": click.Path(file_okay=False), "model_folder": click.Path(file_okay=False)}
 
@@ -64,19 +69,21 @@ def method_options(stepped: bool):
 
 
 def run_options(force_help: str = "Replace an existing --out."):
-    """What a run does besides its recipe: --force, --dry-run, --json, --modules, and the global options."""
+    """What a run does besides its recipe (``requests.RunFlags``: --force, --dry-run, --json, --modules), and
+    the global options."""
     def deco(fn):
         fn = global_options(fn)  # listed last in --help
-        for opt in reversed([
-            click.option("--force", is_flag=True, help=force_help),
-            click.option("--dry-run", is_flag=True, help="Print the plan and report; write nothing."),
-            click.option("--json", "as_json", is_flag=True, help="Machine-readable report."),
-            click.option("--modules", "show_modules", is_flag=True, help="Also print the per-module table."),
-        ]):
-            fn = opt(fn)
+        for f in reversed(dataclasses.fields(RunFlags)):
+            s = spec_of(f)
+            fn = param(f.name, s.with_help(force_help) if f.name == "force" else s)(fn)
         return fn
 
     return deco
+
+
+def run_flags(given: dict) -> RunFlags:
+    """The run's own flags, taken out of a command's keyword arguments (the rest are recipe keys)."""
+    return RunFlags.from_flags({f.name: given.pop(f.name) for f in dataclasses.fields(RunFlags)})
 
 
 def _fields(stepped: bool) -> dict:
@@ -122,8 +129,7 @@ def recipe_data(given: dict) -> dict:
     return {**data, **values}
 
 
-def run_recipe(obj: Ctx, data: dict, command: str, *, force, dry_run, as_json, show_modules, source="options",
-               named=None):
+def run_recipe(obj: Ctx, data: dict, command: str, flags: RunFlags, *, source="options", named=None):
     """Build the Recipe of ``data`` and run it; a recipe problem is worded with ``command``'s flags.
 
     Args:
@@ -136,8 +142,7 @@ def run_recipe(obj: Ctx, data: dict, command: str, *, force, dry_run, as_json, s
 
     try:
         recipe = Recipe.from_dict(data, source)
-        commands.merge(obj.ws(), recipe, force=force, dry_run=dry_run, as_json=as_json, show_modules=show_modules,
-                       echo=echo, progress=obj.bars())
+        commands.merge(obj.ws(), recipe, flags, echo=echo, progress=obj.bars())
     except RecipeError as e:
         if e.source not in (source, "recipe"):
             raise
@@ -148,7 +153,7 @@ CONFIG_FLAGS = ("rank", "out", "dtype", "allow_missing", "modules_to_save", "str
                 "allow_base_mismatch", "base_model_id", "base_model", "seed", "space")  # what --config leaves to flags
 
 
-def run_mergekit(obj: Ctx, path, data: dict, *, typed=(), force, dry_run, as_json, show_modules):
+def run_mergekit(obj: Ctx, path, data: dict, flags: RunFlags, *, typed=()):
     """``vecmerge merge --config FILE``: the mergekit configuration as a recipe, the flags' keys over it.
 
     Args:
@@ -163,5 +168,4 @@ def run_mergekit(obj: Ctx, path, data: dict, *, typed=(), force, dry_run, as_jso
     clash = [*typed, *(words.get(k, f"--{k.replace('_', '-')}") for k in data if k not in CONFIG_FLAGS)]
     if clash:
         usage(f"merge --config: {', '.join(clash)} come from {path}; edit the file, or leave --config out")
-    commands.merge_config(obj.ws(), path, data, force=force, dry_run=dry_run, as_json=as_json,
-                          show_modules=show_modules, echo=echo, progress=obj.bars())
+    commands.merge_config(obj.ws(), path, data, flags, echo=echo, progress=obj.bars())

@@ -12,43 +12,46 @@ from ..report import evidence as report_evidence
 from ..report import verify as report_verify
 from ..report.format import to_json
 from ..report.merge import render_merge, render_modules
+from ..requests import RunFlags, Verify
 from ..verify.checks.output import verify_identities, verify_output
+from ..verify.report import VerifyReport
 from ..workspace.names import Workspace
-from .evidence import gate_dict
+from .gate import gate_dict
+from .printing import Echo
 from .progress import progress_bar
 
 
-def merge(ws: Workspace, recipe: Recipe, *, force: bool = False, dry_run: bool = False, as_json: bool = False,
-          show_modules: bool = False, echo=print, progress=None):
+def merge(ws: Workspace, recipe: Recipe, flags: RunFlags, *, echo: Echo = print, progress=None):
     """``vecmerge project`` / ``refactor`` / ``merge`` / ``run``: run the recipe and print its report.
 
     Args:
-        ws (Workspace). recipe (Recipe): what to do. force (bool): replace outputs vecmerge wrote.
-        dry_run (bool): write nothing. as_json (bool). show_modules (bool): also the per-module table.
+        ws (Workspace). recipe (Recipe): what to do. flags (RunFlags): ``--force`` (replace outputs vecmerge
+            wrote), ``--dry-run`` (write nothing), ``--json``, ``--modules`` (also the per-module table).
     """
     try:
-        rep = run(recipe, ws, dry_run=dry_run, force=force, progress=progress_bar(progress, recipe.kind))
+        rep = run(recipe, ws, dry_run=flags.dry_run, force=flags.force, progress=progress_bar(progress, recipe.kind))
     except GateFailed as e:  # the gate's table, then the error line
-        echo(to_json({"gate": gate_dict(e.check)}) if as_json else report_evidence.render_gate(gate_dict(e.check)))
+        table = gate_dict(e.check)
+        echo(to_json({"gate": table}) if flags.as_json else report_evidence.render_gate(table))
         raise
-    if rep.gate is not None and not as_json:
+    if rep.gate is not None and not flags.as_json:
         g = rep.gate
-        where = "" if dry_run else "; its table is in each output's vecmerge.json and README.md"
+        where = "" if flags.dry_run else "; its table is in each output's vecmerge.json and README.md"
         echo(f"gate ({g.backbone} + alpha * ({g.x} - {g.y}), metric {g.metric}): "
              f"{report_evidence.gate_verdict(g.to_dict())}{where} (vecmerge gate shows it)\n")
-    echo(to_json(rep.to_dict()) if as_json else render_merge(rep))
-    if show_modules and not as_json:
+    echo(to_json(rep.to_dict()) if flags.as_json else render_merge(rep))
+    if flags.show_modules and not flags.as_json:
         echo("\n" + render_modules(rep))
     return rep
 
 
-def merge_config(ws: Workspace, path, flags: dict, *, force: bool = False, dry_run: bool = False,
-                 as_json: bool = False, show_modules: bool = False, echo=print, progress=None):
+def merge_config(ws: Workspace, path, keys: dict, flags: RunFlags, *, echo: Echo = print, progress=None):
     """``vecmerge merge --config FILE``: a mergekit configuration translated to a recipe (``recipe.mergekit``), the
     flags' recipe keys over it, run as ``merge``; the manifest keeps the file's sha256 (``config``).
 
     Args:
-        ws (Workspace). path (str | Path): the YAML. flags (dict): recipe keys given as flags (rank, out, ...).
+        ws (Workspace). path (str | Path): the YAML. keys (dict): recipe keys given as flags (rank, out, ...).
+        flags (RunFlags): as ``merge``'s.
     """
     import hashlib
 
@@ -64,20 +67,21 @@ def merge_config(ws: Workspace, path, flags: dict, *, force: bool = False, dry_r
     sha = hashlib.sha256(text.encode("utf-8")).hexdigest()  # the bytes read (valid UTF-8 re-encodes to them)
     rec, notes = from_mergekit(data, str(path), path.parent.resolve(), known=set(ws.adapters),
                                layers=lambda name, inputs: _layers(ws, name, inputs))
-    recipe = Recipe.from_dict({**rec, **flags}, str(path), root=path.parent.resolve())
+    recipe = Recipe.from_dict({**rec, **keys}, str(path), root=path.parent.resolve())
     said = notes["notes"] + _check_hub_base(ws, recipe, notes["base_model"], rec.get("base_model_id"))
     source = {"format": "mergekit", "path": str(path), "sha256": sha, "merge_method": notes["mergekit_method"],
               "base_model": notes["base_model"], "mergekit_defaults": notes["defaults"], "notes": said}
-    if not as_json:
+    if not flags.as_json:
         echo(f"config: {path} (mergekit {notes['mergekit_method']} -> vecmerge {recipe.method}; sha256 {sha[:12]})")
         if notes["defaults"]:
             echo("config: mergekit's defaults for what the file leaves out: "
                  + ", ".join(f"{k}: {str(v).lower()}" for k, v in notes["defaults"].items()))
         for line in said:
             echo(f"config note: {line}")
-    rep = run(recipe, ws, dry_run=dry_run, force=force, progress=progress_bar(progress, recipe.kind), source=source)
-    echo(to_json({**rep.to_dict(), "config": source}) if as_json else render_merge(rep))
-    if show_modules and not as_json:
+    rep = run(recipe, ws, dry_run=flags.dry_run, force=flags.force, progress=progress_bar(progress, recipe.kind),
+              source=source)
+    echo(to_json({**rep.to_dict(), "config": source}) if flags.as_json else render_merge(rep))
+    if flags.show_modules and not flags.as_json:
         echo("\n" + render_modules(rep))
     return rep
 
@@ -123,29 +127,29 @@ def _check_hub_base(ws: Workspace, recipe: Recipe, base: str | None, hub_id: str
             "base_model_name_or_path"] if local else []
 
 
-def verify(ws: Workspace, targets: list[str], *, base_model=None, identities: bool = False, as_json: bool = False,
-           allow_base_mismatch: bool = False, echo=print, progress=None, workspace_given: bool = False) -> dict:
+def verify(ws: Workspace, req: Verify, *, echo: Echo = print, progress=None,
+           workspace_given: bool = False) -> VerifyReport:
     """``vecmerge verify``: re-derive an output from its manifest (or check identities); CheckFailed if any fails.
 
+    The workspace names the ``--identities`` adapters; its ``base_model`` is the default ``--base-model`` (and its
+    ``base_model_id`` the hub id that folder stands for).
+
     Args:
-        ws (Workspace): names for ``identities``; its ``base_model`` is the default ``base_model`` (and its
-            ``base_model_id`` the hub id that folder stands for).
-        targets (list[str]): one output folder, or adapters (names or folders) with ``identities``.
-        base_model (str | Path | None): a local transformers model folder: also load through PEFT.
-        allow_base_mismatch (bool): run the PEFT checks on a base model the output does not declare.
+        ws (Workspace). req (Verify): one output folder, or adapters with ``--identities``.
         workspace_given (bool): ``--workspace`` was given: the manifest's relative input paths start at its
             folder (an output moved or copied out of the workspace it was made in).
     """
+    targets = list(req.target)
     bar = progress_bar(progress, "verify")
-    if identities:
+    if req.identities:
         labels = [t if t in ws.adapters else Path(t).name or t for t in targets]  # workspace names as typed
         result = verify_identities([ws.adapter(t, "drop") for t in targets], progress=bar, labels=labels)
     else:
         aliases = {ws.base_model: ws.base_model_id} if ws.base_model and ws.base_model_id else None
-        result = verify_output(targets[0], base_model=base_model or ws.base_model, progress=bar,
-                               allow_base_mismatch=allow_base_mismatch, base_model_aliases=aliases,
+        result = verify_output(targets[0], base_model=req.base_model or ws.base_model, progress=bar,
+                               allow_base_mismatch=req.allow_base_mismatch, base_model_aliases=aliases,
                                workspace=ws.home if workspace_given else None)
-    echo(to_json(result) if as_json else report_verify.render(result))
+    echo(to_json(result) if req.as_json else report_verify.render(result))
     if not result["passed"]:
         failed = [c["name"] for c in result["checks"] if c["passed"] is False]
         raise CheckFailed(f"{len(failed)} check(s) failed: {', '.join(failed)}")

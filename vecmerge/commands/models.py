@@ -2,39 +2,42 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..report import models as report_model
 from ..report.format import to_json
+from ..requests import Extract, Fuse
+from ..workspace.names import Workspace
+from .printing import Echo
 from .progress import progress_bar
 
+if TYPE_CHECKING:  # torch: imported when a command runs
+    from ..models.extract_write import ExtractReport
+    from ..models.fuse import FuseReport
 
-def extract(base_model, tuned, out, *, rank: str, targets=("all-linear",), others=None, dtype: str = "fp32",
-            seed: int = 0, force: bool = False, as_json: bool = False, show_modules: bool = False, echo=print,
-            progress=None) -> dict:
-    """``vecmerge extract``: a LoRA from a full fine-tune (``extract_output.extract``), then its report.
 
-    Args:
-        base_model, tuned (str | Path): model folders. out (str | Path). rank (str): N | energy:E | auto.
-        targets (Iterable[str]). others (str | None): save | drop. dtype (str). seed (int). force (bool).
-        as_json (bool): print the manifest. show_modules (bool): also the per-module table.
-    """
+def extract(req: Extract, *, echo: Echo = print, progress=None) -> ExtractReport:
+    """``vecmerge extract``: a LoRA from a full fine-tune (``models.extract_write.extract``), then its report
+    (``--json``: the manifest; ``--modules``: also the per-module table)."""
     from ..models.extract_write import extract as run_extract
 
-    man = run_extract(base_model, tuned, out, rank=rank, targets=targets, others=others, dtype=dtype, seed=seed,
-                      force=force, progress=progress_bar(progress, "extract"))
-    echo(to_json(man) if as_json else report_model.render_extract(man, show_modules))
+    man = run_extract(req.base_model, req.tuned, req.out, rank=req.rank, targets=req.target_list, others=req.others,
+                      dtype=req.dtype, seed=req.seed, force=req.force, progress=progress_bar(progress, "extract"))
+    echo(to_json(man) if req.as_json else report_model.render_extract(man, req.show_modules))
     return man
 
 
-def fuse(adapter, base_model, out, *, dtype=None, force: bool = False, as_json: bool = False, echo=print,
-         progress=None) -> dict:
-    """``vecmerge fuse``: ADAPTER added into BASE's weights, written as a plain model; then its report.
-
-    Args:
-        adapter (str | Path): a PEFT LoRA folder. base_model (str | Path). out (str | Path).
-        dtype (str | None): fp32 | bf16 | fp16, or None (stored dtypes). force (bool). as_json (bool).
-    """
+def fuse(ws: Workspace, req: Fuse, *, echo: Echo = print, progress=None) -> FuseReport:
+    """``vecmerge fuse``: ADAPTER (a workspace name, else a folder) added into the base model's weights
+    (``--base-model``, else the workspace's), written as a plain model; then its report."""
+    from ..errors import UsageError
     from ..models.fuse import fuse as run_fuse
 
-    man = run_fuse(adapter, base_model, out, dtype=dtype, force=force, progress=progress_bar(progress, "fuse"))
-    echo(to_json(man) if as_json else report_model.render_fuse(man))
+    base_model = req.base_model or ws.base_model
+    if base_model is None:
+        raise UsageError("fuse: give --base-model (or base_model in vecmerge.yaml)")
+    adapter = ws.path_of(req.adapter)  # a name in vecmerge.yaml, as every command reads it, else a folder
+    man = run_fuse(adapter, base_model, req.out, dtype=req.dtype, force=req.force,
+                   progress=progress_bar(progress, "fuse"))
+    echo(to_json(man) if req.as_json else report_model.render_fuse(man))
     return man

@@ -10,30 +10,24 @@ from ..io.safe_text import printable
 from ..outputs.transaction import PNG, OutputPolicy, write_file
 from ..report import probe as report_probe
 from ..report.format import to_json
+from ..requests import Probe
 from ..workspace.base_model import model_folder_problem
 from ..workspace.names import Workspace
+from .printing import Echo
 from .progress import progress_bar
 
 
-def probe(ws: Workspace, names: list[str], *, prompts, base_model=None, batch: int = 8, pairs: bool = True,
-          name: str | None = None, record: bool = True, plot=None, force: bool = False, as_json: bool = False,
-          echo=print, progress=None) -> dict:
+def probe(ws: Workspace, req: Probe, *, echo: Echo = print, progress=None) -> dict:
     """``vecmerge probe NAMES... --prompts FILE.jsonl [--base-model DIR] [--batch N] [--plot F.png]``.
 
     Each adapter's exact update on the base, teacher-forced on every item of the file (``probe.runner.run_probe``);
-    what the ledger does not hold yet for these adapters' hashes and this file is computed and recorded there.
-
-    Args:
-        ws (Workspace): names, the base model, the ledger, the device. names (list[str]): adapters.
-        prompts (str | Path): the prompt file. base_model (str | Path | None): default the workspace's.
-        batch (int): items per forward pass. pairs (bool): KL/JS per pair. name (str | None): the metrics' stem.
-        record (bool): write into the ledger (False: compute everything, write nothing).
-        plot (str | Path | None): a PNG of the map and the distance matrix. force (bool): replace that PNG.
+    what the ledger does not hold yet for these adapters' hashes and this file is computed and recorded there
+    (``--no-record``: compute everything, write nothing). ``--plot``: a PNG of the map and the distance matrix.
     """
     from ..probe.prompts import read_prompts
     from ..probe.runner import ProbeModel, run_probe
 
-    base = Path(base_model) if base_model is not None else ws.base_model
+    base = Path(req.base_model) if req.base_model is not None else ws.base_model
     if base is None:
         raise UsageError("probe: give --base-model DIR (or base_model: in vecmerge.yaml)")
     problem = model_folder_problem(base)
@@ -41,21 +35,21 @@ def probe(ws: Workspace, names: list[str], *, prompts, base_model=None, batch: i
         raise UsageError(f"--base-model {base}: {problem}")
     ledger = Ledger(ws.ledger_path)
     policy = None
-    if plot:  # refused before any work
-        policy = OutputPolicy.for_command(inputs=[ledger.path, Path(prompts), *([ws.file] if ws.file else [])],
-                                          workspace_adapters=ws.adapters, base_model=base, force=force)
-        policy.check_file(plot, PNG, flag="--plot")
-    prompt_set = read_prompts(prompts, base, stem=name)
-    models = [ProbeModel(n, ws.adapter(n), ws.content_sha(n)) for n in names]
-    result = run_probe(base, models, prompt_set, ledger=ledger if record else None, batch=batch, pairs=pairs,
-                       device=ws.device or "cpu", progress=progress_bar(progress, "probe"))
+    if req.plot:  # refused before any work
+        policy = OutputPolicy.for_command(inputs=[ledger.path, Path(req.prompts), *([ws.file] if ws.file else [])],
+                                          workspace_adapters=ws.adapters, base_model=base, force=req.force)
+        policy.check_file(req.plot, PNG, flag="--plot")
+    prompt_set = read_prompts(req.prompts, base, stem=req.name)
+    models = [ProbeModel(n, ws.adapter(n), ws.content_sha(n)) for n in req.names]
+    result = run_probe(base, models, prompt_set, ledger=ledger if req.record else None, batch=req.batch,
+                       pairs=req.pairs, device=ws.device or "cpu", progress=progress_bar(progress, "probe"))
     out = result.to_dict()
     out["prompts"]["path"] = shown(out["prompts"]["path"])
     if out["recorded"]["ledger"]:
         out["recorded"]["ledger"] = shown(out["recorded"]["ledger"])
-    if plot:
-        write_file(plot, lambda f: report_probe.plot_probe(out, f), policy=policy, kind=PNG, flag="--plot")
-    echo(to_json(out) if as_json else printable(report_probe.render_probe(out), keep_newlines=True))
-    if plot:
-        echo(f"plot: {plot}", err=as_json)
+    if req.plot and policy is not None:
+        write_file(req.plot, lambda f: report_probe.plot_probe(out, f), policy=policy, kind=PNG, flag="--plot")
+    echo(to_json(out) if req.as_json else printable(report_probe.render_probe(out), keep_newlines=True))
+    if req.plot:
+        echo(f"plot: {req.plot}", err=req.as_json)
     return out

@@ -13,13 +13,20 @@ Per candidate C against the backbone B:
 Submit the eligible candidate with the largest difference (a second eligible one is compared to it, and the
 reasons say whether the lead is beyond noise); none eligible: submit none yet, and name the candidate with the
 largest observed difference that is not ruled out, with the runs per model that would decide.
+On paired 0/1 items the registry's exact McNemar test is the one McNemar shown, and it decides (``one_mcnemar``);
+the run noise behind "runs to detect" is said with the models and df it is pooled over (``noise_used``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-__all__ = ["advise", "recommend", "SUBMIT", "DO_NOT_SUBMIT", "NOT_YET"]
+from ..evidence.difference.mcnemar import McNemar
+from ..evidence.difference.paired import Paired
+from ..evidence.judge.compare import VERDICTS
+from ..report.candidates import test_name
+
+__all__ = ["advise", "recommend", "one_mcnemar", "noise_used", "SUBMIT", "DO_NOT_SUBMIT", "NOT_YET"]
 
 SUBMIT, DO_NOT_SUBMIT, NOT_YET = "eligible", "do not submit", "not shown better yet"
 
@@ -35,7 +42,74 @@ def _test_words(cmp: dict) -> str:
     if t is None:
         return "no test"
     conf = f"{cmp['confidence']:.0%}"
-    return (f"{t['diff']:+.5g}, {conf} CI [{t['ci_low']:.5g}, {t['ci_high']:.5g}], {kind} p {t['p']:.3g}")
+    return (f"{t['diff']:+.5g}, {conf} CI [{t['ci_low']:.5g}, {t['ci_high']:.5g}], {test_name(kind, t)} p "
+            f"{t['p']:.3g}")
+
+
+def _code(t: dict, higher_is_better: bool | None) -> str:
+    """``compare_records``' verdict rule (its step 3) on one test: beyond noise, and the side the direction favours."""
+    if not t["beyond_noise"]:
+        return "within_noise"
+    a_up = t["diff"] > 0
+    if higher_is_better is None:
+        return "a_higher" if a_up else "b_higher"
+    return "a_better" if a_up == higher_is_better else "b_better"
+
+
+def one_mcnemar(cmp: dict) -> dict:
+    """``cmp`` with one McNemar test: on paired 0/1 items the registry's exact one (``mcnemar``).
+
+    ``compare_models`` reports two there: the paired test carries McNemar's p (a chi-square from 25 discordant
+    items on) beside the paired t's interval, and the registry's ``mcnemar`` is the exact binomial test with its
+    exact interval (which excludes 0 exactly when p < alpha). The paired row is dropped (``paired`` None); where it
+    decided, ``mcnemar`` decides instead, by the same rule, and ``decided_note`` says which test decided (and what the
+    dropped row said, when its verdict differed). Anything else is returned as it is.
+
+    Args:
+        cmp (dict): ``compare_models(a, b)``.
+    """
+    paired, exact = cmp.get(Paired.name), cmp.get(McNemar.name)
+    if not paired or not exact or not str(paired.get("method") or "").startswith("McNemar"):
+        return cmp
+    b, c = exact["discordant"] or (None, None)
+    out = {**cmp, Paired.name: None}
+    note = (f"McNemar's exact test over {exact['n'][0]} paired 0/1 items ({b} only {cmp['a']} right, {c} only "
+            f"{cmp['b']}): p {exact['p']:.3g}")
+    if cmp["decided_by"] == Paired.name:
+        code = _code(exact, cmp["higher_is_better"])
+        out.update(decided_by=McNemar.name, verdict_code=code,
+                   verdict=VERDICTS[code].format(a=cmp["a"], b=cmp["b"], metric=cmp["metric"]))
+        out["decided_note"] = f"decided by {note}" + (
+            "" if code == cmp["verdict_code"] else f"; evidence compare's paired row ({paired['method']}, p "
+            f"{paired['p']:.3g}) says {cmp['verdict']}")
+    else:
+        out["decided_note"] = f"decided by the {cmp['decided_by'] or 'no'} test; shown beside it: {note}"
+    return out
+
+
+def noise_used(rows: Sequence[dict]) -> list[dict]:
+    """Which runs the run noise behind "runs each to detect" is pooled over, once per distinct estimate.
+
+    ``compare_models`` pools s_p² = Σ (n_m - 1) s_m² / Σ (n_m - 1) over every model with ≥ 2 current runs of the
+    metric in the comparison's eval environment (the whole ledger, not only the report's models).
+
+    Returns:
+        list[dict]: ``{"sd", "df", "runs", "models", "in_report", "candidates"}`` per estimate (``sd`` None: no model
+        has two runs), in the order the candidates first use it.
+    """
+    names = {r["name"] for r in rows} | {r["comparison"]["b"] for r in rows}
+    out: list[dict] = []
+    for r in rows:
+        p = r["comparison"].get("pooled")
+        entry = ({"sd": None, "df": 0, "runs": 0, "models": [], "in_report": []} if p is None else
+                 {"sd": p["sd"], "df": p["df"], "runs": p["df"] + len(p["models"]), "models": list(p["models"]),
+                  "in_report": [m for m in p["models"] if m in names]})
+        same = next((e for e in out if all(e[k] == entry[k] for k in ("sd", "df", "models"))), None)
+        if same is None:
+            out.append({**entry, "candidates": [r["name"]]})
+        else:
+            same["candidates"].append(r["name"])
+    return out
 
 
 def _mean_words(cmp: dict) -> str:
@@ -86,7 +160,7 @@ def advise(cmp: dict, plan: dict | None) -> tuple[str, list[str]]:
         advice = SUBMIT
     else:
         advice = NOT_YET
-        if code == "a_better":
+        if code == "a_better" and plan is not None:  # a plan that has not said stop_better holds it back
             reasons.append(f"the fixed-n test says better ({_test_words(cmp)}), but the plan of {c} vs {b} says "
                            f"{plan['decision']}: {plan['reason']}")
         elif code == "within_noise":

@@ -10,6 +10,7 @@ any work and written in one transaction: both or neither, an existing one replac
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..errors import EvidenceError, OutputError, UsageError
 from ..evidence.ledger.environment import EnvChoice
@@ -20,11 +21,13 @@ from ..outputs.transaction import OutputPolicy, OutputTransaction
 from ..report import html as report_html
 from ..report import markdown as report_markdown
 from ..report import plots
+from ..requests import Report
 from ..workspace.names import Workspace
-from . import operations as evidence
-from .evidence import _show_path
-from .ops_ledger import check_known
-from .recommend import advise, recommend
+from .judging import calibrate_metrics, compare_models
+from .plans import decide
+from .printing import Echo, show_path
+from .recommend import advise, noise_used, one_mcnemar, recommend
+from .summaries import check_known, show
 
 __all__ = ["report", "gather", "plan_state"]
 
@@ -38,7 +41,7 @@ def plan_state(ledger: Ledger, a: str, b: str, metric: str, current_sha, env: En
     if not ledger.plans(a, b, metric):
         return None
     try:
-        return evidence.decide(ledger, a, b, metric, current_sha=current_sha, env=env)
+        return decide(ledger, a, b, metric, current_sha=current_sha, env=env)
     except EvidenceError as e:
         return {"decision": None, "error": str(e)}
 
@@ -59,12 +62,12 @@ def _probes(ledger: Ledger, names: list[str], metric: str, current, env: EnvChoi
     against the metric (``calibrate_metrics``; the reason when it cannot be judged)."""
     out = []
     for proxy in [m for m in ledger.metrics() if m.startswith("probe:")]:
-        shown = evidence.show(ledger, names, proxy, current_sha=current, env=env)
+        shown = show(ledger, names, proxy, current_sha=current, env=env)
         summaries = [s for s in shown["summaries"] if s["sub"] is None]
         if not summaries:
             continue
         try:
-            cal, why = evidence.calibrate_metrics(ledger, proxy, metric, current_sha=current, env=env), None
+            cal, why = calibrate_metrics(ledger, proxy, metric, current_sha=current, env=env), None
         except EvidenceError as e:
             cal, why = None, str(e)
         out.append({"metric": proxy, "summaries": summaries, "calibration": cal, "calibration_error": why})
@@ -91,9 +94,9 @@ def gather(ws: Workspace, candidates: list[str], vs: str, metric: str | None = N
     current = ws.current_shas(ledger.models())
     check_known(ledger, [*candidates, vs], metric)
     metric = metric or (ws.metric if ws.metric in ledger.metrics() else None)
-    compare = lambda a, b: evidence.compare_models(ledger, a, b, metric, current_sha=current, env=choice,  # noqa: E731
-                                                   replicates=ws.replicate_groups())
-    rows = []
+    compare = lambda a, b: one_mcnemar(compare_models(  # noqa: E731
+        ledger, a, b, metric, current_sha=current, env=choice, replicates=ws.replicate_groups()))
+    rows: list[dict[str, Any]] = []
     for name in candidates:
         cmp = compare(name, vs)
         metric = cmp["metric"]
@@ -110,31 +113,24 @@ def gather(ws: Workspace, candidates: list[str], vs: str, metric: str | None = N
         rows.append({"name": name, "comparison": cmp, "plan": plan, "gate": _gate(ws, name), "advice": advice,
                      "reasons": reasons})
     higher = rows[0]["comparison"]["higher_is_better"]
-    return {"backbone": vs, "metric": metric, "higher_is_better": higher, "ledger": _show_path(ledger.path),
-            "confidence": rows[0]["comparison"]["confidence"], "candidates": rows,
-            "probes": _probes(ledger, [*candidates, vs], metric, current, choice),
+    return {"backbone": vs, "metric": metric, "higher_is_better": higher, "ledger": show_path(ledger.path),
+            "confidence": rows[0]["comparison"]["confidence"], "candidates": rows, "noise": noise_used(rows),
+            "probes": _probes(ledger, [*candidates, vs], rows[-1]["comparison"]["metric"], current, choice),
             "recommendation": recommend(rows, vs, higher, compare)}
 
 
-def report(ws: Workspace, candidates: list[str], vs: str, *, out, metric: str | None = None, force: bool = False,
-           env=(), echo=print) -> dict:
-    """``vecmerge report``: ``gather``, render, write FILE.md and FILE.html (both or neither).
-
-    Args:
-        out (str | Path): the Markdown file (``.md``); the HTML goes beside it with ``.html``.
-        force (bool): replace files this command wrote before (never any other file).
-    """
-    md_path = Path(out)
-    if md_path.suffix.lower() != ".md":
-        raise UsageError(f"--out {out}: give a file name ending in .md (the HTML goes beside it as .html)")
+def report(ws: Workspace, req: Report, *, echo: Echo = print) -> dict:
+    """``vecmerge report``: ``gather``, render, write FILE.md (``--out``) and FILE.html beside it (both or neither);
+    ``--force`` replaces files this command wrote before (never any other file)."""
+    md_path = Path(req.out)
     html_path = md_path.with_suffix(".html")
     ledger_path = Ledger(ws.ledger_path).path
     policy = OutputPolicy.for_command(inputs=[ledger_path, *([ws.file] if ws.file else [])],
-                                      workspace_adapters=ws.adapters, base_model=ws.base_model, force=force)
+                                      workspace_adapters=ws.adapters, base_model=ws.base_model, force=req.force)
     policy.check_file(md_path, MARKDOWN_REPORT, flag="--out")
     policy.check_file(html_path, HTML_REPORT, flag="--out")
     plots.pyplot("report")  # matplotlib missing: refused before any work
-    data = gather(ws, list(candidates), vs, metric, env)
+    data = gather(ws, list(req.candidates), req.vs, req.metric, req.env)
     figures = plots.report_figures(data)
     texts = {md_path: report_markdown.render_report(data, html_path.name),
              html_path: report_html.render_report(data, figures)}

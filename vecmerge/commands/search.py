@@ -25,6 +25,7 @@ from ..pipeline.runner import run
 from ..recipe.recipe import Recipe
 from ..report import search as report_search
 from ..report.format import to_json
+from ..requests.search import Search
 from ..workspace.base_model import model_folder_problem
 from ..workspace.names import Workspace
 from .progress import progress_bar
@@ -40,54 +41,45 @@ def record_bytes(d: dict) -> bytes:
     return json.dumps({"tool": "vecmerge search", **d}, indent=2, sort_keys=False).encode() + b"\n"
 
 
-def search(ws: Workspace, *, base: str, dirs: list, target: dict, protect: dict, margin, out_dir, trust_max: float,
-           budget: int = 40, seed: int = 0, sampler: str = "auto", top_k: int = 3, depth: bool = False,
-           types: bool = False, exclude=(), energies=None, base_model=None, batch: int = 8, resume: bool = False,
-           force: bool = False, as_json: bool = False, echo=print, progress=None, on_result=None) -> dict:
+def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=None) -> dict:
     """``vecmerge search --base B --dir D... --target N=P --protect N=P... --margin M --out-dir DIR``.
 
     Args:
-        ws (Workspace). base (str), dirs (list[str]): expressions. target, protect (dict[str, str]): name -> file.
-        margin (float | dict[str, float]): M. out_dir (str | Path). trust_max (float). budget (int). seed (int).
-        sampler (str): auto, grid or tpe. top_k (int): candidates written. depth, types (bool), exclude
-        (list[str]), energies (list[float] | None): the space. base_model: default the workspace's.
-        batch (int): items per forward pass. resume (bool): continue a search the ledger holds (module docstring
-        of ``search/engine.py``); without it a search whose first candidate is already recorded is refused.
-        force (bool): replace outputs vecmerge wrote. on_result: called after each candidate (tests).
+        ws (Workspace). req (Search): the request (``requests/search.py``): without ``--resume`` a search whose
+            first candidate the ledger already holds is refused (module docstring of ``search/engine.py``).
+        echo: prints the report. progress: the progress-bar wrapper. on_result: called after each candidate (tests).
     """
     from ..search import engine
 
-    folder = Path(base_model) if base_model is not None else ws.base_model
+    target, protect, budget, top_k, out_dir = req.target, req.protect, req.budget, req.top_k, req.out_dir
+    folder = Path(req.base_model) if req.base_model is not None else ws.base_model
     if folder is None:
         raise UsageError("search: give --base-model DIR (or base_model: in vecmerge.yaml)")
     problem = model_folder_problem(folder)
     if problem:
         raise UsageError(f"--base-model {folder}: {problem}")
-    if budget < 1:
-        raise UsageError(f"--budget {budget}: evaluate at least 1 candidate")
-    if top_k < 1:
-        raise UsageError(f"--top {top_k}: write at least 1 candidate")
     out = Path(out_dir)
     ledger = Ledger(ws.ledger_path)
     policy = OutputPolicy.for_command(inputs=[ledger.path, *target.values(), *protect.values()],
-                                      workspace_adapters=ws.adapters, base_model=folder, force=force)
+                                      workspace_adapters=ws.adapters, base_model=folder, force=req.force)
     policy.check_file(out / RECORD, SEARCH_RECORD, flag="--out-dir")
     policy.check_file(out / FRONT, PNG, flag="--out-dir")
     for i in range(top_k):
         policy.check_folder(out / f"top{i + 1}", flag="--out-dir", expected_entries=OUTPUT_FILES)
-    setup = engine.prepare(ws, base=base, dirs=dirs, target=target, protect=protect, margin=margin,
-                           trust_max=trust_max, base_model=folder, depth=depth, types=types, exclude=exclude,
-                           energies=energies, batch=batch, record_to=ledger, progress=progress_bar(progress, "capture"))
+    setup = engine.prepare(ws, base=req.base, dirs=list(req.dirs), target=target, protect=protect,
+                           margin=req.margin, trust_max=req.trust_max, base_model=folder, depth=req.depth,
+                           types=req.types, exclude=list(req.exclude), energies=req.energies, batch=req.batch,
+                           record_to=ledger, progress=progress_bar(progress, "capture"))
 
     def first_check(r, results):
-        if len(results) == 1 and not resume and r.target and not r.computed:
+        if len(results) == 1 and not req.resume and r.target and not r.computed:
             raise UsageError(f"search: the ledger {ledger.path} already holds this search's first candidate "
                              f"({r.sha256[:12]}); pass --resume to continue it, or another --seed")
         if on_result is not None:
             on_result(r, results)
 
     try:
-        outcome = engine.run(setup, budget=budget, seed=seed, sampler=sampler, k=top_k,
+        outcome = engine.run(setup, budget=budget, seed=req.seed, sampler=req.sampler, k=top_k,
                              progress=progress_bar(progress, "search"), on_result=first_check)
     finally:
         setup.scorer.close()
@@ -104,8 +96,8 @@ def search(ws: Workspace, *, base: str, dirs: list, target: dict, protect: dict,
         source = {"format": "vecmerge search", "path": str(out / RECORD), "sha256": sha,
                   "notes": f"search {d['id']}: candidate {r.sha256}, top {i + 1} of {len(outcome.top)} by target "
                            f"gain {r.objective:+.6g}; its figures are in the record"}
-        rep = run(recipe, ws, force=force, source=source)
+        rep = run(recipe, ws, force=req.force, source=source)
         d["written"][r.sha256] = str(rep.outputs[0].path)
     d["record"] = {"path": str(out / RECORD), "sha256": sha, "png": str(out / FRONT)}
-    echo(to_json(d) if as_json else printable(report_search.render_search(d), keep_newlines=True))
+    echo(to_json(d) if req.as_json else printable(report_search.render_search(d), keep_newlines=True))
     return d

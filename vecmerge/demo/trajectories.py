@@ -1,21 +1,10 @@
 """Really trained toy LoRA trajectories on a tiny random Qwen3, for demos and tests.
 
-:func:`make_trajectories` builds a small random ``Qwen3ForCausalLM``, trains PEFT LoRA
-adapters on a synthetic next-token rule on the CPU and saves them with the names of the
-user's story (``v58 = v54 + alpha * (v51 - v28)``):
-
-- ``v28``: a first run with rsLoRA (scale ``lora_alpha / sqrt(r)``);
-- ``v51``: ``v28`` reloaded from disk and trained further at three times the learning rate;
-- ``v54e2`` and ``v54``: a second run (another LoRA init, classic scale ``lora_alpha / r``)
-  saved after its epochs 2 and 3, stored in bfloat16.
-
-Both differences ``v51 - v28`` and ``v54 - v54e2`` are descent steps on the same task from
-the same base, so their effective updates ``scale * B @ A`` agree in sign module by module
-(with the defaults: 14 of 14 modules, cosines about 0.1 to 0.35).
-
-:func:`evaluate_checkpoints` measures them on the toy task the way an eval with a random subset
-does: several runs per checkpoint, each on fresh random held-out sequences (the demo's evidence), with
-the task split into three sub-tasks by the sequence's first token (``SUBTASKS``): the run's sub-scores.
+``make_trajectories`` trains PEFT LoRA adapters on a synthetic next-token rule on the CPU, named as in the
+user's story (``v58 = v54 + alpha * (v51 - v28)``): ``v28`` (rsLoRA), ``v51`` (v28 trained further),
+``v54e2`` and ``v54`` (a second run after epochs 2 and 3, bfloat16). ``evaluate_checkpoints`` measures them
+as an eval on random subsets does: several runs per checkpoint on fresh held-out sequences, split into
+three sub-tasks (``SUBTASKS``). What the two differences share: docs/design/demo.md.
 """
 
 from __future__ import annotations
@@ -154,18 +143,9 @@ def make_trajectories(
 ) -> dict[str, pathlib.Path]:
     """Train toy LoRA trajectories ``v28``, ``v51``, ``v54e2`` and ``v54`` on a tiny random Qwen3.
 
-    Everything runs on the CPU from configs with random weights (no hub access). The base
-    model is saved to ``out/base``, each adapter to ``out/<name>`` with PEFT's
-    ``save_pretrained`` (``base_model_name_or_path`` is the absolute ``out/base``), and a
-    manifest ``out/vecmerge.yaml`` lists them with paths relative to ``out`` and their lineage
-    (``LINEAGE``: v51's parent is v28, v54's is v54e2, v28 and v54e2 are roots). An epoch is
-    ``ceil(steps / 2)`` batches of a fixed synthetic data set; ``v28`` trains ``steps`` steps
-    with rsLoRA (``lora_alpha = rank``), ``v51`` reloads ``v28`` and trains one more epoch at
-    three times the learning rate, and the backbone run (``lora_alpha = 2 * rank``, other
-    init) is saved in bfloat16 after epoch 2 (``v54e2``) and epoch 3 (``v54``).
-
-    The output is byte-identical for a given ``seed`` on a given machine: training runs
-    single-threaded on a forked RNG, and the caller's thread count and RNG state are restored.
+    On the CPU, from configs (no hub): the base to ``out/base``, each adapter to ``out/<name>`` (PEFT's
+    ``save_pretrained``), and ``out/vecmerge.yaml`` with their lineage (``LINEAGE``). Byte-identical for a
+    given ``seed`` on a given machine. The training schedule: docs/design/demo.md.
 
     Args:
         out (str | os.PathLike): folder to write into; created if missing, files overwritten.
@@ -294,15 +274,10 @@ def evaluate_checkpoints(
 ) -> list[dict]:
     """Evaluate each adapter ``runs`` times on fresh random subsets of held-out sequences of the toy task.
 
-    The held-out pool is ``pool`` new sequences of the training rule (the rule of ``make_trajectories``'
-    data for the same ``seed``, other sequences). An item is one sequence; its score is the next-token
-    accuracy over its ``SEQ_LEN - 1`` positions (argmax of the logits of base + adapter, loaded by PEFT).
-    Each run draws ``subset`` items without replacement, afresh for every run of every model; the run's
-    value is the mean over its items. The models are deterministic, so the spread from run to run is
-    the eval's own noise: which items a run happens to draw (real noise, as with a random eval subset).
-
-    Sub-tasks: an item belongs to ``SUBTASKS[first_token * 3 // V]`` (the third of the vocabulary its
-    sequence starts in); a run's sub-score of a sub-task is the mean accuracy of the run's items in it.
+    An item is one of ``pool`` held-out sequences of the training rule, scored by its next-token accuracy over
+    ``SEQ_LEN - 1`` positions (base + adapter, loaded by PEFT); a run is the mean over ``subset`` items drawn
+    afresh. Item sub-task: ``SUBTASKS[first_token * 3 // V]``. Why its spread is real eval noise:
+    docs/design/demo.md.
 
     Args:
         out (str | os.PathLike): the folder ``make_trajectories`` wrote (its ``base`` and adapters).

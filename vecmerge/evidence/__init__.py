@@ -1,6 +1,7 @@
 """Evidence before merging: an evaluation ledger, error bars, proxy calibration, lineage and the gate.
 
-Pure library code (no torch, no click): the CLI and the commands (``commands/ops_*``) are thin layers over it.
+Pure library code (no torch, no click): the CLI and the commands (``commands/``: recording, summaries,
+judging, plans, gate) are thin layers over it.
 
     ledger/     the SQLite ledger, its records, schema, stored rows (plans chained), eval environments, pair
                 records, names, the precision scores were written with

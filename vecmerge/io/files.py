@@ -1,21 +1,15 @@
 """Opening a stranger's file for reading: regular files only, refused before they are opened otherwise.
 
-A FIFO, a character or block device or a socket where vecmerge expects a file is never opened: opening a
-FIFO blocks until a writer comes (``fuse`` hung forever on a base whose ``model.safetensors`` was one), and
-reading a device may never end. This module is the one rule, and every reader of input files goes through it
-(``io.parse``'s bounded JSON/YAML/JSONL, ``io.safetensors_read``, ``io.hashing``, model and adapter folders,
-tokenizer folders, the evidence ledger and CSV imports):
+The one rule every reader of input files goes through:
 
-- ``open_regular(path)``: ``os.stat`` (symbolic links followed) refuses anything but a regular file; the open
-  itself is non-blocking (a FIFO swapped in after the stat cannot hang it) and ``fstat`` checks the opened
-  file again before it is handed back, blocking, as a binary file object;
-- ``check_regular(path)``: the same refusal for a path another library opens (SQLite, transformers), or one
-  a caller tests with ``is_file`` (which is False for a FIFO, so the message would say "missing");
-- ``check_folder(folder)``: every top-level entry of a folder handed to a library that picks its own files
-  (a tokenizer or model folder for transformers) is a regular file or a folder.
+- ``open_regular(path)``: ``os.stat`` refuses anything but a regular file; the open is non-blocking and
+  ``fstat`` checks the opened file again before it is handed back as a blocking binary file object;
+- ``check_regular(path)``: the same refusal for a path another library opens (SQLite, transformers);
+- ``check_folder(folder)``: every top-level entry of a folder a library picks files from is a regular file
+  or a folder.
 
-A missing path is left to the caller (its ``OSError`` propagates, or ``check_regular`` returns), so each
-reader keeps its own "no such file" message; a folder raises ``IsADirectoryError`` for the same reason.
+A missing path is left to the caller, so each reader keeps its own "no such file" message.
+Why (a FIFO hung ``fuse``), and who calls it: docs/design/io.md.
 """
 
 from __future__ import annotations

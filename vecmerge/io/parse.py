@@ -1,19 +1,15 @@
 """Reading text that strangers wrote: YAML recipes and workspaces, JSON configs and manifests, paths.
 
-Every reader here is bounded (bytes, nesting depth, digits) and turns every kind of bad input into
-one :class:`ParseError` line that names the file and line and never echoes more than
-:data:`ECHO_CHARS` characters of the bad value. Regex keys of PEFT's ``rank_pattern`` and
-``alpha_pattern`` are validated and matched in :mod:`vecmerge.io.patterns`.
+Every reader is bounded and turns bad input into one :class:`ParseError` line naming the file and line,
+echoing at most :data:`ECHO_CHARS` characters of the bad value. Limits (module constants, keyword arguments):
 
-Limits (module constants, each a keyword argument too):
-
-* YAML: at most :data:`YAML_MAX_BYTES` bytes and :data:`MAX_DEPTH` levels; anchors (``&a``) and aliases
-  (``*a``) are refused outright, so an alias bomb (a 1 KB file that expands to gigabytes) cannot start;
-  a key given twice in one mapping is refused (YAML would silently keep the last).
-* JSON: at most :data:`JSON_MAX_BYTES` bytes and :data:`MAX_DEPTH` levels; ``NaN``/``Infinity``, numbers
-  that overflow to infinity (``1e999``), integers of more than :data:`MAX_INT_DIGITS` digits and duplicate
-  keys are refused.
+* YAML: :data:`YAML_MAX_BYTES` bytes, :data:`MAX_DEPTH` levels; anchors and aliases refused (no alias bomb);
+  a key given twice refused.
+* JSON: :data:`JSON_MAX_BYTES` bytes, :data:`MAX_DEPTH` levels; ``NaN``/``Infinity``, overflowing numbers,
+  integers over :data:`MAX_INT_DIGITS` digits and duplicate keys refused.
 * Text must be UTF-8 (a leading BOM is accepted); a path must not hold NUL or other control characters.
+
+PEFT's regex keys are checked in :mod:`vecmerge.io.patterns`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
 """PEFT's ``rank_pattern``/``alpha_pattern`` regex keys, validated and matched without hanging.
 
-PEFT resolves a module's rank and alpha with the first key ``k`` for which
-``re.match(rf"(.*\\.)?({k})$", name)`` holds. Adapter configs come from strangers, and Python's ``re``
-backtracks: ``(.*)*(.*)*(.*)*(.*)*(.*)*!`` runs for minutes on one module name, and ``re`` has no timeout.
+PEFT resolves a module's rank and alpha with the first key ``k`` for which ``re.match(rf"(.*\\.)?({k})$",
+name)`` holds; Python's ``re`` backtracks and has no timeout. Two guards, in this order:
 
-Two guards, in this order:
+1. a static check of the parsed pattern refuses a variable repeat (``*``, ``+``, ``{m,n}``) whose body holds
+   another variable repeat or an alternation, and more than :data:`MAX_REPEATS` variable repeats in a row (a
+   fixed count ``{k}`` multiplies what its body holds; ``?`` adds nothing);
+2. a time budget: each match runs under a ``SIGALRM`` timer stopping it within milliseconds of
+   :data:`MATCH_BUDGET_S`, or, where no timer can be used, in a child process killed after the budget.
 
-1. A static check of the parsed pattern (``re._parser``, the parser ``re.compile`` uses) refuses the
-   shapes that backtrack catastrophically: a variable repeat (``*``, ``+``, ``{m,n}``) whose body holds
-   another variable repeat (``(a+)+``, ``(.*)*``) or an alternation (``(a|aa)*``), and more than
-   :data:`MAX_REPEATS` variable repeats in a row (``.*.*.*.*.*!`` costs ``len(name) ** 5`` steps).
-   A fixed count ``{k}`` multiplies what its body holds; ``?`` adds nothing. This costs microseconds
-   and explains the refusal, but it is a heuristic: some exponential patterns have other shapes.
-2. A time budget as the backstop: each match runs under a ``SIGALRM`` timer
-   (``signal.setitimer``); ``re``'s matcher checks for signals every 4096 steps, so the handler's
-   exception stops it within milliseconds of :data:`MATCH_BUDGET_S`. Where no timer can be used
-   (not the main thread, no ``setitimer`` on Windows, or a timer already running), the match runs in a
-   child Python process killed after the budget (about 30 ms per call: correct, slow, rarely needed).
-
-Ordinary keys (plain names, ``layers\\.1\\..*proj``, ``^model\\.layers\\.0\\.mlp\\.up_proj``,
-``q_proj|v_proj``) pass the static check and match in microseconds.
+Ordinary keys pass the check and match in microseconds. Why both guards: docs/design/io.md.
 """
 
 from __future__ import annotations

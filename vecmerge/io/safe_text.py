@@ -1,22 +1,13 @@
 """Text that strangers wrote, made safe to show: on a terminal, and in a CSV file opened by a spreadsheet.
 
-Names, notes and metrics in the evidence ledger come from CSV files, lm-eval results and the command line,
-so they may hold anything. Two rules, each one small function:
+* ``printable(text)``: ANSI/VT escape sequences (CSI, OSC, two-character ESC, C1 CSI) removed whole, every other
+  C0/C1 control and DEL removed; tab, CR and line breaks become one space (line breaks kept with
+  ``keep_newlines``).
+* ``spreadsheet_cell(text)``: OWASP's rule against CSV injection: a cell starting with ``=``, ``+``, ``-``,
+  ``@``, a tab or a CR is prefixed with a single quote unless it reads as a plain number; a cell starting
+  with a quote gets one more, so ``spreadsheet_text`` reads every cell back as it was.
 
-* ``printable(text)``: control and escape characters removed. An ANSI/VT escape sequence (``ESC [ ... m``,
-  an OSC ``ESC ] ... BEL`` or ``ESC ] ... ESC \\``, a two-character ``ESC x``, a C1 ``CSI`` (0x9b) sequence) is
-  removed whole, so ``\\x1b]8;;http://evil\\x07`` leaves nothing behind; every other C0 control, DEL and C1
-  control is removed; a tab, CR or line break becomes one space (kept as a line break with
-  ``keep_newlines``, for multi-line reports).
-* ``spreadsheet_cell(text)``: OWASP's rule against CSV injection ("CSV Injection", owasp.org): a cell that
-  starts with ``=``, ``+``, ``-``, ``@``, a tab or a CR is prefixed with a single quote, so a spreadsheet
-  shows it as text instead of running it as a formula (``=HYPERLINK(...)``, ``@SUM(...)``); a cell that
-  reads as a plain number (``-0.5``, ``+1e-3``) is left as it is. A cell that starts with a quote gets one
-  more, so ``spreadsheet_text`` (reading such a file back) drops exactly one quote and every cell comes
-  back as it was.
-
-The maintained ``defusedcsv`` package applies the same prefix rule; these few lines avoid a dependency and
-make the rule reversible for vecmerge's own re-import.
+Why not ``defusedcsv``, and examples: docs/design/io.md.
 """
 
 from __future__ import annotations

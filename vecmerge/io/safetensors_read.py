@@ -1,21 +1,12 @@
 """The one safetensors reader: a file's header checked before any tensor is read, then tensors one at a time.
 
-A safetensors file is an 8-byte little-endian header length N, N bytes of JSON (``{name: {dtype, shape,
-data_offsets: [b, e]}}`` and an optional ``"__metadata__"`` of strings), then the data: tensor bytes at
-``8 + N + b .. 8 + N + e``. ``TensorFile`` checks the header (bounded size, strict JSON through
-``io.parse``, known dtypes, ``prod(shape) * itemsize == e - b``, offsets inside the file and not
-overlapping) and then reads one tensor's bytes at a time (no mmap: memory holds the tensors in use, not
-the file's pages). Two ways to read, one header check:
-
-- tensor by tensor from the file (``read_bytes``, ``read_chunks``): the file's sha256 is taken on the fly
-  while reads go in file order (``BackgroundSha256``), by a separate pass otherwise (``sha256``). Held
-  open (a model folder's shards, closed with the folder) or, with ``keep_open=False``, opened per read
-  (an adapter, never closed), its header read again once and compared, so a replaced file is refused;
-- ``load``: the whole file read once into memory in ``LOAD_CHUNK`` pieces, each hashed on a second thread
-  while the next is read; tensors are then views of those bytes, so the recorded sha256 is exactly that
-  of what is used (a file replaced meanwhile cannot slip in: its header must equal the one checked).
-
-Model folders (``config.json`` and shards) are read by ``io.model_folder.ModelFolder`` through this class.
+A safetensors file: an 8-byte little-endian header length N, N bytes of JSON (``{name: {dtype, shape,
+data_offsets: [b, e]}}``, optional ``"__metadata__"``), then tensor bytes at ``8 + N + b .. 8 + N + e``.
+``TensorFile`` checks the header (bounded, strict JSON, known dtypes, ``prod(shape) * itemsize == e - b``,
+offsets inside the file and not overlapping), then reads either tensor by tensor (``read_bytes``,
+``read_chunks``; hashed on the fly in file order) or, with ``load``, the whole file once into memory, hashed as
+read, tensors being views of those bytes. No mmap. ``io.model_folder.ModelFolder`` reads through it.
+How a replaced file is refused: docs/design/io.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Writing safetensors files as streams: the header first, then each tensor's bytes, by a background thread.
 
 ``SafetensorsWriter`` writes the header from every (name, dtype, shape) known up front, then each tensor's
-bytes in that order, handed to a thread that writes and hashes them while the caller computes the next
-tensor. ``SafetensorsStream`` is for tensors whose shapes are known only as bounds until they are made
-(a cut's rank): it reserves the header's room from the bounds, takes the tensors as they come (from
-worker threads, in any order), writes them in the declared order, and writes the exact header, padded
-with spaces as the format allows, at the end. ``write_index`` writes a sharded model's
-``model.safetensors.index.json``. The files load with the ``safetensors`` library
-(``tests/io/test_safetensors_read.py``).
-
-No non-finite value is ever written: ``SafetensorsWriter.write`` (the writer of ``extract`` and ``fuse``)
-checks every floating tensor's bytes as they pass (``nonfinite``: exponent all ones, by bit mask, so bf16
-and fp8 are read exactly) and refuses one holding NaN or Inf with a NumericError naming it, before its bytes
-are queued; the caller's transaction then discards the staged output.
+bytes in that order, written and hashed by a thread. ``SafetensorsStream`` reserves the header's room from
+shape bounds, takes tensors as they come, and writes the exact header, space-padded, at the end.
+``write_index`` writes ``model.safetensors.index.json``. No non-finite value is ever written:
+``SafetensorsWriter.write`` checks every floating tensor's bytes (``nonfinite``, by bit mask) and refuses NaN
+or Inf with a NumericError naming it. More: docs/design/io.md.
 """
 
 from __future__ import annotations

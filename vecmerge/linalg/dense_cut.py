@@ -1,28 +1,17 @@
 """How ``vecmerge extract`` cuts one module's difference ``D = W_tuned - W_base`` (LoRA layout, (out, in)).
 
-``D`` is formed in float64 from the stored tensors (exact for bf16/fp16/fp32 weights of like magnitude).
-The range finder works on a float32 copy (``randsvd.truncated_svd`` with an operator); the final
-projection ``B = Q^T D`` and ``||D||_F^2`` are float64 on D itself, so every cut's dropped energy
-``||D||^2 - sum S_k^2`` is exact. Where ``randsvd.use_full_svd`` holds (small matrices) a full float64
-SVD of D gives the optimal cut. Every rank-k cut is ``randsvd.rank_k_cut`` (power iterations by
-``randsvd.power_iters_for``: 2 while ``8 k <= min(out, in)``, else 3, within 1% of the optimal error either
-side of that line). Policies (``rank_policy.RankPolicy.parse_extract``):
+``D`` is formed in float64; the range finder works on a float32 copy and the final ``B = Q^T D`` and
+``||D||_F^2`` are float64 on D, so every cut's dropped energy ``||D||^2 - sum S_k^2`` is exact (small
+matrices: a full float64 SVD). Policies (``rank_policy.RankPolicy.parse_extract``): ``N`` (the rank-N cut,
+``randsvd.rank_k_cut``); ``energy:E`` (the smallest rank keeping E of ``||D||^2``, by doubling the sketch;
+``minimal`` says when it is certified optimal); ``auto`` (the Gavish-Donoho hard threshold, Gavish and
+Donoho 2014, r and sigma iterated to a fixed point from r = 0):
 
-- ``N``: the rank-N cut (N clamped to min(out, in)).
-- ``energy:E``: the smallest rank whose cut keeps a share E of ``||D||^2``, found by doubling the sketch
-  (16, 32, ...; restarted each round). The kept rank k is never below the optimal (Eckart-Young)
-  k*: the sketch's S_i are those of a projection of D, so ``S_i <= sigma_i``. Ky Fan's inequality gives
-  ``sum_{i<k} sigma_i^2 <= sum_{i<k} S_i^2 + res`` (res: the exact energy the sketch's kk directions
-  leave), so the smallest k where that bound reaches E is a certified lower bound; ``minimal`` says
-  when it equals k (always on the full-SVD path).
-- ``auto``: keep the singular values above the Gavish-Donoho hard threshold for a noise level estimated
-  from the energy the cut leaves: with m <= n the sides and beta = m / n,
-  ``tau = lambda(beta) sqrt(n) sigma``, ``lambda(beta) = sqrt(2 (beta + 1) + 8 beta / (beta + 1 +
-  sqrt(beta^2 + 14 beta + 1)))`` (Gavish and Donoho 2014, known-noise optimal threshold) and
-  ``sigma^2 = (||D||^2 - sum_{i<r} S_i^2) / ((m - r)(n - r))``; r and sigma are iterated to a fixed
-  point from r = 0. It suits a fine-tune that is a low-rank change plus noise (the noise's largest
-  singular value is about ``sigma (sqrt m + sqrt n)``, below tau). Singular values under
-  ``1e-9 ||D||`` are round-off and never kept. The chosen rank, sigma and tau are recorded.
+    tau = lambda(beta) sqrt(n) sigma,   sigma^2 = (||D||^2 - sum_{i<r} S_i^2) / ((m - r)(n - r))
+    beta = m / n (m <= n),   lambda(beta) = sqrt(2 (beta + 1) + 8 beta / (beta + 1 + sqrt(beta^2 + 14 beta + 1)))
+
+Singular values under ``1e-9 ||D||`` are never kept. The bounds behind ``energy`` and when ``auto`` suits a
+fine-tune: docs/design/linalg.md.
 """
 
 from __future__ import annotations

@@ -1,35 +1,17 @@
 """mergekit's generalized task arithmetic on dense task matrices, one block of rows at a time.
 
-mergekit 0.1.5 (``merge_methods/generalized_task_arithmetic.py``, ``sparsify.py``) defines task arithmetic,
-TIES, DARE, breadcrumbs and DELLA as one method with three choices, on each task's delta ``X_i``
-(n tasks of ``N = rows * cols`` entries):
+mergekit 0.1.5's task arithmetic, TIES, DARE, breadcrumbs and DELLA: one method, three choices, on task deltas X_i:
 
-1. sparsify, ``T_i = f_i * (X_i * M_i)`` (nothing when the task's density ``d_i >= 1``):
+    T_i = f_i * (X_i * M_i)      sparsify: magnitude (TIES) | random (DARE) | outliers (breadcrumbs) | della
+    Y_i = w_i T_i                f_i: none (1) | l1 (||X_i||_1 / ||X_i * M_i||_1) | inverse (1 / d)
+    consensus: none (mixed = sum_i Y_i, divisor = sum_i w_i) or the elected sign s of sum_i Y_i (``sum``) or of
+    sum_i sign(Y_i) (``count``): mixed = sum_i A_i Y_i, divisor = sum_i A_i w_i, A_i = [sign(Y_i) = s]
+    out = lambda * (mixed / divisor if normalize else mixed)
 
-   - ``magnitude`` (TIES): ``M_i`` keeps the ``k = max(1, int(d N))`` largest ``|x|``;
-   - ``random`` (DARE): ``M_i ~ Bernoulli(d)``, drawn in float32 over the whole task from the generator;
-   - ``outliers`` (breadcrumbs): by ``|x|`` ascending, skip the ``n_bot = max(0, N - int(d N) - int(gamma N))``
-     smallest and keep the next ``int(d N)`` (so the ``int(gamma N)`` largest are dropped too);
-   - ``della`` (DELLA's MagPrune): per row, the entry of rank ``r`` (1 = smallest ``|x|`` of the row's
-     ``c``) is kept with probability ``p = d - eps + 2 eps (r - 1) / (c - 1)``, drawn in float32;
-
-   with the rescale ``f_i``: ``none`` (1), ``l1`` (mergekit's ``rescale``: ``||X_i||_1 / ||X_i * M_i||_1``,
-   1 when either is below 1e-7) or ``inverse`` (``1 / d``: DARE's paper and PEFT);
-2. weights ``Y_i = w_i T_i``;
-3. consensus: none (``mixed = sum_i Y_i``, ``divisor = sum_i w_i``, 1 where ``|.| < 1e-8``), or the sign
-   ``s = +1 if v >= 0 else -1`` of ``v = sum_i Y_i`` (``sum``) or ``v = sum_i sign(Y_i)`` (``count``):
-   ``A_i = [sign(Y_i) = s]``, ``mixed = sum_i A_i Y_i``, ``divisor = sum_i A_i w_i`` (1 where 0);
-4. ``normalize``: ``mixed / divisor``; then ``lambda * mixed``.
-
-Unlike PEFT's TIES (``merge_kernels``), the sign is elected on the WEIGHTED tasks and the mean divides by
-the agreeing weights, not their count: the two agree when every weight is 1 (and ``int(d N) >= 1``).
-Where entries tie in magnitude at a threshold, the lowest flat index is kept first (mergekit leaves
-that to ``argsort``). Masks of random drops use the same float32 draws as mergekit on the CPU, so a
-generator seeded like mergekit's global one gives its masks.
-
-Pass 1 forms each task once (``task_rows(i, 0, rows)``) for its mask and rescale factor (a bool mask per
-task is kept); pass 2 forms the rows of every task again, block by block, and combines them, so a
-module's working memory is one task's dense update, n bool masks and the output.
+Unlike PEFT's TIES (``merge_kernels``) the sign is elected on the WEIGHTED tasks and the mean divides by the
+agreeing weights. Random masks use mergekit's float32 draws, so a generator seeded like mergekit's gives its
+masks. Two passes (masks, then row blocks): one task's dense update, n bool masks and the output in memory.
+Each mask's rule and the tie-breaking: docs/design/linalg.md.
 """
 
 from __future__ import annotations

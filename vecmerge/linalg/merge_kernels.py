@@ -1,28 +1,12 @@
 """Element-wise merge kernels (magnitude pruning, TIES, DARE) and SLERP coefficients, as PEFT defines them.
 
-Every kernel takes a stack ``X`` (n, rows, cols) of task matrices (the dense updates of one module, or
-that module's cores in one shared basis) and weights ``w`` (n,), and returns one (rows, cols) matrix
-in ``X``'s dtype. The definitions follow PEFT 0.21's ``peft.utils.merge_utils`` step for step (same
-operations in the same order, so results are bit-identical on the same inputs), with these choices:
-
-- density ``d`` must lie in (0, 1]; PEFT also accepts 0 (magnitude: all pruned; DARE: 0/0 = NaN) and
-  values above 1 (no pruning, with a warning). At ``d == 1`` nothing is pruned and no random numbers
-  are drawn, as in PEFT.
-- magnitude trimming keeps ``k = int(d * numel)`` entries per task, computed in floating point as PEFT
-  does (so 0.29 of 100 entries keeps 28). Where entries tie in magnitude at the threshold, the ones
-  with the lowest row-major (flat) index are kept; PEFT's ``torch.topk`` leaves that choice to the
-  implementation, so the two agree whenever there is no tie at the threshold.
-- TIES (Yadav et al. 2023) as PEFT does it: the sign is elected on the UNWEIGHTED trimmed tasks
-  (``majority="total"``: sign of their sum, the paper's rule; ``"frequency"``: sign of the count of
-  positive minus negative entries), +1 where the vote is zero; the weights multiply the trimmed tasks
-  after the election; the disjoint mean divides the sum of the agreeing weighted entries by the COUNT
-  of agreeing tasks (zero entries never agree), 0 where none agree. mergekit differs: it elects on the
-  weighted tasks and divides by the sum of the agreeing weights.
-- DARE (Yu et al. 2023): each entry is kept with probability ``d`` (``torch.bernoulli`` on a full
-  tensor of ``d`` in ``X``'s dtype) and rescaled by ``1/d``, task after task. The draws come from the
-  ``torch.Generator`` passed in; with a CPU generator seeded like PEFT's global one (``torch.manual_seed``)
-  and the same tasks in the same order and dtype, the masks are bit-identical to PEFT's (float32 and
-  float64 masks differ from each other for one seed).
+Every kernel takes a stack ``X`` (n, rows, cols) of task matrices (the dense updates of one module, or its
+cores in one shared basis) and weights ``w`` (n,), and returns one (rows, cols) matrix in ``X``'s dtype,
+following PEFT 0.21's ``peft.utils.merge_utils`` step for step (bit-identical on the same inputs): magnitude
+trimming keeps ``k = int(d * numel)`` entries per task; TIES elects the sign on the UNWEIGHTED trimmed tasks
+and divides by the COUNT of agreeing tasks; DARE keeps each entry with probability ``d`` and rescales by
+``1/d`` (a CPU generator seeded like PEFT's gives PEFT's masks). The density ``d`` lies in (0, 1].
+Where and why this differs from PEFT at the edges, and from mergekit: docs/design/linalg.md.
 """
 
 from __future__ import annotations

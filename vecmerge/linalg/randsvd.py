@@ -1,30 +1,15 @@
 """Truncated SVD by a randomized range finder, with the EXACT energy it drops.
 
-For a matrix ``D`` (rows, cols), given densely or by its products, ``truncated_svd(D, k)`` returns
-``U`` (rows, k), ``S`` (k,), ``Vh`` (k, cols) by Halko, Martinsson and Tropp (2011), Algorithm 4.4
-(randomized subspace iteration): ``Q = qr(D @ Omega)``, then ``q`` times ``Q = qr(D @ qr(D^T @ Q))``,
-re-orthonormalizing after every product. The sketch has ``l = k + oversample`` columns and a seeded
-Gaussian ``Omega``. The range finder runs in the working precision (float32 for float32, bfloat16 or
-float16 input; float64 for float64); then ``Q`` is re-orthonormalized in float64 and
-``B = Q^T D`` is formed in float64 (column blocks of D, so no float64 copy of D exists), with
-``||D||_F^2`` in the same pass. With ``B = Ub S Vh``, ``U = Q Ub``, the cut is the projection
-``U_k U_k^T D = U_k S_k Vh_k``, so its error is exactly::
+``truncated_svd(D, k)`` (D dense or given by its products) runs Halko, Martinsson and Tropp (2011), Alg. 4.4:
+``Q = qr(D @ Omega)``, then ``q`` times ``Q = qr(D @ qr(D^T @ Q))``, a seeded Gaussian sketch of k + oversample
+columns in the working precision; then ``B = Q^T D`` in float64 (column blocks), ``B = Ub S Vh``, ``U = Q Ub``:
 
-    ||D - U_k S_k Vh_k||_F^2 = ||D||_F^2 - sum_{i<k} S_i^2
+    ||D - U_k S_k Vh_k||_F^2 = ||D||_F^2 - sum_{i<k} S_i^2        (computed from D, not estimated)
 
-computed from D, not estimated (up to float64 round-off, about 1e-15 * ||D||_F^2 absolute: the
-subtraction loses relative accuracy only for cuts that drop less than ~1e-10 of the energy).
-
-Rule for small matrices: when ``min(rows, cols) <= 4 * (k + oversample)`` the sketch would be a
-sizeable share of the matrix, so a full float64 ``torch.linalg.svd`` is used instead (optimal and
-cheap there); its result also carries the optimal dropped energy.
-
-Oversampling defaults to ``max(10, k // 2)`` with 2 power iterations. Measured on a flat (pure noise)
-tail, the hardest case, at 3072 x 1024: the cut's error is 0.3% above optimal at k=32 and 0.7% at
-k=64, but 1.1% at k=128 (0.6% with 3 power iterations); decaying spectra stay below 0.3%. Hence the one
-power-iteration rule of a rank-k cut (``power_iters_for``): ``POWER_ITERS`` (2) while ``8 k <= min(rows,
-cols)``, one more above; ``rank_k_cut`` is the one rank-k cut of a dense matrix under that rule (the
-rank cut's ``N`` on a dense update, extract's cuts of a fine-tune's difference).
+Small matrices (``min(rows, cols) <= 4 * (k + oversample)``) take a full float64 SVD instead
+(``use_full_svd``). ``rank_k_cut`` is the one rank-k cut of a dense matrix: ``POWER_ITERS`` (2) power
+iterations while ``8 k <= min(rows, cols)``, one more above (``power_iters_for``).
+The precisions and the measurements behind the rule: docs/design/linalg.md.
 """
 
 from __future__ import annotations

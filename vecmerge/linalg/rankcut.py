@@ -1,31 +1,15 @@
 """The one rank cut: any module update back into LoRA factors of the rank a ``RankPolicy`` chooses.
 
-For an update with thin SVD ``U S V^T`` (from its small core: ``C = Uc S Vh``, ``U = Qb Uc``,
-``Vh' = Vh Qa^T``) the policy picks k and the written factors are ``B = U_k sqrt(S_k)``,
-``A = sqrt(S_k) Vh_k`` (scale folded, split evenly). The cut's error is exactly
-``sqrt(sum_{i>=k} S_i^2)`` (Eckart-Young). Policies (``rank_policy.RankPolicy``):
+For an update with thin SVD ``U S V^T`` (from its small core) the policy picks k and the written factors are
 
-- ``exact``: the smallest rank whose cut error is below ``EXACT_RTOL`` (1e-9) of the update's scale:
-  only float64 round-off is dropped;
-- ``N``: the best rank-N approximation, never above the exact rank;
-- ``energy:E``: the smallest rank keeping a share ``E`` of ``||update||^2`` (the whole written
-  update, backbone included: a small step can fall below the cut);
-- ``step-energy:E``: the smallest rank whose cut loses at most ``1 - E`` of ``||step||^2`` (the cut's
-  squared error is the dropped tail ``sum_{i>=k} S_i^2``, so the step keeps ``>= E`` of its energy in
-  the sense ``||written - intended||^2 <= (1 - E) ||step||^2``); only where there is a step;
-- ``keep-base``: the backbone's own factors bit for bit, with the step's exact factors appended
-  (the step must come from one backbone adapter).
+    B = U_k sqrt(S_k),   A = sqrt(S_k) Vh_k,   error = sqrt(sum_{i>=k} S_i^2)   (Eckart-Young, exact)
 
-``cut`` serves the pipeline (cores in a module's shared basis) and ``refactor``/``verify`` (LowRank) alike.
-``rank=k`` overrides the policy's choice with a common rank (the experts of one MoE parameter share one
-stored rank, see ``pipeline.experts``): the cut keeps ``min(k, exact)`` directions and pads with zero
-directions up to k (keep-base pads its appended factors). A dense update (``dense.Dense``, from the dense-
-space merge methods) is cut by a randomized truncated SVD (``randsvd``, Halko-Martinsson-Tropp subspace
-iteration, seeded) whose error is still exact: ``||D||^2 - sum_{i<k} S_i^2`` computed from D. ``N`` is
-``randsvd.rank_k_cut`` (the one rank-k cut: ``POWER_ITERS`` power iterations, one more when N exceeds
-``min(out, in) / 8``, measured within 1% of the optimal cut then; extract cuts by it too); ``energy:E``
-finds the smallest rank reaching E by doubling (``POWER_ITERS`` each round); ``exact`` runs the full SVD
-(the result of an element-wise merge usually has full rank: a large adapter).
+Policies (``rank_policy.RankPolicy``): ``exact`` (drop only float64 round-off, ``EXACT_RTOL``), ``N``,
+``energy:E`` (keep E of ``||update||^2``), ``step-energy:E`` (lose at most 1 - E of ``||step||^2``) and
+``keep-base`` (the backbone's factors bit for bit, the step's appended). ``rank=k`` forces a common rank,
+zero-padded (``pipeline.experts``). A dense update (``dense.Dense``) is cut by ``randsvd`` with its error
+still exact: ``||D||^2 - sum_{i<k} S_i^2``. ``cut`` serves the pipeline, ``refactor`` and ``verify``.
+Each policy's rule and the randomized path's measurements: docs/design/linalg.md.
 """
 
 from __future__ import annotations

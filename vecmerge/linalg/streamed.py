@@ -1,22 +1,11 @@
 """Element-wise merges of dense updates, one block of rows at a time: TIES, DARE, magnitude pruning.
 
-``merge_kernels`` holds the methods on a stack ``X`` (n, rows, cols) as PEFT defines them. On a
-module's dense updates that stack and its temporaries (trimmed copies, signs, weighted copies) cost
-about six times ``n * rows * cols`` float64 numbers at once. Here the same operations run in two
-passes over row blocks of the tasks, which are given by a function ``task_rows(i, r0, r1)`` (rows
-``r0:r1`` of task i, formed on demand), so only one block of every task is held with the output:
-
-1. what survives of each task: for magnitude trimming its exact threshold, the ``k = int(d * numel)``-th
-   largest ``|x|`` over the whole task (and how many entries equal to it are kept, lowest flat index
-   first, as ``merge_kernels.magnitude_mask``); for DARE its Bernoulli mask, drawn over the whole task
-   in one call from the generator (the stream ``merge_kernels.dare_drop`` draws);
-2. per row block: trim or drop each task, then the weighted sum or TIES' sign election and disjoint
-   mean, written into the output.
-
-Every entry goes through the same operations as in ``merge_kernels`` (on a single block the result is
-bit-identical; on several blocks the sums over tasks may differ in the last bit, since torch may order a
-reduction differently on a smaller tensor). A task is formed by the same blocks in both passes, so its
-threshold is exact for the values merged.
+``merge_kernels`` holds the methods on a whole stack ``X`` (n, rows, cols), about six times its size in
+temporaries. Here the same operations run in two passes over row blocks of tasks given by ``task_rows(i,
+r0, r1)``: (1) what survives of each task (its exact magnitude threshold over the whole task, or its DARE
+mask drawn in one call as ``merge_kernels.dare_drop`` draws it); (2) per row block, trim or drop each task,
+then the weighted sum or TIES' election and disjoint mean. On one block the result is bit-identical to
+``merge_kernels``; on several the sums over tasks may differ in the last bit. Why: docs/design/linalg.md.
 """
 
 from __future__ import annotations

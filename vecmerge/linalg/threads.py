@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import torch
 
 MAX_WORKERS = 8
+Progress = Callable[..., Iterable[Any]]  # wraps an iterable (a tqdm bar), optionally with ``total=``
 
 
 def workers() -> int:
@@ -43,7 +46,7 @@ def single_threaded_kernels():
         torch.set_num_threads(prev)
 
 
-def map_modules(fn, names: list[str], progress=None) -> dict:
+def map_modules(fn: Callable[[str], Any], names: list[str], progress: Progress | None = None) -> dict:
     """``{m: fn(m) for m in names}``: single-threaded kernels, modules on ``workers()`` threads, in order.
 
     Args:
@@ -62,7 +65,7 @@ def map_modules(fn, names: list[str], progress=None) -> dict:
             return fn(m)
 
         with ThreadPoolExecutor(max_workers=n, thread_name_prefix="vecmerge") as pool:
-            results = pool.map(one, names)
+            results: Iterable[Any] = pool.map(one, names)
             if progress:
                 try:
                     results = progress(results, total=len(names))

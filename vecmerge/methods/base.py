@@ -1,22 +1,13 @@
 """What a merge method is: its recipe fields, its validation, and one module's intended update.
 
-A method turns one module's operands (the recipe's expressions evaluated as cores in that module's
-shared basis, see ``subspace.py``) into an update of that module:
-
-- a *stepped* method (``project``'s modes) returns a direction ``dir'_m``; the pipeline then picks
-  alpha by the trust region over all modules and writes ``base_m + alpha * dir'_m``;
-- any other method returns the intended update itself (``refactor``'s expression, ``merge``'s classic
-  methods: ``linear``, ``ties``, ``dare_*``, ``slerp``...).
-
-A merge method (``operands = ("models",)``) reads the recipe's ``models`` list: one core per model
-(``x.models``), with the model's ``weight`` and ``density`` (``x.weights``, ``x.densities``) and, for a
-method that writes the inputs' factors as they are (``cat``), each model's adapter terms (``x.terms``).
-
-``space`` says whether it works exactly on the shared cores (``core``: never dense) or needs each
-module's dense update (``dense``: formed one module at a time, ``x.models[i].dense()``); a method whose
-space is a recipe field says so in ``space_for``. Its ``fields`` declare the recipe keys it reads, each
-with a help text; the CLI options and the recipe documentation are generated from them, so nothing is
-typed twice. This module imports no torch: ``vecmerge --help`` stays fast.
+A method turns one module's operands (the recipe's expressions as cores in the module's shared basis,
+``subspace.py``) into an update: a *stepped* method (``project``'s modes) returns a direction ``dir'_m`` that the
+pipeline scales by the trust region (``base_m + alpha * dir'_m``); any other returns the intended update itself.
+A merge method (``operands = ("models",)``) reads ``x.models``, ``x.weights``, ``x.densities`` and, for ``cat``,
+``x.terms``. ``space`` says whether it works on the shared cores (``core``) or each module's dense update
+(``dense``); ``space_for`` when a recipe field decides. Its ``fields`` declare the recipe keys it reads, from
+which the CLI options and the recipe documentation are generated. This module imports no torch.
+More: docs/design/methods.md and docs/ARCHITECTURE.md ("Adding a merge method").
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
 """What TIES, DARE and magnitude pruning share: their fields, their checks, and where they run.
 
 Each is an element-wise merge ``kernel(X, w, d)`` of ``merge_kernels`` on a stack ``X`` of the models'
-updates of one module, either
+updates of one module, in one of two spaces:
 
-- ``space: full``: the models' dense updates ``DeltaW_i`` (out x in), formed one module at a time from
-  the module's cores (``Qb C_i Qa^T``): the method as the papers and PEFT's ``*_svd`` define it; its
-  result has full rank, so it is cut to ``rank`` (required) by a randomized SVD with an exact error;
-- ``space: core``: the models' cores in the module's principal bases (after Core Space merging,
-  Panariello et al. 2025): never dense, exact at ``rank: exact`` (rank <= p). The bases are the left
-  singular vectors ``U`` of ``[DeltaW_1 .. DeltaW_n]`` and the right ones ``V`` of ``[DeltaW_1; ..;
-  DeltaW_n]`` (those with a non-zero singular value), found from the small cores ``C_i`` (p x q) of the
-  module's shared basis; the method runs on ``U^T DeltaW_i V`` and is lifted back by ``U . V^T``. So the
-  result depends on the updates alone: not on the gauge of their factors (``B A = (B G)(G^-1 A)``), nor
-  on the order of the models (the element-wise methods commute with the sign of a basis vector).
+    space: full    the dense updates DeltaW_i = Qb C_i Qa^T, one module at a time; the result is cut to ``rank``
+    space: core    U^T DeltaW_i V in the module's principal bases (Core Space merging, Panariello et al. 2025),
+                   lifted back by U . V^T: never dense, exact at ``rank: exact``
 
-With ``normalize`` given (true or false), TIES and DARE follow mergekit's convention instead
-(``linalg/gta.py``: the sign elected on the weighted tasks, the mean over the agreeing weights);
-unset, PEFT's. Both run ``streamed.streamed_merge``: in full space one block of rows of every model at a time (the
-models' rows formed on demand from the cores, kept between the two passes when they fit in
-``KEEP_BYTES``), so a module's working memory is about its output and one model's update; in core space
-on the small cores in one block (bit-identical to ``merge_kernels``, which match PEFT's ``merge_utils``).
-Every model's density is its own ``density`` in ``models``, else the recipe's ``density``. Imports of
-torch happen inside the methods, so ``vecmerge --help`` stays fast.
+With ``normalize`` set, TIES and DARE follow mergekit's convention (``linalg/gta.py``); unset, PEFT's. Both
+run ``streamed.streamed_merge`` (full space: one block of rows of every model at a time). Every model's
+density is its own ``density`` in ``models``, else the recipe's. Torch is imported inside the methods.
+Why core space is gauge- and order-free, and the memory rule: docs/design/methods.md.
 """
 
 from __future__ import annotations

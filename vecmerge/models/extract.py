@@ -1,18 +1,14 @@
 """``vecmerge extract``: a full fine-tune as a LoRA, module by module, with the exact error of every cut.
 
-For every targeted module m (``modelparts``): ``D_m = W_tuned - W_base`` in float64 and the LoRA layout
-(out, in) (the weight transposed for Conv1D and embeddings), cut by ``linalg.dense_cut.cut_module`` into
-``B = U sqrt(S)``, ``A = sqrt(S) Vh`` (scale 1: ``lora_alpha = r``) with the exact dropped energy
-``||D_m||^2 - sum S^2``. Both models are read one tensor at a time (``io.model_folder``): memory holds one
-module's tensors and work, never a model; the factors go to a scratch file as they are made.
+For every targeted module m (``parts``)::
 
-Every other tensor that differs (norms, biases, untargeted matrices, a resized vocabulary, tensors only
-one model has) is listed first, before any cut, and handled as ``others`` says: ``save`` keeps its whole
-module from the fine-tune as PEFT ``modules_to_save`` (a resized embedding or head too: resize the base's
-token embeddings before loading), ``drop`` leaves it out; with no choice given and something differing,
-nothing is done (exit 2, the list in the message). What cannot be saved is refused under ``save``: a
-differing bias of a LoRA-targeted module (PEFT saves a module whole or as LoRA, not both) and tensors only
-one model has.
+    D_m = W_tuned - W_base  (float64, LoRA layout)  ->  B = U sqrt(S), A = sqrt(S) Vh  (lora_alpha = r)
+    error_m^2 = ||D_m||^2 - sum S^2                     (``linalg.dense_cut.cut_module``, exact)
+
+Both models are read one tensor at a time; the factors go to a scratch file as they are made. Every other
+tensor that differs is listed before any cut and handled as ``others`` says (``save`` as PEFT
+``modules_to_save``, ``drop``; neither given and something differs: exit 2 with the list).
+What ``save`` cannot keep: docs/design/models.md.
 """
 
 from __future__ import annotations

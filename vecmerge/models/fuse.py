@@ -1,23 +1,15 @@
 """``vecmerge fuse``: a LoRA adapter added into its base model's weights, written as a plain model.
 
-For every LoRA module m with update ``D_m = scale * B @ A`` (PEFT's scale rule, in the base layout:
-transposed for ``fan_in_fan_out`` and embeddings) and base weight ``W_m``::
+For every LoRA module m with update ``D_m = scale * B @ A`` (in the base layout) and base weight ``W_m``::
 
     fused_m = round_dtype(W_m + D_m)        (the sum in float64 for fp32 outputs, float32 for bf16/fp16)
+    rounding_rel = ||fused - (W + D)|| / ||D||   (recorded: how much of the update the rounding lost)
 
-in row blocks of ``BLOCK_BYTES``, so memory holds one weight, its output and one block (a float32 sum's
-error is far below a bf16 or fp16 rounding step: see ``fused_weight``). Tensors of the adapter's
-``modules_to_save`` replace the base's; every other tensor is copied byte for byte (converted only when
-``--dtype`` differs from its stored dtype). The output keeps the base's shard names, tensor order and
-``__metadata__``, writes the index with the new ``total_size``, and copies the base's other top-level
-files (config, generation config, tokenizer, license; the base's README.md and vecmerge.json excepted;
-``config.json``'s dtype follows ``--dtype``). ``vecmerge.json`` (``kind: fuse``) records the base's and
-the adapter's hashes, every written weight shard's sha256 (other files are listed; verify compares them
-with the base's), and per module ``||D||`` and how far rounding moved the
-update: ``rounding_rel = ||fused - (W + D)|| / ||D||`` (in bf16 a small update next to a large weight
-loses much of itself: this says how much). Written atomically by ``outputs.transaction.OutputTransaction``;
-the adapter's tensors are read through ``Adapter`` (the one checked safetensors reader), the manifest's common
-part through ``outputs.manifest``.
+in row blocks of ``BLOCK_BYTES``. ``modules_to_save`` tensors replace the base's; every other tensor is
+copied byte for byte (converted only for ``--dtype``); shard names, tensor order, ``__metadata__``, the index
+and the base's other top-level files are kept. ``vecmerge.json`` (``kind: fuse``) records every hash and per
+module ``||D||`` and ``rounding_rel``. Written by ``outputs.transaction.OutputTransaction``.
+What is copied, and why a float32 sum suffices: docs/design/models.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Which tensors of a model are LoRA-able modules, of which kind, and which ones ``--targets`` picks.
 
-Rules (names, not classes: no model is instantiated):
-
-- a *module* is a 2-D floating tensor named ``<module>.weight``; its kind is
-  ``embedding`` when the module's last name is one of ``EMBEDDING_NAMES`` (weight (vocab, dim)),
-  ``conv1d`` when the config's ``model_type`` is one of ``CONV1D_MODELS`` and the last name one of
-  ``CONV1D_NAMES`` (GPT-2's ``Conv1D``: weight stored (in, out), PEFT's ``fan_in_fan_out``),
-  else ``linear`` (weight (out, in));
-- the LoRA layout of the update is (out, in) = the weight's shape, transposed for ``conv1d`` and
-  ``embedding`` (PEFT's ``lora_embedding_B @ lora_embedding_A`` is (dim, vocab));
-- ``all-linear`` picks every linear and conv1d module except the output head (``OUTPUT_NAMES``), as
-  PEFT's ``all-linear`` does; other targets are matched by PEFT's rule (the full name, or a suffix
-  after a dot), and may name embeddings (``embed_tokens``) or the head (``lm_head``).
-
-``tests/models/test_parts.py`` checks these rules against the module classes transformers builds for
-Llama, Qwen3 and GPT-2.
+By names, no model instantiated: a *module* is a 2-D floating tensor ``<module>.weight``, of kind
+``embedding`` (last name in ``EMBEDDING_NAMES``), ``conv1d`` (``model_type`` in ``CONV1D_MODELS`` and last name
+in ``CONV1D_NAMES``: weight stored (in, out)) or ``linear``. The LoRA layout is (out, in) = the weight's shape,
+transposed for ``conv1d`` and ``embedding``. ``all-linear`` picks every linear and conv1d module but the output
+head (``OUTPUT_NAMES``), as PEFT does; other targets match by PEFT's rule (full name or dotted suffix).
+``tests/models/test_parts.py`` checks the rules against transformers' Llama, Qwen3 and GPT-2.
 """
 
 from __future__ import annotations

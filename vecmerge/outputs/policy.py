@@ -1,28 +1,11 @@
 """Which paths vecmerge may write: one rule for every output folder and file (``--out``, ``--plot``...).
 
-A target is refused (:class:`~vecmerge.errors.OutputError`, exit 2, one line naming it and the way out) when
-
-* it is, contains, or lies inside a protected path: the command's inputs, every adapter folder the
-  workspace names, and the workspace's base model. Paths are compared twice: as resolved strings
-  (``os.path.realpath``, so ``..`` and symbolic links cannot hide an input) and by device and inode of
-  every existing ancestor (so a bind mount or a case-insensitive file system cannot either);
-* it is a symbolic link (vecmerge never writes through one), or a file that is not a regular file;
-* it exists and ``force`` is not given;
-* with ``force``, a folder that vecmerge did not write: replaceable are only an empty folder, a folder
-  with a ``vecmerge.json`` whose ``"tool"`` is ``"vecmerge"``, or one holding the demo marker
-  ``.vecmerge-demo``; ``expected_entries`` further refuses a vecmerge folder that holds other files
-  (the user's notes would be deleted with it);
-* with ``force``, a file that is not of the expected kind (a plot may replace a PNG only: the first
-  bytes are checked, so ``--plot v28/adapter_model.safetensors --force`` is refused even when v28 is
-  not an input). Replacing a file is an atomic rename: a hard link to the old file elsewhere keeps the
-  old content, so no other path changes. The kind check is by content only; the user named this file
-  and asked for ``--force``, so their own PNG may be replaced, but never a file of another kind;
-* a file or folder that would land inside an adapter folder (one holding ``adapter_config.json``,
-  adapter weights or ``vecmerge.json``, at any depth above it): tools load what sits beside the
-  weights, and ``verify`` would flag it;
-* a file or folder that would land inside a model folder (one holding ``config.json`` beside model
-  weights, :data:`MODEL_WEIGHTS`, at any depth above it): the base model an adapter declares is never
-  written, even when no workspace names it.
+A target is refused (``errors.OutputError``, exit 2, one line naming it and the way out) when it is, holds
+or lies inside a protected path (the inputs, the workspace's adapters and base model; compared as real
+paths and by device and inode); when it is a symbolic link or not a regular file; when it exists without
+``force``; with ``force``, when it is a folder vecmerge did not write or a file of another kind (checked by
+content); and when it would land inside an adapter folder or a model folder (``MODEL_WEIGHTS``).
+Each rule and why: docs/design/outputs.md.
 """
 
 from __future__ import annotations

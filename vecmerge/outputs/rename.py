@@ -1,22 +1,11 @@
 """Atomic renames that never replace by accident, atomic swaps, and ``fsync`` helpers.
 
-POSIX ``rename`` silently replaces a file (and an empty folder) at the destination, so "write a temp
-file, then rename" can clobber an output that another run committed a moment earlier. The operating
-systems offer the missing pieces, which Python does not wrap; this module calls them with ``ctypes``:
-
-* Linux (3.15+; ext4, xfs, btrfs, tmpfs...): ``renameat2(..., RENAME_NOREPLACE)`` fails with EEXIST if the
-  destination exists, and ``renameat2(..., RENAME_EXCHANGE)`` swaps two paths in one step, so a
-  replaced path always holds the complete old or the complete new content.
-* macOS (10.12+, APFS): ``renamex_np`` with ``RENAME_EXCL`` / ``RENAME_SWAP`` does the same.
-
-Fallbacks where the call or the file system does not support them (EINVAL, ENOSYS, ENOTSUP):
-
-* no-replace, file: ``os.link`` (fails with EEXIST atomically) then ``os.unlink`` of the source; where
-  hard links are not supported either, check then ``os.rename``: a race window remains.
-* no-replace, folder: ``os.rename`` refuses a non-empty destination folder and any file, but replaces
-  an empty folder; the check before it narrows but does not close that window.
-* swap: :data:`SWAP_UNSUPPORTED` is raised; :mod:`vecmerge.outputs.transaction` then moves the old output aside
-  under a journal, so a crash between the two moves is repaired by the next run.
+POSIX ``rename`` silently replaces its destination. This module calls the systems' missing pieces through
+``ctypes``: ``renameat2`` with ``RENAME_NOREPLACE`` / ``RENAME_EXCHANGE`` (Linux 3.15+) and ``renamex_np``
+with ``RENAME_EXCL`` / ``RENAME_SWAP`` (macOS 10.12+). Where they are missing (EINVAL, ENOSYS, ENOTSUP) a
+no-replace falls back to ``os.link`` + ``os.unlink`` (files) or a check then ``os.rename``, and a swap
+raises ``SWAP_UNSUPPORTED`` for ``transaction`` to move the old output aside under its journal.
+The fallbacks' race windows: docs/design/outputs.md.
 """
 
 from __future__ import annotations

@@ -1,50 +1,17 @@
 """Writing outputs so that nothing is lost and nothing is half-written: stage, then commit all or none.
 
-Every output (a folder such as ``--out``, a file such as ``--plot``) is first checked by
-:class:`~vecmerge.outputs.policy.OutputPolicy`, then built in a hidden sibling ``.NAME.tmp-XXXXXXXX/``
-(the *wrapper*) that holds the build as ``new``, a marker file ``.vecmerge-partial`` (JSON: tool, target,
-journal) and, during a commit, ``journal.json``. The owner holds an ``flock`` on the marker for its whole
-life; the kernel drops it when the process dies, even by SIGKILL, so a wrapper whose marker can be
-locked belongs to a dead run. :meth:`OutputTransaction.commit`:
+Every output is checked by ``policy.OutputPolicy`` and built in a hidden sibling ``.NAME.tmp-XXXXXXXX/`` (its
+``new``, a ``.vecmerge-partial`` marker under ``flock``, a journal). A commit re-checks every target, journals
+``committing``, moves each build in (``rename_noreplace``, or an atomic exchange over an old target), journals
+``done``; a failure before that puts every member back (``recovery.undo``, or the next run's ``recover``).
 
-1. ``fsync`` every built file and folder, lock the parent folders (``flock``; an extra guard only).
-2. Re-check every target: one that appeared since the start is an error (exit 2) unless ``force``, and
-   with ``force`` it must still be something vecmerge may replace.
-3. Write the journal (state ``committing``, the device and inode of each build) into the first
-   wrapper, ``fsync``; from here SIGINT/SIGTERM/SIGHUP are held until the commit is decided.
-4. Move each build in: without an old target by ``rename_noreplace`` (a target that appeared meanwhile
-   makes it fail; two runs to one ``--out``: one wins, the other gets OutputError and the winner's
-   output is untouched); over an old target by an atomic exchange, so the final path holds the complete
-   old or the complete new output at every instant; the old one is then in the wrapper. Where no
-   exchange exists (see :mod:`vecmerge.outputs.rename`), the old output is moved into the wrapper as ``old``
-   first: the final path is absent for a moment, and the journal lets the next run restore it. Either way
-   what came out is checked again: if it is no longer what the check allowed, it is put back and the
-   commit fails.
-5. Write the journal's state ``done`` (the commit point), then delete the wrappers (the old outputs).
-
-If anything fails or is interrupted before ``done`` (an exception, KeyboardInterrupt, ENOSPC), every
-member is put back (:func:`vecmerge.outputs.recovery.undo`: the final path gets the old output again, or
-no new output stays) and the wrappers are removed. If the process dies instead (SIGKILL, power loss),
-the next run that writes into the same parent folder calls :func:`vecmerge.outputs.recovery.recover`,
-which does the same from the journal: before ``done`` it puts every old output back (a dose ladder
-stays all-or-nothing), after it removes the leftovers.
-Only hidden ``.NAME.tmp-*`` folders that hold a readable vecmerge marker are ever touched.
-Hidden ``.NAME.old-*`` folders left by earlier vecmerge versions carry no marker and are left alone.
-
-Two runs with ``--force`` to one target replace each other in turn: the last commit wins, and the
-path holds one complete output throughout.
-
-Use::
-
-    policy = OutputPolicy.for_command(inputs=[...], workspace_adapters=ws.adapters,
-                                      base_model=ws.base_model, force=force)
     with OutputTransaction(policy) as txn:
         for dose in doses:                       # one output, or a ladder: all or none
             build_into(txn.folder(f"{out}-x{dose}"))
         txn.commit()
-    write_file(plot, lambda f: fig.savefig(f, format="png"), policy=policy, kind=PNG, flag="--plot")
 
-The policy pieces are re-exported here: ``OutputPolicy``, ``FileKind``, ``PNG``, ``recover``.
+Re-exported here: ``OutputPolicy``, ``FileKind``, ``PNG``, ``recover``. The commit step by step and what two
+``--force`` runs do: docs/design/outputs.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
-"""Reading PEFT LoRA folders module by module: the tensors, their layout, validation, hashes.
+"""Reading PEFT LoRA folders module by module: the tensors, their layout, hashes.
 
-A module's update is ``scale * B @ A`` in the LoRA layout (B = ``lora_B`` (out, r), A = ``lora_A``
-(r, in)). Where the base weight is stored the other way round (``fan_in_fan_out``, and embedding
-LoRA whose ``lora_embedding_B @ lora_embedding_A`` is (dim, vocab)), ``ModuleSpec.transposed`` says
-so; the algebra does not care, ``weight_delta`` applies it. Tensors are read through the one checked
-safetensors reader (``io.safetensors_read.TensorFile``: the header checked on opening, ``load`` reading the
-file once into memory, hashed in the same pass); the names and rules of the format live in ``peft.format``,
-the content hash the ledger keys on in ``peft.content_hash``.
-
-Parameters adapted through ``target_parameters`` (PEFT's ``ParamWrapper``) are read as modules too: a
-2-D one (a router's ``weight``) as one module named after its module, a 3-D one (fused MoE experts)
-as one module per expert, ``<module>.<parameter>.<e>``, each ``scale * B_e @ A_e`` of shape (out, in)
-with the parameter's r and scale (``ModuleSpec.param``, ``expert``, ``experts``, ``holder``). Every
-expression, audit, method and rank cut then sees plain modules; ``peft.write.pack_params`` groups the
-experts back.
+A module's update is ``scale * B @ A`` in the LoRA layout (B = ``lora_B`` (out, r), A = ``lora_A`` (r, in));
+``ModuleSpec.transposed`` says when the base weight is stored the other way round (``fan_in_fan_out``,
+embeddings), and ``weight_delta`` applies it. The keys are sorted into checked specs by ``index.ModuleIndex``;
+tensors are read through the one checked safetensors reader (``io.safetensors_read.TensorFile``; ``load``
+reads the file once, hashed in the same pass). A 3-D ``target_parameters`` parameter (fused MoE experts) is
+read as one module per expert, ``<module>.<parameter>.<e>`` (``params.py``); ``peft.write.pack_params``
+groups them back. More: docs/design/peft.md.
 """
 
 from __future__ import annotations
@@ -23,29 +16,15 @@ from pathlib import Path
 
 import torch
 
-from ..errors import AdapterError, ModelError, few
+from ..errors import AdapterError, ModelError
 from ..io.hashing import sha256_file
 from ..io.parse import short
 from ..io.safetensors_read import TensorFile
 from ..linalg.lowrank import LowRank
 from .content_hash import content_sha256, weights_file
-from .format import (
-    BIN_NAME,
-    CONFIG_NAME,
-    KEY,
-    PREFIX,
-    SAFETENSORS_DTYPES,
-    SAFETENSORS_NAME,
-    STORED_DTYPES,
-    LoraConfig,
-    entry_name,
-    expert_factors,
-    nesting_order,
-    param_candidates,
-    peft_scale,
-    targeted,
-    unwrap,
-)
+from .format import BIN_NAME, CONFIG_NAME, SAFETENSORS_DTYPES, SAFETENSORS_NAME, STORED_DTYPES, LoraConfig
+from .index import ModuleIndex
+from .params import expert_factors
 from .spec import ModuleSpec
 
 
@@ -63,8 +42,6 @@ class Adapter:
         if not self.path.is_dir():
             raise AdapterError(f"{self.path}: no such adapter folder; check the path or the name in vecmerge.yaml")
         self.config = LoraConfig.read(self.path / CONFIG_NAME, dora=dora)
-        self.magnitude_keys: dict[str, str] = {}  # DoRA: module -> its lora_magnitude_vector's key
-        self.bias_keys: dict[str, str] = {}  # lora_bias: module -> its lora_B.bias key
         self.modules_to_save_policy = modules_to_save
         self.weights_path = self._find_weights()
         self._file, self._state = self._open()  # a checked safetensors file, or a .bin's tensors
@@ -77,22 +54,17 @@ class Adapter:
                 "meaningful sum; to use the LoRA part only pass --modules-to-save drop (project, refactor, audit; "
                 "modules_to_save: drop in a recipe); the output then saves none"
             )
-        self.base_layer_copies: list[str] = []
-        self.saved_modules: list[str] = []  # keys of full saved modules left out (modules_to_save: drop)
-        self.specs = self._index()
+        index = ModuleIndex(self.tensor_keys, self._shape, self._dtype, self.config, self.weights_path)
+        self.magnitude_keys = index.magnitude_keys  # DoRA: module -> its lora_magnitude_vector's key
+        self.bias_keys = index.bias_keys  # lora_bias: module -> its lora_B.bias key
+        self.base_layer_copies = index.base_layer_copies  # saved copies of targeted embeddings' base weights
+        self.saved_modules = index.saved_modules  # keys of full saved modules left out (modules_to_save: drop)
+        self.specs = index.specs
 
     @property
     def saved_keys(self) -> list[str]:
         """The file keys of the saved full modules (``modules_to_save``), as in ``saved_modules``."""
         return list(self.saved_modules)
-
-    def _is_saved_module(self, key: str) -> bool:
-        """A full weight of a ``modules_to_save`` module: ``...modules_to_save...`` (older PEFT) or, as
-        peft 0.21 saves it, ``base_model.model.<module>.<param>`` for a module the config lists."""
-        if "modules_to_save" in key:
-            return True
-        mod = key.removeprefix(PREFIX).rsplit(".", 1)[0]
-        return any(mod == n or mod.endswith(f".{n}") for n in self.config.modules_to_save)
 
     # -- opening ----------------------------------------------------------------------------
     def _find_weights(self) -> Path:
@@ -142,66 +114,6 @@ class Adapter:
         code = self._file.tensors[key].dtype
         return SAFETENSORS_DTYPES.get(code, code)
 
-    def _index(self) -> dict[str, ModuleSpec]:
-        parts: dict[str, dict[str, str]] = {}
-        for key in self.tensor_keys:
-            if key.endswith(".lora_B.bias") and self.config.raw.get("lora_bias"):
-                self.bias_keys[key.removeprefix(PREFIX).removesuffix(".lora_B.bias")] = key
-                continue
-            m = KEY.match(key)
-            if m is None and self.config.use_dora and ".lora_magnitude_vector" in key:
-                mod = key.removeprefix(PREFIX).split(".lora_magnitude_vector")[0]
-                self.magnitude_keys[mod] = key
-                continue
-            if m is None:
-                if self._is_saved_module(key):
-                    self.saved_modules.append(key)  # refused in __init__ unless the policy is drop
-                    continue
-                if key.endswith(".base_layer.weight"):
-                    # PEFT saves a copy of a targeted embedding's base weight (save_embedding_layers);
-                    # it is the base model's weight, not part of the update.
-                    self.base_layer_copies.append(key)
-                    continue
-                hint = "DoRA magnitude" if "lora_magnitude_vector" in key else "a tensor that is not a LoRA factor"
-                bias = self.config.raw.get("bias", "none")
-                if key.endswith(".bias") and isinstance(bias, str) and bias != "none":
-                    raise AdapterError(f"{self.weights_path}: key {key!r} is a bias the adapter trained (bias={bias!r} "
-                                       f"in {CONFIG_NAME}), which is not part of B@A; vecmerge handles plain LoRA only "
-                                       "(train with bias='none')")
-                raise AdapterError(f"{self.weights_path}: key {key!r} is {hint}; vecmerge handles plain LoRA only")
-            slot = "A" if m["kind"].endswith("A") else "B"
-            kind = "embedding" if "embedding" in m["kind"] else "linear"
-            entry = parts.setdefault(m["mod"], {"kind": kind})
-            if slot in entry:
-                raise AdapterError(f"{self.weights_path}: module {m['mod']} has two lora_{slot} tensors "
-                                   "(several adapter names?); save one adapter per folder")
-            entry[slot] = key
-        holders: dict[str, dict] = {}
-        for mod, entry in parts.items():
-            holder, depth = unwrap(mod)
-            holders.setdefault(holder, {})[depth] = (mod, entry)
-        specs: dict = {}
-        for holder, levels in sorted(holders.items()):
-            if max(levels) > 0 or (param_candidates(self.config.raw, holder)
-                                   and not targeted(self.config.raw, holder)):
-                specs.update((s.name, s) for s in self._param_specs(holder, levels))
-            else:
-                specs[holder] = self._spec(holder, levels[0][1])
-        if not specs:
-            raise AdapterError(f"{self.weights_path}: no LoRA tensors found; is this a LoRA adapter?")
-        odd = [m for m in self.bias_keys if m not in specs or specs[m].kind != "linear" or specs[m].param]
-        lack = [m for m in specs if m not in self.bias_keys] if self.config.raw.get("lora_bias") else []
-        if odd or lack:
-            what = (f"lora_B.bias of {few(odd)} is not on a LoRA linear layer" if odd
-                    else f"lora_bias is set but {few(lack)} store no lora_B.bias")
-            raise AdapterError(f"{self.weights_path}: {what}; the file is incomplete or not PEFT's, save it again")
-        if self.config.use_dora:
-            odd = [m for m, s in specs.items() if s.kind != "linear" or m not in self.magnitude_keys]
-            if odd:
-                raise AdapterError(f"{self.weights_path}: DoRA module(s) {', '.join(odd[:3])} are not linear layers "
-                                   "with a lora_magnitude_vector; vecmerge reads DoRA on linear layers only")
-        return specs
-
     def magnitude(self, module: str) -> torch.Tensor:
         """A DoRA module's learned magnitude vector ``m`` (out,), float64 (AdapterError if absent or not finite)."""
         key = self.magnitude_keys.get(module)
@@ -223,90 +135,6 @@ class Adapter:
             raise AdapterError(f"{self.weights_path}: {key}: shape {tuple(v.shape)} or non-finite values; expected "
                                f"({self.specs[module].shape[0]},) finite entries, save the adapter again")
         return v * self.specs[module].scale
-
-    def _factor_shapes(self, where: str, entry: dict) -> tuple[tuple, tuple, str]:
-        """lora_A and lora_B shapes and the stored dtype(s), validated: matrices agreeing on the rank."""
-        for slot in "AB":
-            if slot not in entry:
-                raise AdapterError(f"{where}: lora_{slot} is missing; the file is incomplete, save the adapter again")
-        a_shape, b_shape = self._shape(entry["A"]), self._shape(entry["B"])
-        if len(a_shape) != 2 or len(b_shape) != 2:
-            raise AdapterError(f"{where}: lora_A {a_shape} / lora_B {b_shape} are not matrices "
-                               "(convolution LoRA is not supported)")
-        if a_shape[0] != b_shape[1]:
-            raise AdapterError(f"{where}: lora_A {a_shape} and lora_B {b_shape} disagree on the rank; "
-                               "the factors come from different runs, save the adapter again")
-        dtypes = {self._dtype(entry["A"]), self._dtype(entry["B"])}
-        bad = dtypes - set(STORED_DTYPES.values())
-        if bad:
-            raise AdapterError(f"{where}: stored as {sorted(bad)[0]}; vecmerge reads fp32, fp16 and bf16 "
-                               "(dequantize first)")
-        return a_shape, b_shape, "/".join(sorted(dtypes))
-
-    def _spec(self, mod: str, entry: dict) -> ModuleSpec:
-        where = f"{self.weights_path}: module {mod}"
-        a_shape, b_shape, dtype = self._factor_shapes(where, entry)
-        r, alpha = self.config.resolve(mod)
-        if a_shape[0] != r:
-            raise AdapterError(f"{where}: tensors have rank {a_shape[0]} but the config resolves r={r}; "
-                               "fix r/rank_pattern in adapter_config.json")
-        kind = entry["kind"]
-        transposed = kind == "embedding" or self.config.fan_in_fan_out
-        return ModuleSpec(name=mod, kind=kind, shape=(b_shape[0], a_shape[1]), rank=a_shape[0],
-                          scale=peft_scale(alpha, r, self.config.use_rslora), transposed=transposed,
-                          dtype=dtype, keys=(entry["A"], entry["B"]))
-
-    def _param_names(self, holder: str, levels: dict) -> dict[int, str]:
-        """``{depth: parameter}`` of the nested ParamWrappers of ``holder`` (PEFT's nesting rule)."""
-        where = f"{self.weights_path}: module {holder}"
-        k = len(levels)
-        if sorted(levels) != list(range(k)):
-            raise AdapterError(f"{where}: LoRA keys at wrapper depths {sorted(levels)} (missing levels); "
-                               "the file is incomplete, save the adapter again")
-        cands = param_candidates(self.config.raw, holder)
-        if len(cands) > k and k == 1:  # a bare entry (down_proj) also matches under a router: keep what fits
-            rows = self._shape(levels[0][1]["A"])[0] if "A" in levels[0][1] else 0
-            fit = {p: v for p, v in cands.items() if rows % self.config.resolve(f"{holder}.{p}")[0] == 0}
-            cands = fit or cands
-        if len(cands) > k:
-            top = max(cands.values())
-            cands = {p: v for p, v in cands.items() if v == top}
-        order = nesting_order(list(cands)) if len(cands) == k else None
-        if order is None:
-            raise AdapterError(
-                f"{where}: {k} LoRA wrapper(s) of target_parameters, but target_parameters "
-                f"{self.config.raw.get('target_parameters')!r} does not say which parameter each holds; "
-                "name them with their module (e.g. 'mlp.experts.gate_up_proj') in adapter_config.json")
-        return {k - 1 - i: p for i, p in enumerate(order)}
-
-    def _param_specs(self, holder: str, levels: dict) -> list[ModuleSpec]:
-        """The modules of ``holder``'s wrapped parameters: one per 2-D parameter, one per expert of a 3-D one."""
-        names = self._param_names(holder, levels)
-        specs, dims = [], {}
-        for depth in sorted(names, reverse=True):  # innermost (registered first) first
-            param, entry = names[depth], levels[depth][1]
-            target = f"{holder}.{param}"
-            where = f"{self.weights_path}: parameter {target}"
-            a_shape, b_shape, dtype = self._factor_shapes(where, entry)
-            r, alpha = self.config.resolve(target)
-            if a_shape[0] % r:
-                raise AdapterError(f"{where}: lora_A has {a_shape[0]} rows, not a multiple of the r={r} the config "
-                                   "resolves (r per expert); fix r/rank_pattern in adapter_config.json")
-            experts = a_shape[0] // r
-            dims[param] = (b_shape[0], a_shape[1])
-            common = dict(kind="expert" if experts > 1 else "linear", shape=dims[param], rank=r,
-                          scale=peft_scale(alpha, r, self.config.use_rslora), transposed=False, dtype=dtype,
-                          keys=(entry["A"], entry["B"]), param=param, experts=experts, holder=holder)
-            if experts == 1:
-                specs.append(ModuleSpec(name=entry_name(holder, param), **common))
-            else:
-                specs += [ModuleSpec(name=entry_name(holder, param, e), expert=e, **common) for e in range(experts)]
-        if "gate_up_proj" in dims and "down_proj" in dims and dims["gate_up_proj"][1] != dims["down_proj"][0]:
-            raise AdapterError(f"{self.weights_path}: module {holder}: gate_up_proj's input size "
-                               f"{dims['gate_up_proj'][1]} differs from down_proj's output size "
-                               f"{dims['down_proj'][0]}, so the wrappers are not nested as PEFT nests them "
-                               "(gate_up_proj inside); the adapter was not saved by PEFT")
-        return specs
 
     # -- reading ----------------------------------------------------------------------------
     @property

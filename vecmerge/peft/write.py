@@ -40,9 +40,8 @@ from .format import (
     LoraConfig,
     factor_keys,
     peft_scale,
-    stack_experts,
-    wrapped_keys,
 )
+from .params import stack_experts, wrapped_keys
 from .spec import ModuleSpec
 
 OUTPUT_FILES = (CONFIG_NAME, SAFETENSORS_NAME, MANIFEST_NAME, CARD_NAME)  # all an output folder holds

@@ -1,24 +1,21 @@
 """The bias updates of ``lora_bias`` inputs, merged exactly by the recipe's own linear coefficients.
 
-With ``lora_bias`` PEFT's ``lora_B`` is an ``nn.Linear`` with a bias, so a layer's output gains
-``scale * lora_B.bias`` (and ``merge`` adds it to the base layer's bias): module m's update is the weight part
-``scale * B @ A`` and the bias part ``b_m = scale * lora_B.bias`` (``Adapter.bias``), both linear in the adapter.
-For a method whose update is a fixed linear map of its operands (``Method.linear_terms``: ``add``,
-``expression``, ``linear``, ``task_arithmetic``, ``cat``, ``svd``) the output's bias is the same map of the
-inputs' biases, exact in float64 (a vector: no rank cut), a missing bias counting as zero::
+With ``lora_bias`` a module's update has a bias part ``b_m = scale * lora_B.bias`` (``Adapter.bias``), linear in
+the adapter. For a method whose update is a fixed linear map of its operands (``Method.linear_terms``) the
+output's bias is the same map of the inputs' biases, exact in float64, a missing bias counting as zero::
 
-    stepped: b_m = base_m + multiple * alpha_m * mult_m * c * dir_m   (no step for dropped or unselected modules)
+    stepped: b_m = base_m + multiple * alpha_m * mult_m * c * dir_m
     merge:   b_m = mult_m * sum_k c_k * operand_k
 
-where each operand is its expression over the inputs. The writer stores ``b_m / scale_out`` as the output's
-``lora_B.bias`` (``peft.write.bias_tensor``), with ``lora_bias: true``. Any other method's bias is undefined
-(``ties``, ``dare``, the spectral ones act on the weight update's entries or spectrum): ``check`` refuses it.
-PEFT merges ``lora_B.bias`` into the base layer's bias, so a base model (a local folder: the recipe's, the
-workspace's or the one the inputs declare) whose layer has no bias cannot take the output: ``check_base``
-refuses it before anything is written.
+The writer stores ``b_m / scale_out`` (``peft.write.bias_tensor``). Any other method's bias is undefined:
+``check`` refuses it; ``check_base`` refuses a base model whose layer has no bias, before anything is written.
+Why: docs/design/pipeline.md.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 
@@ -54,7 +51,7 @@ def check(ev: Evaluation) -> None:
                            "parameter; merge the adapters' modules without target_parameters"])
 
 
-def check_base(ev: Evaluation, folders: list, roots=()) -> None:
+def check_base(ev: Evaluation, folders: list, roots: Iterable[Path] = ()) -> None:
     """RecipeError (one line) when the first local model folder of ``folders`` has a ``<module>.weight`` but no
     ``<module>.bias`` for a module the output gives a bias: PEFT cannot merge it (``merge_and_unload``).
 
@@ -77,19 +74,22 @@ def check_base(ev: Evaluation, folders: list, roots=()) -> None:
 def coefficients(ev: Evaluation, m: str, multiple: float) -> dict[str, float]:
     """``{input: c}``: module m's update as a fixed combination of the inputs (see the module docstring)."""
     forms, terms, k = operand_forms(ev.recipe, ev.method), _terms(ev), ev.multipliers.get(m, 1.0)
+    if terms is None:
+        raise ValueError(f"{ev.method.name}: no fixed combination of the inputs (``check`` refuses its biases)")
     out: dict[str, float] = {}
 
     def put(key: str, c: float) -> None:
         for n, a in forms[key].coeffs.items():
             out[n] = out.get(n, 0.0) + c * a
 
-    if ev.step is None:
+    step = ev.step
+    if step is None:
         for key, c in terms.items():
             put(key, k * c)
         return out
     put("base", 1.0)
     if m not in set(ev.dropped) | set(ev.unselected):
-        put("dir", terms["dir"] * k * ev.step.module_alpha[m] * multiple)
+        put("dir", terms["dir"] * k * step.module_alpha[m] * multiple)
     return out
 
 

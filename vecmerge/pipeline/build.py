@@ -6,18 +6,16 @@ For every module m (one at a time, so a large model holds one module's bases)::
     R_m = cut(T_m, rank policy)             (rankcut.cut: factors of the chosen rank)
     W_m = R_m rounded to the output dtype   (export.prepare_modules: the tensors to store)
 
-and ``figures`` measures what survived (see ``figures.py``). A dense-space merge's ``T_m`` is a dense
-matrix (``Dense``, formed here and released after the module), cut by a randomized SVD seeded per
-module (``module_seed(CUT_SEED, m)``); a merge whose exact result lies outside the module's basis (a
-per-row spherical merge, KnOTS) gives factors (``LowRank``), cut by their SVD; ``cat`` writes the models'
-own factors (``Method.factors``) instead of a cut. The experts of a MoE parameter share one stored rank:
-they are cut again at their common rank (``experts.py``) and packed into PEFT's layout
-(``export.pack_params``). Nothing is written here.
+and ``figures`` measures what survived. A dense ``T_m`` is cut by a randomized SVD seeded per module
+(``module_seed(CUT_SEED, m)``), factors (``LowRank``) by their SVD; ``cat`` writes the models' own factors.
+A MoE parameter's experts are cut again at their common rank (``experts.py``) and packed into PEFT's
+layout. Nothing is written here. More: docs/design/pipeline.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +26,7 @@ from ..linalg.merge_kernels import module_seed
 from ..linalg.rank_policy import RankPolicy
 from ..linalg.rankcut import Cut, cut
 from ..linalg.subspace import InSpan
-from ..linalg.threads import map_modules
+from ..linalg.threads import Progress, map_modules
 from ..peft.write import WrittenModule, bias_tensor, pack_params, prepare_modules
 from .bias import has_biases, intended_bias
 from .evaluation import Evaluation, intended_core, method_params, module_operands
@@ -71,10 +69,13 @@ class ModuleBuild:
 
     def slim(self) -> ModuleBuild:
         """This build once written: its figures (``figure``), ranks and norms, without its arrays (the cut's
-        float64 factors, the stored tensors, the cores), so a whole model's builds take little memory."""
-        return dataclasses.replace(self, cut=dataclasses.replace(self.cut, factors=None, cores=None, kept=None),
-                                   written=dataclasses.replace(self.written, lowrank=None), rounding_core=None,
-                                   target=None, step=None)
+        float64 factors, the stored tensors, the cores), so a whole model's builds take little memory.
+
+        A slim build's ``cut.factors`` and ``written.lowrank`` are None, which their types (the arrays of a
+        live build) do not say: the two ignores below mark that on purpose, nothing reads them once slim."""
+        cut = dataclasses.replace(self.cut, factors=None, cores=None, kept=None)  # type: ignore[arg-type]
+        written = dataclasses.replace(self.written, lowrank=None)  # type: ignore[arg-type]
+        return dataclasses.replace(self, cut=cut, written=written, rounding_core=None, target=None, step=None)
 
 
 @dataclass(frozen=True)
@@ -93,12 +94,14 @@ class BuiltOutput:
     figures: dict
 
     @property
-    def written(self) -> dict:
+    def written(self) -> dict[str, WrittenModule]:
         """``{module: WrittenModule}``, in module order."""
         return {m: b.written for m, b in self.modules.items()}
 
 
-def build_output(ev: Evaluation, multiple: float, progress=None, *, sink=None, check=None) -> BuiltOutput:
+def build_output(ev: Evaluation, multiple: float, progress: Progress | None = None, *,
+                 sink: Callable[[str, dict], None] | None = None,
+                 check: Callable[[str, ModuleBuild, dict], None] | None = None) -> BuiltOutput:
     """Cut, round and measure every module of one output.
 
     Args:
@@ -125,6 +128,8 @@ def build_output(ev: Evaluation, multiple: float, progress=None, *, sink=None, c
         target, step_m = intended_core(ev, m, multiple)
         given = None if ev.step is not None else ev.method.factors(module_operands(ev, m), method_params(ev, m))
         if given is not None:
+            if not isinstance(target, InSpan):  # a method that gives factors (cat) gives its update as a core
+                raise ValueError(f"{ev.method.name}: {m}: factors to write as they are, but no core to measure")
             k = ev.multipliers.get(m, 1.0)
             c = as_is(target, given * k if k != 1.0 else given)
         elif isinstance(target, Dense):

@@ -1,19 +1,16 @@
 """Everything but the writing: inputs, one basis per module, consensus, the method and the step.
 
-For every module m, the recipe's expressions (``base``, ``dir``, ``ref``) become cores of one shared
-basis (``subspace.Subspace``); then, for a stepped method::
+For every module m, the recipe's expressions (``base``, ``dir``, ``ref``) become cores of one shared basis
+(``subspace.Subspace``); then, for a stepped method::
 
     dir'_m = method(dir_m, base_m, ref_m)     (0 for modules the consensus gate drops)
     alpha  = trust-region choice over all modules (``step.choose_step``)
     intended_m = base_m + k * alpha_m * dir'_m   (k: the dose multiple of one output)
 
-and for any other method ``intended_m = mult_m * method(operands_m)`` (a core, or for a dense-space
-merge a ``Dense`` matrix, formed when the module is built). All of it float64; exact except the
-dense-space methods' cut.
-
-Module selection (``only``/``exclude``, ``selection``): a merge evaluates only the selected modules;
-``project`` gives the others no step (they keep the backbone). Multipliers (``multipliers``) scale a
-merge's update, or ``project``'s direction before alpha is chosen.
+and for any other method ``intended_m = mult_m * method(operands_m)`` (a core, or a ``Dense`` matrix for a
+dense-space merge). All float64; exact except the dense-space methods' cut. ``only``/``exclude`` select
+modules (``project`` gives the others no step); ``multipliers`` scale a merge's update or ``project``'s
+direction before alpha is chosen.
 """
 
 from __future__ import annotations
@@ -25,10 +22,11 @@ from .. import methods
 from ..analysis.consensus import ConsensusResult, agreement_rows, apply_on_disagree, roundoff_floor
 from ..analysis.step import StepSize, choose_step
 from ..errors import Problem, RecipeError, few
-from ..expr import parse
+from ..expr import LinearForm, parse
+from ..linalg.dense import Dense
 from ..linalg.lowrank import LowRank, check_magnitude, combine
 from ..linalg.subspace import Apart, InSpan, Subspace
-from ..linalg.threads import map_modules
+from ..linalg.threads import Progress, map_modules
 from ..methods.base import Method, ModuleOperands
 from ..peft.adapter import Adapter
 from ..recipe.recipe import Recipe
@@ -92,9 +90,9 @@ class Evaluation:
     @property
     def base_name(self) -> str:
         """The first adapter of the base expression, or of a merge's first model (the output's template)."""
-        if self.recipe.base is None:
-            return parse(self.recipe.models[0]["model"]).names()[0]
-        return parse(self.recipe.base).names()[0]
+        if self.recipe.base is not None:
+            return parse(self.recipe.base).names()[0]
+        return parse((self.recipe.models or [])[0]["model"]).names()[0]
 
     @property
     def model_keys(self) -> list[str]:
@@ -118,13 +116,13 @@ def model_key(i: int) -> str:
     return f"models[{i}]"
 
 
-def operand_forms(recipe: Recipe, method: Method) -> dict:
+def operand_forms(recipe: Recipe, method: Method) -> dict[str, LinearForm]:
     """``{operand: LinearForm}`` for the expressions the method reads (and the consensus reference)."""
     if "models" in method.operands:
         return {model_key(i): parse(e["model"]) for i, e in enumerate(recipe.models or [])}
     exprs = {"base": recipe.base, "dir": recipe.dir, "ref": recipe.consensus.ref if recipe.consensus else None}
     wanted = [k for k in exprs if k in method.operands or (k == "ref" and recipe.consensus)]
-    return {k: parse(exprs[k]) for k in wanted if exprs[k] is not None}
+    return {k: parse(e) for k in wanted if (e := exprs[k]) is not None}
 
 
 def select(recipe: Recipe, names: list[str]) -> tuple[list[str], tuple, dict]:
@@ -161,7 +159,7 @@ def select(recipe: Recipe, names: list[str]) -> tuple[list[str], tuple, dict]:
     return selected, tuple(m for m in names if m not in keep), mult
 
 
-def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
+def evaluate(recipe: Recipe, ws: Workspace, progress: Progress | None = None) -> Evaluation:
     """Inputs, the shared basis and cores per module, the consensus gate, the method and the step.
 
     ``evaluate_cores`` then ``complete``.
@@ -176,7 +174,7 @@ def evaluate(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
     return complete(evaluate_cores(recipe, ws, progress))
 
 
-def evaluate_cores(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
+def evaluate_cores(recipe: Recipe, ws: Workspace, progress: Progress | None = None) -> Evaluation:
     """Inputs, the selection and the operands as cores of one shared basis per module: no consensus
     decision, no step yet.
 
@@ -206,11 +204,11 @@ def evaluate_cores(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
     widths = {m: sum(v.modules[m].rank for n, v in vecs.items() if n in spanned and m in v.modules) for m in names}
     keep = sum(8 * w * sum(specs[m].shape) for m, w in widths.items()) <= BASES_BUDGET
 
-    def module_cores(m: str) -> dict:
+    def module_cores(m: str) -> dict[str, InSpan | Apart]:
         terms = {n: v.modules[m] for n, v in vecs.items() if m in v.modules and n in spanned}
         space, own = Subspace.of(list(terms.values()), specs[m].shape, keep_bases=keep, device=ws.device)
         proj = dict(zip(terms, own))
-        out = {}
+        out: dict[str, InSpan] = {}
         for k, form in forms.items():
             if k in apart:
                 continue
@@ -222,9 +220,8 @@ def evaluate_cores(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
             check_magnitude(m, f"{k} ({form})", x.C, "keep the expression's coefficients and the inputs' scales "
                             f"(lora_alpha / r, here up to {scales:.3g}) in a sane range")
             out[k] = x
-        for k in apart:
-            out[k] = apart_operand(m, k, forms[k], forms["dir"], vecs, specs[m].shape, out["dir"])
-        return out
+        return {**out, **{k: apart_operand(m, k, forms[k], forms["dir"], vecs, specs[m].shape, out["dir"])
+                          for k in apart}}
 
     per = map_modules(module_cores, names, progress)
     operands = {k: TaskVector({m: per[m][k] for m in names}, specs) for k in forms}
@@ -234,7 +231,8 @@ def evaluate_cores(recipe: Recipe, ws: Workspace, progress=None) -> Evaluation:
                       excluded=left_out if not method.stepped else (), multipliers=mult)
 
 
-def apart_operand(m: str, k: str, form, dir_form, vecs: dict, shape: tuple, d: InSpan) -> Apart:
+def apart_operand(m: str, k: str, form: LinearForm, dir_form: LinearForm, vecs: dict, shape: tuple, d: InSpan
+                  ) -> Apart:
     """Operand ``k`` of module m outside its basis (``Apart``): its norm by its own R-only QR, its inner
     product with the direction ``d`` in Gram form over both expressions' factors as read.
 
@@ -242,7 +240,7 @@ def apart_operand(m: str, k: str, form, dir_form, vecs: dict, shape: tuple, d: I
         m (str): the module. k (str): the operand. form, dir_form (LinearForm): its expression and the direction's.
         vecs (dict[str, TaskVector]): the inputs. shape (tuple): (out, in). d (InSpan): the direction's core.
     """
-    def factors(f) -> LowRank:
+    def factors(f: LinearForm) -> LowRank:
         live = [(c, vecs[n].modules[m]) for n, c in f.coeffs.items() if c != 0.0 and m in vecs[n].modules]
         return combine(live) if live else LowRank.zeros(shape, d.space.device)
 
@@ -284,8 +282,8 @@ def complete(ev: Evaluation, rows: list[dict] | None = None) -> Evaluation:
     sel = set(names) - set(ev.unselected)
     if recipe.consensus:
         c = recipe.consensus
-        consensus = apply_on_disagree(c.ref, rows if rows is not None else consensus_rows(ev), c.on_disagree,
-                                      c.min_agree)
+        consensus = apply_on_disagree(c.ref, rows if rows is not None else consensus_rows(ev) or [], c.on_disagree,
+                                      c.min_agree)  # a consensus recipe has its reference: rows are never None
     drop = set(consensus.dropped if consensus else ())
     params = recipe.params
 
@@ -313,7 +311,7 @@ def module_operands(ev: Evaluation, m: str) -> ModuleOperands:
     keys = ev.model_keys
     if not keys:
         return ModuleOperands(m, x["base"][m] if "base" in x else None, None, None)
-    entries = ev.recipe.models
+    entries = ev.recipe.models or []  # a merge (it has keys) has models
     terms = []
     for e in entries:
         form = parse(e["model"])
@@ -326,7 +324,7 @@ def module_operands(ev: Evaluation, m: str) -> ModuleOperands:
                           terms=tuple(terms))
 
 
-def per_module(rows: dict, key: str, m: str, default):
+def per_module(rows: dict, key: str, m: str, default: float | None) -> float | None:
     """Module m's value of ``key`` in a recipe's ``per_module`` rows: the first pattern m matches, else ``default``.
 
     Args:
@@ -348,7 +346,7 @@ def method_params(ev: Evaluation, m: str | None = None) -> dict:
     return {**params, **{k: per_module(rows, k, m, params.get(k)) for k in rows}}
 
 
-def intended_core(ev: Evaluation, m: str, multiple: float):
+def intended_core(ev: Evaluation, m: str, multiple: float) -> tuple[InSpan | Dense | LowRank, InSpan | None]:
     """``(intended_m, step_m)``: ``base_m + multiple * alpha_m * dir'_m`` and the step (None without one).
 
     Without a step, the method's update times the module's multiplier: a core (InSpan), a ``Dense``
@@ -360,7 +358,8 @@ def intended_core(ev: Evaluation, m: str, multiple: float):
     Args:
         ev (Evaluation): the evaluated recipe. m (str): a module. multiple (float): the output's dose.
     """
-    if ev.step is None:
+    step, direction = ev.step, ev.direction  # ``complete`` sets both (a stepped method) or neither
+    if step is None or direction is None:
         target = ev.method.module(module_operands(ev, m), method_params(ev, m))
         k = ev.multipliers.get(m, 1.0)
         target = target * k if k != 1.0 else target
@@ -369,14 +368,14 @@ def intended_core(ev: Evaluation, m: str, multiple: float):
         if isinstance(target, LowRank):
             check_magnitude(m, "the intended update", target.A, "use smaller coefficients")
         return target, None
-    step_m = ev.direction[m] * (ev.step.module_alpha[m] * multiple)
+    step_m = direction[m] * (step.module_alpha[m] * multiple)
     check_magnitude(m, "the step (alpha * dir)", step_m.C, "use an --alpha (or --trust) of a sane size")
     target = ev.operands["base"][m] + step_m
     check_magnitude(m, "the intended update", target.C, "use a smaller --alpha (or --trust)")
     return target, step_m
 
 
-def intended(ev: Evaluation, m: str, multiple: float):
+def intended(ev: Evaluation, m: str, multiple: float) -> tuple[LowRank | Dense, LowRank | None]:
     """``intended_core`` as factors (rank p: the module's basis) for checks that want a LowRank; a
     dense-space merge's update stays ``Dense``."""
     target, step_m = intended_core(ev, m, multiple)

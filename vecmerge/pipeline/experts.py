@@ -1,27 +1,21 @@
 """One stored rank per MoE parameter: the common-rank rule for the experts of a 3-D parameter.
 
-PEFT stores the experts of a parameter (``target_parameters``) in one lora_A (E*r, in) and one lora_B
-(out, r*E): one rank r for all E experts. The rank policy first chooses each expert's own rank k_e,
-from its own spectrum, like any module's; the parameter is then written at the common rank
+PEFT stores a parameter's E experts in one lora_A (E*r, in) and one lora_B (out, r*E): one rank for all. The
+rank policy chooses each expert's own k_e; the parameter is written at
 
     k_p = max_e k_e
 
-with expert e cut at ``min(k_p, exact_e)`` directions and zero-padded up to k_p. So no expert keeps
-less than the policy gives it alone (Eckart-Young: its cut error can only fall, never rise); what the
-layout costs is storage, ``E * k_p`` directions instead of ``sum_e k_e``, of which
-``sum_e (k_p - min(k_p, exact_e))`` are zeros. ``figures`` reports both counts, and the survival,
-residual and relative error of the per-expert cut next to those of the written one, so that the
-effect of the rule on the step is a measured number, not a claim.
-
-The alternative, one k chosen by the policy over the joint spectrum of all experts of a parameter,
-stores as much but can leave an expert below its own policy share (``energy:E``), so an expert's
-fidelity would depend on its neighbours; it is not used.
+with expert e cut at ``min(k_p, exact_e)`` directions and zero-padded up to k_p, so no expert keeps less than
+the policy gives it alone. ``figures`` reports both the per-expert and the written cut (counts, survival,
+errors). Why not one k over the joint spectrum: docs/design/pipeline.md.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 
-def groups(specs: dict, names) -> dict[str, list[str]]:
+
+def groups(specs: dict, names: Iterable[str]) -> dict[str, list[str]]:
     """``{parameter target: [expert modules]}`` of the expert modules among ``names``, in order."""
     out: dict[str, list[str]] = {}
     for m in names:
@@ -37,7 +31,7 @@ def common_ranks(rows: dict, specs: dict) -> dict[str, int]:
         rows (dict[str, ModuleBuild]): each module cut at the policy's own choice.
         specs (dict[str, ModuleSpec]): layouts (which modules are experts of which parameter).
     """
-    out = {}
+    out: dict[str, int] = {}
     for members in groups(specs, rows).values():
         k = max(rows[m].cut.rank for m in members)
         out.update((m, k) for m in members if rows[m].cut.rank < k)

@@ -18,12 +18,17 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..errors import NumericError
 from ..linalg.lowrank import LowRank, f64
-from ..linalg.subspace import Subspace
+from ..linalg.subspace import InSpan, Subspace
+
+if TYPE_CHECKING:  # build and evaluation import this module
+    from .build import ModuleBuild
+    from .evaluation import Evaluation
 
 
 def check_figures(fig: dict) -> None:
@@ -39,7 +44,8 @@ def check_figures(fig: dict) -> None:
                            "magnitudes are extreme, check their lora_alpha and the coefficients")
 
 
-def _rounding_terms(written: LowRank, exact: LowRank):
+def _rounding_terms(written: LowRank, exact: LowRank
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dB, A1, B2, dA)`` with ``E = W - R = dB A1 + B2 dA`` (``B1 = s_W B_W``, ``B2 = s_R B_R``)."""
     dev = exact.device
     B1, A1 = written.scale * f64(written.B.to(dev)), f64(written.A.to(dev))
@@ -47,7 +53,7 @@ def _rounding_terms(written: LowRank, exact: LowRank):
     return B1 - B2, A1, B2, A1 - A2
 
 
-def _differences(written: LowRank, exact: LowRank):
+def _differences(written: LowRank, exact: LowRank) -> tuple[torch.Tensor, torch.Tensor]:
     """``(dB, dA)`` of ``_rounding_terms``, bit for bit, in one pass each where both scales are 1 (the cut's
     factors and their stored copy: no scaled copies, the stored dtype promoted to float64 inside the subtraction,
     exactly)."""
@@ -58,7 +64,7 @@ def _differences(written: LowRank, exact: LowRank):
     return (torch.sub(written.B.to(dev), f64(exact.B)), torch.sub(written.A.to(dev), f64(exact.A)))
 
 
-def _rounding_sq(dB, A1, B2, dA) -> float:
+def _rounding_sq(dB: torch.Tensor, A1: torch.Tensor, B2: torch.Tensor, dA: torch.Tensor) -> float:
     """``||dB A1 + B2 dA||^2`` from Gram blocks: ``<dB^T dB, A1 A1^T> + <B2^T B2, dA dA^T> + 2 <dB^T B2, A1 dA^T>``.
 
     Every term is of the order of the rounding (no cancellation of large terms), so no digits are lost.
@@ -67,7 +73,8 @@ def _rounding_sq(dB, A1, B2, dA) -> float:
                  + 2.0 * ((dB.T @ B2) * (A1 @ dA.T)).sum())
 
 
-def rounding(written: LowRank, exact: LowRank, space: Subspace, cores=None) -> tuple[float, torch.Tensor]:
+def rounding(written: LowRank, exact: LowRank, space: Subspace, cores: tuple | None = None
+             ) -> tuple[float, torch.Tensor]:
     """``E = W - R`` of a rounded copy W of factors R: ``(||E||_F, Qb^T E Qa)``.
 
     ``E = dB A1 + B2 dA`` with ``B1 = s_W B_W``, ``B2 = s_R B_R``, ``dB = B1 - B2``, ``dA = A1 - A2``. When
@@ -110,7 +117,7 @@ def rounding_norm(written: LowRank, exact: LowRank) -> float:
     return max(_rounding_sq(*_rounding_terms(written, exact)), 0.0) ** 0.5
 
 
-def module_figures(ev, m: str, r) -> tuple[dict, tuple]:
+def module_figures(ev: Evaluation, m: str, r: ModuleBuild) -> tuple[dict, tuple]:
     """One module's entry of ``figures`` and its parts of the sums: ``(entry, (||W-T||^2, ||E||^2, ||T||^2,
     ||step||^2, landed))`` with ``landed`` the inner product that survival sums (``<W - base, step>`` or,
     for a merge, ``<W, T>``; 0.0 when neither applies).
@@ -118,36 +125,48 @@ def module_figures(ev, m: str, r) -> tuple[dict, tuple]:
     Args:
         ev (Evaluation): the evaluated recipe (its base cores). m (str): the module. r (ModuleBuild): its build.
     """
-    target = r.target
-    e_norm, e_core = r.rounding, r.rounding_core
+    e_norm = r.rounding
     if r.error is not None:
         err = r.error
     else:
-        diff = r.cut.kept - target.C
+        target, kept, e_core = _core(r)
+        diff = kept - target.C
         err = max(float((diff**2).sum()) + e_norm**2 + 2 * float((diff * e_core).sum()), 0.0) ** 0.5
-    tn = r.target_norm if r.target_norm is not None else target.norm()
-    entry = {"rank": r.written.rank, "exact_rank": r.cut.exact_rank, "rel_error": err / tn if tn > 0 else err,
-             "cut_error": r.cut.error}
+    tn = r.target_norm if r.target_norm is not None else _core(r)[0].norm()
+    entry: dict[str, Any] = {"rank": r.written.rank, "exact_rank": r.cut.exact_rank,
+                             "rel_error": err / tn if tn > 0 else err, "cut_error": r.cut.error}
     if r.cut.method != "core":
         entry["cut"] = r.cut.method
         if r.cut.power_iters is not None:
             entry["power_iters"] = r.cut.power_iters
     step_sq = landed = 0.0
     if ev.recipe.kind == "merge":
-        landed = r.inner if r.inner is not None else (
-            float((r.cut.kept * target.C).sum()) + float((e_core * target.C).sum()))
+        if r.inner is not None:
+            landed = r.inner
+        else:
+            target, kept, e_core = _core(r)
+            landed = float((kept * target.C).sum()) + float((e_core * target.C).sum())
         entry["survival"] = landed / (tn * tn) if tn > 0 else 1.0
-    if ev.step is not None:
+    if ev.step is not None and r.step is not None:  # a stepped build has its step's core
+        _, kept, e_core = _core(r)
         s = r.step.C
         sn = float(torch.linalg.matrix_norm(s))
-        landed = float(((r.cut.kept - ev.operands["base"][m].C) * s).sum()) + float((e_core * s).sum())
+        landed = float(((kept - ev.operands["base"][m].C) * s).sum()) + float((e_core * s).sum())
         step_sq = sn * sn
         entry["step_norm"] = sn
         entry["survival"] = landed / step_sq if sn > 0 else 1.0
     return entry, (err * err, e_norm * e_norm, tn * tn, step_sq, landed)
 
 
-def figures(ev, rows: dict) -> dict:
+def _core(r: ModuleBuild) -> tuple[InSpan, torch.Tensor, torch.Tensor]:
+    """``(target, kept, rounding core)`` of a build in its module's basis (ValueError for another build, which
+    carries its error, inner product and norm instead: a caller's error)."""
+    if r.target is None or r.cut.kept is None or r.rounding_core is None:
+        raise ValueError("module_figures: a dense or factored build gives its error, inner product and norm")
+    return r.target, r.cut.kept, r.rounding_core
+
+
+def figures(ev: Evaluation, rows: dict) -> dict:
     """Survival, residual, dtype effect, per-module rank and error of one output (see the module docstring).
 
     Args:
@@ -176,7 +195,7 @@ def figures(ev, rows: dict) -> dict:
            "norm": math.sqrt(target_sq)}
     if merge:
         fig["survival"] = inner_sum / target_sq if target_sq > 0 else 1.0
-        labels = [e["model"] for e in ev.recipe.models]
+        labels = [e["model"] for e in ev.recipe.models or []]
         sums = [[0.0, 0.0] for _ in labels]
         for r in rows.values():
             for acc, (d2, n2) in zip(sums, r.moved or ()):

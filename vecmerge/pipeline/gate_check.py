@@ -1,23 +1,12 @@
 """The gate before a step BASE + alpha*(X - Y): the seven conditions of ``evidence.gate``, with their facts.
 
-The facts come from the workspace, the evidence ledger and this pipeline's own computations, never
-from a second implementation:
-
-    common base         each named adapter's declared base model (adapter_config.json; a local folder by its
-                        real path, a relative one read from the workspace too: ``base_model.declared_base``,
-                        the normaliser ``project``'s check uses) and module shapes
-    common parent       ``Workspace.lineage`` (``parent:`` keys, vecmerge manifests) -> ``evidence.lineage``;
-                        supporting figures: cos(X, Y) and ||X - Y|| / ||Y|| (factored, exact)
-    stable backbone,    the ledger at ``Workspace.ledger_path``, current records only (each adapter's
-    repeated evidence   content sha256), in one eval environment, with the workspace's replicate groups
-                        (``replicate_of:``): ``evidence.gate_facts.gate_evidence``
-    module consensus    ``consensus_rows`` of ``evaluate_cores``: the rows project's consensus gate decides on
-    small trust region  the realized relative step ``||alpha dir'|| / ||base||`` of the recipe's outputs
-                        (``StepSize.realized``, the largest dose); when no step is computed (the consensus
-                        decision stops it, or the adapters do not align), the recipe's trust x its largest dose
-
-``check_gate`` returns the result and the completed evaluation, so ``run`` writes from the very
-evaluation the gate judged.
+The facts come from the workspace, the evidence ledger and this pipeline's own computations, never from a
+second implementation: declared base models (``base_model.declared_base``) and shapes; ``Workspace.lineage``
+with cos(X, Y) and ||X - Y|| / ||Y||; the ledger's current records in one environment with the replicate
+groups (``evidence.gate_facts.gate_evidence``); ``consensus_rows`` of ``evaluate_cores``; and the realized
+relative step ``||alpha dir'|| / ||base||`` (``StepSize.realized``, the largest dose; else trust x dose).
+``check_gate`` returns the result and the completed evaluation, so ``run`` writes from the very evaluation
+the gate judged. Each fact's source in full: docs/design/pipeline.md.
 """
 
 from __future__ import annotations
@@ -28,13 +17,15 @@ from dataclasses import dataclass
 from ..analysis.consensus import summarize as summarize_consensus
 from ..errors import CheckFailed, RecipeError, UsageError, VecmergeError, shown
 from ..evidence.gate.gate import GateConfig, GateFacts, GateResult, evaluate_gate
-from ..evidence.gate.gate_facts import gate_evidence
+from ..evidence.gate.gate_facts import GateEvidence, gate_evidence
 from ..evidence.ledger.ledger import Ledger
 from ..expr import parse
+from ..linalg.threads import Progress
 from ..recipe.recipe import Recipe
 from ..workspace.base_model import declared_base
 from ..workspace.lineage import relation
 from ..workspace.names import Workspace
+from ..workspace.taskvector import TaskVector
 from .evaluation import Evaluation, complete, consensus_rows, evaluate_cores
 from .inputs import output_plan
 
@@ -86,9 +77,9 @@ class GateCheck:
 
 def step_names(recipe: Recipe) -> tuple[str, str, str]:
     """``(backbone, x, y)`` of a recipe BASE + alpha*(X - Y); RecipeError for any other shape."""
-    base = parse(recipe.base)
-    names = base.names()
-    if len(names) != 1 or base.coeffs[names[0]] != 1.0:
+    base = parse(recipe.base) if recipe.base is not None else None
+    names = base.names() if base is not None else []
+    if base is None or len(names) != 1 or base.coeffs[names[0]] != 1.0:
         raise RecipeError([f"gate: base {recipe.base!r} must be one adapter name (the backbone whose runs the "
                            "ledger holds)"])
     d = parse(recipe.dir) if recipe.dir else None
@@ -100,7 +91,7 @@ def step_names(recipe: Recipe) -> tuple[str, str, str]:
     return names[0], pos[0], neg[0]
 
 
-def gate_config(ws: Workspace, recipe_gate=None) -> GateConfig:
+def gate_config(ws: Workspace, recipe_gate: bool | dict | None = None) -> GateConfig:
     """The workspace's ``gate:`` thresholds, overridden key by key by a recipe's ``gate:`` mapping."""
     config = GateConfig.from_dict(ws.gate, source=shown(ws.file) if ws.file else "vecmerge.yaml")
     if isinstance(recipe_gate, dict) and recipe_gate:
@@ -144,7 +135,7 @@ def shape_mismatches(adapters: dict) -> list[str]:
     return out
 
 
-def _closeness(vx, vy, dist: float) -> dict:
+def _closeness(vx: TaskVector, vy: TaskVector, dist: float) -> dict:
     """``cos(X, Y) = <X, Y> / (||X|| ||Y||)`` (shared modules; a missing one counts as zero) and
     ``||X - Y|| / ||Y||`` (``dist``: the norm of the direction's cores), the gate's supporting figures."""
     nx, ny = vx.norm(), vy.norm()
@@ -153,7 +144,7 @@ def _closeness(vx, vy, dist: float) -> dict:
             "relative_distance": dist / ny if ny > 0 else None}
 
 
-def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
+def check_gate(recipe: Recipe, ws: Workspace, progress: Progress | None = None) -> GateCheck:
     """Gather the facts for the recipe's step and evaluate the gate (see the module docstring).
 
     Args:
@@ -175,7 +166,7 @@ def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
     parents, roots = pinned.lineage(names)
     ledger = Ledger(pinned.ledger_path)
     metric = gate_metric(config, pinned, ledger)
-    evidence = {}
+    evidence: GateEvidence | None = None  # no metric: the gate's rows say what is missing
     if metric is not None:
         evidence = gate_evidence(ledger, backbone, x, y, metric, current_sha=pinned.current_shas(ledger.models()),
                                  config=config, replicates=pinned.replicate_groups())
@@ -193,13 +184,16 @@ def check_gate(recipe: Recipe, ws: Workspace, progress=None) -> GateCheck:
         if recipe.trust is not None or recipe.alpha is not None:
             try:
                 ev = complete(cores, rows)
-                trust = max(ev.step.realized(k)["global"] for k in multiples)
+                if ev.step is not None:  # a step recipe (``step_names``) is stepped: complete chose its alpha
+                    trust = max(ev.step.realized(k)["global"] for k in multiples)
             except CheckFailed as e:  # the consensus decision: the gate's table shows why first
                 error = e
     base_models = {n: declared_base(a.config.base_model, (pinned.home,)) for n, a in adapters.items()}
     facts = GateFacts(backbone, x, y, base_models=base_models,
                       shape_mismatches=mismatches, lineage=relation(x, y, parents, roots=roots),
                       closeness=closeness, consensus=consensus,
-                      consensus_ref=recipe.consensus.ref if recipe.consensus else None, trust=trust, **evidence)
+                      consensus_ref=recipe.consensus.ref if recipe.consensus else None, trust=trust)
+    if evidence is not None:
+        facts = dataclasses.replace(facts, **evidence)
     return GateCheck(evaluate_gate(facts, config), config, metric, str(ledger.path), backbone, x, y, ev, error,
-                     evidence.get("env"))
+                     evidence["env"] if evidence else None)

@@ -1,24 +1,18 @@
 """What a pipeline output's ``vecmerge.json`` and model card say: the resolved recipe, its inputs, its figures.
 
-The manifest is what makes an output re-derivable: ``vecmerge verify`` re-evaluates its ``recipe``
-from its pinned ``inputs`` and compares the result with the stored weights and these figures.
-
-Local paths stay portable: ``workspace`` is the workspace folder relative to the output folder, and
-every input path, ``out``, the recipe's and each input's declared base model folder and ``config``'s file
-are relative to that workspace (with ``..`` outside it: no absolute local path in an upload-ready folder),
-so the workspace can move or be shared with its outputs (``recipe.manifest_root`` reads them back). An
-input's declared base model that is the local folder the output's ``base_model_id`` names is recorded as that
-hub id, and a gated run's ``gate.ledger`` is relative to the workspace too.
-
-The parts every manifest shares (``tool``, ``created``, ``kind`` first; ``vecmerge_version`` and ``output``
-last), the file name, its schema and ``verify``'s tolerances are ``outputs.manifest``'s; this module builds
-the merge-specific middle.
+The manifest makes an output re-derivable: ``vecmerge verify`` re-evaluates its ``recipe`` from its pinned
+``inputs`` and compares the result with the stored weights and these figures. Local paths stay portable:
+``workspace`` is relative to the output folder and every other local path relative to the workspace (no
+absolute path in an upload-ready folder; ``recipe.manifest_root`` reads them back). The parts every manifest
+shares, its file name, schema and tolerances are ``outputs.manifest``'s; this module builds the
+merge-specific middle. Which paths, and hub ids: docs/design/pipeline.md.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from ..outputs.manifest import stamp
 from ..workspace.base_model import canonical
@@ -26,7 +20,7 @@ from .build import CUT_SEED, BuiltOutput
 from .evaluation import Evaluation
 
 
-def portable(path, home: Path) -> str:
+def portable(path: str | Path, home: Path) -> str:
     """``path`` relative to ``home`` (POSIX separators), with ``..`` when it lies outside it: an upload-ready
     folder holds no absolute local path (absolute only where no relative path exists, another drive)."""
     p = Path(path).resolve()
@@ -36,7 +30,7 @@ def portable(path, home: Path) -> str:
         return str(p)
 
 
-def _portable_base(name, home: Path, hub: tuple | None = None):
+def _portable_base(name: str | None, home: Path, hub: tuple | None = None) -> str | None:
     """A declared base model as recorded: the hub id when it is the local folder the output's ``base_model_id``
     names, else an absolute folder inside the workspace relative to it, else as declared.
 
@@ -89,12 +83,33 @@ def manifest_for(ev: Evaluation, built: BuiltOutput, path: str | None, home: Pat
         gate = {**gate, "ledger": portable(gate["ledger"], Path(home).resolve())}
     if source is not None and home is not None and isinstance(source.get("path"), str):
         source = {**source, "path": portable(source["path"], Path(home).resolve())}
+    protection = ev.protection if ev.protection is None or home is None else portable_protection(ev.protection, home)
     resolved = resolved_for(ev, built.multiple, built.figures["modules"])
     figures, modules = manifest_figures(built.figures)
     return {**stamp(recipe.kind), "method": ev.method.name, **where, "recipe": d, "resolved": resolved,
             "inputs": inputs, "missing_modules": ev.missing, "figures": figures, "modules": modules,
             **({} if gate is None else {"gate": gate}), **({} if source is None else {"config": source}),
-            **({} if ev.protection is None else {"protection": ev.protection})}
+            **({} if protection is None else {"protection": protection})}
+
+
+def portable_protection(protection: dict, home: Path) -> dict:
+    """A protected step's figures with the base model folder and each prompt file relative to ``home``.
+
+    Args:
+        protection (dict): ``Evaluation.protection`` (``base_model.path``, ``protect``/``target`` sets' ``path``).
+        home (Path): the workspace folder.
+    """
+    home = Path(home).resolve()
+    out = dict(protection)
+    base = out.get("base_model")
+    if isinstance(base, dict) and isinstance(base.get("path"), str):
+        out["base_model"] = {**base, "path": portable(base["path"], home)}
+    for role in ("protect", "target"):
+        sets = out.get(role)
+        if isinstance(sets, dict):
+            out[role] = {k: {**e, "path": portable(e["path"], home)} if isinstance(e, dict)
+                         and isinstance(e.get("path"), str) else e for k, e in sets.items()}
+    return out
 
 
 MODULE_KEYS = ("rank", "exact_rank", "rel_error", "survival", "cut", "power_iters")
@@ -117,7 +132,7 @@ def resolved_for(ev: Evaluation, multiple: float, module_figures: dict | None = 
         module_figures (dict | None): per module figures (their ``cut``), to say whether a randomized SVD ran.
     """
     recipe = ev.recipe
-    resolved = {"modules": len(ev.names)}
+    resolved: dict[str, Any] = {"modules": len(ev.names)}
     if ev.step is not None:
         st, k = ev.step, multiple
         resolved.update(alpha=None if st.alpha is None else st.alpha * k, alpha_chosen=st.alpha,
@@ -183,7 +198,7 @@ def card_body(manifest: dict) -> str:
 
 def gate_markdown(gate: dict) -> list[str]:
     """The gate's table as markdown lines, for the model card (``GateCheck.to_dict``)."""
-    def cell(text) -> str:
+    def cell(text: object) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
     g = gate

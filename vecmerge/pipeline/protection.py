@@ -15,19 +15,33 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import torch
 
-from ..analysis.protect import ENERGY_DEFAULT, energy_basis, project, quadratic, ratio, widen
+from ..analysis.protect import ENERGY_DEFAULT, project, quadratic, quadratic_rows, ratio, widen
 from ..analysis.step import choose_step
 from ..errors import ModelError, NumericError, Problem, RecipeError
 from ..linalg.subspace import InSpan
+from ..linalg.threads import Progress
 from ..probe.capture import Grams, capture_grams
 from ..probe.hooks import Update
+from ..probe.inputs import Inputs
 from ..probe.prompts import read_prompts
 from ..probe.runner import load_base
+from ..recipe.recipe import Recipe
+from ..workspace.names import Workspace
 from ..workspace.taskvector import TaskVector
 from .evaluation import Evaluation
+
+
+class BaseIdentity(TypedDict):
+    """The base model a protected step ran its prompts on, as the report and manifest record it."""
+
+    path: str
+    config_sha256: str | None
+    model_type: str | None
+    parameters: int
 
 
 @dataclass
@@ -35,12 +49,12 @@ class Captured:
     """What every energy of one run shares: the base model folder and identity, the sets read, their Grams."""
 
     base_model: Path
-    identity: dict
+    identity: BaseIdentity
     sets: dict  # name -> PromptSet (protected, then targets)
     grams: Grams
 
 
-def base_model_of(recipe, ws) -> Path:
+def base_model_of(recipe: Recipe, ws: Workspace) -> Path:
     """The base model folder a protected step reads: the recipe's ``base_model``, else the workspace's."""
     folder = recipe.base_model or ws.base_model
     if folder is None:
@@ -49,7 +63,7 @@ def base_model_of(recipe, ws) -> Path:
     return Path(folder)
 
 
-def identity(folder: Path, model) -> dict:
+def identity(folder: Path, model: torch.nn.Module) -> BaseIdentity:
     """The base model as recorded: its folder, its config.json's sha256, its type and parameter count."""
     cfg = folder / "config.json"
     sha = hashlib.sha256(cfg.read_bytes()).hexdigest() if cfg.is_file() else None
@@ -58,13 +72,15 @@ def identity(folder: Path, model) -> dict:
             "parameters": int(sum(p.numel() for p in model.parameters()))}
 
 
-def _backbone_updates(ev: Evaluation, model, modules: list) -> dict:
+def _backbone_updates(ev: Evaluation, model: torch.nn.Module, modules: list) -> dict:
     """The backbone's update per module as hooks (float32 factors ``(Qb C, Qa^T)``), checked against the model."""
     out, bad = {}, []
     for m in ev.names:
         try:
             weight = model.get_submodule(m).weight
         except AttributeError:
+            weight = None
+        if not isinstance(weight, torch.Tensor):
             bad.append(f"{m}: no such module")
             continue
         if m in modules and tuple(weight.shape) != tuple(ev.specs[m].weight_shape):
@@ -87,11 +103,18 @@ def _backbone_updates(ev: Evaluation, model, modules: list) -> dict:
 
 def protected_modules(ev: Evaluation) -> list[str]:
     """The modules whose direction is projected: stepped, linear, with a non-zero direction."""
-    left_out = set(ev.unselected)
-    return [m for m in ev.names if m not in left_out and ev.specs[m].kind == "linear" and ev.direction[m].norm() > 0]
+    left_out, direction = set(ev.unselected), _direction(ev)
+    return [m for m in ev.names if m not in left_out and ev.specs[m].kind == "linear" and direction[m].norm() > 0]
 
 
-def capture(ev: Evaluation, ws, progress=None) -> Captured:
+def _direction(ev: Evaluation) -> TaskVector:
+    """The direction of a completed stepped evaluation (ValueError for any other: a caller's error)."""
+    if ev.direction is None:
+        raise ValueError("protection projects a step's direction: complete a stepped recipe first")
+    return ev.direction
+
+
+def capture(ev: Evaluation, ws: Workspace, progress: Progress | None = None) -> Captured:
     """Read the prompt sets, load the base model, and capture every set's Grams with the backbone on."""
     recipe = ev.recipe
     folder = base_model_of(recipe, ws)
@@ -121,24 +144,24 @@ def protect(ev: Evaluation, cap: Captured, energy: float) -> Evaluation:
         cap (Captured): ``capture``'s result. energy (float): E in (0, 1].
     """
     recipe = ev.recipe
-    names_p = list(recipe.protect)
+    names_p = list(recipe.protect or {})
     names_t = list(recipe.target or {})
     modules = protected_modules(ev)
     operands = {k: dict(v.modules) for k, v in ev.operands.items()}
-    direction = dict(ev.direction.modules)
+    old_dir = _direction(ev)
+    direction = dict(old_dir.modules)
     ranks, widths = {}, {}
     drift = {k: [0.0, 0.0] for k in names_p + names_t}  # [||D' X^T||^2, ||D X^T||^2]
-    d_sq = sum(x.norm() ** 2 for x in ev.direction.modules.values())
+    d_sq = sum(x.norm() ** 2 for x in old_dir.modules.values())
     for m in modules:
-        G = cap.grams.total(names_p, m)
         try:
-            U, _ = energy_basis(G, energy)
+            U = cap.grams.basis(names_p, m, energy)
         except NumericError:
             files = ", ".join(str(cap.sets[k].path) for k in names_p)
             raise RecipeError([Problem("{protect}: " + f"{m}: its inputs on the protected prompts ({files}) are all "
                                        "zero, so nothing can be protected there; --exclude it or use other prompts")]
                               ) from None
-        d = ev.direction[m]
+        d = old_dir.modules[m]  # the direction's core in the module's basis (InSpan)
         pr = project(d, U)
         direction[m] = pr.direction
         for v in operands.values():
@@ -147,11 +170,10 @@ def protect(ev: Evaluation, cap: Captured, energy: float) -> Evaluation:
                 v[m] = widen(x, pr.space)
         wide = widen(d, pr.space)
         for k in names_p + names_t:
-            Gk = cap.grams.by_set[k][m]
-            drift[k][0] += quadratic(pr.direction, Gk)
-            drift[k][1] += quadratic(wide, Gk)
+            drift[k][0] += _quadratic(pr.direction, cap.grams.by_set[k][m])
+            drift[k][1] += _quadratic(wide, cap.grams.by_set[k][m])
         ranks[m], widths[m] = pr.rank, int(U.shape[0])
-    specs = ev.direction.specs
+    specs = old_dir.specs
     new_dir = TaskVector(direction, specs)
     new_ops = {k: TaskVector(v, ev.operands[k].specs) for k, v in operands.items()}
     step = choose_step(new_ops["base"], new_dir, trust=recipe.trust, alpha=recipe.alpha, scope=recipe.trust_scope)
@@ -160,14 +182,21 @@ def protect(ev: Evaluation, cap: Captured, energy: float) -> Evaluation:
     return dataclasses.replace(ev, operands=new_ops, direction=new_dir, step=step, protection=info)
 
 
-def _figures(recipe, cap: Captured, energy: float, drift: dict, kept_dir, ranks: dict, widths: dict) -> dict:
+def _quadratic(x: InSpan, inputs: Inputs) -> float:
+    """``||x X^T||_F^2`` from the kept rows (or sketch) where there are, else from the Gram."""
+    F = inputs.factor()
+    return quadratic_rows(x, F) if F is not None else quadratic(x, inputs.gram())
+
+
+def _figures(recipe: Recipe, cap: Captured, energy: float, drift: dict, kept_dir: float | None, ranks: dict,
+             widths: dict) -> dict:
     """The ``protection`` section of the report and manifest, and its plain warnings."""
     def entry(k: str, figure: str) -> dict:
         ps = cap.sets[k]
         return {"path": str(ps.path), "sha256": ps.sha256, "items": len(ps.items), "positions": cap.grams.rows[k],
                 figure: ratio(*drift[k])}
 
-    protected = {k: entry(k, "kept_drift") for k in recipe.protect}
+    protected = {k: entry(k, "kept_drift") for k in recipe.protect or {}}
     targets = {k: entry(k, "kept_change") for k in recipe.target or {}}
     warnings = []
     worst = max((v["kept_drift"] for v in protected.values() if v["kept_drift"] is not None), default=None)
@@ -176,16 +205,24 @@ def _figures(recipe, cap: Captured, energy: float, drift: dict, kept_dir, ranks:
             warnings.append(f"target {k} keeps {v['kept_change']:.3g} of its change, no more than a protected set "
                             f"keeps ({worst:.3g}): the protection removed what the target needed; try a lower "
                             "--protect-energy or protect prompts that differ from the target's")
+    sketched = cap.grams.sketched()
+    if sketched:
+        worst_bound = max(d["bound"] for v in sketched.values() for d in v.values())
+        g = cap.grams
+        warnings.append(f"{len(sketched)} module(s) read inputs wider than {g.exact_width} on more than "
+                        f"{2 * g.sketch_rows} positions: U and their figures come from a Frequent Directions sketch of "
+                        f"{g.sketch_rows} rows, ||G - B^T B||_2 <= {worst_bound:.3g} tr(G) (inputs.sketched)")
+    inputs = {"exact_width": cap.grams.exact_width, "sketch_rows": cap.grams.sketch_rows, "sketched": sketched}
     rank_values = list(ranks.values())
     return {"energy": energy, "base_model": cap.identity, "protect": protected, "target": targets,
-            "kept_direction": kept_dir, "ranks": ranks, "input_widths": widths,
+            "kept_direction": kept_dir, "ranks": ranks, "input_widths": widths, "inputs": inputs,
             "rank_summary": {"modules": len(rank_values), "min": min(rank_values, default=0),
                              "max": max(rank_values, default=0),
                              "mean": (sum(rank_values) / len(rank_values)) if rank_values else 0.0},
             "warnings": warnings}
 
 
-def energies(recipe) -> list[float]:
+def energies(recipe: Recipe) -> list[float]:
     """The energies of a protected recipe (default ``ENERGY_DEFAULT``)."""
     return list(recipe.protect_energy or [ENERGY_DEFAULT])
 

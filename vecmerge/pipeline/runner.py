@@ -13,11 +13,14 @@ The report (``RunReport``) says how much of the step survived:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import methods
+from ..analysis.step import StepSize
 from ..errors import CheckFailed, Problem, RecipeError, few, shown
+from ..linalg.threads import Progress
 from ..options import is_hub_id
 from ..outputs.card import model_card
 from ..outputs.manifest import MANIFEST_NAME
@@ -106,7 +109,7 @@ class RunReport:
         return self.recipe.kind
 
     @property
-    def step(self):
+    def step(self) -> StepSize | None:
         """The chosen step (``step.StepSize``: alpha, trust, clipped, norms), None without one."""
         return self.evaluation.step
 
@@ -147,7 +150,7 @@ class RunReport:
         return d
 
 
-def warnings_for(ev: Evaluation, built: BuiltOutput, roots=()) -> list[str]:
+def warnings_for(ev: Evaluation, built: BuiltOutput, roots: Iterable[Path] = ()) -> list[str]:
     """Plain-words warnings about one output: little of the step survived, dtype rounding, idle modules,
     a step far outside a trust region, an all-zero update, inputs of different base models (``roots``:
     where their relative declared paths start, see ``workspace.base_model.canonical``)."""
@@ -218,7 +221,8 @@ def _base_model_for(recipe: Recipe, ev: Evaluation) -> tuple[str | None, list[st
                   "ORG/NAME (or base_model_id: in vecmerge.yaml) to write its hub id before uploading"]
 
 
-def _build(ev: Evaluation, ws: Workspace, multiple: float, path, progress, folder: Path | None = None):
+def _build(ev: Evaluation, ws: Workspace, multiple: float, path: str | None, progress: Progress | None,
+           folder: Path | None = None) -> tuple[BuiltOutput, OutputReport, str | None]:
     """One output built and checked: ``(BuiltOutput, OutputReport, weights sha256 | None)``.
 
     With ``folder`` (a staged output folder) the weights are streamed into it as the modules are made
@@ -253,7 +257,7 @@ def _build(ev: Evaluation, ws: Workspace, multiple: float, path, progress, folde
 
 
 def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, force: bool = False,
-        progress=None, source: dict | None = None) -> RunReport:
+        progress: Progress | None = None, source: dict | None = None) -> RunReport:
     """Evaluate, gate, step, re-factor and (unless ``dry_run``) write every output.
 
     Args:
@@ -306,11 +310,11 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
                      "coefficients (a missing bias is zero) and written as lora_B.bias with lora_bias: true")
     if recipe.protect:  # the protected inputs once, then D' per energy (each with its own alpha)
         cap = capture(ev, ws, progress)
-        evs = [protect(dataclasses.replace(ev, recipe=r), cap, r.protect_energy[0]) for r in variants]
+        evs = [protect(dataclasses.replace(ev, recipe=r), cap, energies(r)[0]) for r in variants]
         report.evaluation = evs[0]
     else:
         evs = [ev]
-    if dry_run:
+    if policy is None:  # --dry-run: nothing is written
         for one in evs:
             for multiple, path in output_plan(one.recipe):
                 report.outputs.append(_build(one, ws, multiple, path, progress)[1])
@@ -325,17 +329,19 @@ def run(recipe: Recipe, ws: Workspace | None = None, *, dry_run: bool = False, f
     # is built (one module's tensors in memory at a time), and a failed check leaves nothing behind.
     with OutputTransaction(policy) as txn:
         for ev, (multiple, path) in ((e, p) for e in evs for p in output_plan(e.recipe)):
+            if path is None:  # refused before any work ({out}: missing)
+                raise ValueError("an output without a folder to write")
             folder = txn.folder(path, expected_entries=OUTPUT_FILES)
             b, entry, sha = _build(ev, ws, multiple, path, progress, folder)
             manifest = manifest_for(ev, b, entry.path, ws.home, gate=None if gate is None else gate.to_dict(),
                                     source=source)
-            title = recipe.name or Path(entry.path).name
+            title = recipe.name or Path(path).name
             card = model_card(base_model if not notes else None, title, card_body(manifest))
             res = write_adapter(folder, b.written, ev.specs, weights_sha256=sha, tensors=b.tensors if sha is None
                                 else None, template=template, manifest=manifest, card=card, dtype=recipe.dtype,
                                 same_modules=same, lora_bias=has_biases(ev))
             entry.sha256 = res["sha256"]
-            entry.manifest = str(Path(entry.path) / MANIFEST_NAME)
+            entry.manifest = str(Path(path) / MANIFEST_NAME)
             report.outputs.append(entry)
         txn.commit()
     report.notes = notes

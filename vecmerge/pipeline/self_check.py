@@ -14,7 +14,7 @@ import torch
 from ..errors import CheckFailed
 from ..outputs.manifest import TOLERANCES
 from ..peft.format import DTYPES, factor_keys
-from .build import BuiltOutput
+from .build import BuiltOutput, ModuleBuild
 from .evaluation import Evaluation, operand_forms
 from .figures import module_figures
 
@@ -31,9 +31,10 @@ class ModuleCheck:
     """
 
     def __init__(self, ev: Evaluation):
-        self.ev, self.failed = ev, {}  # module -> (rel_error, cause)
+        self.ev = ev
+        self.failed: dict[str, tuple[float, str]] = {}  # module -> (rel_error, cause)
 
-    def __call__(self, m: str, b, tensors: dict) -> None:
+    def __call__(self, m: str, b: ModuleBuild, tensors: dict) -> None:
         recipe = self.ev.recipe
         if not recipe.rank_policy.lossless:
             return  # verify compares a rank cut with its recorded error, which always reproduces
@@ -64,7 +65,7 @@ def self_check(ev: Evaluation, built: BuiltOutput, failed: dict) -> None:
                           + ("" if recipe.dtype == "fp32" else " or --dtype fp32"))
 
 
-def _subnormal(t) -> int:
+def _subnormal(t: torch.Tensor) -> int:
     """How many entries of ``t`` are subnormal in its own dtype (non-zero, below the smallest normal)."""
     return int(((t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)).sum()) if t.is_floating_point() else 0
 
@@ -72,7 +73,7 @@ def _subnormal(t) -> int:
 CANCEL_RTOL = 16  # x the inputs' machine epsilon: an intended update below this share of its terms is round-off
 
 
-def _cancelled(ev: Evaluation, m: str, b) -> str | None:
+def _cancelled(ev: Evaluation, m: str, b: ModuleBuild) -> str | None:
     """Why module ``m``'s intended update is zero up to round-off, or None when it is not.
 
     ``||T_m|| <= CANCEL_RTOL * eps * sum |c| ||X_m||`` over the terms ``c * X`` of the recipe's expressions
@@ -91,7 +92,7 @@ def _cancelled(ev: Evaluation, m: str, b) -> str | None:
             "dtype reproduces); drop the cancelling terms")
 
 
-def _cause(ev: Evaluation, m: str, b, tensors: dict) -> str:
+def _cause(ev: Evaluation, m: str, b: ModuleBuild, tensors: dict) -> str:
     """Why module ``m``'s written factors lost precision: an intended update that cancels (``_cancelled``),
     subnormal inputs or outputs, or plain rounding.
 

@@ -1,22 +1,14 @@
 """An adapter's exact update on a loaded transformers base, switched in and out by forward hooks.
 
-For each module the adapter targets, with ``A`` (r, in), ``B`` (out, r) and ``s`` its factors and scale
-(``Adapter.factors``, in the LoRA layout), the hook adds to the base module's output exactly what PEFT's LoRA layer
-adds, in the same order of operations::
+For each targeted module, with ``A`` (r, in), ``B`` (out, r) and scale ``s`` (``Adapter.factors``), the hook
+adds exactly what PEFT's LoRA layer adds, in the same order of operations::
 
-    linear, Conv1D     y = base(x) + (x A^T) B^T * s              (PEFT: lora_B(lora_A(x)) * scaling)
-    embedding          y = base(ids) + embedding(ids, A^T) B^T * s  (PEFT: _embed(ids, A^T) @ B^T * scaling)
+    linear, Conv1D     y = base(x) + (x A^T) B^T * s
+    embedding          y = base(ids) + embedding(ids, A^T) B^T * s
 
-so the outputs equal a ``PeftModel.from_pretrained`` model's (tests/probe/test_runner.py). The base weights are
-never written: switching adapters swaps which factors the hooks read (``LoraHooks.use``), and removing the hooks
-leaves the model exactly as loaded, bit for bit (tested). Why hooks rather than ``W += s B A`` in place: no copy of
-the weights is kept to restore them, no dense ``B A`` is formed per switch (a switch is free, so a probe can visit
-every adapter on each batch and compare their distributions there), and a tied output head is never moved by an
-embedding update (PEFT's embedding LoRA changes the input only). The cost is the low-rank products in each
-forward: ``r (in + out)`` against the module's ``in * out`` multiply-adds (about 5% at r = 32 on 1024 x 2048).
-
-Parameters adapted through ``target_parameters`` (MoE experts, routers) are refused: their update is not the output
-of a module a hook sees.
+The base weights are never written: ``LoraHooks.use`` swaps which factors the hooks read, and removing the
+hooks leaves the model bit for bit as loaded. Parameters adapted through ``target_parameters`` are refused.
+Why hooks rather than ``W += s B A``, and their cost: docs/design/probe.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """A probe's prompt file: JSON Lines of items, each a prompt and the target the model should continue it with.
 
-One JSON object per line (blank lines skipped)::
-
     {"id": "q1", "prompt": "The capital of France is", "target": " Paris", "task": "geo", "cluster": "europe"}
     {"id": 2, "prompt_ids": [12, 7, 99], "target_ids": [5, 6]}
 
-- ``id``: a string or an integer, unique in the file (the ledger's item id);
-- ``prompt`` (text) or ``prompt_ids`` (token ids), and ``target`` or ``target_ids``; each item needs one of each,
-  never both, and at least one prompt token (the first target token is predicted from it) and one target token;
-- ``task`` (optional): the item's sub-score; ``cluster`` (optional): the key its clustered standard errors use.
-
-Text is encoded with the base model folder's tokenizer, without special tokens, as lm-evaluation-harness
-encodes a (context, continuation) pair: trailing spaces of the prompt move to the target, ``prompt_ids =
-encode(prompt)``, ``target_ids = encode(prompt + target)[len(prompt_ids):]`` (so a word split across the boundary
-is scored as the model sees it). A text field beside an ids field is encoded alone. A file with text and a base
-folder without a tokenizer is refused, naming the line.
-
-The file is read once, bounded (``io.parse``: size, lines, depth, digits), and hashed as read: ``sha256`` ties
-every record of a probe to exactly these bytes. Every problem is reported at once, each naming its line.
+``id`` is unique; each item has ``prompt`` or ``prompt_ids`` and ``target`` or ``target_ids`` (one of each, at
+least one token each); ``task`` and ``cluster`` are optional. Text is encoded with the base folder's tokenizer
+as lm-evaluation-harness encodes a (context, continuation) pair: ``target_ids = encode(prompt +
+target)[len(prompt_ids):]``. The file is read once, bounded (``io.parse``), and hashed as read; every problem
+is reported at once, each naming its line. The rules in full: docs/design/probe.md.
 """
 
 from __future__ import annotations
@@ -171,14 +161,16 @@ def _name(value, line: int, key: str, problems: list) -> str | None:
     return value
 
 
-def _encode_pair(tokenizer, prompt: str, target: str) -> tuple[list, list]:
-    """lm-evaluation-harness's rule for a (context, continuation) pair (module docstring)."""
+def _encode_pair(tokenizer, prompt: str, target: str) -> tuple[list, list, bool]:
+    """lm-evaluation-harness's rule for a (context, continuation) pair (module docstring), and whether
+    ``encode(prompt)`` is a prefix of ``encode(prompt + target)`` (False: the two merge at the boundary, so the
+    continuation's ids would not be the target's)."""
     spaces = len(prompt) - len(prompt.rstrip())
     if spaces:
         prompt, target = prompt[:-spaces], prompt[-spaces:] + target
     ctx = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     whole = tokenizer(prompt + target, add_special_tokens=False)["input_ids"]
-    return list(ctx), list(whole[len(ctx):])
+    return list(ctx), list(whole[len(ctx):]), list(whole[:len(ctx)]) == list(ctx)
 
 
 def _item(number: int, raw, tokenizer, problems: list) -> Item | None:
@@ -213,7 +205,13 @@ def _item(number: int, raw, tokenizer, problems: list) -> Item | None:
         return None
     prompt, target = parts["prompt"], parts["target"]
     if isinstance(prompt, str) and isinstance(target, str):
-        prompt, target = _encode_pair(tokenizer, prompt, target)
+        text = parts["prompt"][-12:] + "|" + parts["target"][:12]
+        prompt, target, aligned = _encode_pair(tokenizer, prompt, target)
+        if not aligned:
+            problems.append(f"line {number}: the prompt's end and the target's start merge into one token when "
+                            f"encoded together ({short(text, 40)}), so the scored tokens would not be the target; "
+                            "start the target with a space, or give prompt_ids and target_ids")
+            return None
     else:
         prompt = tokenizer(prompt, add_special_tokens=False)["input_ids"] if isinstance(prompt, str) else prompt
         target = tokenizer(target, add_special_tokens=False)["input_ids"] if isinstance(target, str) else target

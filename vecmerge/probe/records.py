@@ -1,21 +1,12 @@
 """A probe's results in the evaluation ledger: metric names, the records it writes, and what it already holds.
 
-Per model and item (item-level records, the item's cluster kept)::
-
-    probe:<stem>:loglik       the target's log-likelihood         (higher is better)
-    probe:<stem>:exact        1 when greedy decoding reproduces it (higher is better)
-    probe:<stem>:first_rank   rank of the first target token       (lower is better)
-
-and once every item of the file is recorded, one whole-run record per model of each (the mean over items; its
-sub-scores: the mean over each ``task``'s items) plus ``probe:<stem>:loglik_per_token`` (sum of logliks / sum of
-target tokens), so ``evidence show``, ``compare`` (paired over items), ``calibrate`` and ``rank`` read them as any
-other metric. Per pair of models and item (``evidence.pairs``): ``probe:<stem>:kl`` (a, b) = KL(a || b) and
-``probe:<stem>:js``.
-
-Every record is tied to its adapter's content sha256 (the ledger's rule) and, through its source
-``probe:<file name>@<sha256 of the file>``, to the prompt file's bytes. What the ledger already holds for the
-adapters' current hashes and this file is not computed again; a metric name stands for one prompt file, so
-records of another file under the same stem are refused (``check_stem``) rather than mixed.
+Per model and item: ``probe:<stem>:loglik`` (higher is better), ``probe:<stem>:exact`` (higher is better),
+``probe:<stem>:first_rank`` (lower is better); once every item is recorded, one whole-run record per model of
+each (sub-scores per ``task``) plus ``probe:<stem>:loglik_per_token``; per pair and item (``evidence.pairs``)
+``probe:<stem>:kl`` and ``probe:<stem>:js``. Every record is tied to its adapter's content sha256 and, through
+its source ``probe:<file name>@<sha256>``, to the prompt file's bytes; what the ledger holds is not computed
+again, and records of another file under the same stem are refused (``check_stem``).
+More on how the other commands read them: docs/design/probe.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """``vecmerge probe``'s work: each adapter on the base, teacher-forced on a prompt file; scores, divergences, records.
 
     load_cache       what the ledger holds for these adapters' hashes and this file (``records``)
-    needs            item -> the models that must run on it: those without its records, and both models of a
-                     pair without its divergences (``pairs``)
+    needs            item -> the models that must run on it (records or pair divergences missing)
     batches          items grouped by that set of models, sorted by length, ``batch`` at a time (right-padded)
-    per batch        for each model of its set: the adapter's hooks (``hooks.LoraHooks``), one forward pass, the
-                     logits of the target positions only; then ``scores.item_scores`` per model and
-                     ``scores.divergences`` per pair; the new records written in one transaction
-    end              each model's whole-run records once all its items are recorded; the results from the ledger's
-                     records and the new ones alike
+    per batch        each model's hooks, one forward pass, the target positions' logits; ``scores.item_scores``
+                     per model, ``scores.divergences`` per pair; the new records in one transaction
+    end              whole-run records of complete models; the results from cached and new records alike
 
-The base model is loaded once, in float32, on ``device`` (and not at all when nothing is missing); memory is the
-model, every adapter's factors, and one batch's target-position logits per model. A re-run of the same adapters
-and file computes and records nothing.
+The base is loaded once, in float32, on ``device`` (not at all when nothing is missing). A re-run of the same
+adapters and file computes and records nothing. Memory: docs/design/probe.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,16 @@
 """Teacher-forced scores of one item, and divergences between two models' next-token distributions.
 
-The model reads ``prompt + target`` (P + T tokens); the logits at positions P-1 .. P+T-2 are the next-token
-distributions of the T target tokens ``y_1 .. y_T``. With ``l_t`` those logits (float32, as the model produced
-them) and ``log p_t = log_softmax(l_t)`` in float64:
+With ``l_t`` the float32 logits at the T target positions and ``log p_t = log_softmax(l_t)`` in float64:
 
     loglik      sum_t log p_t(y_t)                         (the target's log-likelihood, nats)
-    tokens      T
-    exact       1 if argmax l_t = y_t for every t, else 0  (greedy decoding reproduces the target: with the target's
-                own prefix fed back, each greedy step is the argmax; ties go to the lowest id, as torch.argmax and
-                greedy generate do)
-    first_rank  1 + #{v : l_1(v) > l_1(y_1)}               (1: the first target token is the top prediction)
-
-Between models a and b, per item (positions averaged, then items by the caller):
-
+    exact       1 if argmax l_t = y_t for every t, else 0  (greedy decoding reproduces the target)
+    first_rank  1 + #{v : l_1(v) > l_1(y_1)}
     kl_ab       (1/T) sum_t sum_v p_a,t(v) (log p_a,t(v) - log p_b,t(v))
-    js          (1/T) sum_t [KL(p_a,t || m_t) + KL(p_b,t || m_t)] / 2,  m_t = (p_a,t + p_b,t) / 2   (nats, <= log 2)
+    js          (1/T) sum_t [KL(p_a,t || m_t) + KL(p_b,t || m_t)] / 2,  m_t = (p_a,t + p_b,t) / 2   (<= log 2)
 
-computed as ``KL(a || b) = sum_v p_a log p_a - sum_v p_a log p_b``, every pair's cross term ``sum_v p_a log p_b`` of
-a row in one batched matrix product of the models' distributions, and ``JS = H(m) - (H(p_a) + H(p_b)) / 2`` with
-``H(x) = -sum_v x log x`` (0 log 0 = 0); a row's value below 0 by rounding is clipped to 0. Where a model rules a
-token out (logit -inf), the row's KL is formed term by term instead, so that ``0 * log 0`` adds nothing and a token
-only the other model allows gives ``inf``.
-
-Rows of a batch are its items' target positions, item after item (``segments``); float64 work runs over
-``ROW_CHUNK_BYTES`` of rows at a time, so memory stays one chunk of every model's distributions.
+Every pair's cross term comes from one batched matrix product; ``JS = H(m) - (H(p_a) + H(p_b)) / 2``; rounding
+below 0 is clipped; a token one model rules out is handled term by term (``inf`` where only the other allows
+it). Float64 work runs over ``ROW_CHUNK_BYTES`` of rows at a time. The details: docs/design/probe.md.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ keys are its ``methods.Field`` s (the registry), not rows here. This module impo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +74,7 @@ class Key:
         allowed = self.allowed()
         return " | ".join(allowed) if allowed else ("true | false" if self.kind == "flag" else self.values)
 
-    def describe(self, command: str | None = None, flags=None) -> str:
+    def describe(self, command: str | None = None, flags: Mapping[str, str] | None = None) -> str:
         """Its help, with the notes for ``command`` (every note when None: the docs), keys spelled by ``flags``.
 
         Args:
@@ -206,8 +207,8 @@ def offered(command: str) -> tuple[Key, ...]:
 
 def words(command: str) -> dict[str, str]:
     """``{key: flag}`` for the keys ``command`` sets by flags (an alias's flag spells its key too)."""
-    out = {k.name: k.flag for k in offered(command)}
+    out = {k.name: k.flag for k in offered(command) if k.flag is not None}  # an offered key has a flag
     for k in offered(command):
-        if k.alias_of is not None:
+        if k.alias_of is not None and k.flag is not None:
             out.setdefault(k.alias_of, k.flag)
     return out

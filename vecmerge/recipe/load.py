@@ -15,7 +15,7 @@ from ..outputs.manifest import MANIFEST_MAX_BYTES
 from .recipe import Recipe
 
 
-def load(path) -> Recipe:
+def load(path: str | Path) -> Recipe:
     """Read a YAML recipe, or the ``recipe`` of a ``vecmerge.json`` manifest (JSON).
 
     Both are read strictly and bounded (``safe_parse``: no YAML anchors or aliases, no NaN, limited
@@ -38,7 +38,7 @@ def load(path) -> Recipe:
     return Recipe.from_dict(data, str(path), root=root)
 
 
-def manifest_root(folder, manifest: dict) -> Path:
+def manifest_root(folder: str | Path, manifest: dict) -> Path:
     """The folder a manifest's input paths start from: ``folder / manifest["workspace"]``.
 
     ``workspace`` is the workspace folder relative to the output folder (or absolute); a manifest
@@ -51,7 +51,7 @@ def manifest_root(folder, manifest: dict) -> Path:
     return (Path(folder) / ws).resolve() if isinstance(ws, str) else Path(folder).resolve()
 
 
-def with_absolute_inputs(manifest: dict, folder) -> dict:
+def with_absolute_inputs(manifest: dict, folder: str | Path) -> dict:
     """A copy of ``manifest`` whose input paths (``inputs``, ``recipe.inputs``, ``recipe.protect`` and
     ``recipe.target``) and DoRA base folder (``recipe.base_model``) are absolute.
 
@@ -60,7 +60,7 @@ def with_absolute_inputs(manifest: dict, folder) -> dict:
     """
     root = manifest_root(folder, manifest)
 
-    def fix(entries):
+    def fix(entries: object) -> object:
         if not isinstance(entries, dict):
             return entries
         return {n: {**e, "path": str(root / e["path"])} if isinstance(e, dict) and isinstance(e.get("path"), str)

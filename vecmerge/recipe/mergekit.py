@@ -1,45 +1,27 @@
 """mergekit merge configurations read as vecmerge recipes: ``vecmerge merge --config FILE.yml``.
 
-A mergekit YAML (mergekit 0.1.5's ``MergeConfiguration``) names a ``merge_method``, a ``base_model``, the
-``models`` (each with ``parameters``: ``weight``, ``density``, ...), global ``parameters`` and a ``dtype``;
-here the models are LoRA adapters (workspace names, or folders relative to the YAML), and the merge runs on
-their updates with the base model at the origin (mergekit's ``base + merge(deltas)`` is the update
-``merge(deltas)``), written as a LoRA. What maps:
-
-- ``merge_method``: every mergekit method vecmerge has (``task_arithmetic``, ``ties``, ``dare_ties``,
-  ``dare_linear``, ``breadcrumbs``, ``breadcrumbs_ties``, ``della``, ``della_linear``, ``sce``,
-  ``model_stock``, ``nuslerp``, ``multislerp``, ``karcher``, ``slerp``), ``linear`` as ``task_arithmetic``
-  with mergekit's ``normalize: true``, and vecmerge's own merge methods by name;
-- per-model ``weight`` and ``density`` stay per model; other per-model parameters (``gamma``, ``epsilon``)
-  must agree across models (vecmerge takes one); global ``parameters`` are the method's options (a
-  global ``weight`` or ``density`` is every model's default), ``int8_mask`` is accepted and has no effect;
-  gradients and filters (``mergekit_values``) become the recipe's ``per_module`` rows;
-- ``base_model``: a model listed in ``models`` too is dropped from them (its update is the origin, as
-  mergekit skips it); a hub id is recorded as the output's ``base_model_id``, a local model folder is the
-  recipe's ``base_model`` (DoRA inputs are read against it); a model written ``BASE+LORA`` (mergekit's LoRA
-  syntax) is the LoRA;
-- ``dtype`` (or ``out_dtype``): the written dtype (float32, bfloat16, float16; vecmerge computes in float64);
-- ``slices`` whose sources all take the same models over one ``layer_range`` each select those layers
-  (``only``); the LoRA keeps each layer where it is (mergekit's output would stack the slices into a new
-  model), so overlapping slices, slices of different models and per-slice parameters are refused;
-- ``tokenizer_source``, ``tokenizer``, ``chat_template``: ignored with a note (a LoRA has no tokenizer).
-
-mergekit's defaults fill what the file leaves out (``density: 1``; ``normalize`` and ``rescale`` per method,
-``mergekit_vocab.DEFAULTS``), and the notes say where a method means something else on LoRA updates. Every
-key vecmerge does not support is named in one problem line, a typo with mergekit's word. No torch here.
+A mergekit YAML (mergekit 0.1.5's ``MergeConfiguration``: ``merge_method``, ``base_model``, ``models`` with
+their ``parameters``, global ``parameters``, ``dtype``, ``slices``) becomes one ``Recipe``: the models are
+LoRA adapters and the merge runs on their updates with the base model at the origin (mergekit's
+``base + merge(deltas)`` is the update ``merge(deltas)``), written as a LoRA. mergekit's defaults fill what
+the file leaves out (``mergekit_vocab.DEFAULTS``); every key vecmerge does not support is named in one
+problem line. No torch here. What maps to what: docs/design/recipe.md.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import Any, TypedDict
 
 from .. import methods
 from ..errors import RecipeError
 from ..expr import NAME_RE
 from . import mergekit_values as mv
 from . import mergekit_vocab as vocab
+from .mergekit_values import Conditions, Row, Scalar
 from .mergekit_vocab import did_you_mean, meaning_notes
 
 METHODS = {"linear": "task_arithmetic", "task_arithmetic": "task_arithmetic", "ties": "ties",
@@ -58,7 +40,8 @@ DTYPES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16",
 HUB_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
-def _model_ref(raw, where: str, root: Path, known, problems: list, inputs: dict) -> str | None:
+def _model_ref(raw: object, where: str, root: Path, known: Collection[str], problems: list[str],
+               inputs: dict[str, dict[str, str]]) -> str | None:
     """The recipe name of one model reference: a workspace name, or a folder pinned in ``inputs``."""
     if not isinstance(raw, str) or not raw:
         problems.append(f"{where}={mv.shown(raw)}: a workspace adapter name or a LoRA folder")
@@ -79,7 +62,7 @@ def _model_ref(raw, where: str, root: Path, known, problems: list, inputs: dict)
     return None
 
 
-def _params(raw, where: str, problems: list, allowed) -> dict:
+def _params(raw: object, where: str, problems: list[str], allowed: Collection[str]) -> dict[str, Conditions]:
     """``{name: conditions}`` of a ``parameters`` mapping (``mergekit_values.setting``), names checked."""
     if raw is None:
         return {}
@@ -87,7 +70,7 @@ def _params(raw, where: str, problems: list, allowed) -> dict:
         problems.append(f"{where}={mv.shown(raw)}: a mapping of mergekit parameters, e.g. {{weight: 0.5, density: "
                         "0.3}")
         return {}
-    out = {}
+    out: dict[str, Conditions] = {}
     for k, v in raw.items():
         if str(k) not in allowed:
             problems.append(f"{where}.{k}: not a mergekit parameter{did_you_mean(k, vocab.PARAMETERS)}")
@@ -98,12 +81,13 @@ def _params(raw, where: str, problems: list, allowed) -> dict:
     return out
 
 
-def _slices(raw, problems: list) -> tuple[list, list]:
+def _slices(raw: object, problems: list[str]) -> tuple[list[dict], list[tuple[int, int]]]:
     """``(sources, [(start, end)])`` of slices that select layers; problems for any other use of slices."""
     if not isinstance(raw, list) or not raw:
         problems.append("slices: a list of {sources: [{model, layer_range: [start, end]}]}")
         return [], []
-    models, layers = None, []
+    models: list[dict] | None = None
+    layers: list[tuple[int, int]] = []
     for i, sl in enumerate(raw):
         if not isinstance(sl, dict):
             problems.append(f"slices[{i}]={mv.shown(sl)}: a mapping {{sources: [{{model, layer_range}}]}}")
@@ -122,13 +106,14 @@ def _slices(raw, problems: list) -> tuple[list, list]:
                                 f"{did_you_mean(k, vocab.SOURCE_KEYS)}")
         ranges = [mv.layer_range(s.get("layer_range"), f"slices[{i}].sources[{j}].layer_range", problems)
                   for j, s in enumerate(srcs)]
-        if any(r is None for r in ranges):
+        picked = [r for r in ranges if r is not None]
+        if len(picked) != len(ranges):
             continue
-        if len(set(ranges)) != 1:
+        if len(set(picked)) != 1:
             problems.append(f"slices[{i}]: every source takes the same layer_range (they differ): a LoRA cannot "
                             "move layers")
             continue
-        a, b = ranges[0]
+        a, b = picked[0]
         entries = [{k: v for k, v in s.items() if k != "layer_range"} for s in srcs]
         if models is None:
             models = entries
@@ -141,7 +126,7 @@ def _slices(raw, problems: list) -> tuple[list, list]:
     return models or [], layers
 
 
-def _only(layers: list) -> str | None:
+def _only(layers: list[tuple[int, int]]) -> str | None:
     """The ``only`` pattern of the selected layer ranges (each range, not each layer: bounded size)."""
     if not layers:
         return None
@@ -149,7 +134,7 @@ def _only(layers: list) -> str | None:
     return r"(^|\.)layers\.(" + "|".join(map(str, picked)) + r")\."
 
 
-def _method(data, p: list) -> tuple[str, str | None]:
+def _method(data: dict, p: list[str]) -> tuple[str, str | None]:
     """``(mergekit's merge_method, vecmerge's method or None)``; a problem when there is none."""
     mk = data.get("merge_method")
     mk = "" if mk is None else str(mk)
@@ -164,7 +149,8 @@ def _method(data, p: list) -> tuple[str, str | None]:
     return mk, method
 
 
-def _resolve(conds: list, where: str, layers: list | None, p: list) -> tuple:
+def _resolve(conds: Conditions, where: str, layers: list[tuple[int, int]] | None, p: list[str]
+             ) -> tuple[Scalar, list[Row] | None]:
     """``(value, rows)``: a constant setting's value (rows None), or the fallback value and ``per_module`` rows."""
     value = mv.constant(conds)
     if value is not None:
@@ -178,7 +164,17 @@ def _resolve(conds: list, where: str, layers: list | None, p: list) -> tuple:
     return fallback, mv.per_layer(conds, layers or [])
 
 
-def from_mergekit(data, source: str, root: Path, known=(), layers=None) -> tuple[dict, dict]:
+class Translated(TypedDict):
+    """What the translation of a mergekit file says beside the recipe (``from_mergekit``'s notes)."""
+
+    mergekit_method: str
+    base_model: str | None
+    defaults: dict[str, Scalar]  # the values mergekit's defaults filled
+    notes: list[str]  # one line per meaning that differs or key ignored
+
+
+def from_mergekit(data: object, source: str, root: Path, known: Collection[str] = (),
+                  layers: Callable[[str, dict], int | None] | None = None) -> tuple[dict, Translated]:
     """A vecmerge recipe (keys of ``Recipe.from_dict``) from a mergekit configuration; RecipeError listing every
     problem at once.
 
@@ -189,7 +185,7 @@ def from_mergekit(data, source: str, root: Path, known=(), layers=None) -> tuple
             the recipe's ``inputs``), for gradients over ``models`` and to bound ``layer_range``.
 
     Returns:
-        (recipe dict, notes) with ``notes``: ``{"mergekit_method", "base_model", "defaults", "notes"}``:
+        (recipe dict, notes) with ``notes`` (Translated): ``{"mergekit_method", "base_model", "defaults", "notes"}``:
         the values mergekit's defaults filled, and one line per meaning that differs or key ignored.
     """
     if not isinstance(data, dict):
@@ -210,18 +206,21 @@ def from_mergekit(data, source: str, root: Path, known=(), layers=None) -> tuple
     allowed = set(vocab.PARAMETERS) | fields
     if data.get("models") is not None and data.get("slices") is not None:
         p.append("models and slices: give one of them")
-    raw_models, ranges = data.get("models"), []
+    raw_models: object = data.get("models")
+    ranges: list[tuple[int, int]] = []
     if data.get("slices") is not None:
         raw_models, ranges = _slices(data["slices"], p)
     if not isinstance(raw_models, list) or not raw_models:
         if data.get("slices") is None:
             p.append("models: a list of {model: NAME-or-FOLDER, parameters: {weight, density}}")
         raw_models = []
-    inputs: dict = {}
+    inputs: dict[str, dict[str, str]] = {}
     base = data.get("base_model")
     base_ref = None if base is None else str(base)
     params = _params(data.get("parameters"), "parameters", p, allowed)
-    entries, per_model, base_weight = [], {}, None
+    entries: list[tuple[str, dict[str, Conditions]]] = []  # (recipe name, its weight and density settings)
+    per_model: dict[str, list[Scalar | None]] = {}
+    base_weight: Conditions | None = None
     for i, e in enumerate(raw_models):
         e = {"model": e} if isinstance(e, str) else e
         if not isinstance(e, dict) or e.get("model") is None:
@@ -234,21 +233,21 @@ def from_mergekit(data, source: str, root: Path, known=(), layers=None) -> tuple
             base_weight = own.get("weight", params.get("weight"))  # ... except linear, which averages it too
             continue
         name = _model_ref(e["model"], f"models[{i}].model", root, known, p, inputs)
-        entry = {"model": name, "settings": {k: own[k] for k in own if k in PER_MODEL}}
         for k, conds in own.items():
             if k not in PER_MODEL:
                 per_model.setdefault(k, []).append(mv.constant(conds))
         if name is not None:
-            entries.append(entry)
-    settings = [*params.values(), *(s for e in entries for s in e["settings"].values())]
+            entries.append((name, {k: own[k] for k in own if k in PER_MODEL}))
+    settings = [*params.values(), *(s for _, own in entries for s in own.values())]
     varying = any(mv.constant(c) is None for c in settings)
-    n = layers(entries[0]["model"], inputs) if layers is not None and entries and (varying or ranges) else None
+    n = layers(entries[0][0], inputs) if layers is not None and entries and (varying or ranges) else None
     layers_of = ranges or ([(0, n)] if n else [])
-    beyond = [f"[{a}, {b}]" for a, b in ranges if n and b > n]
-    if beyond:
+    beyond = [f"[{a}, {b}]" for a, b in ranges if b > n] if n else []
+    if beyond and n:
         p.append(f"slices: layer_range {', '.join(beyond)} beyond the model's {n} layers (the adapters hold layers "
                  f"0-{n - 1}); end at {n} or below")
-    rec_params, per_module = {}, {}
+    rec_params: dict[str, Scalar] = {}
+    per_module: dict[str, list[Row]] = {}
     for k, conds in params.items():
         v, rows = _resolve(conds, f"parameters.{k}", layers_of, p)
         if k in IGNORED:
@@ -267,18 +266,18 @@ def from_mergekit(data, source: str, root: Path, known=(), layers=None) -> tuple
             p.append(f"models[*].parameters.{k}: given for some models only; put it under parameters")
         elif k not in rec_params and k not in IGNORED:
             rec_params[k] = vals[0]
-    out_entries = []
-    for i, entry in enumerate(entries):
-        item = {"model": entry["model"]}
+    out_entries: list[dict[str, Scalar]] = []
+    for i, (name, own) in enumerate(entries):
+        item: dict[str, Scalar] = {"model": name}
         for key in PER_MODEL:  # a global weight or density is every model's default
-            conds = entry["settings"].get(key)
-            if conds is None and key in params:
+            given = own.get(key)
+            if given is None and key in params:
                 item[key] = rec_params.get(key)
                 if key in per_module:
                     per_module[f"models.{i}.{key}"] = per_module[key]
                 continue
-            if conds is not None:
-                v, rows = _resolve(conds, f"models[{i}].parameters.{key}", layers_of, p)
+            if given is not None:
+                v, rows = _resolve(given, f"models[{i}].parameters.{key}", layers_of, p)
                 item[key] = v
                 if rows:
                     per_module[f"models.{i}.{key}"] = rows
@@ -286,7 +285,7 @@ def from_mergekit(data, source: str, root: Path, known=(), layers=None) -> tuple
     for key in PER_MODEL:
         rec_params.pop(key, None)
         per_module.pop(key, None)
-    defaults = {}
+    defaults: dict[str, Scalar] = {}
     if method in SPARSIFYING:
         for item in out_entries:
             item.setdefault("density", 1.0)  # mergekit's default
@@ -298,7 +297,7 @@ def from_mergekit(data, source: str, root: Path, known=(), layers=None) -> tuple
         if base_ref in names:  # mergekit's slerp interpolates from base_model (t = 0) to the other model
             first = _model_ref(base_ref, "base_model", root, known, p, inputs)
             out_entries = [{"model": first}] + [e for e in out_entries if e["model"] != first]
-    rec = {"method": method, "models": out_entries, **rec_params}
+    rec: dict[str, Any] = {"method": method, "models": out_entries, **rec_params}
     if per_module:
         rec["per_module"] = {k: [list(r) for r in rows] for k, rows in per_module.items()}
     only = _only(ranges)
@@ -330,7 +329,7 @@ def from_mergekit(data, source: str, root: Path, known=(), layers=None) -> tuple
     return rec, {"mergekit_method": mk, "base_model": base_ref, "defaults": defaults, "notes": said}
 
 
-def _linear(rec: dict, weights: list, base_weight, p: list) -> None:
+def _linear(rec: dict, weights: list[float | None], base_weight: Conditions | None, p: list[str]) -> None:
     """mergekit's ``linear``: ``sum_i w_i W_i / sum_i w_i``, on updates ``sum_i w_i x_i / sum_i w_i`` (the base's
     own weight, when it is listed, in the sum); refused where a LoRA cannot hold it."""
     ws = [1.0 if w is None else w for w in weights]

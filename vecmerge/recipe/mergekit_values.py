@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any, TypeGuard
+
+Scalar = Any  # a YAML scalar of a setting: a number (every value of a gradient), or a boolean or text alone
+Conditions = list[tuple[str | None, list[Scalar]]]  # ``setting``'s ``[(filter | None, [values])]``
+Row = tuple[str, Scalar]  # ``(module pattern, value)``: one ``per_module`` row
 
 MAX_LAYERS = 4096  # no model has more; a layer_range beyond it is refused before anything is built
 
 
-def real(v) -> bool:
+def real(v: object) -> TypeGuard[float]:
     """A finite number that is not a boolean (an integer too large for a float is not finite)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return False
@@ -28,18 +33,18 @@ def real(v) -> bool:
         return False
 
 
-def shown(v, n: int = 40) -> str:
+def shown(v: object, n: int = 40) -> str:
     """A value for a message, cut to ``n`` characters (a weight of 100k digits stays one short line)."""
     text = repr(v) if not isinstance(v, int) or isinstance(v, bool) or abs(v) < 10**30 else "an integer of " \
         f"{len(str(abs(v))) if abs(v) < 10**4000 else 'thousands of'} digits"
     return text if len(text) <= n else text[:n] + "..."
 
 
-def _scalar_ok(v) -> bool:
+def _scalar_ok(v: object) -> bool:
     return isinstance(v, (bool, str)) or real(v)
 
 
-def setting(value, where: str, problems: list) -> list | None:
+def setting(value: object, where: str, problems: list[str]) -> Conditions | None:
     """A parameter setting as conditions ``[(filter | None, [values])]`` (one value: a scalar), or None.
 
     Args:
@@ -59,7 +64,7 @@ def setting(value, where: str, problems: list) -> list | None:
             problems.append(f"{where}: a gradient is a list of numbers ({shown(bad[0])} is not one)")
             return None
         return [(None, list(value))]
-    conds = []
+    conds: Conditions = []
     for j, c in enumerate(value):
         if not isinstance(c, dict) or "value" not in c or set(c) - {"filter", "value"}:
             problems.append(f"{where}[{j}]: a filter is a mapping {{filter: NAME-PART, value: ...}} ({{value: ...}} "
@@ -79,12 +84,12 @@ def setting(value, where: str, problems: list) -> list | None:
     return conds
 
 
-def constant(conds: list):
+def constant(conds: Conditions) -> Scalar | None:
     """The one value of a setting that is the same everywhere (a scalar, no filter), else None."""
     return conds[0][1][0] if len(conds) == 1 and conds[0][0] is None and len(conds[0][1]) == 1 else None
 
 
-def at(values: list, t: float):
+def at(values: list[float], t: float) -> float:
     """mergekit's value of a gradient at ``t`` in [0, 1] (a single value: itself)."""
     if len(values) == 1:
         return values[0]
@@ -100,13 +105,13 @@ def layer_pattern(layer: int) -> str:
     return rf"(^|\.)layers\.{layer}\."
 
 
-def per_layer(conds: list, slices: list) -> list:
+def per_layer(conds: Conditions, slices: list[tuple[int, int]]) -> list[Row]:
     """``[(pattern, value)]``: the setting resolved per layer of each slice and per filter, first match first.
 
     Args:
         conds (list): from ``setting``. slices (list[tuple[int, int]]): the ``[start, end)`` layer ranges.
     """
-    rows = []
+    rows: list[Row] = []
     for a, b in slices:
         n = b - a
         for i in range(n):
@@ -119,15 +124,15 @@ def per_layer(conds: list, slices: list) -> list:
     return rows
 
 
-def layer_range(raw, where: str, problems: list) -> tuple[int, int] | None:
+def layer_range(raw: object, where: str, problems: list[str]) -> tuple[int, int] | None:
     """``(start, end)`` of a ``layer_range: [start, end]`` with integers ``0 <= start < end <= MAX_LAYERS``."""
-    ok = isinstance(raw, (list, tuple)) and len(raw) == 2 and all(
-        isinstance(x, int) and not isinstance(x, bool) for x in raw)
-    if not ok:
+    if not isinstance(raw, (list, tuple)) or len(raw) != 2 or not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in raw):
         problems.append(f"{where}={shown(raw)}: two whole numbers [start, end] (e.g. [0, 28]), not booleans, "
                         "lists or one number")
         return None
-    a, b = raw
+    a: int = raw[0]
+    b: int = raw[1]
     if not 0 <= a < b:
         problems.append(f"{where}=[{shown(a)}, {shown(b)}]: 0 <= start < end")
         return None

@@ -11,6 +11,7 @@ This module imports no torch.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 
 TOP_KEYS = ("merge_method", "base_model", "models", "slices", "parameters", "dtype", "out_dtype",
             "tokenizer_source", "tokenizer", "chat_template", "modules")
@@ -29,7 +30,7 @@ DEFAULTS = {"ties": {"normalize": True, "rescale": False}, "dare_ties": {"normal
             "dare_linear": {"normalize": False, "rescale": True}, "linear": {"normalize": True}}
 
 
-def did_you_mean(word, vocabulary) -> str:
+def did_you_mean(word: object, vocabulary: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest word of ``vocabulary`` (difflib, cutoff 0.6), else ``""``.
 
     Args:
@@ -39,7 +40,7 @@ def did_you_mean(word, vocabulary) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def meaning_notes(mk: str, has_base: bool, weights: list) -> list[str]:
+def meaning_notes(mk: str, has_base: bool, weights: list[float | None]) -> list[str]:
     """Where the translated merge means something else than mergekit's on the same file (one line each).
 
     mergekit merges full weights ``W0 + x_i``; vecmerge merges the updates ``x_i`` with the base at the origin.

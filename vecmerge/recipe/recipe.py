@@ -6,42 +6,12 @@ A YAML recipe mirrors the flags of ``vecmerge project``::
     dir: v51 - v28
     trust: 0.0113
     consensus: {ref: v54 - v54e2, on_disagree: fail, min_agree: 1.0}
-    mode: add                 # a stepped method: add | onto-ref | orthogonal (vecmerge methods)
-    rank: exact               # exact | N | energy:E | step-energy:E | keep-base
-    dose: [0.5, 1, 1.456]     # optional ladder: one output per multiple of alpha, at OUT-x<k>;
-                              # a single number (dose: 1.456) writes that multiple at OUT itself
     out: out/v58
-    gate: true                # optional: run the seven-condition gate first (vecmerge gate); a mapping
-                              # ({metric: acc, max_trust: 0.02}) also overrides vecmerge.yaml's gate: thresholds
-    inputs:                   # optional; paths relative to the recipe; pins are checked
-      v54: {path: runs/v54, sha256: "9f0c...", config_sha256: "41aa..."}
 
-Without ``dir`` a recipe re-factors ``base`` (any expression) at the given rank: ``vecmerge refactor``
-(method ``expression``). ``method:`` and ``mode:`` name the same thing (a registered method, see
-``methods/``); a method's own fields are keys of the recipe too.
-
-A classic merge (``vecmerge merge``) lists its operands under ``models`` (mergekit's key; ``inputs``
-stays the pinned adapter folders), each an adapter name or expression with its own weight and density::
-
-    method: ties              # linear | cat | svd | ties | dare_linear | dare_ties | magnitude_prune | slerp
-    models:
-      - {model: v28, weight: 0.5, density: 0.3}
-      - {model: v51 - v28, weight: 0.5}      # weight defaults to 1; density to the recipe's density
-    density: 0.5
-    space: full               # full (each module's dense update) | core (its shared low-rank core)
-    rank: 32
-    out: out/ties
-
-Any recipe may select modules and weight them by name (``re.search`` on module names)::
-
-    only: 'mlp'               # only modules matching this; exclude: modules matching this are left out
-    multipliers: {mlp: 0.5}   # per module: the first matching pattern's factor (1 where none matches)
-
-``project`` steps only in the selected modules (the others keep the backbone) and multiplies each
-module's direction before alpha is chosen; a merge writes only the selected modules, each update times
-its multiplier. Every key is a row of ``keys.KEYS`` (its flag, its check, its help; ``docs.schema()``
-lists them for ``vecmerge run --help`` and docs/RECIPES.md); ``validate.py`` checks a recipe, ``load.py``
-reads one from a file. This module imports no torch.
+Every key is a row of ``keys.KEYS`` (its flag, its check, its help); ``validate.py`` checks a recipe,
+``load.py`` reads one from a file. Without ``dir`` a recipe re-factors ``base``; ``models`` lists a classic
+merge's operands. This module imports no torch. Fuller examples (doses, gates, merges, module selection):
+docs/design/recipe.md and docs/RECIPES.md.
 """
 
 from __future__ import annotations
@@ -144,7 +114,7 @@ class Recipe:
         return {**d, **params}
 
     @classmethod
-    def from_dict(cls, data, source: str = "recipe", root: Path | None = None) -> Recipe:
+    def from_dict(cls, data: object, source: str = "recipe", root: Path | None = None) -> Recipe:
         """Validate ``data`` and build a Recipe; every problem is reported at once (RecipeError).
 
         Args:

@@ -62,7 +62,7 @@ def read(data: dict, root: Path | None = None) -> tuple[dict, list, methods.Meth
     return kw, r.problems + across(data, kw, method), method
 
 
-def _method(data: dict, r: Reading):
+def _method(data: dict, r: Reading) -> methods.Method | None:
     """The recipe's method: ``method:`` or its alias ``mode:``, default ``add`` with dir, else ``expression``."""
     given = {k: data[k] for k in ("method", "mode") if data.get(k) is not None}
     if len(set(map(str, given.values()))) > 1:
@@ -94,27 +94,28 @@ def _unknown(data: dict, own: dict, r: Reading) -> None:
                       ", ".join(TOP_LEVEL + tuple(own))))
 
 
-def across(data: dict, kw: dict, method) -> list:
+def across(data: dict, kw: dict, method: methods.Method | None) -> list[Problem]:
     """Rules across keys: what a merge or a step needs, what only a step may have, trust_scope, keep-base.
 
     Args:
         data (dict): the recipe as given. kw (dict): its values as read (``read``). method (Method | None).
     """
-    p = []
-    merging = method is not None and "models" in method.operands
+    p: list[Problem] = []
+    merger = method if method is not None and "models" in method.operands else None
+    merging = merger is not None
 
-    def given(key):
+    def given(key: str) -> bool:
         return data.get(key) is not None and not (key == "gate" and data[key] is False)
 
-    if merging:
+    if merger is not None:
         if data.get("models") is None:
             p.append(Problem("{method=}{}: needs {models} (the adapters to merge, e.g. {models:}[v28, v51])",
-                             method.name))
+                             merger.name))
         for key in ("base", *STEP_ONLY):
             if given(key):
                 k = "{" + key + "}"
                 p.append(Problem(k + ": method {} merges models; it takes no " + k + " (vecmerge project steps from "
-                                 "a base)", method.name))
+                                 "a base)", merger.name))
     elif method is not None and data.get("models") is not None:
         p.append(Problem("{models}: only meaningful with a merge method ({}); method {} reads {base}"
                          + (" and {dir}" if method.stepped else ""), ", ".join(methods.merge_names()), method.name))
@@ -147,7 +148,7 @@ def across(data: dict, kw: dict, method) -> list:
         coeffs = parse(kw["base"]).coeffs if kw.get("base") else {}
         if coeffs and list(coeffs.values()) != [1.0]:
             p.append(Problem("{rank=}keep-base: base must be one adapter name (its factors are kept bit for bit)"))
-    if merging and kw.get("rank") == "keep-base":
+    if merger is not None and kw.get("rank") == "keep-base":
         p.append(Problem("{rank=}keep-base: keeps a backbone's factors under a step; method {} has no backbone",
-                         method.name))
+                         merger.name))
     return p

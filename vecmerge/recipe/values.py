@@ -11,6 +11,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeGuard
 
 from ..errors import Problem
 from ..evidence.gate.gate import GateConfig, GateConfigError
@@ -41,11 +42,11 @@ class Reading:
         self.problems.append(problem)
 
 
-def _real(v) -> bool:
+def _real(v: object) -> TypeGuard[float]:
     return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def expression(key: Key, value, r: Reading) -> str | None:
+def expression(key: Key, value: object, r: Reading) -> str | None:
     """An adapter expression (``v54``, ``v51 - v28``): its text, or None when it does not parse."""
     try:
         parse(str(value))
@@ -55,7 +56,7 @@ def expression(key: Key, value, r: Reading) -> str | None:
     return str(value)
 
 
-def number(key: Key, value, r: Reading) -> float | None:
+def number(key: Key, value: object, r: Reading) -> float | None:
     """A finite number (above ``key.above`` when it has one)."""
     if not _real(value):
         r.add(Problem.about(key.name, "a finite number", given=short(value)))
@@ -66,7 +67,7 @@ def number(key: Key, value, r: Reading) -> float | None:
     return None
 
 
-def choice(key: Key, value, r: Reading) -> str | None:
+def choice(key: Key, value: object, r: Reading) -> str | None:
     """One of ``key.choices``."""
     if str(value) not in key.choices:
         r.add(Problem.about(key.name, "use one of {}", ", ".join(key.choices), given=short(value)))
@@ -74,7 +75,7 @@ def choice(key: Key, value, r: Reading) -> str | None:
     return str(value)
 
 
-def flag(key: Key, value, r: Reading) -> bool | None:
+def flag(key: Key, value: object, r: Reading) -> bool | None:
     """true or false."""
     if not isinstance(value, bool):
         r.add(Problem.about(key.name, "true or false", given=short(value)))
@@ -82,7 +83,7 @@ def flag(key: Key, value, r: Reading) -> bool | None:
     return value
 
 
-def folder(key: Key, value, r: Reading) -> str | None:
+def folder(key: Key, value: object, r: Reading) -> str | None:
     """A folder to write (checked by ``safe_path``: no control characters, a sane length)."""
     try:
         safe_path(str(value), field=key.name, source="recipe")
@@ -92,7 +93,7 @@ def folder(key: Key, value, r: Reading) -> str | None:
     return str(value)
 
 
-def model_folder(key: Key, value, r: Reading) -> str | None:
+def model_folder(key: Key, value: object, r: Reading) -> str | None:
     """A folder to read (a base model), relative to ``r.root`` like the inputs (``safe_path`` checked)."""
     try:
         path = safe_path(str(value), field=key.name, source="recipe")
@@ -102,21 +103,21 @@ def model_folder(key: Key, value, r: Reading) -> str | None:
     return str(r.root / path if r.root is not None and not path.is_absolute() else path)
 
 
-def text(key: Key, value, r: Reading) -> str:
+def text(key: Key, value: object, r: Reading) -> str:
     """Any text (a number is read as its text)."""
     return str(value)
 
 
-def hub_id(key: Key, value, r: Reading) -> str | None:
+def hub_id(key: Key, value: object, r: Reading) -> str | None:
     """A Hugging Face Hub id, ``ORG/NAME``, never a local path."""
     if not is_hub_id(value):
         r.add(Problem.about(key.name, "a hub id such as Qwen/Qwen3-0.6B (ORG/NAME), not a local path",
                             given=short(value)))
         return None
-    return value
+    return str(value)  # a hub id is text
 
 
-def pattern(key: Key, value, r: Reading) -> str | None:
+def pattern(key: Key, value: object, r: Reading) -> str | None:
     """A regular expression over module names (``re.search``)."""
     try:
         re.compile(str(value))
@@ -126,7 +127,7 @@ def pattern(key: Key, value, r: Reading) -> str | None:
     return str(value)
 
 
-def rank(key: Key, value, r: Reading) -> str:
+def rank(key: Key, value: object, r: Reading) -> str:
     """A rank policy (``RankPolicy.parse``); its text is kept even when invalid (cross-key rules read it)."""
     from ..errors import RecipeError
 
@@ -137,12 +138,13 @@ def rank(key: Key, value, r: Reading) -> str:
     return str(value)
 
 
-def dose(key: Key, value, r: Reading) -> list | None:
+def dose(key: Key, value: object, r: Reading) -> list[float] | None:
     """A ladder of multiples of alpha (a list, or comma-separated text); one number multiplies ``multiple``."""
     if _real(value) and 0 < value < math.inf:
         r.kw["multiple"] = float(value) * r.kw.get("multiple", 1.0)  # one dose: written at out itself
         return None
-    items = [x for x in value.split(",") if x.strip()] if isinstance(value, str) else value
+    # float() refuses what is not a number (TypeError, ValueError: caught below)
+    items: Any = [x for x in value.split(",") if x.strip()] if isinstance(value, str) else value
     try:
         ladder = [float(x) for x in items]
         if not ladder or any(not 0 < x < math.inf for x in ladder):
@@ -153,7 +155,7 @@ def dose(key: Key, value, r: Reading) -> list | None:
     return ladder
 
 
-def consensus(key: Key, value, r: Reading) -> dict | None:
+def consensus(key: Key, value: object, r: Reading) -> dict | None:
     """``{ref, on_disagree, min_agree}`` (a plain expression is ``{ref: ...}``), as the Consensus's fields."""
     cons = {"ref": value} if isinstance(value, str) else value
     if not isinstance(cons, dict) or "ref" not in cons:
@@ -175,7 +177,7 @@ def consensus(key: Key, value, r: Reading) -> dict | None:
     return {"ref": str(cons["ref"]), "on_disagree": od, "min_agree": None if ma is None else float(ma)}
 
 
-def gate(key: Key, value, r: Reading):
+def gate(key: Key, value: object, r: Reading) -> bool | dict | None:
     """true/false, or a mapping of thresholds checked by ``GateConfig.from_dict`` (the gate's own rules)."""
     if isinstance(value, bool):
         return value
@@ -190,7 +192,7 @@ def gate(key: Key, value, r: Reading):
     return dict(value)
 
 
-def inputs(key: Key, value, r: Reading) -> dict:
+def inputs(key: Key, value: object, r: Reading) -> dict[str, dict[str, str]]:
     """``{name: path}`` or ``{name: {path, sha256?, config_sha256?}}``, paths relative to ``r.root``."""
     if value is None:
         return {}
@@ -223,7 +225,7 @@ def inputs(key: Key, value, r: Reading) -> dict:
     return out
 
 
-def models(key: Key, value, r: Reading) -> list | None:
+def models(key: Key, value: object, r: Reading) -> list | None:
     """A merge's operands: expressions, or ``{model, weight, density}`` (mergekit's ``parameters:`` too)."""
     if not isinstance(value, list) or not value:
         r.add(Problem("{models}: a list of models, e.g. [{{model: v28, weight: 0.5}}, {{model: v51, weight: 0.5}}]"))
@@ -264,7 +266,7 @@ def models(key: Key, value, r: Reading) -> list | None:
     return out
 
 
-def multipliers(key: Key, value, r: Reading) -> dict | None:
+def multipliers(key: Key, value: object, r: Reading) -> dict[str, float] | None:
     """``{module-name pattern: factor}``: the first pattern a module's name matches gives its factor."""
     if not isinstance(value, dict) or not value:
         r.add(Problem("{multipliers}: a mapping of module-name pattern -> factor, e.g. {{mlp: 0.5, self_attn: 1.0}}"))
@@ -286,14 +288,16 @@ def multipliers(key: Key, value, r: Reading) -> dict | None:
 SET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
-def prompt_sets(key: Key, value, r: Reading) -> dict | None:
+def prompt_sets(key: Key, value: object, r: Reading) -> dict[str, str] | None:
     """``{NAME: FILE}`` of prompt files (or ``NAME=FILE`` texts, as the repeated flag gives them), each file
     relative to ``r.root`` like the inputs."""
-    pairs = list(value.items()) if isinstance(value, dict) else None
+    pairs: list[tuple[Any, Any]] | None = list(value.items()) if isinstance(value, dict) else None
     if pairs is None and isinstance(value, (list, tuple, str)):
-        texts = [value] if isinstance(value, str) else list(value)
-        pairs = [tuple(str(t).split("=", 1)) if "=" in str(t) else (str(t), None) for t in texts]
-    out: dict = {}
+        pairs = []
+        for t in map(str, [value] if isinstance(value, str) else value):
+            name, eq, path = t.partition("=")
+            pairs.append((name, path if eq else None))
+    out: dict[str, str] = {}
     if not pairs:
         r.add(Problem.about(key.name, "NAME=PROMPTS pairs, e.g. {{math: prompts/math.jsonl}}", given=short(value)))
         return None
@@ -315,10 +319,10 @@ def prompt_sets(key: Key, value, r: Reading) -> dict | None:
     return out or None
 
 
-def energies(key: Key, value, r: Reading) -> list | None:
+def energies(key: Key, value: object, r: Reading) -> list[float] | None:
     """One share E in (0, 1], or a list of them (comma-separated text on the command line)."""
-    items = [x for x in value.split(",") if x.strip()] if isinstance(value, str) else \
-        (value if isinstance(value, (list, tuple)) else [value])
+    items: list[Any] | tuple[Any, ...] = [x for x in value.split(",") if x.strip()] if isinstance(value, str) \
+        else (value if isinstance(value, (list, tuple)) else [value])
     try:
         out = [float(x) for x in items if not isinstance(x, bool)]
         if not out or len(out) != len(items) or any(not 0.0 < x <= 1.0 for x in out):
@@ -336,7 +340,7 @@ def energies(key: Key, value, r: Reading) -> list | None:
 PER_MODEL_KEY = re.compile(r"models\.(\d+)\.(weight|density)")
 
 
-def per_module(key: Key, value, r: Reading) -> dict | None:
+def per_module(key: Key, value: object, r: Reading) -> dict[str, list[list]] | None:
     """``{field | models.I.weight | models.I.density: [[pattern, value], ...]}``: per-module values, each module
     taking the value of the first pattern its name matches (``re.search``), else the recipe's own."""
     from .. import methods

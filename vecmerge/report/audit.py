@@ -21,6 +21,8 @@ import io
 import math
 import re
 import statistics
+from collections.abc import Mapping
+from typing import Any
 
 from ..analysis.audit import Z_CRIT
 from ..errors import VecmergeError, few
@@ -150,7 +152,7 @@ def grid(rows: list[dict]) -> dict:
     return out
 
 
-def _summary_lines(res: dict) -> list[str]:
+def _summary_lines(res: Mapping[str, Any]) -> list[str]:
     s = res["summary"]
     n, gone = s["modules"], s.get("not_compared", 0)
     k = n - gone
@@ -189,7 +191,7 @@ def _summary_lines(res: dict) -> list[str]:
     return lines
 
 
-def _base_line(res: dict) -> str:
+def _base_line(res: Mapping[str, Any]) -> str:
     groups: dict = {}
     for label, name in (res.get("base_models") or {}).items():
         groups.setdefault(str(name), []).append(label)
@@ -206,7 +208,7 @@ def _sorted_groups(rows: list[dict], by: str, sort: str) -> list[dict]:
     return groups
 
 
-def _view(res: dict, by: str, sort: str) -> tuple[list, list]:
+def _view(res: Mapping[str, Any], by: str, sort: str) -> tuple[list, list]:
     """Keys and rows of the chosen view, as plain values."""
     rows = sort_rows(res["rows"], sort)
     if by == "module":
@@ -249,7 +251,7 @@ def _csv(head: list, body: list) -> str:
     return buf.getvalue().rstrip("\n")
 
 
-def _render_pairwise(res: dict, fmt: str, sort: str) -> str:
+def _render_pairwise(res: Mapping[str, Any], fmt: str, sort: str) -> str:
     p = res["pairwise"]
     if fmt == "json":
         return to_json(res)
@@ -274,7 +276,7 @@ def _render_pairwise(res: dict, fmt: str, sort: str) -> str:
     return "\n\n".join([cos, agree, *notes])
 
 
-def render(result: dict, by: str = "module", sort: str = "module", fmt: str = "table") -> str:
+def render(result: Mapping[str, Any], by: str = "module", sort: str = "module", fmt: str = "table") -> str:
     """The audit as text: ``table`` (summary + view), ``markdown``, ``csv`` (the view only) or ``json``.
 
     Args:
@@ -320,7 +322,7 @@ def _pyplot():
     return plt
 
 
-def heatmap_title(result: dict) -> str:
+def heatmap_title(result: Mapping[str, Any]) -> str:
     """The heatmap's title, in the order of the summary: ``ref R vs dir D: n/k same sign, ...``."""
     s = result["summary"]
     k = s["modules"] - s.get("not_compared", 0)
@@ -328,7 +330,7 @@ def heatmap_title(result: dict) -> str:
             f"{s['chance']} chance (hatched), x = disagree beyond chance")
 
 
-def plot(result: dict, path) -> None:
+def plot(result: Mapping[str, Any], path) -> None:
     """Write a PNG heatmap: cosine by layer x module type (audit) or the pairwise cosine matrix.
 
     Diverging RdBu colours with symmetric limits centred on zero; disagreeing cells carry an ``x``,

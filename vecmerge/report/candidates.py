@@ -8,7 +8,7 @@ intervals, 3 for p-values, as ``report/evidence.py`` prints them.
 
 from __future__ import annotations
 
-__all__ = ["blocks"]
+__all__ = ["blocks", "test_name", "noise_words"]
 
 
 def _m(x) -> str:
@@ -27,6 +27,32 @@ def _ci(lo, hi) -> str:
     return "-" if lo is None else f"[{lo:.5g}, {hi:.5g}]"
 
 
+def test_name(kind: str, t: dict) -> str:
+    """A test as the report names it: ``welch``, or with how its p was computed, ``mcnemar (exact binomial)``."""
+    method = t.get("method") or "t"
+    return kind if method == "t" else f"{kind} ({method})"
+
+
+def noise_words(d: dict) -> list[str]:
+    """Where the run noise behind "runs each to detect" comes from (``gather``'s ``noise``), one sentence per
+    estimate: the sd, the models and runs it is pooled over, its df, and which of those models this report shows."""
+    out = []
+    several = len(d.get("noise") or []) > 1
+    for e in d.get("noise") or []:
+        whose = f"for {', '.join(e['candidates'])}: " if several else ""
+        if e["sd"] is None:
+            out.append(f"Run noise {whose}none: no model has 2 current runs of {d['metric']} in this eval "
+                       "environment, so no runs to detect are computed.")
+            continue
+        shown = ", ".join(e["in_report"]) or "none"
+        out.append(f"Run noise {whose}sd {e['sd']:.4g}, the within-model sd pooled over every model with at least 2 "
+                   f"current runs of {d['metric']} in this eval environment: {len(e['models'])} models "
+                   f"({', '.join(e['models'])}), {e['runs']} runs, {e['df']} df; of these, in this report: {shown}. "
+                   "It sets the runs each to detect (and a sub-score's margin where none is given or graded); the "
+                   "tests use only the two models' own runs or items.")
+    return out
+
+
 def _total_rows(d: dict) -> list[list[str]]:
     b = d["candidates"][0]["comparison"]["b_summary"]
     rows = [[f"{d['backbone']} (backbone)", str(b["n"]), _m(b["mean"]), _ci(b["ci_low"], b["ci_high"]), "", "", "",
@@ -36,7 +62,7 @@ def _total_rows(d: dict) -> list[list[str]]:
         t = cmp.get(cmp["decided_by"]) if cmp["decided_by"] else None
         rows.append([c["name"], str(a["n"]), _m(a["mean"]), _ci(a["ci_low"], a["ci_high"]),
                      _d(t["diff"] if t else a["mean"] - b["mean"]), _ci(t["ci_low"], t["ci_high"]) if t else "-",
-                     f"{cmp['decided_by']} p {_p(t['p'])}" if t else "-", cmp["verdict"],
+                     f"{test_name(cmp['decided_by'], t)} p {_p(t['p'])}" if t else "-", cmp["verdict"],
                      str(cmp["repeats_needed"] or "-"), c["advice"]])
     return rows
 
@@ -118,12 +144,15 @@ def blocks(d: dict) -> list:
                    "test", "verdict", "runs each to detect", "advice"], _total_rows(d)),
         ("fig", "totals", f"Each model's mean with its {conf} t interval (hollow: a single run, no interval), and "
                           f"each candidate minus {d['backbone']} with the interval of the test its verdict rests on."),
+        *[("p", x) for x in noise_words(d)],
     ]
     if any((c["comparison"].get("subscores") or {}).get("subscores") for c in d["candidates"]):
         out.append(("fig", "subscores", f"Each sub-score, one panel each: the models' means with their {conf} t "
                                         "intervals (dashed: the backbone)."))
     for c in d["candidates"]:
         out += [("h", 2, f"{c['name']}: {c['advice']}"), ("ul", c["reasons"])]
+        if c["comparison"].get("decided_note"):
+            out.append(("p", f"Test: {c['comparison']['decided_note']}."))
         rows = _sub_rows(c)
         out += ([("p", f"Sub-scores against {d['backbone']} (non-inferiority at the margin, Holm across them):"),
                  ("table", ["sub-score", c["name"], d["backbone"], "difference", f"{conf} CI", "margin (from)",

@@ -323,7 +323,7 @@ def plot_show(d: dict, f) -> None:
     sub-scores as small multiples).
 
     Args:
-        d (dict): ``commands.operations.show``'s result. f (BinaryIO): where the PNG goes
+        d (dict): ``commands.summaries.show``'s result. f (BinaryIO): where the PNG goes
             (``outputs.transaction.write_file`` stages it and moves it into place).
     """
     show_figure(d, f)

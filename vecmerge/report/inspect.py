@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from ..errors import shown
 from .format import g, table
 
 
-def _module_count(d: dict) -> str:
+def _module_count(d: Mapping[str, Any]) -> str:
     """``14 (2 layers x 7 types)`` when the modules fill that grid, else ``6 (2 layers, 4 types)``."""
     layers, types = d["layers"], len(d["module_types"])
     joint = " x " if layers * types == d["modules"] else ", "
     return f"{d['modules']} ({layers} layer{'s' * (layers != 1)}{joint}{types} type{'s' * (types != 1)})"
 
 
-def render_inspect(infos: list[dict]) -> str:
+def render_inspect(infos: Sequence[Mapping[str, Any]]) -> str:
     """One block per adapter: config facts, then norms by module type."""
     blocks = []
     for d in infos:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import few
+from ..errors import few, shown
 from .format import g, table
 
 
@@ -111,7 +111,8 @@ def protection_lines(rep) -> list[str]:
         rs, bm = p["rank_summary"], p["base_model"]
         lines = [f"protected step (E {p['energy']:g}): D' = s B (A - (A U) U^T) on {rs['modules']} module(s), rank of "
                  f"U {rs['min']}..{rs['max']} (mean {rs['mean']:.1f}); kept_direction ||D'||/||D|| = "
-                 f"{g(p['kept_direction'])}; base model {bm['path']} (config sha256 {str(bm['config_sha256'])[:12]})"]
+                 f"{g(p['kept_direction'])}; base model {shown(bm['path'])} "
+                 f"(config sha256 {str(bm['config_sha256'])[:12]})"]
         rows = [[k, "protect", g(v["kept_drift"]), v["items"], v["positions"], v["sha256"][:16]]
                 for k, v in p["protect"].items()]
         rows += [[k, "target", g(v["kept_change"]), v["items"], v["positions"], v["sha256"][:16]]

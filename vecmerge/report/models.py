@@ -6,6 +6,8 @@ Both take the command's manifest (``vecmerge.json`` content); ``--json`` prints 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import few
 from .format import g, table
@@ -30,7 +32,7 @@ def _by_type(modules: dict) -> list[list]:
     return rows
 
 
-def render_extract(man: dict, show_modules: bool = False) -> str:
+def render_extract(man: Mapping[str, Any], show_modules: bool = False) -> str:
     """Summary lines, a table by module type (kept share of ||D||^2, worst relative error), the others."""
     fig, s, oth = man["figures"], man["settings"], man["others"]
     lines = [f"extract: {man['inputs']['tuned']['path']} - {man['inputs']['base']['path']} -> {man.get('out')}",
@@ -78,7 +80,7 @@ def render_extract(man: dict, show_modules: bool = False) -> str:
     return "\n".join(lines)
 
 
-def render_fuse(man: dict) -> str:
+def render_fuse(man: Mapping[str, Any]) -> str:
     """What was fused, replaced, copied and how far rounding moved the update."""
     fig, out = man["figures"], man["output"]
     dtype = man["settings"]["dtype"] or "each tensor's stored dtype"

@@ -17,8 +17,11 @@ import math
 from collections.abc import Sequence
 
 from ..errors import OutputError
+from .fonts import fonts_for
+from .labels import fit_labels
 
-__all__ = ["pyplot", "Point", "limits", "interval_panel", "show_figure", "show_fig", "report_figures", "png_bytes"]
+__all__ = ["pyplot", "Point", "limits", "interval_panel", "show_figure", "show_fig", "report_figures", "report_figs",
+           "png_bytes"]
 
 Point = dict  # {"label", "mean", "low", "high"} (low/high None: a single run), JSON-ready
 
@@ -117,8 +120,11 @@ def _point(s: dict, several_envs: bool) -> Point:
 
 
 def show_figure(d: dict, f) -> None:
-    """``evidence show --plot``: ``show_fig``'s figure as a PNG written to ``f`` (a binary file object)."""
-    f.write(png_bytes(show_fig(d)))
+    """``evidence show --plot``: ``show_fig``'s figure as a PNG written to ``f`` (a binary file object), drawn with
+    a font that has every glyph of its names where one is installed (``fonts.fonts_for``)."""
+    texts = [t for s in d["summaries"] for t in (s["model"], s["metric"], s["sub"] or "")]
+    with fonts_for(texts, "--plot"):
+        f.write(png_bytes(show_fig(d)))
 
 
 def show_fig(d: dict):
@@ -126,7 +132,7 @@ def show_fig(d: dict):
     (4 a row), each panel zoomed to its own data (module docstring).
 
     Args:
-        d (dict): ``evidence.operations.show``'s result.
+        d (dict): ``commands.summaries.show``'s result.
     """
     plt = pyplot()
     rows = d["summaries"]
@@ -171,9 +177,26 @@ def _diff_point(c: dict) -> Point:
 
 
 def report_figures(d: dict) -> dict[str, bytes]:
-    """``vecmerge report``'s figures as PNG bytes: ``totals`` (the models' means with intervals beside each
-    candidate minus the backbone with its test's interval) and, where sub-scores exist, ``subscores`` (one
-    small panel per sub-score, the backbone dashed).
+    """``vecmerge report``'s figures (``report_figs``) as PNG bytes, drawn with a font that has every glyph of
+    their names where one is installed (``fonts.fonts_for``: else one warning line, and boxes).
+
+    Args:
+        d (dict): ``commands.report.gather``'s result.
+    """
+    with fonts_for(_report_texts(d), "report plots"):
+        return {key: png_bytes(fig) for key, fig in report_figs(d).items()}
+
+
+def _report_texts(d: dict) -> list[str]:
+    """Every name the report's figures write: the models, the backbone, the metric, the sub-scores."""
+    keys = [k for c in d["candidates"] for k in ((c["comparison"].get("subscores") or {}).get("subscores") or {})]
+    return [d["backbone"], d["metric"], *(c["name"] for c in d["candidates"]), *keys]
+
+
+def report_figs(d: dict) -> dict:
+    """``vecmerge report``'s figures: ``totals`` (the models' means with intervals beside each candidate minus the
+    backbone with its test's interval) and, where sub-scores exist, ``subscores`` (one small panel per sub-score,
+    the backbone dashed); every panel's labels fitted (``labels.fit_labels``).
 
     Args:
         d (dict): ``commands.report.gather``'s result.
@@ -184,13 +207,14 @@ def report_figures(d: dict) -> dict[str, bytes]:
     base = _summary_point(bb, cands[0]["comparison"]["b_summary"])
     width = min(max(9.0, 1.1 * len(cands) + 6.0), 16.0)
     fig, (left, right) = plt.subplots(1, 2, figsize=(width, 3.8), width_ratios=[len(cands) + 1, len(cands)])
-    interval_panel(left, [base, *[_summary_point(c["name"], c["comparison"]["a_summary"]) for c in cands]],
-                   title=f"{metric}: mean and {conf} t interval (hollow: one run)", ylabel=metric,
+    totals = [base, *[_summary_point(c["name"], c["comparison"]["a_summary"]) for c in cands]]
+    diffs = [_diff_point(c) for c in cands]
+    interval_panel(left, totals, title=f"{metric}: mean and {conf} t interval (hollow: one run)", ylabel=metric,
                    ref={**base, "legend": f"{bb} (backbone): mean, band: its interval"})
-    interval_panel(right, [_diff_point(c) for c in cands], zero=True,
+    interval_panel(right, diffs, zero=True,
                    title=f"candidate minus {bb}, {conf} interval of the test", ylabel=f"difference from {bb}")
-    fig.tight_layout()
-    out = {"totals": png_bytes(fig)}
+    fit_labels(fig, [(left, [p["label"] for p in totals]), (right, [p["label"] for p in diffs])])
+    out = {"totals": fig}
     rows: dict = {}
     for c in cands:
         for key, r in ((c["comparison"].get("subscores") or {}).get("subscores") or {}).items():
@@ -201,12 +225,14 @@ def report_figures(d: dict) -> dict[str, bytes]:
         ncols = min(4, len(rows))
         nrows = math.ceil(len(rows) / ncols)
         fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols + 0.6, 2.9 * nrows), squeeze=False)
+        panels = []
         for ax, (key, panel) in zip(axes.flat, rows.items()):
             ref = None if panel["ref"] is None else {**_summary_point(bb, panel["ref"]), "legend": f"{bb} (backbone)"}
             points = ([] if ref is None else [ref]) + panel["points"]
             interval_panel(ax, points, title=key, ref=ref)
+            panels.append((ax, [p["label"] for p in points]))
         for ax in list(axes.flat)[len(rows):]:
             ax.set_visible(False)
-        fig.tight_layout()
-        out["subscores"] = png_bytes(fig)
+        fit_labels(fig, panels)
+        out["subscores"] = fig
     return out

@@ -7,14 +7,14 @@ from pathlib import Path
 from ..errors import OutputError
 
 
-def frontier_png(rows: list[dict], path) -> Path:
+def frontier_png(rows: list[dict], path, label: str = "trust") -> Path:
     """Write the frontier plot: one line per series (plain, and each energy E), one point per trust.
 
     ``x = max_k drop_k`` (the worst protected task's fall in mean log-likelihood), ``y = gain`` (the target's rise).
 
     Args:
         rows (list[dict]): ``{"trust": float, "energy": float | None (plain), "gain": float, "drops": [float, ...]}``.
-        path (str | Path): the PNG to write.
+        path (str | Path): the PNG to write. label (str): what the points' labels (``trust``) are, for the title.
     """
     try:
         import matplotlib
@@ -37,7 +37,7 @@ def frontier_png(rows: list[dict], path) -> Path:
     ax.set_xscale("symlog", linthresh=0.01)
     ax.set_xlabel("worst protected task's drop in mean log-likelihood (symlog)")
     ax.set_ylabel("target's gain in mean log-likelihood")
-    ax.set_title("protected steps: target gain against protected drop (labels: trust)", fontsize=9)
+    ax.set_title(f"protected steps: target gain against protected drop (labels: {label})", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

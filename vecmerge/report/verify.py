@@ -7,6 +7,8 @@ Only scalar figures are shown in the table (numbers with 4 significant digits, a
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import few
 from .format import g, table
@@ -38,7 +40,7 @@ def figures_text(figures: dict) -> str:
     return "\n".join(s for s in shown if s)
 
 
-def render(result: dict, width: int = DETAIL_WIDTH) -> str:
+def render(result: Mapping[str, Any], width: int = DETAIL_WIDTH) -> str:
     """The verify table: check, PASS/FAIL, detail (wrapped), figures; then the verdict line."""
     rows = []
     for c in result["checks"]:

@@ -6,8 +6,8 @@ Per module (``space.py``: ``D'``, ``mult``), with the backbone ``s_b B_b A_b`` a
     update_m = [s_b B_b, alpha s B] @ [A_b ; A - (A U) U^T]     (one LoRA of rank r_b + r, scale 1)
 
 which is what the pipeline writes for the candidate's ``project`` recipe at rank exact (tested). ``U`` comes from
-the protected sets' Grams captured ONCE at the backbone (``probe.capture``), one eigendecomposition per module and
-energy (``analysis.protect.energy_basis``), shared by every candidate.
+the protected sets' inputs captured ONCE at the backbone (``probe.capture``), one decomposition per distinct input,
+each energy cut from it, shared by every candidate.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..analysis.protect import energy_basis
+from ..analysis.protect import decompose_factor, decompose_gram, energy_cut
 from ..errors import RecipeError
 from ..linalg.lowrank import LowRank, combine
 from ..probe.capture import Grams
@@ -41,6 +41,7 @@ class Factors:
     grams: Grams | None = None
     protect: list = field(default_factory=list)
     _bases: dict = field(default_factory=dict)
+    _shared: dict = field(default_factory=dict)
     _norm: float | None = None
 
     @property
@@ -55,13 +56,26 @@ class Factors:
         return self._norm
 
     def basis(self, module: str, energy: float) -> torch.Tensor:
-        """``U`` of ``module`` at ``energy`` (cached): the protected inputs' span, float64."""
-        key = (module, energy)
-        if key not in self._bases:
+        """``U`` of ``module`` at ``energy``: the protected inputs' span, float64, from one decomposition per
+        distinct input, kept for the whole search (``probe.capture.Grams.basis``'s rule: the stacked rows' SVD where
+        every set kept rows or a sketch, else the summed Gram's eigh; ``Grams.basis`` keeps only a few)."""
+        if module not in self._bases:
             if self.grams is None:
                 raise ValueError("no Grams captured")  # a caller's error: protection without a capture
-            self._bases[key] = energy_basis(self.grams.total(self.protect, module), energy)[0]
-        return self._bases[key]
+            g = self.grams
+            key = tuple(id(g.by_set[k][module]) for k in self.protect)
+            if key not in self._shared:
+                rows = [g.by_set[k][module].factor() for k in self.protect]
+                self._shared[key] = (decompose_factor(torch.cat(rows)) if rows and all(r is not None for r in rows)
+                                     else decompose_gram(g.total(self.protect, module)))
+            self._bases[module] = self._shared[key]
+        w, V = self._bases[module]
+        return energy_cut(w, V, energy)[0]
+
+    def decompose(self, modules) -> None:
+        """Every module's eigendecomposition now (a search's setup), so that no candidate pays for one."""
+        for m in modules:
+            self.basis(m, 1.0)
 
 
 def linear_modules(factors: Factors) -> list[str]:

@@ -118,6 +118,7 @@ def prepare(ws, *, base: str, dirs: list, target: dict, protect: dict, margin, t
     if protect:
         factors.grams = capture_grams(model, bb, {n: sets[n] for n in protect}, linear_modules(factors),
                                       batch=batch, device=device, progress=progress)
+        factors.decompose(linear_modules(factors))
     setup = Setup(space, factors, Scorer(model, factors.modules, sets, batch=batch, device=device), sets,
                   list(target), list(protect), margins, record_to)
     key, sha = _backbone_key(space)

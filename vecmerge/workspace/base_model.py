@@ -1,23 +1,17 @@
 """Which base model an adapter belongs to: the declared name, compared sensibly, and model folders.
 
-PEFT records the model an adapter was trained on in ``adapter_config.json`` as
-``base_model_name_or_path``: a hub id (``Qwen/Qwen3-0.6B``) or a local folder. Two adapters of
-different models can have equal shapes (a Llama and a Mistral of one size), so shapes alone do not
-show that a sum of them means anything; the declared names must agree too:
+Shapes alone do not show that a sum of adapters means anything (a Llama and a Mistral of one size share them),
+so the ``base_model_name_or_path`` they declare must agree too:
 
-- ``canonical(name, roots)``: the one normaliser. A local folder becomes its resolved absolute path (an
-  absolute path, or a relative one that exists from the current directory or, failing that, from one of
-  ``roots``: the workspace); anything else is the text itself, trailing ``/`` removed. Two names are the
-  same base model when their canonical forms are equal (``project``'s check and the gate's common-base
-  row alike);
-- ``declared_base(name, roots)``: the canonical form as the gate and ``ls`` show it (a folder relative to
-  the current one when it lies below it);
-- ``same_base_model``: refuses adapters whose declared base models differ (``AlignmentError``,
-  naming both), unless the user allows it (``--allow-base-mismatch``, recorded in the manifest);
+- ``canonical(name, roots)``: the one normaliser (a local folder: its resolved path; else the text, trailing
+  ``/`` removed); two names are one base model when their canonical forms are equal;
+- ``declared_base``: the canonical form as the gate and ``ls`` show it;
+- ``same_base_model``: refuses differing base models (``AlignmentError``) unless ``--allow-base-mismatch``;
 - ``model_folder_problem``: what keeps a folder from being a transformers model (``verify --base-model``);
-- ``folder_is``: whether a local model folder is the declared base model (same folder, or a hub
-  cache snapshot ``models--ORG--NAME`` of the declared hub id, or the id a workspace gives it);
-- ``layers_without_bias``: which of some layers a local model folder holds without a bias (its headers only).
+- ``folder_is``: whether a local folder is the declared base model (itself, a hub cache snapshot, the
+  workspace's id); ``layers_without_bias``: which layers a local model folder holds without a bias.
+
+The rules in full: docs/design/workspace.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """DoRA adapters read as their effective update: ``m * (W + s B A) / ||W + s B A||_c - W`` per module.
 
-DoRA (Liu et al., ICML 2024, arXiv 2402.09353; PEFT's ``tuners/lora/dora.py``) writes a linear layer's weight
-as a learned magnitude times a direction: ``W' = diag(m / n) (W + s B A)`` with ``n`` the norm of each output
-row of ``W + s B A`` (PEFT's ``get_weight_norm``: ``||.||`` over dim 1 of the (out, in) weight; the paper's
-"column norm" of the transposed weight). So a DoRA module's update is not ``s B A`` but
+DoRA (Liu et al., ICML 2024; PEFT's ``tuners/lora/dora.py``) writes ``W' = diag(m / n) (W + s B A)``, ``n`` the
+norm of each output row of ``W + s B A``, so a module's update is
 
-    DeltaW = diag(m / n) (W + s B A) - W = diag(m / n - 1) W + diag(m / n) s B A,
+    DeltaW = diag(m / n) (W + s B A) - W = diag(m / n - 1) W + diag(m / n) s B A
 
-which depends on the base weight ``W`` and has full rank in general: merging DoRA adapters as if their
-update were ``s B A`` is off by ``diag(m / n - 1) (W + s B A)`` (PEFT #3608 reports 2.6-13.9%).
-
-Here each module's ``DeltaW`` is formed exactly in float64 from the base model's weight, one module at a
-time, and held as the factors ``(DeltaW, I)`` (or ``(I, DeltaW)``, whichever rank ``min(out, in)`` is smaller
-side): exact, so every method merges it like any update and the output's rank cut reports its exact error.
-The cost is memory: a DoRA input takes about ``8 out in`` bytes per module for the whole run (its factors),
-and its cores as much again.
+which depends on the base weight and has full rank in general. Each module's ``DeltaW`` is formed exactly in
+float64 from the base model's weight and held as the factors ``(DeltaW, I)`` or ``(I, DeltaW)`` (the smaller
+side), so every method merges it like any update. Memory: about ``8 out in`` bytes per module, and its cores
+as much again. What merging it as ``s B A`` would cost: docs/design/workspace.md.
 """
 
 from __future__ import annotations

@@ -2,22 +2,16 @@
 
 ``vecmerge.yaml``::
 
-    base_model: base            # optional: a local transformers folder, for verify --base-model
-    base_model_id: Qwen/Qwen3-0.6B   # optional: its hub id, written into outputs (ready to upload)
+    base_model: base                          # optional: a local transformers folder
     adapters:
       v54: runs/v54/checkpoint-3
-      v51: {path: runs/v51, parent: v28}    # lineage: v51 was trained on from v28
-      v28: {path: runs/v28, parent: null}   # a root: trained straight from the base model
-      v54b: {path: runs/v54-seed2, replicate_of: v54}   # another training of v54's configuration (another seed)
-    evidence: vecmerge-evidence.db          # optional: the evaluation ledger (this is the default)
-    metric: official_total                  # optional: the default metric of ls, compare and gate
-    gate: {min_repeats: 3, max_trust: 0.015}   # optional: the gate's thresholds (see evidence.gate)
+      v51: {path: runs/v51, parent: v28}      # lineage: v51 was trained on from v28
+      v54b: {path: runs/v54-seed2, replicate_of: v54}   # another training of v54's configuration
+    evidence: vecmerge-evidence.db            # optional: the evaluation ledger (this is the default)
 
-Paths are relative to the workspace file. A name that is not listed is a folder of that name in
-the current directory. An adapter written by vecmerge takes its parent from its manifest (the
-backbone of ``vecmerge.json``'s recipe) unless the entry declares one. ``replicate_of: NAME`` makes an entry
-an independent training of NAME's configuration: NAME and its replicates are one replicate group
-(``replicate_groups``), whose evaluations separate training noise from evaluation noise (evidence.replicates).
+Paths are relative to the workspace file; a name not listed is a folder of that name in the current
+directory. An adapter written by vecmerge takes its parent from its manifest unless the entry declares one.
+Every key (``base_model_id``, ``metric``, ``gate``...) and replicate groups: docs/design/workspace.md.
 """
 
 from __future__ import annotations
@@ -43,6 +37,10 @@ WORKSPACE_MAX_BYTES = 1 << 20
 LEDGER_NAME = "vecmerge-evidence.db"
 _KEYS = ("adapters", "base_model", "base_model_id", "evidence", "metric", "gate")
 _ENTRY_KEYS = ("path", "parent", "replicate_of")
+# The entry keys that name another adapter (or null), in checking order: what the name means, and the words
+# for an entry naming itself.
+_NAME_KEYS = {"replicate_of": (" (the training this one repeats with another seed)", "is itself"),
+              "parent": (", or null for a model trained straight from the base model", "is its own parent")}
 UNREADABLE = "unreadable"  # current_shas' value for an entry whose files cannot be hashed
 
 
@@ -308,26 +306,17 @@ def _entry(name: str, value, problems: list) -> dict | None:
         problems.append(f"adapters.{name}: path: {path!r} must be a folder")
         return None
     out: dict[str, str | None] = {"path": path}
-    if "replicate_of" in value:
-        of = value["replicate_of"]
-        if of is not None and not (isinstance(of, str) and re.fullmatch(NAME_RE, of)):
-            problems.append(f"adapters.{name}: replicate_of: {of!r} must be an adapter name (the training this one "
-                            "repeats with another seed)")
+    for key, (what, itself) in _NAME_KEYS.items():
+        if key not in value:
+            continue
+        other = value[key]
+        if other is not None and not (isinstance(other, str) and re.fullmatch(NAME_RE, other)):
+            problems.append(f"adapters.{name}: {key}: {other!r} must be an adapter name{what}")
             return None
-        if of == name:
-            problems.append(f"adapters.{name}: replicate_of: {name} is itself")
+        if other == name:
+            problems.append(f"adapters.{name}: {key}: {name} {itself}")
             return None
-        out["replicate_of"] = of
-    if "parent" in value:
-        parent = value["parent"]
-        if parent is not None and not (isinstance(parent, str) and re.fullmatch(NAME_RE, parent)):
-            problems.append(f"adapters.{name}: parent: {parent!r} must be an adapter name, or null for a "
-                            "model trained straight from the base model")
-            return None
-        if parent == name:
-            problems.append(f"adapters.{name}: parent: {name} is its own parent")
-            return None
-        out["parent"] = parent
+        out[key] = other
     return out
 
 

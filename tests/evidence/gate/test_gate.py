@@ -105,6 +105,12 @@ def test_stable_backbone(changes, expected):
     assert status(v58_facts(**changes), "stable backbone") == expected
 
 
+def test_stable_backbone_of_one_run_allowed_by_min_repeats_1_is_unknown_not_a_crash():
+    row = evaluate_gate(v58_facts(backbone_runs=V54[:1]), GateConfig.from_dict({"min_repeats": 1})).row(
+        "stable backbone")
+    assert row.status == UNKNOWN and "1 run, so its spread cannot be measured" in row.detail
+
+
 def test_stable_backbone_with_a_set_limit_names_its_source():
     config = GateConfig.from_dict({"max_backbone_sd": 0.0001, "min_repeats": 2})
     row = evaluate_gate(v58_facts(typical_noise=None), config).row("stable backbone")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from vecmerge.commands import operations as commands
+from vecmerge.commands.recording import add
+from vecmerge.commands.summaries import show
 from vecmerge.evidence import EvidenceError
 from vecmerge.evidence.gate.gate import FAIL, PASS, GateConfig, GateFacts, evaluate_gate
 from vecmerge.evidence.gate.gate_facts import gate_evidence
@@ -28,7 +29,7 @@ GROUPS = {"v54": ("v54", "v54b"), "v51": ("v51", "v51b")}
 def ledger(tmp_path) -> Ledger:
     ledger = Ledger(tmp_path / "vecmerge-evidence.db")
     for model, runs in RUNS.items():
-        commands.add(ledger, model, runs, metric=M, sha256=None, higher_is_better=True)
+        add(ledger, model, runs, metric=M, sha256=None, higher_is_better=True)
     return ledger
 
 
@@ -66,7 +67,7 @@ def test_replicates_that_agree_keep_the_rows_passing(tmp_path):
             "v51b": [1.011, 1.013, 1.012], "v51c": [1.009, 1.011, 1.010], "v28": [0.990, 0.991, 0.992],
             "v28b": [0.991, 0.992, 0.990]}
     for model, values in runs.items():
-        commands.add(ledger, model, values, metric=M, sha256=None, higher_is_better=True)
+        add(ledger, model, values, metric=M, sha256=None, higher_is_better=True)
     groups = {"v54": ("v54", "v54b"), "v51": ("v51", "v51b", "v51c"), "v28": ("v28", "v28b")}
     stable, evidence = gate(ledger, groups, GateConfig(backbone_noise_factor=2.0))
     assert (stable.status, evidence.status) == (PASS, PASS), (stable.detail, evidence.detail)
@@ -74,13 +75,13 @@ def test_replicates_that_agree_keep_the_rows_passing(tmp_path):
 
 
 def test_the_gate_never_pools_two_eval_environments(ledger):
-    commands.add(ledger, "v28", [0.96, 0.97], metric=M, sha256=None, env={"timeout": 900})
+    add(ledger, "v28", [0.96, 0.97], metric=M, sha256=None, env={"timeout": 900})
     with pytest.raises(EvidenceError) as info:
         gate(ledger)
     text = str(info.value)
     assert text.startswith("gate: v54, v51 and v28 on official_total: not the same measurement") and "timeout" in text
     stable, evidence = gate(ledger, env=EnvChoice.parse(["timeout=900"]))  # only v28's two runs there
     assert stable.status != PASS and evidence.status != PASS
-    none = commands.show(ledger)["environments"][0]["id"]
+    none = show(ledger)["environments"][0]["id"]
     stable, evidence = gate(ledger, config=GateConfig.from_dict({"env": none}))  # the config picks one
     assert (stable.status, evidence.status) == (PASS, PASS)

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from vecmerge.commands.ops_judge import compare_models as compare
-from vecmerge.commands.ops_ledger import add, show
+from vecmerge.commands.judging import compare_models as compare
+from vecmerge.commands.recording import add
+from vecmerge.commands.summaries import show
 from vecmerge.evidence import EvidenceError
 from vecmerge.evidence.importers.importers import import_files
 from vecmerge.evidence.ledger.ledger import Ledger

@@ -151,7 +151,7 @@ def test_export_streamed_equals_the_whole_ledger_formatted_at_once(ledger):
     import io
     import json
 
-    from vecmerge.commands.ops_ledger import export_lines
+    from vecmerge.commands.recording import export_lines
 
     ledger.add("v51", "a" * 64, "official_total", [0.5, 1 / 3], subs=[{"video": 0.25, "q\u00e9": 1e-300}, {}],
                note='say "hi", \u00e9', env={"temperature": 0})

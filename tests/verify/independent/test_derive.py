@@ -125,3 +125,49 @@ def test_a_project_allow_missing_output_whose_backbone_lacks_a_module_passes_ver
     ref = (alpha * direction[gone]).numpy()
     assert np.linalg.norm(intended.B @ intended.A - ref) <= 1e-12 * np.linalg.norm(ref)
     d.close()
+
+
+GRADIENT_TIES = """merge_method: ties
+base_model: v28
+models:
+  - model: v54
+    parameters: {density: [1, 0.7, 0.1], weight: 1.0}
+  - model: v51
+    parameters: {density: 0.5, weight: [0, 0.3, 0.7, 1]}
+parameters: {normalize: true}
+"""
+GRADIENT_SLERP = """merge_method: slerp
+base_model: v54
+slices:
+  - sources:
+      - {model: v54, layer_range: [0, 2]}
+      - {model: v51, layer_range: [0, 2]}
+parameters:
+  t:
+    - {filter: self_attn, value: [0, 0.5, 0.3, 0.7, 1]}
+    - {filter: mlp, value: [1, 0.5, 0.7, 0.3, 0]}
+    - value: 0.5
+"""
+
+
+@pytest.mark.parametrize("config", [GRADIENT_TIES, GRADIENT_SLERP], ids=["ties", "slerp"])
+def test_per_module_values_are_read_module_by_module(toy, run_cli, config):
+    """mergekit's gradients and filters (``per_module``): covered by verify's own path, and each row matters."""
+    from vecmerge.outputs.manifest import TOLERANCES
+    from vecmerge.verify.independent.derive import module_recipe
+    from vecmerge.verify.independent.independent import independent_check
+
+    Path("m.yml").write_text(config)
+    res = run_cli("merge", "--config", "m.yml", "--rank", "8", "--out", "out")
+    assert res.exit_code == 0, res.output
+    man = with_absolute_inputs(json.loads(Path("out/vecmerge.json").read_text()), Path("out"))
+    rows = man["recipe"]["per_module"]
+    assert rows and independent_check(Path("out"), man, TOLERANCES["fp32"])["passed"]
+    key = next(iter(rows))
+    first = module_recipe(man["recipe"], "model.layers.0.self_attn.q_proj")
+    field = key.split(".")[-1]
+    got = first["models"][int(key.split(".")[1])][field] if key.startswith("models.") else first[field]
+    assert got == next(v for p, v in rows[key] if __import__("re").search(p, "model.layers.0.self_attn.q_proj"))
+    rows[key][0][1] = 0.45  # another value for the modules the first row holds
+    row = independent_check(Path("out"), man, TOLERANCES["fp32"])
+    assert not row["passed"] and "do not hold the intended update" in row["detail"]

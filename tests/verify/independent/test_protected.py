@@ -103,3 +103,35 @@ def test_verify_catches_a_small_change_of_a_protected_output(protected_out):
     rep = verify_output(dst, base_model=base)
     row = _row(rep, "independent")
     assert not row["passed"] and "do not hold the intended update" in row["detail"], row
+
+
+def test_verify_re_derives_a_sketched_capture_and_catches_an_edited_bound(tmp_path, monkeypatch, tiny_base,
+                                                                          peft_adapter, run_cli):
+    """Inputs wider than exact_width (here 16) on more than 2 l rows (l 4) are sketched: the manifest records each
+    with its bound, the text says so, verify runs its own Frequent Directions and passes; an edited bound fails."""
+    import vecmerge.probe.inputs as inputs
+
+    monkeypatch.setattr(inputs, "EXACT_WIDTH", 16)
+    monkeypatch.setattr(inputs, "SKETCH_ROWS", 4)
+    names = {"a": peft_adapter("vprot_a", seed=81), "b": peft_adapter("vprot_b", seed=82)}
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "vecmerge.yaml").write_text("adapters:\n" + "".join(f"  {k}: {v}\n" for k, v in names.items())
+                                            + f"base_model: {tiny_base}\n")
+    _prompts(tmp_path / "keep.jsonl", 1)
+    res = run_cli("project", "--base", "a", "--dir", "b - a", "--trust", "0.05", "--protect", "keep=keep.jsonl",
+                  "--out", "sk")
+    assert res.exit_code == 0, res.output
+    assert "Frequent Directions" in res.output
+    man = json.loads((tmp_path / "sk" / "vecmerge.json").read_text())
+    sk = man["protection"]["inputs"]
+    assert sk["exact_width"] == 16 and sk["sketch_rows"] == 4
+    assert set(sk["sketched"]) == set(man["protection"]["ranks"])  # every module reads a 32- or 64-wide input
+    assert all(0.0 < v["keep"]["bound"] < 1.0 and v["keep"]["rows"] == 48 for v in sk["sketched"].values())
+    rep = verify_output(tmp_path / "sk", base_model=tiny_base)
+    assert rep.passed, [c for c in rep.checks if not c["passed"]]
+    dst = _copy(tmp_path / "sk", "sk_edited")
+    m = next(iter(sk["sketched"]))
+    man["protection"]["inputs"]["sketched"][m]["keep"]["bound"] *= 1.01
+    (dst / "vecmerge.json").write_text(json.dumps(man))
+    row = _row(verify_output(dst, base_model=tiny_base), "protection")
+    assert not row["passed"] and f"protection.inputs.sketched.{m}.keep.bound" in row["detail"], row

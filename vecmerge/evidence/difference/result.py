@@ -10,9 +10,10 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 
-def _t():
+def _t() -> Any:  # scipy.stats.t (scipy has no type stubs)
     from scipy import stats
 
     return stats.t

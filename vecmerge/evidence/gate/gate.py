@@ -1,32 +1,15 @@
 """The gate: a merge step BASE + alpha*(X - Y) is worth trying only when all seven conditions hold.
 
-The user's one merge that worked (v58 = v54 + 0.1226*(v51 - v28)) held because six things were true at
-once, and a merge is judged by what it costs the other sub-scores too; this is a PURE function over facts
-the caller gathers (workspace, ledger, audit, trust):
+A PURE function over facts the caller gathers (workspace, ledger, audit, trust): common base, common parent,
+stable backbone (BASE's run sd, or with replicates sqrt(σ̂²_b + σ̂²_w), within its limit), repeated evidence
+(X better than Y beyond noise, or a plan's sequential decision, or the test over trainings), module consensus
+(agreeing share >= min_agree), small trust region (trust <= max_trust) and no sub-score regresses (every
+protected sub-score not worse at its margin, Holm across them).
 
-    common base          every named adapter declares the same base model, and their shapes match
-    common parent        X and Y lie on one recorded lineage (one descends from the other, or a shared ancestor)
-    stable backbone      BASE has >= min_repeats runs and its sample std is no larger than the limit: the set
-                         ``max_backbone_sd``, else ``backbone_noise_factor`` x the ledger's pooled noise; with
-                         replicates of BASE (``replicate_of:``), its training plus evaluation noise
-                         sqrt(σ̂²_b + σ̂²_w) instead of its std (``variance.py``)
-    repeated evidence    X is better than Y beyond eval noise on the metric (compare.compare_records's verdict); where a
-                         plan (``evidence plan``) exists for X vs Y on the metric, its sequential decision instead:
-                         stop_better PASS, stop_worse / stop_futile / inconclusive FAIL, continue UNKNOWN; with
-                         replicates of X or Y, the test over trainings (training plus evaluation noise,
-                         ``replicates.py``) instead of both
-    module consensus     the share of modules agreeing with the reference >= min_agree
-    small trust region   the relative step size trust <= max_trust
-    no sub-score         every protected sub-score of X is shown not worse than Y's at its margin (one-sided,
-      regresses          Holm across them: ``subscores.compare_subscores``); FAIL when one is worse beyond noise
-                         or its whole interval lies below -margin; UNKNOWN otherwise, with the runs that would
-                         decide. Zero-variance sub-scores are decided exactly. No sub-scores recorded: nothing
-                         to protect (PASS, said so)
-
-Each row is PASS, FAIL or UNKNOWN (no evidence to decide) with the numbers behind it and the threshold
-with where it came from; the two noise rows say which noise they used (``numbers["noise"]``: ``evaluation``
-or ``training plus evaluation``). UNKNOWN is not a pass: ``GateResult.passed`` only when all seven PASS. Every
-evidence row is of one eval environment (``gate_facts.gate_evidence``; ``GateConfig.env`` picks one).
+Each row is PASS, FAIL or UNKNOWN (no evidence to decide) with its numbers and the threshold's source.
+UNKNOWN is not a pass: ``GateResult.passed`` only when all seven PASS. Every evidence row is of one eval
+environment (``gate_facts.gate_evidence``; ``GateConfig.env`` picks one).
+Each condition in full and where it comes from: docs/design/evidence.md.
 """
 
 from __future__ import annotations
@@ -202,9 +185,14 @@ def _stable_backbone(f: GateFacts, c: GateConfig) -> GateRow:
         said = (f"{f.backbone}: {comp.trainings} trainings ({', '.join(comp.members)}), {comp.evaluations} runs; "
                 f"training plus evaluation noise sd {spread:.4g} (between trainings {comp.sd_training:.4g}, within "
                 "evaluations " + f"{comp.sd_eval:.4g})")
+    elif s is not None and s.n < 2:  # min_repeats 1 allows one run, whose spread is not measured
+        return GateRow("stable backbone", UNKNOWN, f"{f.backbone}: 1 run, so its spread cannot be measured; "
+                       "record another run or give replicates", numbers, threshold, source)
+    elif s is not None:  # count = len(runs) >= min_repeats: runs to summarize
+        spread = s.sd
+        said = f"{f.backbone}: {s.n} runs, std {spread:.4g}"
     else:
-        spread = s.std
-        said = f"{f.backbone}: {s.n} runs, std {s.std:.4g}"
+        raise ValueError(f"gate: no runs of {f.backbone} to judge")
     if limit is None:
         return GateRow("stable backbone", UNKNOWN, f"{said}, no noise level to compare to", numbers, threshold, source)
     ok = spread <= limit
@@ -246,7 +234,10 @@ def _repeated_evidence(f: GateFacts, c: GateConfig) -> GateRow:
 def _training_evidence(f: GateFacts, c: GateConfig, source: str) -> GateRow:
     """The repeated-evidence row from the test over trainings (``replicates.py``): training plus evaluation noise."""
     cmp = f.comparison
-    reps, d = cmp.replicates, cmp.replicates.test
+    reps = cmp.replicates if cmp is not None else None
+    if cmp is None or reps is None or reps.test is None or reps.noise is None:
+        raise ValueError("gate: the training evidence row reads the replicates' test (a caller's error)")
+    d, noise = reps.test, reps.noise
     threshold = (f"{f.x} better than {f.y} beyond training plus evaluation noise ({c.confidence:.0%} interval "
                  "over trainings excludes 0)")
     numbers = {**cmp.to_dict(), "noise": "training plus evaluation"}
@@ -261,7 +252,7 @@ def _training_evidence(f: GateFacts, c: GateConfig, source: str) -> GateRow:
     ka, kb = d.n
     text = (f"{said} on {cmp.metric}, over trainings ({ka} of {f.x}: {', '.join(reps.trainings[0])}; {kb} of {f.y}: "
             f"{', '.join(reps.trainings[1])}): diff {d.diff:+.4g}, CI [{d.ci_low:.4g}, {d.ci_high:.4g}], p {d.p:.3g}; "
-            f"sd of a training's mean {reps.noise.sd:.4g} ({reps.noise.df} df)")
+            f"sd of a training's mean {noise.sd:.4g} ({noise.df} df)")
     if f.plan is not None and f.plan_decision is not None:
         text += f"; plan {f.plan.id} (evaluation noise only) says {f.plan_decision.decision}"
     return GateRow("repeated evidence", status, text, numbers, threshold, source)
@@ -292,6 +283,8 @@ def _trust(f: GateFacts, c: GateConfig) -> GateRow:
 def _planned_evidence(f: GateFacts) -> GateRow:
     """The repeated-evidence row from the plan's decision (``planned.decide_plan``)."""
     p, d = f.plan, f.plan_decision
+    if p is None or d is None:
+        raise ValueError("gate: the planned evidence row reads the plan and its decision (a caller's error)")
     status = {STOP_BETTER: PASS, CONTINUE: UNKNOWN}.get(d.decision, FAIL)
     kind = "planned looks" if p.test == GROUP_SEQUENTIAL.name else "anytime-valid"
     threshold = (f"plan {p.id}: {f.x} better than {f.y}, {kind} ({p.test}, alpha {p.alpha:g}, "

@@ -6,6 +6,7 @@ import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from .. import EvidenceError
 from ..ledger.environment import EnvChoice
@@ -69,7 +70,8 @@ class GateConfig:
         if not isinstance(data, Mapping):
             raise GateConfigError(f"{source} gate: expected a mapping of thresholds such as min_repeats: 3")
         known = [f.name for f in fields(cls) if f.name != "sources"]
-        problems, values = [], {}
+        problems: list[str] = []
+        values: dict[str, Any] = {}  # each value checked below against its field's type
         for key in data:
             if key not in known:
                 problems.append(f"{key}: unknown key (use {', '.join(known)})")
@@ -126,5 +128,5 @@ class GateConfig:
         return cls(**values, sources={k: f"{source} gate.{k}" for k in values})
 
 
-def _positive(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+def _positive(v: object) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and float(v) > 0

@@ -7,24 +7,40 @@ and the latest plan, all in ONE eval environment and, where replicates exist, wi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TypedDict
 
-from ..judge.compare import compare_records
-from ..judge.subscores import compare_subscores
+from ..judge.compare import Comparison, compare_records
+from ..judge.subscores import SubScoreComparison, compare_subscores
 from ..ledger.environment import EnvChoice, records_of_one_environment
-from ..ledger.ledger import Ledger
+from ..ledger.ledger import Ledger, Plan
 from ..ledger.precision import of_metric
 from ..ledger.precision import read as read_decimals
-from ..stats.noise import pooled_noise
+from ..stats.noise import PooledNoise, pooled_noise
 from ..stats.planned import decide_plan
 from ..stats.replicates import components, members
-from ..stats.sequential import check_plan_weights, plan_looks
+from ..stats.sequential import SequentialDecision, check_plan_weights, plan_looks
 from ..stats.stats import runs_by_model
+from ..stats.variance import VarianceComponents
 from .gate import GateConfig
+
+
+class GateEvidence(TypedDict):
+    """The ledger's part of ``gate.GateFacts`` (its keyword arguments, as ``gate_evidence`` finds them)."""
+
+    backbone_runs: tuple[float, ...]
+    backbone_components: VarianceComponents | None
+    typical_noise: PooledNoise | None
+    comparison: Comparison
+    subscores: SubScoreComparison
+    plan: Plan | None
+    plan_decision: SequentialDecision | None
+    env: dict | None
 
 
 def gate_evidence(ledger: Ledger, backbone: str, x: str, y: str, metric: str, *,
                   current_sha: Mapping[str, str | None] | None = None, config: GateConfig | None = None,
-                  replicates: Mapping[str, Sequence[str]] | None = None, env: EnvChoice | None = None) -> dict:
+                  replicates: Mapping[str, Sequence[str]] | None = None, env: EnvChoice | None = None
+                  ) -> GateEvidence:
     """The ledger's part of ``gate.GateFacts``.
 
     One eval environment: the one the records of BASE, X and Y (and their replicates) share, or the one ``env``
@@ -35,7 +51,7 @@ def gate_evidence(ledger: Ledger, backbone: str, x: str, y: str, metric: str, *,
     protected sub-scores; the latest plan of X vs Y and its decision over its looks in that environment.
 
     Returns:
-        dict: keyword arguments for ``GateFacts(backbone, x, y, ..., **gate_evidence(...))``.
+        GateEvidence: keyword arguments for ``GateFacts(backbone, x, y, ..., **gate_evidence(...))``.
     """
     c = config or GateConfig()
     choice = env if env else EnvChoice.parse(c.env, "gate.env")

@@ -1,23 +1,12 @@
 """Read evaluations from CSV, lm-evaluation-harness results JSON and its ``--log_samples`` JSONL files.
 
-Every file is parsed completely before anything is written; all entries of one import go to the ledger in
-ONE transaction. A malformed input raises one EvidenceError whose message is one line naming the file,
-the row (1-based line number, or the JSON path) and the field, with a count of any further problems.
-
-Formats:
-    CSV        header with ``model,metric,value`` and optionally ``note``, ``stderr``, ``item``,
-               ``cluster``, ``subscore``, ``sha256``, ``sub.KEY`` columns (a run's sub-score KEY each;
-               ``subscore``: the sub-score an item-level row counts toward) and ``env.KEY`` columns (a field of
-               the row's eval environment, ``environment.py``; an empty cell: not recorded). The columns ``id``,
-               ``source``, ``created``, ``stale`` and ``env_id`` (written by ``export_csv_text``) are ignored. A
-               text cell that ``io.safe_text.spreadsheet_cell`` quoted (``'=...``) is read without its quote.
-    results    lm-eval's ``results_*.json``: per task, ``"METRIC,FILTER": value`` and
-               ``"METRIC_stderr,FILTER": value or "N/A"``; ``higher_is_better`` gives the directions; a group's
-               run carries each of its tasks (``group_subtasks``) as a sub-score.
-    samples    lm-eval's ``samples_TASK_*.jsonl`` (``--log_samples``): one line per document with
-               ``doc_id``, ``filter``, ``metrics`` (names) and one value per metric: item-level records.
-
-The lm-eval readers live in ``lm_eval.py`` (metric names ``TASK/METRIC`` or ``TASK/METRIC/FILTER``).
+Every file is parsed completely before anything is written; all entries of one import go to the ledger in ONE
+transaction. A malformed input raises one EvidenceError line naming the file, the row (1-based line, or the
+JSON path) and the field, with a count of any further problems. CSV: ``model,metric,value`` and optionally
+``note``, ``stderr``, ``item``, ``cluster``, ``subscore``, ``sha256``, ``sub.KEY`` and ``env.KEY`` columns
+(an export's ``id``, ``source``, ``created``, ``stale``, ``env_id`` are ignored; a spreadsheet-quoted cell is
+read without its quote). The lm-eval readers live in ``lm_eval.py``. The formats in full:
+docs/design/evidence.md.
 """
 
 from __future__ import annotations
@@ -27,6 +16,7 @@ import io
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TypedDict
 
 from ...io.files import open_regular
 from ...io.parse import short
@@ -128,10 +118,11 @@ def parse_csv(path: str | Path) -> Parsed:
                     except EvidenceError as err:
                         problems.add(where, name, str(err).split(": ", 1)[-1])
                         bad_env = True
-            if None in (model, metric, value) or None in subs.values() or bad_env:
+            given = {k: v for k, v in subs.items() if v is not None}
+            if model is None or metric is None or value is None or len(given) < len(subs) or bad_env:
                 continue
-            entries.append(Entry(model, metric, value, sha, subs, stderr, item, cluster, source, note, subscore,
-                                 canonical_fields(env)))
+            entries.append(Entry(model, metric, value, sha, tuple(sorted(given.items())), stderr, item, cluster,
+                                 source, note, subscore, canonical_fields(env)))
             if item is None:  # grades are read from whole runs: the decimals their cells are written with
                 note_decimals(decimals, metric, None, decimals_of(cells["value"]))
                 for key in subs:
@@ -190,7 +181,7 @@ def parse_files(paths: Iterable[str | Path], *, model: str | None = None, cluste
     groups = {k: v for run in runs.values() for k, v in run.groups.items()}
     matched = match_samples(list(runs), [p for p in paths if kinds[p] == "samples"])
     for p, run_file in matched.items():
-        run = runs.get(run_file)
+        run = runs.get(run_file) if run_file is not None else None
         mine = run.entries if run is not None else results
         sample_model = model or (mine[0].model if run is not None else next(iter(result_models))
                                  if len(result_models) == 1 else None)
@@ -215,11 +206,26 @@ def parse_files(paths: Iterable[str | Path], *, model: str | None = None, cluste
     return out
 
 
+class Imported(TypedDict):
+    """What ``import_files`` recorded, as the JSON of ``evidence import`` reads."""
+
+    files: list[str]
+    records: int
+    ids: list[int]  # [first, last], empty when nothing new was recorded
+    models: list[str]
+    metrics: list[str]
+    item_level: int
+    directions: dict[str, bool]
+    environments: dict[str, dict[str, str]]  # environment id -> its fields (empty: none recorded)
+    duplicates: list[dict]  # {"file", "same_as"}: files whose content was imported before
+
+
 def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
                  sha_of: Mapping[str, str | None] | Callable[[str], str | None] | None = None,
                  model: str | None = None, cluster_field: str | None = None, task: str | None = None,
                  directions: Mapping[str, bool] | None = None, adapters: Mapping[str, Path] | None = None,
-                 home: Path | None = None, env: Mapping[str, str] | None = None, decimals: int | None = None) -> dict:
+                 home: Path | None = None, env: Mapping[str, str] | None = None, decimals: int | None = None
+                 ) -> Imported:
     """Parse all ``paths``, fill each entry's sha256 from ``sha_of`` (where the file carried none) and
     write everything in one transaction.
 
@@ -232,8 +238,9 @@ def import_files(ledger: Ledger, paths: Iterable[str | Path], *,
             (a CSV carries none); one that contradicts a file's own declaration raises, nothing written.
 
     Returns:
-        dict: ``{"files": [...], "records": int, "ids": [first, last], "models": [...], "metrics": [...],
-        "item_level": int, "directions": {metric: higher_is_better}, "environments": {id: fields}}``.
+        Imported: ``{"files": [...], "records": int, "ids": [first, last], "models": [...], "metrics": [...],
+        "item_level": int, "directions": {metric: higher_is_better}, "environments": {id: fields},
+        "duplicates": [...]}``.
     """
     parsed = parse_files(paths, model=model, cluster_field=cluster_field, task=task, adapters=adapters, home=home,
                          env=env, decimals=decimals)
@@ -310,7 +317,7 @@ def export_csv_lines(rows: Iterable[dict], subs: Sequence[str], envs: Sequence[s
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
 
-    def line(cells) -> str:
+    def line(cells: Iterable[str]) -> str:
         buf.seek(0)
         buf.truncate()
         writer.writerow(cells)
@@ -334,7 +341,7 @@ def export_csv_lines(rows: Iterable[dict], subs: Sequence[str], envs: Sequence[s
         yield line(cells)
 
 
-def _cell(value) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, float):

@@ -1,18 +1,11 @@
 """lm-evaluation-harness output: ``results_*.json`` (whole runs) and ``--log_samples`` JSONL (item-level).
 
-    results    per task, ``"METRIC,FILTER": value`` and ``"METRIC_stderr,FILTER": value or "N/A"``;
-               ``higher_is_better`` gives the directions (true or false, nothing else); the model from
-               ``config.model_args`` / ``model_name`` (``lm_eval_model``: matched to a workspace adapter by its
-               path); each task's eval environment (``lm_eval_environment``).
-               A group (``group_subtasks``: group -> its tasks, nested groups included) is a run of its own,
-               ``GROUP/METRIC[/FILTER]``, whose sub-scores are its tasks' values of the same metric and
-               filter, keyed by task name; each task stays a metric of its own as well.
-    samples    ``samples_TASK_*.jsonl``: one line per document with ``doc_id``, ``filter``, ``metrics``
-               (names) and one value per metric.
-
-Metric names: ``TASK/METRIC`` for filter ``none``, ``TASK/METRIC/FILTER`` otherwise, the same for the
-results file and its samples, so a run's value is the mean of its item-level values. Checked against the
-real lm-eval 0.4.13 output in tests/fixtures/lm_eval.
+results: per task ``"METRIC,FILTER": value`` and ``"METRIC_stderr,FILTER"``, ``higher_is_better`` for the
+directions, the model from ``config.model_args`` / ``model_name`` (``lm_eval_model``), each task's environment
+(``lm_eval_environment``); a group (``group_subtasks``) is a run of its own with its tasks as sub-scores.
+samples: ``samples_TASK_*.jsonl``, one line per document (``doc_id``, ``filter``, ``metrics``, the values).
+Metric names: ``TASK/METRIC`` for filter ``none``, ``TASK/METRIC/FILTER`` otherwise, the same in both files,
+so a run's value is the mean of its item-level values. The layouts in full: docs/design/evidence.md.
 """
 
 from __future__ import annotations
@@ -21,6 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ...io.hashing import sha256_file
 from ...io.parse import ParseError, Written, load_json, parse_json, read_text
@@ -49,7 +43,7 @@ def source_of(path: Path) -> str:
         raise EvidenceError(f"{path}: cannot read the file ({err.strerror or err}); nothing was recorded") from None
 
 
-def _load_json(path: Path):
+def _load_json(path: Path) -> Any:  # parsed JSON: any type until checked
     """A results file, read through ``io.parse`` (bounded, strict: a stranger wrote it)."""
     try:
         return load_json(path, keep_text=True)
@@ -58,7 +52,7 @@ def _load_json(path: Path):
         raise EvidenceError(f"{where}: {_problem(err)}; nothing was recorded") from None
 
 
-def _model_args(config) -> dict:
+def _model_args(config: object) -> dict:
     args = config.get("model_args") if isinstance(config, dict) else None
     if isinstance(args, dict):
         return args
@@ -125,15 +119,14 @@ def lm_eval_environment(data: dict, task: str, problems: Problems | None = None)
     size and bootstrap_iters are not part of it (they change no score, or only its stderr). Fields the file
     leaves null are not recorded.
     """
-    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    config: dict = _mapping(data.get("config"))
     args = _model_args(config)
 
-    def of(key):
+    def of(key: str) -> object:
         table = data.get(key)
         return table.get(task) if isinstance(table, dict) else None
 
-    configs = data.get("configs") if isinstance(data.get("configs"), dict) else {}
-    task_config = configs.get(task) if isinstance(configs.get(task), dict) else {}
+    task_config = _mapping(_mapping(data.get("configs")).get(task))
     generation = {**_kwargs(task_config.get("generation_kwargs")), **_kwargs(config.get("gen_kwargs"))}
     fields = {"harness": "lm-eval", "harness_version": data.get("lm_eval_version"),
               "transformers_version": data.get("transformers_version"), "git_hash": data.get("git_hash"),
@@ -158,7 +151,12 @@ _GENERATION = {"until": "stop", "max_gen_toks": "max_tokens", "temperature": "te
                "top_p": "top_p", "top_k": "top_k"}
 
 
-def _kwargs(value) -> dict:
+def _mapping(value: object) -> dict:
+    """``value`` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def _kwargs(value: object) -> dict:
     """Generation keyword arguments as lm-eval records them: a mapping, or ``"temperature=0,top_p=1"``."""
     if isinstance(value, dict):
         return dict(value)
@@ -245,7 +243,7 @@ def parse_lm_eval_results(path: str | Path, model: str | None = None, *, adapter
     return Parsed(entries, directions, [str(path)], groups, decimals)
 
 
-def _group_subscores(entries: list[Entry], groups) -> list[Entry]:
+def _group_subscores(entries: list[Entry], groups: object) -> list[Entry]:
     """Each group's run with its tasks' values of the same metric and filter as sub-scores (keyed by task)."""
     if not isinstance(groups, dict):
         return entries
@@ -260,7 +258,7 @@ def _group_subscores(entries: list[Entry], groups) -> list[Entry]:
     return out
 
 
-def _lookup(doc, dotted: str):
+def _lookup(doc: object, dotted: str) -> object:
     for part in dotted.split("."):
         if not isinstance(doc, dict) or part not in doc:
             return None

@@ -63,11 +63,12 @@ def _tops(groups: Mapping) -> dict[str, str]:
 def shared_env(envs: Mapping[str, Env]) -> Env:
     """One environment for tasks ``envs`` (task -> its fields): per field, the shared value, else the mapping."""
     keys = sorted({k for env in envs.values() for k, _ in env})
-    fields = []
+    fields: list[tuple[str, str]] = []
     for key in keys:
         values = {task: dict(env).get(key) for task, env in sorted(envs.items())}
-        if len(set(values.values())) == 1:
-            fields.append((key, next(iter(values.values()))))
+        distinct = set(values.values())
+        if len(distinct) == 1 and (only := next(iter(distinct))) is not None:  # a key of some env: never None
+            fields.append((key, only))
             continue
         text = json.dumps({t: v for t, v in values.items() if v is not None}, sort_keys=True, separators=(",", ":"),
                           ensure_ascii=True)
@@ -77,7 +78,7 @@ def shared_env(envs: Mapping[str, Env]) -> Env:
     return tuple(fields)
 
 
-def group_environments(groups, env_of: Callable[[str], Env]) -> dict[str, Env]:
+def group_environments(groups: object, env_of: Callable[[str], Env]) -> dict[str, Env]:
     """Every task and group under a top group -> the top group's shared environment (``shared_env`` of its
     leaves' ``env_of(task)``)."""
     if not isinstance(groups, Mapping):
@@ -87,13 +88,13 @@ def group_environments(groups, env_of: Callable[[str], Env]) -> dict[str, Env]:
     return {task: shared[top] for task, top in tops.items()}
 
 
-def with_group_environments(entries: list[Entry], groups, env_of: Callable[[str], Env]) -> list[Entry]:
+def with_group_environments(entries: list[Entry], groups: object, env_of: Callable[[str], Env]) -> list[Entry]:
     """``entries`` with each task's and group's environment replaced by its top group's (``group_environments``)."""
     envs = group_environments(groups, env_of)
     return [replace(e, env=envs[task]) if (task := e.metric.split("/")[0]) in envs else e for e in entries]
 
 
-def group_items(entries: list[Entry], groups) -> list[Entry]:
+def group_items(entries: list[Entry], groups: object) -> list[Entry]:
     """Item-level entries of every group, from its leaf tasks' item entries (module docstring).
 
     Args:
@@ -104,7 +105,7 @@ def group_items(entries: list[Entry], groups) -> list[Entry]:
         return []
     out = []
     for group in groups:
-        direct = {}
+        direct: dict[str, str] = {}
         for child in _children(group, groups):
             for leaf in (leaves(child, groups) if _children(child, groups) else [child]):
                 direct.setdefault(leaf, child)

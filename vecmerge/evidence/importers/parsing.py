@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any  # parse_number reads JSON values: any type, float() refuses what is not a number
 
 from ...io.parse import ECHO_CHARS, short
 from .. import EvidenceError
@@ -39,7 +40,8 @@ class Problems:
     ``MESSAGE_CHARS`` is cut here, so a hostile file never makes the line as long as itself."""
 
     def __init__(self, path: Path):
-        self.path, self.items = path, []
+        self.path = path
+        self.items: list[tuple[str, str | None, str]] = []  # (where, field, message)
 
     def add(self, where: str, field_name: str | None, message: str) -> None:
         if len(message) > MESSAGE_CHARS:
@@ -63,7 +65,7 @@ def _bounded(name: str) -> str:
     return name if len(name) <= ECHO_CHARS else f"{name[:ECHO_CHARS]}... ({len(name)} chars)"
 
 
-def parse_number(text, problems: Problems, where: str, name: str, *, allow_bool: bool = False) -> float | None:
+def parse_number(text: Any, problems: Problems, where: str, name: str, *, allow_bool: bool = False) -> float | None:
     """A finite float from a cell or JSON value, or None after noting the problem."""
     if allow_bool and isinstance(text, bool):
         return float(text)

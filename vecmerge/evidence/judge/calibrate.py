@@ -1,25 +1,13 @@
 """Proxy calibration: can a cheap local metric P rank candidates the way the target metric T does?
 
-The user's lesson: "a proxy not calibrated on past models is at most a disaster detector", and 8 to 12
-past models are needed before a proxy may rank anything. Over the models that have both P and T (each
-model's mean over its current runs):
+Over the models that have both P and T (each model's mean over its current runs): Spearman ρ
+(``scipy.stats.spearmanr``; a perfect order without ties gets the exact p 2 / n!), Kendall τ_b, percentile
+bootstrap intervals over ``n_boot`` seeded resamples of the models, pairwise accuracy (P ties count 1/2) and
+the noise ceiling (the mean ρ between one run per model and the mean of its other runs).
 
-    Spearman ρ     Pearson correlation of the average ranks (scipy.stats.spearmanr); a perfect order without ties
-                   gets the exact permutation p, 2 / n!
-    Kendall τ_b    (C - D) / sqrt((n0 - n1)(n0 - n2)) over model pairs (scipy.stats.kendalltau)
-    bootstrap CI   percentile interval of ρ and τ over ``n_boot`` resamples of the models with replacement
-                   (seeded; resamples where P or T is constant are skipped and counted)
-    pairwise acc.  share of model pairs with different T means that P orders the same way (P ties: 1/2)
-    noise ceiling  how well ONE run of the target ranks the models: the mean Spearman ρ between one run per
-                   model and the mean of that model's other runs (models with ≥ 2 target runs), exact over
-                   every choice of runs when there are at most ``ceiling_draws`` choices, else sampled
-
-Verdict (documented thresholds, all parameters):
-    "too few models"           fewer than ``min_models`` (default 8) models have both metrics;
-    "ranks candidates"         otherwise, when the lower end of ρ's bootstrap interval ≥ ``min_spearman_low``
-                               (default 0.5);
-    "disaster detector only"   otherwise: do not rank with it (it may still catch a broken model, which
-                               this calibration does not test).
+Verdict: "too few models" below ``min_models`` (8); "ranks candidates" when the lower end of ρ's interval
+>= ``min_spearman_low`` (0.5); otherwise "disaster detector only". ``Calibration`` is the one result type of
+this and of ``loo``. The user's lesson behind the thresholds: docs/design/evidence.md.
 """
 
 from __future__ import annotations
@@ -27,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -163,6 +152,38 @@ def orientation_flip(proxy_higher_is_better: bool | None, target_higher_is_bette
             and proxy_higher_is_better != target_higher_is_better)
 
 
+def verdict(n: int, need: int, rho: float | None, rho_ci: tuple[float, float] | None, ceiling: float | None, *,
+            min_spearman_low: float, target: str, have: str, rho_name: str, negative: str,
+            reasons: Sequence[str] = ()) -> tuple[str, tuple[str, ...]]:
+    """The verdict code and every reason (``reasons`` found before, then the rule's), for both calibrations:
+
+        too_few_models  n < need          ranks_candidates  rho_ci[0] >= min_spearman_low
+        disaster_detector_only  otherwise (plus a reason for ρ < 0 and for a noise ceiling < min_spearman_low)
+
+    Args:
+        n (int): the models compared. need (int): the fewest that may be judged. rho (float | None): Spearman's ρ.
+        rho_ci (tuple[float, float] | None): its interval. ceiling (float | None): the target's noise ceiling.
+        min_spearman_low (float): the bound. target (str): the target's name. have (str): what the n models have.
+        rho_name (str): ρ's name in the bound's reason. negative (str): the reason for ρ < 0.
+        reasons (Sequence[str]): the reasons found before.
+    """
+    out = list(reasons)
+    if n < need:
+        code = "too_few_models"
+        out.insert(0, f"{n} models have {have}; at least {need} are needed")
+    elif rho_ci is not None and rho_ci[0] >= min_spearman_low:
+        code = "ranks_candidates"
+    else:
+        code = "disaster_detector_only"
+        if rho_ci is not None:
+            out.append(f"{rho_name} lower bound {rho_ci[0]:.3f} < {min_spearman_low}")
+    if rho is not None and rho < 0:
+        out.append(negative)
+    if ceiling is not None and ceiling < min_spearman_low:
+        out.append(f"one run of {target} ranks the models only to ρ = {ceiling:.3f}: the target itself is noisy")
+    return code, tuple(out)
+
+
 # The fields only one kind of calibration has: a single proxy's, and the held-out fit's (``loo.py``).
 _ONE_PROXY = ("proxy", "flipped")
 _HELD_OUT = ("proxies", "target_means", "proxy_means", "predictions", "coefficients", "rmse",
@@ -269,29 +290,18 @@ def calibrate(proxy: Mapping[str, Sequence[float]], target: Mapping[str, Sequenc
                                                                   confidence=confidence)
     if n >= 3 and rho is None:
         reasons.append(f"{proxy_name if np.ptp(p) == 0 else target_name} is the same for every model")
-    if n < min_models:
-        code = "too_few_models"
-        reasons.insert(0, f"{n} models have both {proxy_name} and {target_name}; at least {min_models} are needed")
-    elif rho_ci is not None and rho_ci[0] >= min_spearman_low:
-        code = "ranks_candidates"
-    else:
-        code = "disaster_detector_only"
-        if rho_ci is not None:
-            reasons.append(f"Spearman's lower bound {rho_ci[0]:.3f} < {min_spearman_low}")
-    if rho is not None and rho < 0:
-        reasons.append("the correlation is negative: check both metrics' directions")
-    if ceiling is not None and ceiling < min_spearman_low:
-        reasons.append(f"one run of {target_name} ranks the models only to ρ = {ceiling:.3f}: the target "
-                       "itself is noisy")
+    code, why = verdict(n, min_models, rho, rho_ci, ceiling, min_spearman_low=min_spearman_low, target=target_name,
+                        have=f"both {proxy_name} and {target_name}", rho_name="Spearman's",
+                        negative="the correlation is negative: check both metrics' directions", reasons=reasons)
     return Calibration(proxy=proxy_name, target=target_name, models=models, spearman=rho, spearman_p=rho_p,
                        spearman_ci=rho_ci, kendall=tau, kendall_p=tau_p, kendall_ci=tau_ci, boot_valid=valid,
                        pairwise_accuracy=acc, pairs=pairs, noise_ceiling=ceiling, noise_ceiling_models=ceiling_models,
                        flipped=flip, min_models=min_models, min_spearman_low=min_spearman_low, confidence=confidence,
-                       n_boot=n_boot, seed=seed, verdict_code=code, verdict=VERDICTS[code], reasons=tuple(reasons))
+                       n_boot=n_boot, seed=seed, verdict_code=code, verdict=VERDICTS[code], reasons=why)
 
 
 def calibrate_records(records: Iterable[Record], proxy: str, target: str, *,
-                      directions: Mapping[str, bool] | None = None, **options) -> Calibration:
+                      directions: Mapping[str, bool] | None = None, **options: Any) -> Calibration:
     """``calibrate`` over ledger records: each model's whole runs on ``proxy`` and on ``target``.
 
     Args:

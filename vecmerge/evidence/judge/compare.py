@@ -5,7 +5,7 @@ sub-score (``subscores.compare_subscores``) and, where A or B has training repli
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .. import EvidenceError
@@ -86,7 +86,8 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
                     higher_is_better: bool | None = None, confidence: float = 0.95, min_runs: int = 2,
                     min_items: int = 2, detect: float | None = None, alpha: float = 0.05,
                     power: float = 0.8, target: str | None = None, margins: float | dict | None = None,
-                    margin_source: str = "given", replicates=None, env: dict | None = None,
+                    margin_source: str = "given", replicates: Mapping[str, Sequence[str]] | None = None,
+                    env: dict | None = None,
                     decimals: Mapping[str | None, int] | None = None) -> Comparison:
     """Compare A and B on one metric; the verdict rule is exact:
 
@@ -98,13 +99,9 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
        "is better beyond eval noise" (without a recorded direction: "scores higher/lower"); otherwise
        "within noise".
 
-    Also reported: the pooled within-model noise of every model in ``records`` (the ledger's typical run
-    noise) and the runs per model a two-sample t test would need to detect ``detect`` (default: the observed
-    difference of run means) with ``power`` at ``alpha``, using the pooled sd (else A's and B's own).
-    Every sub-score A or B recorded is compared too (``compare_subscores`` with ``target`` and ``margins``).
-    Where A or B belongs to a replicate group (``replicates``: root -> members), the groups' variance components
-    and the training test are reported (``replicates.replicate_evidence``); the verdict above stays the test
-    of these two models' own runs, and a note says when the training test disagrees.
+    Also reported: the pooled noise, the runs per model a t test would need to detect ``detect`` (default: the
+    observed difference), every sub-score (``compare_subscores``) and, for replicate groups, the training test
+    (``replicates.replicate_evidence``; the verdict stays this pair's own). In full: docs/design/evidence.md.
 
     Args:
         a, b (str): model names.
@@ -148,8 +145,8 @@ def compare_records(a: str, b: str, records: Iterable[Record], *, metric: str | 
                 else "a_better" if a_up == higher_is_better else "b_better")
     pooled = pooled_noise(runs)
     noise = pooled.sd if pooled else None
-    if noise is None and w is not None:
-        noise = math.sqrt((sa.std**2 + sb.std**2) / 2)
+    if noise is None and w is not None and sa is not None and sb is not None:  # Welch ran: both have a spread
+        noise = math.sqrt((sa.sd**2 + sb.sd**2) / 2)
     if detect is None and sa and sb:
         detect = abs(sa.mean - sb.mean)
     needed = repeats_needed(detect, noise, alpha=alpha, power=power) if noise and detect else None

@@ -1,31 +1,22 @@
 """Leave-one-model-out calibration: does a fit of the target on proxies predict a model it has never seen?
 
-Over the n models that have the target T and every proxy P_1..P_k (each model's mean over its current runs),
-with ``Z = [1, P_1, .., P_k]`` (n, k+1) and ``y`` the target means:
+Over the n models with the target and every proxy (means over current runs), ``Z = [1, P_1, .., P_k]``:
 
-    fit         ordinary least squares with an intercept, ``beta = argmin ||Z beta - y||`` (the minimum-norm one
-                when Z is rank-deficient), through the SVD ``Z = U S V^T`` cut at ``s_i > n * eps * s_1``
-    held out    ``yhat_(i)``: the fit on the other n - 1 models, evaluated at model i. Exact without n refits:
-                with ``h_i = sum_j U_ij^2`` (the hat matrix's diagonal) and ``e = y - Z beta``,
-                ``yhat_(i) = y_i - e_i / (1 - h_i)``; where ``1 - h_i < LEVERAGE_TOL`` (model i alone sets a
-                coefficient) it is refit without model i (scipy's minimum-norm least squares)
-    judged      Spearman ρ and Kendall τ_b of ``yhat_(.)`` against ``y``, with bootstrap intervals over the models
-                (``calibrate.rank_agreement``; the n held-out pairs resampled as if independent, which they are
-                only nearly: each prediction used the other models), pairwise accuracy, RMSE, and the target's
-                noise ceiling (``calibrate.noise_ceiling``)
+    beta = argmin ||Z beta - y||   (minimum norm; SVD of Z cut at s_i > n * eps * s_1)
+    yhat_(i) = y_i - e_i / (1 - h_i),   e = y - Z beta,   h_i = sum_j U_ij^2   (refit where 1 - h_i < LEVERAGE_TOL)
 
-Verdict: "too few models" with fewer than ``min_models`` (8) models or fewer than k + 3 (each held-out fit keeps a
-residual degree of freedom); "ranks candidates" when the held-out ρ's lower bound is at least ``min_spearman_low``
-(0.5); otherwise "disaster detector only". The fit learns each proxy's sign, so directions never flip a proxy
-here: a lower-is-better target is predicted as it is and judged by agreement of order (a perfect proxy of it has
-held-out ρ = 1 whatever its declared direction); the target's direction only decides, in ``rank``, which end of
-the prediction is best. A slope against the declared directions of a proxy and the target is noted.
+Judged by Spearman ρ and Kendall τ_b of ``yhat_(.)`` against ``y`` (bootstrap intervals), pairwise accuracy,
+RMSE and the target's noise ceiling. Verdict: "too few models" below ``min_models`` (8) or k + 3 models;
+"ranks candidates" when the held-out ρ's lower bound >= ``min_spearman_low`` (0.5); else "disaster detector
+only". The fit learns each proxy's sign; the target's direction only orders ``rank``'s output.
+Why, and the bootstrap's caveat: docs/design/evidence.md.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +31,7 @@ from .calibrate import (
     noise_ceiling,
     pairwise_accuracy,
     rank_agreement,
+    verdict,
 )
 
 LEVERAGE_TOL = 1e-9
@@ -49,16 +41,21 @@ def _design(X: np.ndarray) -> np.ndarray:
     return np.column_stack([np.ones(X.shape[0]), X])
 
 
+def _kept_svd(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``U, S, Vt`` of the thin SVD of Z cut to the singular values s_i > max(Z.shape) * eps * s_1 (none if s_1 = 0)."""
+    U, S, Vt = np.linalg.svd(Z, full_matrices=False)
+    keep = S > S[0] * max(Z.shape) * np.finfo(float).eps if S.size and S[0] > 0 else np.zeros(S.size, bool)
+    return U[:, keep], S[keep], Vt[keep]
+
+
 def least_squares(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``beta`` (k+1,): intercept then slopes of the minimum-norm least-squares fit of ``y`` on ``[1, X]``.
 
     Args:
         X (ndarray): (n, k) proxies. y (ndarray): (n,) target.
     """
-    Z = _design(X)
-    U, S, Vt = np.linalg.svd(Z, full_matrices=False)
-    keep = S > S[0] * max(Z.shape) * np.finfo(float).eps if S.size and S[0] > 0 else np.zeros(S.size, bool)
-    return Vt[keep].T @ ((U[:, keep].T @ y) / S[keep])
+    U, S, Vt = _kept_svd(_design(X))
+    return Vt.T @ ((U.T @ y) / S)
 
 
 def held_out_predictions(X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -70,9 +67,7 @@ def held_out_predictions(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     from scipy.linalg import lstsq
 
     Z = _design(X)
-    U, S, _ = np.linalg.svd(Z, full_matrices=False)
-    keep = S > S[0] * max(Z.shape) * np.finfo(float).eps if S.size and S[0] > 0 else np.zeros(S.size, bool)
-    Ur = U[:, keep]
+    Ur = _kept_svd(Z)[0]
     h = (Ur**2).sum(axis=1)
     e = y - Ur @ (Ur.T @ y)
     out = np.empty_like(y)
@@ -130,21 +125,10 @@ def calibrate_loo(proxies: Mapping[str, Mapping[str, Sequence[float]]], target: 
             ph = directions.get(p)
             if ph is not None and th is not None and coef[p] != 0 and (coef[p] > 0) != (ph == th):
                 reasons.append(f"the fit weighs {p} against its declared direction (slope {coef[p]:+.4g})")
-    if n < max(min_models, k + 3):
-        code = "too_few_models"
-        reasons.insert(0, f"{n} models have {target_name} and {', '.join(names)}; at least "
-                          f"{max(min_models, k + 3)} are needed")
-    elif rho_ci is not None and rho_ci[0] >= min_spearman_low:
-        code = "ranks_candidates"
-    else:
-        code = "disaster_detector_only"
-        if rho_ci is not None:
-            reasons.append(f"the held-out Spearman's lower bound {rho_ci[0]:.3f} < {min_spearman_low}")
-    if rho is not None and rho < 0:
-        reasons.append("held-out predictions order the models against the target")
-    if ceiling is not None and ceiling < min_spearman_low:
-        reasons.append(f"one run of {target_name} ranks the models only to ρ = {ceiling:.3f}: the target itself "
-                       "is noisy")
+    code, why = verdict(n, max(min_models, k + 3), rho, rho_ci, ceiling, min_spearman_low=min_spearman_low,
+                        target=target_name, have=f"{target_name} and {', '.join(names)}",
+                        rho_name="the held-out Spearman's",
+                        negative="held-out predictions order the models against the target", reasons=reasons)
     return Calibration(
         proxies=names, target=target_name, models=models, target_means=tuple(float(v) for v in y),
         proxy_means={p: [float(v) for v in X[:, j]] for j, p in enumerate(names)},
@@ -153,12 +137,12 @@ def calibrate_loo(proxies: Mapping[str, Mapping[str, Sequence[float]]], target: 
         pairwise_accuracy=acc, pairs=pairs, rmse=rmse, noise_ceiling=ceiling, noise_ceiling_models=ceiling_models,
         target_higher_is_better=directions.get(target_name), min_models=min_models, min_spearman_low=min_spearman_low,
         confidence=confidence, n_boot=n_boot, seed=seed, verdict_code=code, verdict=VERDICTS[code],
-        reasons=tuple(reasons), loo=True)
+        reasons=why, loo=True)
 
 
 def calibrate_loo_records(records: Iterable[Record], proxies: Sequence[str], target: str, *,
                           directions: Mapping[str, bool] | None = None, exclude: Iterable[str] = (),
-                          **options) -> Calibration:
+                          **options: Any) -> Calibration:
     """``calibrate_loo`` over ledger records: each model's whole runs of each proxy and of the target.
 
     Args:

@@ -1,21 +1,15 @@
 """Ranking new candidates by a proxy: only with a calibration that passed; otherwise flag the ones far below.
 
-With a leave-one-model-out calibration (``loo``) whose verdict is "ranks candidates", each candidate's target is
-predicted by the fit on every past model (``Calibration.predict``) and the candidates are ranked by it, best
-first in the target's direction; the ranking's credibility is the calibration's held-out figures, shown with it,
-and it says when the candidates' predictions span less than the held-out RMSE (an order finer than the proxy was
-shown to resolve) or lie outside the past models' range (an extrapolation).
+With a ``loo`` calibration whose verdict is "ranks candidates", candidates are ranked by their predicted target
+(``Calibration.predict``), best first, with the held-out figures beside them. Otherwise they are listed as
+given and a candidate is flagged "far below the others" when its modified z-score against the others
+(Iglewicz and Hoaglin, 1993), the proxy oriented higher-is-better, is below ``-FAR_BELOW`` (3.5):
 
-Otherwise the proxy is a disaster detector only: the candidates are listed as given, unranked, and a candidate is
-flagged "far below the others" when its modified z-score against the others (the other candidates and every past
-model with the proxy; Iglewicz and Hoaglin, 1993) is below ``-FAR_BELOW`` (3.5), the proxy oriented so that
-higher is better:
+    M(x) = 0.6745 (x - med) / MAD,   MAD = median(|x_j - med|) over the others
+    where MAD = 0:  M(x) = (x - med) / (1.253314 * MeanAD);  where both are 0: any value below is far below
 
-    M(x) = 0.6745 (x - med) / MAD,   med and MAD = median(|x_j - med|) over the others;
-    where MAD = 0:  M(x) = (x - med) / (1.253314 * MeanAD),  MeanAD = mean(|x_j - med|);
-    where both are 0 (every other value equal): any value below them is far below.
-
-Fewer than ``MIN_POOL`` (3) others flag nothing (said so).
+Fewer than ``MIN_POOL`` (3) others flag nothing (said so). What the ranking says about its own resolution:
+docs/design/evidence.md.
 """
 
 from __future__ import annotations
@@ -24,6 +18,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from .calibrate import Calibration
 
@@ -44,6 +39,18 @@ def modified_z(x: float, others: Sequence[float]) -> float:
     return 0.0 if x == med else math.copysign(math.inf, x - med)
 
 
+class CandidateRow(TypedDict):
+    """One candidate of a ranking, as its JSON reads (``Ranking.rows``)."""
+
+    candidate: str
+    rank: int | None
+    predicted: float | None
+    extrapolated: list[str]
+    proxies: dict[str, float]
+    z: dict[str, float | None]
+    far_below: list[str]
+
+
 @dataclass(frozen=True)
 class Ranking:
     """Candidates ranked by a calibrated prediction, or listed with disaster flags (``mode``).
@@ -58,7 +65,7 @@ class Ranking:
     target: str | None
     mode: str
     verdict: str
-    rows: tuple[dict, ...]
+    rows: tuple[CandidateRow, ...]
     calibration: dict | None
     reasons: tuple[str, ...] = ()
 
@@ -84,9 +91,10 @@ def rank_candidates(values: Mapping[str, Mapping[str, float]], *, history: Mappi
     proxies = tuple(values)
     candidates = tuple(values[proxies[0]])
     reasons = []
-    rows = []
+    rows: list[CandidateRow] = []
     for c in candidates:
-        z, far = {}, []
+        z: dict[str, float | None] = {}
+        far: list[str] = []
         for p in proxies:
             sign = -1.0 if directions.get(p) is False else 1.0
             others = [sign * v for k, v in values[p].items() if k != c]
@@ -94,8 +102,8 @@ def rank_candidates(values: Mapping[str, Mapping[str, float]], *, history: Mappi
             if len(others) < MIN_POOL:
                 z[p] = None
                 continue
-            z[p] = modified_z(sign * values[p][c], others)
-            if z[p] < -FAR_BELOW:
+            z[p] = score = modified_z(sign * values[p][c], others)
+            if score < -FAR_BELOW:
                 far.append(p)
         rows.append({"candidate": c, "rank": None, "predicted": None, "extrapolated": [],
                      "proxies": {p: values[p][c] for p in proxies}, "z": z, "far_below": far})
@@ -104,16 +112,17 @@ def rank_candidates(values: Mapping[str, Mapping[str, float]], *, history: Mappi
     target = calibration.target if calibration is not None else None
     if calibration is not None and calibration.ranks:
         higher = calibration.target_higher_is_better is not False
-        spans = {p: (min(v), max(v)) for p, v in calibration.proxy_means.items()}
+        spans = {p: (min(v), max(v)) for p, v in (calibration.proxy_means or {}).items()}
+        predicted = {r["candidate"]: calibration.predict(r["proxies"]) for r in rows}
         for r in rows:
-            r["predicted"] = calibration.predict(r["proxies"])
+            r["predicted"] = predicted[r["candidate"]]
             r["extrapolated"] = [p for p in proxies if not spans[p][0] <= r["proxies"][p] <= spans[p][1]]
         out = [r["candidate"] for r in rows if r["extrapolated"]]
         if out:
             reasons.append(f"{', '.join(out)} lie outside the past models' range of the proxy: their predictions "
                            "extrapolate the fit")
-        rows.sort(key=lambda r: -r["predicted"] if higher else r["predicted"])
-        spread = rows[0]["predicted"] - rows[-1]["predicted"]
+        rows.sort(key=lambda r: -predicted[r["candidate"]] if higher else predicted[r["candidate"]])
+        spread = predicted[rows[0]["candidate"]] - predicted[rows[-1]["candidate"]]
         if len(rows) > 1 and calibration.rmse is not None and abs(spread) < calibration.rmse:
             reasons.append(f"the candidates' predictions span {abs(spread):.3g}, less than the fit's held-out RMSE "
                            f"{calibration.rmse:.3g}: their order is finer than the proxy was shown to resolve")

@@ -1,33 +1,13 @@
 """Every sub-score of A against B: the test, Holm across sub-scores, grades, and what a change costs the others.
 
-The user's eight sub-scores share one adapter ("most improvements only moved score from one pocket to
-another"); their lesson: raise one sub-score while the other seven are constraints that must not regress.
-
-Per sub-score K of the metric (whole runs carry K in their ``subs``; item-level records name K as ``subscore``):
-
-    test           the first registered difference test that applies (``difference/``: clustered, paired,
-                   McNemar over K's items scored by both, else Welch over K's run values)
-    direction      the metric's, shared by its sub-scores: better = sign * (A - B), sign = +1 if higher is better
-    worse          the two-sided p, Holm-adjusted across the family, < alpha with better < 0; or the whole
-                   interval of ``better`` (at ``confidence``) below -margin
-    not worse      non-inferiority at margin m: H0 better <= -m against H1 better > -m, one-sided,
-                   t = (better + m) / SE, p = P(T_df > t); Holm-adjusted across the family, < alpha
-    unknown        neither; with the runs per model a one-sided t test would need (power 0.8, alpha / family
-                   size, the pooled noise of K) to show it not worse at the observed difference, or worse when
-                   the observed difference is below -m
-    zero variance  each model's runs of K are one value, up to float round-off (>= min_runs runs each): the
-                   difference is exact, ASSUMING K does not vary between runs of one model (said in the reason);
-                   worse when better < 0, else not worse; decided without a p-value, outside the families
-    margin         given (one value, or one per sub-score), else one grade where K's values across all models
-                   lie on a grid at their written precision (``grades.detect_grid``; unknown precision: no grid),
-                   else K's pooled within-model noise sd (the change one run makes); with none of these there is
-                   no non-inferiority test; each row names where its margin came from
-    family         the sub-scores compared, the target (the one being raised) left out, that have a test;
-                   alpha = 1 - confidence. Holm needs no assumption about how the sub-scores depend on each other.
-
-A worse sub-score is worse even when the drop is smaller than the margin: the margin is the uncertainty
-tolerated before "not worse" is claimed, not an allowance for a regression the runs do show.
-A difference below one grade of K's grid is flagged: on a grid, no grade (or less than one) moved.
+Per sub-score K of the metric (whole runs carry K in ``subs``, item records name it in ``subscore``), with
+better = sign * (A - B): the first registered difference test that applies (``difference/``); *worse* when the
+Holm-adjusted two-sided p < alpha with better < 0, or the whole interval lies below -margin; *not worse* by
+non-inferiority at margin m (t = (better + m) / SE, one-sided, Holm across the family); *unknown* otherwise,
+with the runs a test would need; a zero-variance K is decided exactly, outside the families. The margin is
+given, else one grade of K's grid (``grades.detect_grid``), else K's pooled noise sd. The family: the compared
+sub-scores with a test, the target left out; alpha = 1 - confidence.
+Why, and what each row says: docs/design/evidence.md.
 """
 
 from __future__ import annotations
@@ -35,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from .. import EvidenceError
 from ..difference import registry as tests
@@ -130,7 +111,11 @@ def sub_keys(records: Iterable[Record], models: Sequence[str]) -> list[str]:
                    ([r.subscore] if r.is_item and r.subscore else [k for k, _ in r.subs])})
 
 
-def _margin_for(key, margins, grid: Grid | None, noise: float | None, source: str):
+Margins = float | Mapping[str, float] | None  # one margin, one per sub-score, or none given
+
+
+def _margin_for(key: str, margins: Margins, grid: Grid | None, noise: float | None, source: str
+                ) -> tuple[float | None, str | None]:
     """The margin of sub-score ``key`` and where it came from, in words (the report names it per row)."""
     if isinstance(margins, Mapping) and key in margins:
         return float(margins[key]), source
@@ -144,8 +129,27 @@ def _margin_for(key, margins, grid: Grid | None, noise: float | None, source: st
     return None, None
 
 
-def _one(key, a, b, metric, runs, items, margins, margin_source, confidence, min_runs, min_items, decimals):
-    """One sub-score's figures before the families are known (``runs``: model -> values, every model)."""
+class _Part(TypedDict):
+    """One sub-score's figures before the families are known: the fields ``SubScoreRow`` takes from ``_one``."""
+
+    key: str
+    a_summary: Summary | None
+    b_summary: Summary | None
+    test: DiffResult | None
+    diff: float | None
+    zero_variance: bool
+    margin: float | None
+    margin_source: str | None
+    grid: Grid | None
+    below_one_grade: bool | None
+    noise_sd: float | None
+
+
+def _one(key: str, a: str, b: str, metric: str, runs: Mapping[str, list[float]], items: Mapping[str, list[Record]],
+         margins: Margins, margin_source: str, confidence: float, min_runs: int, min_items: int,
+         decimals: int | None) -> tuple[_Part, tuple[int, int]]:
+    """One sub-score's figures before the families are known, and the runs of A and B (``runs``: model ->
+    values, every model)."""
     ra, rb = runs.get(a, []), runs.get(b, [])
     sa = summarize(ra, model=a, metric=metric, sub=key, confidence=confidence) if ra else None
     sb = summarize(rb, model=b, metric=metric, sub=key, confidence=confidence) if rb else None
@@ -153,16 +157,17 @@ def _one(key, a, b, metric, runs, items, margins, margin_source, confidence, min
     ib, cb = item_means(items.get(b, []))
     test = tests.deciding(tests.run_all(tests.Scores(tuple(ra), tuple(rb), ia, ib, {**cb, **ca}, min_items),
                                         confidence))
-    zero = (test is None and min(len(ra), len(rb)) >= max(min_runs, 2) and sa.std == 0 and sb.std == 0)
-    diff = test.diff if test else (sa.mean - sb.mean) if zero else None
+    zero = bool(test is None and sa is not None and sb is not None and min(len(ra), len(rb)) >= max(min_runs, 2)
+                and sa.std == 0 and sb.std == 0)
+    diff = test.diff if test is not None else (sa.mean - sb.mean) if zero and sa and sb else None
     grid = detect_grid([v for vs in runs.values() for v in vs], decimals=decimals)
     pooled = pooled_noise(runs)
     noise = pooled.sd if pooled and pooled.sd > 0 else (
         math.sqrt((sa.std**2 + sb.std**2) / 2) if sa and sb and sa.std and sb.std else None)
     margin, source = _margin_for(key, margins, grid, noise, margin_source)
     below = grid.below_one_grade(diff) if grid is not None and diff is not None else None
-    return dict(key=key, a_summary=sa, b_summary=sb, test=test, diff=diff, zero_variance=zero, margin=margin,
-                margin_source=source, grid=grid, below_one_grade=below, noise_sd=noise, n=(len(ra), len(rb)))
+    return _Part(key=key, a_summary=sa, b_summary=sb, test=test, diff=diff, zero_variance=zero, margin=margin,
+                 margin_source=source, grid=grid, below_one_grade=below, noise_sd=noise), (len(ra), len(rb))
 
 
 def compare_subscores(a: str, b: str, records: Iterable[Record], *, metric: str | None = None,
@@ -203,22 +208,23 @@ def compare_subscores(a: str, b: str, records: Iterable[Record], *, metric: str 
     parts = [_one(k, a, b, metric, runs.get(k, {}), items.get(k, {}), margins, margin_source, confidence, min_runs,
                   min_items, known.get(k, known.get("*"))) for k in keys]
     sign = None if higher_is_better is None else (1.0 if higher_is_better else -1.0)
-    family = [p["key"] for p in parts if p["test"] is not None and p["key"] != target and sign is not None]
-    two = {p["key"]: p["test"].p for p in parts if p["key"] in family}
+    tested = {p["key"]: (t, p["margin"]) for p, _ in parts if (t := p["test"]) is not None}
+    family = [k for k in tested if k != target and sign is not None]
+    two = {k: tested[k][0].p for k in family}
     from scipy import stats
 
-    ni = {p["key"]: float(stats.t.sf((sign * p["test"].diff + p["margin"]) / p["test"].se, p["test"].df))
-          for p in parts if p["key"] in family and p["margin"] is not None}
+    ni = {k: float(stats.t.sf((sign * t.diff + m) / t.se, t.df)) for k in family
+          for t, m in [tested[k]] if sign is not None and m is not None}
     two_holm, ni_holm = holm(two), holm(ni)
     rows = []
-    for p in parts:
-        key, t, m, (na, nb) = p["key"], p["test"], p["margin"], p.pop("n")
+    for p, (na, nb) in parts:
+        key, t, m = p["key"], p["test"], p["margin"]
         better = None if sign is None or p["diff"] is None else sign * p["diff"]
         status, more = UNKNOWN, None
         if sign is None:
             reason = f"no direction recorded for {metric} (its sub-scores share it)"
         elif p["zero_variance"]:
-            status = WORSE if better < 0 else NOT_WORSE
+            status = WORSE if better is not None and better < 0 else NOT_WORSE  # zero spread: diff is exact
             reason = (f"every run of each model scored one value ({na} and {nb} runs): the difference "
                       f"{p['diff']:+.4g} is exact, {ZERO_SPREAD}")
         elif t is None:
@@ -226,7 +232,7 @@ def compare_subscores(a: str, b: str, records: Iterable[Record], *, metric: str 
                       if min(na, nb) >= 2 else f" (Welch needs {max(min_runs, 2)} each)"))
         else:
             upper = sign * (t.ci_high if sign > 0 else t.ci_low)
-            if key != target and two_holm[key] < alpha and better < 0:
+            if key != target and two_holm[key] < alpha and better is not None and better < 0:
                 status, reason = WORSE, f"worse beyond noise (Holm p {two_holm[key]:.3g} < {alpha:g})"
             elif m is not None and upper < -m:
                 status, reason = WORSE, f"the whole interval lies below -{m:.4g}"

@@ -1,30 +1,15 @@
 """The eval environment a score was measured under, its id, and the rule that never pools two of them.
 
-The environment is part of what is measured: raising Terminal-Bench 2's task timeout five times moved one
-model's score from 46.3% to 60.97%; a forced temperature 0, truncation at max tokens or a starved sandbox
-move scores too. So every record may carry the settings it was measured with, and records of different
-settings are never pooled nor compared as if they were one measurement.
+Every record may carry the settings it was measured with (harness, harness_version, task_version, n_shot,
+temperature, max_tokens, stop, do_sample, top_p, top_k, timeout, seed, any other KEY); records of different
+settings are never pooled nor compared as if they were one measurement. Canonical form: KEY -> text, keys
+sorted, each value by one rule whatever wrote it (shortest round-trip numbers, integral values as integers,
+lower-case booleans, compact JSON for lists and mappings; null or empty: not recorded). The id is
 
-Fields (every one optional; the names lm-eval results are read into, ``lm_eval.lm_eval_environment``):
+    sha256(json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True))[:12]
 
-    harness, harness_version     lm-eval 0.4.13, or your own harness
-    task_version, n_shot         the task's version and its few-shot count
-    temperature, max_tokens, stop, do_sample, top_p, top_k     generation settings
-    timeout, seed                a task timeout (agent benchmarks), the harness's seed
-    any other KEY                free: ``env.KEY`` in CSV, ``--env KEY=VALUE`` (sandbox_cpus, judge, ...)
-
-Canonical form: a mapping KEY -> text, keys sorted. A value becomes text by one rule, whatever wrote it
-(JSON, CSV or the command line): a number (or text that reads as one) in its shortest round-trip form with
-integral values as integers (``0``, ``0.0`` and ``"0"`` are one value; so are ``1.10`` and ``1.1``); true and
-false in lower case; a list of one plain value is that value, any other list or mapping its compact JSON with
-strings kept exactly (``["\\n","."]``); null or empty: not recorded (the field is left out). A text value holds
-no control character (a stop sequence ``"\\n"`` comes in a list). The environment's id is the first 12 hex digits of
-
-    sha256(json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True))
-
-so it does not depend on the machine, the order fields were given in, or how a number was spelled. A record
-with no fields has the empty environment (its id ``44136fa355b3``: sha256 of ``{}``); it is a different
-environment from any with fields, as its settings are unknown.
+(the empty environment: ``44136fa355b3``, a different environment from any with fields).
+Why the environment is part of the measurement, and the value rule in full: docs/design/evidence.md.
 """
 
 from __future__ import annotations
@@ -53,7 +38,7 @@ def _number_text(x: float) -> str:
     return repr(float(x))
 
 
-def canonical_value(value, what: str):
+def canonical_value(value: object, what: str) -> str | None:
     """The canonical text of one field's value (module docstring), None for "not recorded"; raises
     EvidenceError naming ``what`` for a value that cannot be one (a non-finite number, a control character)."""
     if value is None:
@@ -89,12 +74,12 @@ def canonical_value(value, what: str):
     return text
 
 
-def _plain(value) -> bool:
+def _plain(value: object) -> bool:
     return isinstance(value, str) and value == value.strip() and not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f
                                                                           for c in value)
 
 
-def _nested(value, what: str):
+def _nested(value: object, what: str) -> object:
     """A list's or mapping's content for its canonical JSON: strings kept exactly (a stop sequence ``"\\n"`` is
     one), numbers and booleans as their canonical text, nulls left out, mappings by sorted key."""
     if isinstance(value, Mapping):
@@ -109,7 +94,7 @@ def _nested(value, what: str):
     return canonical_value(value, what)
 
 
-def key_problem(key) -> str | None:
+def key_problem(key: object) -> str | None:
     """Why ``key`` cannot name an environment field (None when it can)."""
     if not isinstance(key, str) or not KEY_RE.fullmatch(key):
         return (f"environment field {key!r}: use letters, digits, '_', '.' and '-' (at most 64, starting with a "
@@ -281,7 +266,7 @@ def records_of_one_environment(records: Sequence, models: Iterable[str], choice:
     return chosen, [r for r in records if r.environment.id == chosen.id]
 
 
-def _count(records) -> str:
+def _count(records: Iterable) -> str:
     by: dict[str, int] = {}
     for r in records:
         by[r.model] = by.get(r.model, 0) + 1

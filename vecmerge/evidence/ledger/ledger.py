@@ -2,10 +2,7 @@
 
 Evidence follows the weights, not the name. A record keeps the adapter's content hash at the time it was
 recorded; when the caller passes the models' current hashes, records of other weights are *stale* and left
-out unless asked for. Every write is one transaction (``BEGIN IMMEDIATE`` on a WAL database with a busy
-timeout), so two processes may write at once and neither loses a record. Before it writes, a write reads back
-every stored row (``stored.check_rows``): a ledger changed outside vecmerge is refused naming the record, with
-nothing written.
+out unless asked for. Every write is one transaction (``connection.LedgerFile``).
 
     ledger = Ledger("vecmerge-evidence.db")
     ledger.set_direction("official_total", higher_is_better=True)
@@ -19,18 +16,17 @@ versioned (``schema.py``): an older ledger is read as it is and migrated by its 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import numbers
-import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from ...errors import few
 from .. import EvidenceError
-from . import plan_chain, schema, sqlite_file, stored
+from . import plan_chain, schema, stored
+from .connection import LedgerFile
 from .environment import canonical_fields
 from .records import SHA_RE, Entry, Plan, Record, finite_number, is_stale, name_problem, utc_now
 from .schema import SCHEMA_VERSION
@@ -41,7 +37,7 @@ __all__ = ["Ledger", "Entry", "Record", "Plan", "is_stale", "finite_number", "ut
 DEFAULT_NAME = "vecmerge-evidence.db"
 
 
-class Ledger:
+class Ledger(LedgerFile):
     """An evaluation ledger in one SQLite file (created on the first write; reads of a missing file are empty).
 
     Args:
@@ -50,109 +46,11 @@ class Ledger:
     """
 
     def __init__(self, path: str | Path = DEFAULT_NAME, timeout: float = 30.0):
-        self.path = Path(path)
-        self.timeout = timeout
-
-    def __repr__(self) -> str:
-        return f"Ledger({str(self.path)!r})"
-
-    # -- connections -------------------------------------------------------------------------------
-    def _connect(self, write: bool) -> sqlite3.Connection:
-        """A connection: read-write for a write, else read-only (SQLite URI ``mode=ro``; ``immutable=1`` as well
-        where the folder cannot be written, so a ledger on read-only media is read without locks or a -shm file).
-
-        A write opens nothing but a ledger or an empty file: a foreign or damaged database is refused before any
-        byte of it changes (a truncated one before SQLite opens it, ``sqlite_file.damaged``; a ledger whose rows
-        are refused stays in its journal mode: WAL is switched on only after a write commits)."""
-        if (why := sqlite_file.damaged(self.path)) is not None:
-            raise EvidenceError(f"{self.path}: cannot open the evidence ledger: {why}; restore it from a copy (nothing "
-                                "was changed)")
-        try:
-            if write:
-                con = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-            else:
-                con = sqlite3.connect(self._read_uri(), uri=True, timeout=self.timeout, isolation_level=None)
-            con.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-            if write:  # only a ledger (or an empty database) is written; WAL is switched on after a commit
-                names = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
-                if names and "schema_version" not in names:
-                    con.close()
-                    raise self._not_a_ledger("no schema_version table")
-        except sqlite3.Error as err:
-            raise EvidenceError(f"{self.path}: cannot open the evidence ledger ({err})") from err
-        return con
-
-    def _read_uri(self) -> str:
-        """``file:...?mode=ro``, plus ``&immutable=1`` when the folder is not writable and no write-ahead log
-        is waiting (SQLite could not take a lock or make its -shm file there; nothing can be writing it).
-
-        In a writable folder a read-only connection to a WAL ledger leaves SQLite's two companion files (an
-        empty -wal and the -shm index) behind, since it may not checkpoint; the next write removes them."""
-        path = self.path.resolve()
-        wal = path.with_name(path.name + "-wal")
-        immutable = not os.access(path.parent, os.W_OK) and not (wal.exists() and wal.stat().st_size > 0)
-        return path.as_uri() + "?mode=ro" + ("&immutable=1" if immutable else "")
-
-    def _not_a_ledger(self, why) -> EvidenceError:
-        return EvidenceError(f"{self.path}: not a vecmerge evidence ledger ({why}); "
-                             "point `evidence:` in vecmerge.yaml at another file")
-
-    def _check_version(self, con: sqlite3.Connection) -> int:
-        """The ledger's schema version (1..SCHEMA_VERSION); raises for a newer, missing or malformed one."""
-        try:
-            rows = con.execute("SELECT version FROM schema_version").fetchall()
-        except sqlite3.DatabaseError as err:
-            raise self._not_a_ledger(err) from None
-        return stored.schema_version(rows, self.path, SCHEMA_VERSION)
-
-    def _write(self, work) -> list[int]:
-        """Run ``work(con)`` inside one BEGIN IMMEDIATE transaction (schema created on first use, an older
-        ledger migrated to ``SCHEMA_VERSION`` in the same transaction: see ``schema.py``)."""
-        con = self._connect(write=True)
-        try:
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                if not schema.tables(con):  # a new file: create the ledger (never inside someone else's database)
-                    schema.create(con)
-                schema.migrate(con, self._check_version(con))
-                schema.index(con)
-                # every stored row checked before any write (a refusal's ROLLBACK undoes the migration too)
-                stored.check_rows(con, self.path, schema.record_select(SCHEMA_VERSION), schema.PLAN_COLUMNS)
-                out = work(con)
-                con.execute("COMMIT")
-            except BaseException:
-                if con.in_transaction:  # SQLite may have rolled back itself (a full disk): keep the first error
-                    with contextlib.suppress(sqlite3.Error):
-                        con.execute("ROLLBACK")
-                raise
-            with contextlib.suppress(sqlite3.OperationalError):  # committed; a later write switches it if not now
-                sqlite_file.use_wal(con, self.timeout)
-            return out
-        except sqlite3.Error as err:
-            raise EvidenceError(f"{self.path}: could not write to the evidence ledger ({err})"
-                                f"{sqlite_file.failed_write(err)}") from err
-        finally:
-            con.close()
-
-    def _read(self, sql, args: Sequence = ()) -> list[tuple]:
-        """Rows of ``sql`` (a string, or a function of the schema version giving one, or None: no rows)."""
-        if not self.path.exists():
-            return []
-        con = self._connect(write=False)
-        try:
-            if not schema.tables(con):
-                return []
-            version = self._check_version(con)
-            sql = sql(version) if callable(sql) else sql
-            return [] if sql is None else con.execute(sql, args).fetchall()
-        except sqlite3.Error as err:
-            raise EvidenceError(f"{self.path}: could not read the evidence ledger ({err})") from err
-        finally:
-            con.close()
+        super().__init__(path, timeout)
 
     # -- writes ------------------------------------------------------------------------------------
     def write(self, entries: Iterable[Entry], directions: Mapping[str, bool] | None = None, *,
-              also=None) -> list[int]:
+              also: Callable[[sqlite3.Connection, str], None] | None = None) -> list[int]:
         """Record every entry (and metric directions) in ONE transaction, or nothing at all.
 
         Args:
@@ -172,10 +70,10 @@ class Ledger:
             raise EvidenceError(f"nothing recorded: {len(problems)} problem(s): {few(problems, 3)}")
         now = utc_now()
 
-        def work(con):
+        def work(con: sqlite3.Connection) -> list[int]:
             for metric, higher in (directions or {}).items():
                 self._declare(con, metric, higher, replace=False, now=now)
-            ids = []
+            ids: list[int] = []
             for e in entries:
                 cur = con.execute(
                     "INSERT INTO records (model, sha256, metric, value, subs, stderr, item, cluster, source,"
@@ -183,6 +81,8 @@ class Ledger:
                     (e.model, e.sha256, e.metric, float(e.value), json.dumps({k: float(v) for k, v in e.subs}),
                      None if e.stderr is None else float(e.stderr), e.item, e.cluster, e.source, e.note, now,
                      e.subscore, _env_json(e.env)))
+                if cur.lastrowid is None:  # an INSERT always has one; the write fails as a database error would
+                    raise sqlite3.DatabaseError("a record was inserted without a row id")
                 ids.append(cur.lastrowid)
             if also is not None:
                 also(con, now)
@@ -203,23 +103,25 @@ class Ledger:
         Returns:
             list[int]: the new ids.
         """
-        values = [values] if isinstance(values, numbers.Real) else list(values)
-        if not values:
+        runs = [values] if isinstance(values, (float, int, numbers.Real)) else list(values)
+        if not runs:
             raise EvidenceError(f"{model}: no value to record for {metric}")
+        subs_list: list[Mapping[str, float]]
         if subs is None:
-            subs_list = [{}] * len(values)
+            subs_list = [{}] * len(runs)
         elif isinstance(subs, Mapping):
-            if len(values) != 1:
-                raise EvidenceError(f"{model}: sub-scores given once for {len(values)} values; "
+            if len(runs) != 1:
+                raise EvidenceError(f"{model}: sub-scores given once for {len(runs)} values; "
                                     "record the runs one at a time, or give one mapping per value")
             subs_list = [subs]
         else:
             subs_list = list(subs)
-            if len(subs_list) != len(values):
-                raise EvidenceError(f"{model}: {len(subs_list)} sub-score mappings for {len(values)} values")
+            if len(subs_list) != len(runs):
+                raise EvidenceError(f"{model}: {len(subs_list)} sub-score mappings for {len(runs)} values")
         fields = canonical_fields(env or {})
-        return self.write(Entry(model, metric, v, sha256, s, stderr=stderr, source=source, note=note, env=fields)
-                          for v, s in zip(values, subs_list))
+        pairs = [tuple(sorted(s.items())) if isinstance(s, Mapping) else s for s in subs_list]  # as Entry sorts them
+        return self.write(Entry(model, metric, v, sha256, p, stderr=stderr, source=source, note=note, env=fields)
+                          for v, p in zip(runs, pairs))
 
     def add_items(self, model: str, sha256: str | None, metric: str,
                   items: Mapping[str, float] | Iterable[tuple[str, float]], *,
@@ -237,7 +139,7 @@ class Ledger:
         return self.write(Entry(model, metric, v, sha256, item=str(i), cluster=clusters.get(str(i)),
                                 source=source, note=note, subscore=subscores.get(str(i))) for i, v in pairs)
 
-    def _declare(self, con, metric: str, higher: bool, *, replace: bool, now: str) -> None:
+    def _declare(self, con: sqlite3.Connection, metric: str, higher: bool, *, replace: bool, now: str) -> None:
         if (p := name_problem(metric, "metric")) or not isinstance(higher, bool):
             raise EvidenceError(p or f"{metric}: higher_is_better must be true or false, not {higher!r}")
         row = con.execute("SELECT higher_is_better FROM directions WHERE metric = ?", (metric,)).fetchone()
@@ -318,9 +220,12 @@ class Ledger:
     def export_columns(self) -> tuple[list[str], list[str], bool]:
         """What an export's columns depend on, from the distinct stored cells (one pass in SQLite): the sub-score
         keys, the environment keys (both sorted) and whether any record names its sub-score."""
-        keys = {}
+        keys: dict[str, list[str]] = {}
         for column, least in (("subs", 1), ("env", 3)):
-            cells = self._read(lambda v, c=column, n=least: None if v < n else f"SELECT DISTINCT {c} FROM records")
+            def distinct(v: int, c: str = column, n: int = least) -> str | None:
+                return None if v < n else f"SELECT DISTINCT {c} FROM records"
+
+            cells = self._read(distinct)
             try:
                 keys[column] = sorted({k for (t,) in cells if t is not None
                                        for k, _ in stored.stored_pairs(self.path, column, t)})
@@ -361,7 +266,7 @@ class Ledger:
             raise EvidenceError(f"no plan recorded: {len(problems)} problem(s): {few(problems, 3)}")
         now = utc_now()
 
-        def work(con):
+        def work(con: sqlite3.Connection) -> list[Plan]:
             last = con.execute("SELECT COALESCE(MAX(id), 0) FROM records").fetchone()[0]
             rows = con.execute(f"SELECT {schema.PLAN_COLUMNS} FROM plans ORDER BY id").fetchall()
             seq = con.execute("SELECT seq FROM sqlite_sequence WHERE name = 'plans'").fetchone()
@@ -374,10 +279,11 @@ class Ledger:
             cells = [int(v) if isinstance(v, bool) else v for v in (getattr(rec, f.name) for f in
                                                                      dataclasses.fields(Plan))]
             cells[-2] = design
-            cells[-1] = plan_chain.link(plan_chain.check_chain(rows, self.path, plan_chain.first_chained(con)),
-                                        cells[:-1])
+            chain = plan_chain.link(plan_chain.check_chain(rows, self.path, plan_chain.first_chained(con)),
+                                    cells[:-1])
+            cells[-1] = chain
             con.execute(f"INSERT INTO plans ({schema.PLAN_COLUMNS}) VALUES ({', '.join('?' * len(cells))})", cells)
-            return [dataclasses.replace(rec, chain=cells[-1])]
+            return [dataclasses.replace(rec, chain=chain)]
 
         return self._write(work)[0]
 
@@ -392,6 +298,6 @@ class Ledger:
                 and (metric is None or p.metric == metric)]
 
 
-def _env_json(fields) -> str | None:
+def _env_json(fields: Iterable[tuple[str, str]]) -> str | None:
     """The environment column: canonical JSON of the fields, NULL for none recorded."""
     return json.dumps(dict(fields), sort_keys=True, separators=(",", ":"), ensure_ascii=True) if fields else None

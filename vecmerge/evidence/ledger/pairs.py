@@ -11,6 +11,7 @@ versions read the file as before), and are written in the same transaction as th
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
@@ -83,7 +84,7 @@ def write(ledger: Ledger, entries: Iterable[Entry], pairs: Iterable[PairEntry],
     if problems:
         raise EvidenceError(f"nothing recorded: {len(problems)} problem(s): {'; '.join(problems[:3])}")
 
-    def insert(con, now):
+    def insert(con: sqlite3.Connection, now: str) -> None:
         if pairs:
             con.execute(_TABLE)
             con.execute(_INDEX)

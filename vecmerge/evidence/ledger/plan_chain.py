@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def link(previous: str, cells: Sequence) -> str:
 FIRST_CHAINED = "SELECT first_id FROM plan_chain_start"  # the first plan id schema 4 chained (schema.py)
 
 
-def first_chained(con) -> int | None:
+def first_chained(con: sqlite3.Connection) -> int | None:
     """The first plan id that must carry a chain (recorded when the ledger reached schema 4), or None."""
     try:
         row = con.execute(FIRST_CHAINED).fetchone()

@@ -12,10 +12,15 @@ precision seen), in its own table ``precisions`` (created on the first write, so
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING
 
 from .. import EvidenceError
+
+if TYPE_CHECKING:  # the ledger imports this module
+    from .ledger import Ledger
 
 _TABLE = """CREATE TABLE IF NOT EXISTS precisions (
     metric TEXT NOT NULL,
@@ -43,7 +48,7 @@ def decimals_of(text: str) -> int | None:
     return max(0, -exponent)
 
 
-def check_decimals(value, what: str = "--decimals") -> int:
+def check_decimals(value: object, what: str = "--decimals") -> int:
     """A declared number of decimals: a whole number 0..20, else EvidenceError naming ``what``."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DECIMALS:
         raise EvidenceError(f"{what} {value!r}: give the decimals the scores are written with, a whole number "
@@ -58,7 +63,7 @@ def note(found: dict, metric: str, sub: str | None, decimals: int | None) -> Non
         found[key] = max(found.get(key, 0), decimals)
 
 
-def write(con, decimals: Mapping[Key, int]) -> None:
+def write(con: sqlite3.Connection, decimals: Mapping[Key, int]) -> None:
     """Record ``decimals`` (keeping the larger of a stored and a new count) inside the caller's transaction."""
     if not decimals:
         return
@@ -68,7 +73,7 @@ def write(con, decimals: Mapping[Key, int]) -> None:
                     "UPDATE SET decimals = max(decimals, excluded.decimals)", (metric, sub or "", int(n)))
 
 
-def read(ledger, metric: str | None = None) -> dict[Key, int]:
+def read(ledger: Ledger, metric: str | None = None) -> dict[Key, int]:
     """(metric, sub) -> decimals recorded (sub None for the metric's own value); empty without the table."""
     found = ledger._read("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'precisions'")
     if not found:

@@ -28,7 +28,7 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def finite_number(value, what: str) -> float:
+def finite_number(value: object, what: str) -> float:
     """``float(value)`` for a real, finite number; raises EvidenceError naming ``what`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise EvidenceError(f"{what}: {value!r} is not a number")
@@ -38,7 +38,7 @@ def finite_number(value, what: str) -> float:
     return out
 
 
-def name_problem(value, what: str) -> str | None:
+def name_problem(value: object, what: str) -> str | None:
     """Why ``value`` cannot name a model, metric or key (None when it can): a non-empty string, no edge spaces,
     no NUL, line break or other control character (a name is shown on terminals and in CSV cells)."""
     if not isinstance(value, str) or not value.strip():

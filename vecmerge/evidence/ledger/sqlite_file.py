@@ -14,6 +14,8 @@ from pathlib import Path
 
 from ...io.files import open_regular
 
+SQLITE_FULL = 13  # SQLite's result code for a full disk (``sqlite3.SQLITE_FULL`` from Python 3.11 only)
+
 
 def damaged(path: Path) -> str | None:
     """Why the file cannot be a whole SQLite database, from its 100-byte header (None when it may be one):
@@ -43,7 +45,7 @@ def damaged(path: Path) -> str | None:
 def failed_write(err: sqlite3.Error) -> str:
     """What a failed write's error means for the user: a full disk (SQLITE_FULL), said in words."""
     code = getattr(err, "sqlite_errorcode", None)
-    if code == sqlite3.SQLITE_FULL or "disk is full" in str(err):
+    if code == SQLITE_FULL or "disk is full" in str(err):
         return ": the disk is full; free space there and run it again (nothing was recorded)"
     return ""
 

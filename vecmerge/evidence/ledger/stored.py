@@ -27,15 +27,15 @@ CACHED = 1 << 16  # distinct cell texts whose check is remembered (names, hashes
 _FIX = "the ledger was changed outside vecmerge: delete that row or restore the file from a copy"
 
 
-def _changed(path: Path, what: str, column: str, value, problem: str) -> EvidenceError:
+def _changed(path: Path, what: str, column: str, value: object, problem: str) -> EvidenceError:
     return EvidenceError(f"{path}: {what}: {column} {short(value, 60)} {problem}; {_FIX}")
 
 
-def _real(value) -> bool:
+def _real(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _json(path: Path, what: str, column: str, text) -> object:
+def _json(path: Path, what: str, column: str, text: object) -> object:
     if not isinstance(text, str):
         raise _changed(path, what, column, text, "is not JSON text")
     try:
@@ -66,16 +66,17 @@ def schema_version(rows: list[tuple], path: Path, newest: int) -> int:
     return version
 
 
-def _shown(name) -> str:
+def _shown(name: object) -> str:
     """A stored name as a message shows it: as it is when it is a plain name, else quoted and shortened."""
-    return name if name_problem(name, "name") is None and len(name) <= 60 else short(name, 30)
+    return name if isinstance(name, str) and name_problem(name, "name") is None and len(name) <= 60 \
+        else short(name, 30)
 
 
-def _what(rid, model, metric) -> str:
+def _what(rid: object, model: object, metric: object) -> str:
     return f"record {short(rid, 20)} ({_shown(model)}, {_shown(metric)})"
 
 
-def _stored_subs(path: Path, what: str, text) -> tuple[tuple[str, float], ...]:
+def _stored_subs(path: Path, what: str, text: object) -> tuple[tuple[str, float], ...]:
     """A record's stored sub-scores as sorted pairs; refused unless a JSON object of finite numbers."""
     try:
         subs = parse_json(text, path, max_depth=STORED_JSON_DEPTH, max_chars=STORED_JSON_CHARS) if isinstance(
@@ -99,13 +100,13 @@ _NEW, _SET = object.__new__, object.__setattr__
 _NAME_RE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f])?")
 
 
-def is_name(text) -> bool:
+def is_name(text: object) -> bool:
     """``name_problem(text) is None``, fast: a name seen before, or text without edge spaces or control characters
     (``re``'s ``\\s`` is ``str.isspace``, what ``str.strip`` removes)."""
     return text in _NAMES or (type(text) is str and _NAME_RE.fullmatch(text) is not None)
 
 
-def _remember(table, key, value=None) -> None:
+def _remember(table: set | dict, key: object, value: object = None) -> None:
     if len(table) >= CACHED:
         table.clear()
     if isinstance(table, set):
@@ -172,13 +173,13 @@ def _checked(row: tuple, path: Path) -> Record:
                   cluster, source, note, created, subscore, fields)
 
 
-def stored_pairs(path: Path, column: str, text) -> tuple:
+def stored_pairs(path: Path, column: str, text: object) -> tuple:
     """A stored ``subs`` or ``env`` cell as the pairs a record holds (checked as ``record_from_row`` checks it)."""
     what = f"a record's {column}"
     return _stored_subs(path, what, text) if column == "subs" else _stored_env(path, what, text)
 
 
-def _stored_env(path: Path, what: str, env) -> tuple[tuple[str, str], ...]:
+def _stored_env(path: Path, what: str, env: object) -> tuple[tuple[str, str], ...]:
     """A record's stored environment as canonical ``(key, text)`` pairs; refused unless it is one."""
     stored = _json(path, what, "env", env)
     if not isinstance(stored, dict) or not all(isinstance(v, str) for v in stored.values()):
@@ -192,14 +193,14 @@ def _stored_env(path: Path, what: str, env) -> tuple[tuple[str, str], ...]:
     return fields
 
 
-def direction_from_row(metric, higher, path: Path) -> tuple[str, bool]:
+def direction_from_row(metric: object, higher: object, path: Path) -> tuple[str, bool]:
     """``(metric, higher_is_better)`` from a ``directions`` row: the flag must be the integer 0 or 1."""
     what = f"direction of {short(metric, 40)}"
     if (p := name_problem(metric, "metric")) is not None:
         raise _changed(path, what, "metric", metric, f"is not a name ({p.split(': ', 1)[-1]})")
     if isinstance(higher, bool) or not isinstance(higher, int) or higher not in (0, 1):
         raise _changed(path, what, "higher_is_better", higher, "is not true (1) or false (0)")
-    return metric, bool(higher)
+    return str(metric), bool(higher)  # a name (name_problem) is text
 
 
 def plan_from_row(row: tuple, path: Path) -> Plan:
@@ -216,7 +217,8 @@ def plan_from_row(row: tuple, path: Path) -> Plan:
         design = _json(path, what, "design", design)
     if row[16] is not None and not (isinstance(row[16], str) and SHA_RE.fullmatch(row[16])):
         raise _changed(path, what, "chain", row[16], "is not 64 lowercase hex digits")
-    plan = Plan(*row[:9], bool(higher), *row[10:15], design, row[16])
+    cells = [*row[:9], bool(higher), *row[10:15], design, row[16]]
+    plan = Plan(*cells)
     problems = plan.problems()
     if isinstance(plan.after_record, bool) or not isinstance(plan.after_record, int):
         problems.append(f"after_record: {plan.after_record!r} is not a record id")

@@ -1,25 +1,15 @@
 """Discrete grades: do a score's recorded values lie on a grid, and what is its step? Only when the data show it.
 
-The user's item-understanding sub-score (懂物料) took the values 0.0920, 0.1226, 0.1533, 0.1840, 0.2146 and
-0.2453 across models: steps of 0.0306-0.0307. A model whose ranking improved without crossing the next
-grade scores the same; a difference below one grade says nothing about the models beyond "no grade moved".
+Over the distinct values u_1 < ... < u_d (values within ``tol`` are one value), with p = 10^-decimals the
+precision the values were WRITTEN with (``precision.py``, or ``--decimals``; unknown: no grade):
 
-Detection, over the distinct values u_1 < ... < u_d of the records (values within ``tol`` are one value):
+    tol = max(p / 2, 4 float epsilons)
+    step = g_min / j, j = 1 .. max_divisor (largest first; at least ``min_ratio`` precisions)
+    k_i = round((u_i - u_1) / step);  least squares u_i = c + step * k_i;  accepted when every |residual| <= tol,
+    at least ``min_distinct`` grades occur and ``min_occupancy`` of the grades from u_1 to u_d are seen
 
-    precision  p = 10^-decimals, the decimals the values were WRITTEN with (the input's text, ``precision.py``,
-               or a declared ``--decimals``), never a float's repr; unknown precision: no grade
-    tol        p / 2 (a written value is within half a unit of its last decimal), at least 4 float epsilons
-    candidate  step = g_min / j for j = 1 .. max_divisor, g_min the smallest gap, largest step first; only a
-               step of at least ``min_ratio`` (10) precisions counts
-    fit        grade indices k_i = round((u_i - u_1) / step), then least squares u_i = c + step * k_i (numpy),
-               accepted when every residual is <= tol (the values sit on the grid within their precision), at
-               least ``min_distinct`` (4) distinct grades occur and ``min_occupancy`` of the grades from u_1 to
-               u_d are seen
-    multiples  whether c is itself a whole number of steps (the grades are multiples of the step, from 0)
-
-On the user's six grades (4 decimals): step 0.030663 = 307 precisions, largest residual 3.9e-05 <= 5e-05.
-{0.145, 0.148, 0.151, 0.153} (3 decimals): the smallest gap 0.002 is 2 precisions: no grade. lm-eval's
-{0.2, 0.325, 0.45}: three values, no grade. Random 3-decimal values: a grid in under 1% (``test_grades``).
+``multiples``: whether c is itself a whole number of steps. A difference below one grade says only that no
+grade moved. The user's grid and the measured false-grid rate: docs/design/evidence.md.
 """
 
 from __future__ import annotations
@@ -96,9 +86,12 @@ def detect_grid(values: Iterable[float], *, decimals: int | None = None, toleran
     import numpy as np
 
     xs = sorted(float(v) for v in values if math.isfinite(float(v)))
-    if tolerance is None and decimals is None:
+    if tolerance is not None:
+        tol = float(tolerance)
+    elif decimals is not None:
+        tol = value_tolerance(xs, decimals)
+    else:
         return None  # the precision is unknown: a float's repr does not say how the value was written
-    tol = float(tolerance) if tolerance is not None else value_tolerance(xs, decimals)
     levels: list[float] = []
     for x in xs:
         if not levels or x - levels[-1] > 2 * tol:

@@ -1,18 +1,14 @@
 """Group-sequential boundaries: crossing probabilities over K looks and alpha (or beta) spending.
 
-Canonical joint distribution (Jennison and Turnbull 2000, ch. 3): at looks with information I_1 < ... < I_K,
-Z_k = S_k / sqrt(I_k) with independent increments S_k - S_{k-1} ~ N(θ (I_k - I_{k-1}), I_k - I_{k-1}). Two means
-of nested runs fit it exactly (Cov(d_j, d_k) = Var(d_k), I = 1 / Var(d)). Crossing probabilities come from the
-Armitage-McPherson-Rowe recursion on the density of Z_k over the continuation region, integrated by Simpson's
-rule on a grid of ``GRID`` points (ch. 19); the tail at look k is exact given the density at look k - 1:
+Canonical joint distribution (Jennison and Turnbull 2000, ch. 3): Z_k = S_k / sqrt(I_k), independent
+increments S_k - S_{k-1} ~ N(θ Δ_k, Δ_k), Δ_k = I_k - I_{k-1}. The Armitage-McPherson-Rowe recursion on the
+density of Z_k over the continuation region, by Simpson's rule on ``GRID`` points:
 
     P(continue to k, Z_k >= b) = ∫ f_{k-1}(y) Φ̄((b sqrt(I_k) - y sqrt(I_{k-1}) - θ Δ_k) / sqrt(Δ_k)) dy
+    obf     a(t) = 2 - 2 Φ(z_{a/2} / sqrt(t))        pocock  a(t) = a log(1 + (e - 1) t)
 
-Spending functions of the information fraction t (Lan and DeMets 1983; Kim and DeMets 1987), one-sided level a:
-    obf     a(t) = 2 - 2 Φ(z_{a/2} / sqrt(t))        (O'Brien-Fleming-like)
-    pocock  a(t) = a log(1 + (e - 1) t)              (Pocock-like)
-The boundary at look k spends a(t_k) - a(t_{k-1}) beyond it; a(1) = a. Tests pin the engine against Jennison
-and Turnbull's tables of Pocock's and O'Brien-Fleming's constants and against gsDesign's spending boundaries.
+Look k spends a(t_k) - a(t_{k-1}) beyond its boundary; a(1) = a. Sources and what the tests pin it
+against: docs/design/evidence.md.
 """
 
 from __future__ import annotations
@@ -59,21 +55,23 @@ class _Walk:
     """The density of Z_k on the continuation region, look by look, under drift θ."""
 
     def __init__(self, theta: float):
-        self.theta, self.info, self.z, self.wf = theta, 0.0, None, None  # wf: Simpson weight x density
+        self.theta, self.info = theta, 0.0
+        self.z: np.ndarray | None = None
+        self.wf: np.ndarray | None = None  # Simpson weight x density
 
     def tail(self, info: float, bound: float, upper: bool) -> float:
         """P(continue to this look, Z >= bound) (upper) or Z <= bound (lower)."""
         if math.isinf(bound):
             return 0.0 if (bound > 0) == upper else self.mass(info)
         dk = info - self.info
-        if self.z is None:  # first look: Z ~ N(θ sqrt(I), 1)
+        if self.z is None or self.wf is None:  # first look (both None until ``step``): Z ~ N(θ sqrt(I), 1)
             x = bound - self.theta * math.sqrt(info)
             return float(stats.norm.sf(x) if upper else stats.norm.cdf(x))
-        x = (bound * math.sqrt(info) - self.z * math.sqrt(self.info) - self.theta * dk) / math.sqrt(dk)
-        return float(self.wf @ (special.ndtr(-x) if upper else special.ndtr(x)))
+        xs = (bound * math.sqrt(info) - self.z * math.sqrt(self.info) - self.theta * dk) / math.sqrt(dk)
+        return float(self.wf @ (special.ndtr(-xs) if upper else special.ndtr(xs)))
 
     def mass(self, info: float) -> float:
-        return 1.0 if self.z is None else float(self.wf.sum())
+        return 1.0 if self.z is None or self.wf is None else float(self.wf.sum())
 
     def step(self, info: float, lo: float, hi: float) -> None:
         """Move to the next look and keep Z's density on (lo, hi)."""
@@ -122,7 +120,9 @@ class Spending:
         if not 0 < level < 1:
             raise EvidenceError(f"spending level {level!r}: between 0 and 1")
         spent(1.0, level, family)  # checks the family
-        self.level, self.family, self.fractions, self.bounds = level, family, [], []
+        self.level, self.family = level, family
+        self.fractions: list[float] = []
+        self.bounds: list[float] = []
         self._walk, self._before = _Walk(0.0), 0.0
 
     def add(self, fraction: float) -> float:

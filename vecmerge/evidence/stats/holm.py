@@ -1,31 +1,29 @@
 """Holm's step-down correction (Holm 1979, "A simple sequentially rejective multiple test procedure").
 
-Eight sub-scores tested at once would, at alpha = 0.05 each, find a "regression" by chance about a third of
-the time (1 - 0.95^8 = 0.34). Holm keeps the chance of ANY false claim across the family at alpha:
-
     sort the m p-values ascending: p_(1) <= p_(2) <= ... <= p_(m)
     adjusted p_(i) = max_{j <= i} min(1, (m - j + 1) * p_(j))       (running maximum: never decreasing)
     reject H_(i) iff adjusted p_(i) <= alpha
-    (the same as: step down while p_(i) <= alpha / (m - i + 1), and stop at the first that is not)
 
-By hand, p = (0.01, 0.04, 0.03) for three sub-scores, m = 3:
-    sorted 0.01, 0.03, 0.04
-    0.01 -> 3 * 0.01 = 0.03
-    0.03 -> max(0.03, 2 * 0.03 = 0.06) = 0.06
-    0.04 -> max(0.06, 1 * 0.04 = 0.04) = 0.06
-    adjusted, in the original order: (0.03, 0.06, 0.06); at alpha = 0.05 only the first is rejected.
-Bonferroni (m * p) gives (0.03, 0.12, 0.09); Holm never rejects fewer. Holm is closed testing with Bonferroni
-local tests: H_i is rejected iff every intersection of hypotheses containing it is, ``min_{j in S} p_j <=
-alpha / |S|`` for every subset S holding i (the test checks Holm against that brute force).
-
-Holm holds whatever the dependence between the sub-scores (they share one adapter: they are dependent).
+By hand, p = (0.01, 0.04, 0.03), m = 3: sorted 0.01, 0.03, 0.04 -> 3 * 0.01 = 0.03, max(0.03, 2 * 0.03) = 0.06,
+max(0.06, 1 * 0.04) = 0.06; in the original order (0.03, 0.06, 0.06): at alpha = 0.05 only the first is rejected.
+Holm keeps the chance of ANY false claim across the family at alpha whatever the dependence between the
+sub-scores. Why a family needs it, and Holm as closed testing: docs/design/evidence.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import overload
 
 from .. import EvidenceError
+
+
+@overload
+def holm(pvalues: Mapping[str, float]) -> dict[str, float]: ...
+
+
+@overload
+def holm(pvalues: Sequence[float]) -> list[float]: ...
 
 
 def holm(pvalues: Mapping[str, float] | Sequence[float]) -> dict[str, float] | list[float]:
@@ -38,9 +36,14 @@ def holm(pvalues: Mapping[str, float] | Sequence[float]) -> dict[str, float] | l
     Returns:
         dict[str, float] | list[float]: ``adjusted[i] = max_{j <= rank(i)} min(1, (m - j + 1) p_(j))``.
     """
-    keyed = isinstance(pvalues, Mapping)
-    keys = list(pvalues) if keyed else list(range(len(pvalues)))
-    values = [float(pvalues[k]) for k in keys]
+    if isinstance(pvalues, Mapping):
+        keys = list(pvalues)
+        return dict(zip(keys, _adjusted([float(pvalues[k]) for k in keys], keys)))
+    return _adjusted([float(p) for p in pvalues], range(len(pvalues)))
+
+
+def _adjusted(values: list[float], keys: Sequence[object]) -> list[float]:
+    """Holm's adjusted ``values`` in their order (``keys`` name them when one is not a p-value)."""
     for k, p in zip(keys, values):
         if not 0.0 <= p <= 1.0:  # also refuses NaN
             raise EvidenceError(f"holm: p-value {p!r} of {k!r} is not in [0, 1]")
@@ -51,4 +54,4 @@ def holm(pvalues: Mapping[str, float] | Sequence[float]) -> dict[str, float] | l
     for rank, i in enumerate(order):
         running = max(running, min(1.0, (m - rank) * values[i]))
         adjusted[i] = running
-    return dict(zip(keys, adjusted)) if keyed else adjusted
+    return adjusted

@@ -42,7 +42,7 @@ def pooled_noise(runs: Mapping[str, Sequence[float]]) -> PooledNoise | None:
     for model, xs in runs.items():
         if len(xs) >= 2:
             s = summarize(xs)
-            num += (s.n - 1) * s.std**2
+            num += (s.n - 1) * s.sd**2
             df += s.n - 1
             used.append(model)
     if df == 0:

@@ -1,25 +1,21 @@
 """Planned looks with power (the default plan): a group-sequential Welch test over the plan's looks.
 
-A look comes after a run once both models have 2 runs and at least ``look_every`` runs arrived since the last
-look, and always when both have the plan's N (``--use-existing``: runs recorded before the plan are the first
-look). At a look with n_A, n_B runs (direction applied, Δ = mu_A - mu_B):
+A look comes once both models have 2 runs and ``look_every`` runs arrived since the last, and always at N each.
+At a look (direction applied, Δ = mu_A - mu_B):
 
     d = mean_A - mean_B,  se² = s_A²/n_A + s_B²/n_B,  ν = Welch-Satterthwaite,  t = d / se,  w = (d - D) / se
-    information fraction f = n_e / (N/2), n_e = n_A n_B / (n_A + n_B)  (1 when both have N)
+    f = n_e / (N/2),  n_e = n_A n_B / (n_A + n_B);   efficacy c_k = F_ν⁻¹(Φ(b_k)),  b_k from Spending(alpha/2)
 
-Efficacy: ``group_sequential.Spending(alpha/2)`` gives b_k on the z scale; the t boundary is the same nominal
-p on ν degrees of freedom (Jennison and Turnbull 2000, the "significance level" approach for an unknown
-variance): c_k = F_ν⁻¹(Φ(b_k)). Futility: the same spending at level beta, F_k, for the test of Δ >= D
-(non-binding: the efficacy boundary ignores it). The decisions: ``decide_planned``. Assumes normal runs, and
-a run order that does not depend on the scores; exact for a known sd, approximate through ν (the tests and
-docs/DECISIONS.md measure it at the user's 3-10 runs).
+Futility: the same spending at level beta for the test of Δ >= D (non-binding). The decisions:
+``decide_planned``. Assumes normal runs and a run order independent of the scores; approximate through ν
+(measured in docs/DECISIONS.md). Sources and the look rule in full: docs/design/evidence.md.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from scipy import special
 
@@ -33,8 +29,9 @@ from .sequential import (
     STOP_BETTER,
     STOP_FUTILE,
     STOP_WORSE,
+    BaseLook,
+    RunTally,
     SequentialDecision,
-    add_run,
     decide_runs,
     plan_runs,
 )
@@ -76,21 +73,14 @@ class Design:
 
 
 @dataclass(frozen=True)
-class PlannedLook:
-    """One look: runs, Welch's d, se, ν and t, the fraction, the t boundaries, and the decision.
+class PlannedLook(BaseLook):
+    """One look (``BaseLook``'s fields: runs, Welch's d, sd and se), then ν and t, the fraction, the t boundaries,
+    and the decision.
 
     ``better_at`` is c_k (t >= c_k: better; t <= -c_k: worse; None: no stop possible at this look);
     ``futile_below`` the difference d under which the look says stop_futile (None: no futility stop here).
     """
 
-    look: int
-    record_id: int | None
-    model: str
-    n_a: int
-    n_b: int
-    diff: float
-    sd: float
-    se: float
     df: float
     t: float
     fraction: float
@@ -98,9 +88,6 @@ class PlannedLook:
     futile_below: float | None
     decision: str
     more_runs: int | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def welch(na: int, nb: int, mean_a: float, mean_b: float, ss_a: float, ss_b: float) -> tuple[float, float, float]:
@@ -157,22 +144,15 @@ def decide_planned(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_
     if not (min_effect > 0 and 0 < alpha < 1 and max_runs >= 2) or design.problems():
         raise EvidenceError(f"planned looks: min_effect {min_effect!r} > 0, 0 < alpha {alpha!r} < 1, max_runs "
                             f"{max_runs!r} >= 2 and a valid design are needed ({'; '.join(design.problems())})")
-    sign = 1.0 if higher_is_better else -1.0
+    tally = RunTally(a, b, max_runs, 1.0 if higher_is_better else -1.0, "planned looks")
+    n, mean, ss = tally.n, tally.mean, tally.ss
     fractions: list[float] = []
-    n, mean, ss = {a: 0, b: 0}, {a: 0.0, b: 0.0}, {a: 0.0, b: 0.0}
     looks: list[PlannedLook] = []
-    stopped, after, beyond, since, counted, zero = None, 0, 0, 0, 0, False
+    since, counted, zero = 0, 0, False
     for run in runs:
-        model, value = run[0], sign * float(run[1])
-        if model not in n:
-            raise EvidenceError(f"planned looks: a run of {model!r}, not of {a} or {b}")
-        if stopped:
-            after += 1
+        if not tally.take(run):
             continue
-        if n[model] >= max_runs:
-            beyond += 1
-            continue
-        add_run(n, mean, ss, model, value)
+        model = run[0]
         since, counted = since + 1, counted + 1
         na, nb = n[a], n[b]
         full = na >= max_runs and nb >= max_runs
@@ -190,24 +170,27 @@ def decide_planned(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_
         t, w = _ratio(d, se), _ratio(d - min_effect, se)
         futile_below = None if math.isinf(f) else min_effect - f * se
         if t >= c:
-            decision, stopped = STOP_BETTER, f"t {t:.3g} >= {c:.3g} at look {len(looks) + 1}: {a} better than {b}"
+            decision, tally.stopped = STOP_BETTER, (f"t {t:.3g} >= {c:.3g} at look {len(looks) + 1}: {a} better "
+                                                    f"than {b}")
         elif t <= -c:
-            decision, stopped = STOP_WORSE, f"t {t:.3g} <= -{c:.3g} at look {len(looks) + 1}: {a} worse than {b}"
+            decision, tally.stopped = STOP_WORSE, (f"t {t:.3g} <= -{c:.3g} at look {len(looks) + 1}: {a} worse "
+                                                   f"than {b}")
         elif w <= -f:
-            decision, stopped = STOP_FUTILE, (
+            decision, tally.stopped = STOP_FUTILE, (
                 f"diff {d:+.4g} <= {futile_below:.4g}: {a} is not better than {b} by D = {min_effect:g} (said with "
                 f"probability <= beta {design.beta:g} when it is)")
         elif full:
-            decision, stopped = INCONCLUSIVE, (f"both have the plan's {max_runs} runs and no boundary was crossed "
-                                               f"(diff {d:+.4g}, t {t:.3g}, needed {c:.3g}): the budget is spent")
+            decision, tally.stopped = INCONCLUSIVE, (
+                f"both have the plan's {max_runs} runs and no boundary was crossed (diff {d:+.4g}, t {t:.3g}, "
+                f"needed {c:.3g}): the budget is spent")
         else:
             decision = CONTINUE
         looks.append(PlannedLook(len(looks) + 1, run[2] if len(run) > 2 else None, model, na, nb, d,
                                  se * math.sqrt(na * nb / (na + nb)), se, df, t, fraction,
                                  None if math.isinf(c) else c, futile_below, decision,
                                  None if decision != CONTINUE else max_runs - min(na, nb)))
-    if stopped:
-        reason = stopped
+    if tally.stopped:
+        reason = tally.stopped
     elif looks:
         last = looks[-1]
         reason = (f"no boundary crossed at look {last.look} (t {last.t:.3g}" +
@@ -217,8 +200,7 @@ def decide_planned(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_
         reason = f"no look yet: runs {a} {n[a]}, {b} {n[b]} (a look needs 2 of each)"
     if zero:
         reason += "; assuming the metric does not vary between runs of one model (zero spread)"
-    return SequentialDecision(looks[-1].decision if looks else CONTINUE, reason, tuple(looks), (n[a], n[b]), after,
-                              beyond, None if stopped or not looks else looks[-1].more_runs)
+    return tally.decision(tuple(looks), reason)
 
 
 def design_of(plan: Plan) -> Design:

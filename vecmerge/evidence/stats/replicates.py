@@ -1,27 +1,16 @@
-"""Training replicates: independent trainings of one configuration, what they say about its noise, and the test
-of X against Y whose unit is a training.
+"""Training replicates: independent trainings of one configuration, and the test of X against Y whose unit is a
+training.
 
-A workspace entry that says ``replicate_of: v54`` is another training (another seed) of v54's configuration;
-v54 and its replicates are one *replicate group*, named by v54 (``Workspace.replicate_groups``). Each member
-keeps its own records; the group's evaluations give the variance components (``variance.py``): between
-trainings and within evaluations.
+A workspace entry ``replicate_of: v54`` is another training of v54's configuration; v54 and its replicates are
+one *replicate group* (``Workspace.replicate_groups``), whose evaluations give the variance components
+(``variance.py``). Training test of X against Y:
 
-Without replicates every noise figure is an evaluation noise: a backbone that got a lucky seed looks as
-stable as a robust one. With them, the gate judges with training plus evaluation noise:
+    m_s  = the mean over side s's k_s trainings of each training's mean run
+    s²_T = pooled variance of training means within the groups of X and Y (df_T = Σ_g (k_g - 1))
+    diff = m_X - m_Y,   SE = s_T · sqrt(1/k_X + 1/k_Y),   t on df_T degrees of freedom
 
-    stable backbone     the backbone group's sd_total = sqrt(σ̂²_b + σ̂²_w) (one evaluation of a fresh training)
-    repeated evidence   the training test below
-
-Training test of X against Y (X or Y, or both, with replicates):
-
-    m_s   = the mean over side s's trainings of each training's mean run (k_s trainings with runs)
-    s²_T  = the pooled variance of training means within the replicate groups of X and Y
-            (``noise.pooled_noise`` over {group: [training means]}, df_T = Σ_g (k_g - 1)); it estimates
-            σ²_b + σ²_w / n, the noise of one training's mean of n evaluations
-    diff  = m_X - m_Y,   SE = s_T · sqrt(1/k_X + 1/k_Y),   t on df_T degrees of freedom (``stats.difference_test``)
-
-A side without replicates counts as one training, with the other side's training noise (the same training
-procedure is assumed). The test's unit is a training, so a difference made by one lucky seed stays within noise.
+A side without replicates counts as one training, with the other side's training noise.
+Why the unit is a training: docs/design/evidence.md.
 """
 
 from __future__ import annotations
@@ -51,14 +40,15 @@ def members(names: Iterable[str], groups: Mapping[str, Sequence[str]] | None) ->
     return out
 
 
-def trainings(root: str, groups: Mapping[str, Sequence[str]] | None, runs: Mapping[str, Sequence[float]]) -> dict:
+def trainings(root: str, groups: Mapping[str, Sequence[str]] | None, runs: Mapping[str, Sequence[float]]
+              ) -> dict[str, list[float]]:
     """``{member: its runs}`` of the group ``root`` (just ``{root: runs}`` for a name without replicates)."""
     members = list(dict.fromkeys([root, *(groups or {}).get(root, ())]))
     return {m: list(runs.get(m, [])) for m in members}
 
 
-def components(name: str, groups, runs: Mapping[str, Sequence[float]], *, metric: str = "", env: str | None = None,
-               confidence: float = 0.95) -> VarianceComponents | None:
+def components(name: str, groups: Mapping[str, Sequence[str]] | None, runs: Mapping[str, Sequence[float]], *,
+               metric: str = "", env: str | None = None, confidence: float = 0.95) -> VarianceComponents | None:
     """The variance components of the group ``name`` belongs to (None: no group, or not separable)."""
     root = group_of(name, groups)
     if root is None:
@@ -90,8 +80,9 @@ class ReplicateEvidence:
                 "trainings": [list(t) for t in self.trainings], "reason": self.reason}
 
 
-def replicate_evidence(a: str, b: str, runs: Mapping[str, Sequence[float]], groups, *, metric: str = "",
-                       env: str | None = None, confidence: float = 0.95) -> ReplicateEvidence | None:
+def replicate_evidence(a: str, b: str, runs: Mapping[str, Sequence[float]],
+                       groups: Mapping[str, Sequence[str]] | None, *, metric: str = "", env: str | None = None,
+                       confidence: float = 0.95) -> ReplicateEvidence | None:
     """The training test of A against B and the components of their groups (module docstring).
 
     Args:

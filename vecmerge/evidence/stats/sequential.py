@@ -1,56 +1,32 @@
 """Pre-registered sequential decisions: when to stop spending official runs (an anytime-valid t test).
 
-Official evaluations are scarce, and a fixed-n test repeated after every new run ("peeking") breaks: with a
-look after every run, a repeated Welch test at 5% says "better" far more often than 5% when nothing differs
-(the tests measure it). A plan fixes D (the smallest difference worth finding), N (the most runs of each
-model) and alpha first; a confidence sequence then holds at every look, however many.
+A plan fixes D (the smallest difference worth finding), N (the most runs per model) and alpha first; the
+confidence sequence below then holds at every look, however many. With d = mean_A - mean_B, pooled s_p on
+ν = n_A + n_B - 2 df, n_e = n_A n_B / (n_A + n_B), t = (d - Δ0) / (s_p sqrt(1/n_A + 1/n_B)), s² = 1 + n_e g:
 
-Model: each model's runs are normal with one common, unknown sd sigma; Delta = mu_A - mu_B in the metric's
-direction (positive: A better). After n_A and n_B runs:
+    E(Δ0) = (1/s) [(1 + t²/ν) / (1 + t²/(ν s²))]^((ν+1)/2)        (Gaussian-mixture t test; Ville: P <= α)
+    CS = d ± c s_p sqrt(1/n_A + 1/n_B),  K = (s/α)^(2/(ν+1)),  c² = ν (K - 1) / (1 - K/s²) if K < s² else ∞
 
-    d = mean_A - mean_B,  s_p² = (SS_A + SS_B) / ν,  ν = n_A + n_B - 2,  n_e = n_A n_B / (n_A + n_B)
-    t(Δ0) = (d - Δ0) / (s_p sqrt(1/n_A + 1/n_B))
-
-The likelihood ratio of the t statistic (the maximal invariant under x -> a x + b: a test martingale in the
-invariant filtration; Lai 1976; Pérez-Ortiz, Lardy, de Heide, Grünwald 2024; Wang and Ramdas 2023, whose
-Gaussian-mixture t-test this is, in two samples), mixed over the standardized effect δ = (Δ - Δ0)/σ ~ N(0, g):
-
-    E(Δ0) = ∫ f_{ν, δ sqrt(n_e)}(t) dN(δ; 0, g) / f_ν(t) = f_ν(t/s) / (s f_ν(t)),   s² = 1 + n_e g
-          = (1/s) [(1 + t²/ν) / (1 + t²/(ν s²))]^((ν+1)/2)
-
-(a mixture of noncentral t's is a scaled central t: Z + δ sqrt(n_e) ~ N(0, s²); a test checks the integral).
-Under Δ = Δ0 it is a nonnegative martingale of mean 1 over the looks, so by Ville's inequality
-P(some look has E(Δ) >= 1/α) <= α. The confidence sequence {Δ0 : E(Δ0) < 1/α} is d ± c s_p sqrt(1/n_A + 1/n_B):
-
-    K = (s/α)^(2/(ν+1));   c² = ν (K - 1) / (1 - K/s²)  if K < s²,  else c = ∞
-    (E never reaches 1/α when its supremum s^ν <= 1/α: the sequence is then the whole line)
-
-In one sample (n_e = n, ν = n - 1, g = 1/r²) E = sqrt(r²/(n+r²)) ((n+r²)V / ((n+r²)V - S²))^(n/2), S = Σx,
-V = Σx² (Δ0 = 0); as ν -> ∞ (σ known) c tends to the two-sided normal-mixture boundary of Howard, Ramdas,
-McAuliffe and Sekhon 2021, sqrt((v + ρ) log((v + ρ) / (ρ α²))) on the sum scale, v = n_e, ρ = 1/g (tested).
-
-Decisions, at each look (after each recorded run, once both models have 2), the first that applies:
-    stop_better   the sequence's lower end > 0: A better than B (wrong with probability <= alpha)
-    stop_worse    its upper end < 0: A worse than B (wrong with probability <= alpha)
-    stop_futile   its upper end < D: A not better by D (when Delta >= D, with probability <= alpha)
-    inconclusive  both models have the plan's N runs and no stop was reached: the budget is spent
-    continue      with the runs per model that would decide if d and s_p stayed as they are
-
-The first stop is final: later runs are counted, not looked at; runs past a model's N are not looks.
-Prior scale: g = prior_scale², prior_scale = D / (the ledger's pooled noise sd when the plan was made), 1
-without one. Assumes normal runs with one sd; which model runs next may depend on past scores, not future ones.
+At each look the first that applies: stop_better (lower end > 0), stop_worse (upper end < 0), stop_futile
+(upper end < D), inconclusive (N runs each, no stop), continue. The first stop is final. Prior scale:
+g = prior_scale², prior_scale = D / the ledger's pooled noise sd when the plan was made (1 without one).
+The derivation, its references and assumptions: docs/design/evidence.md.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from .. import EvidenceError
 from ..difference.t_mixture import T_MIXTURE
 from ..ledger.environment import EnvChoice, one_environment
 from ..ledger.records import Plan, Record
+
+if TYPE_CHECKING:  # planned imports this module
+    from .planned import PlannedLook
 
 STOP_BETTER, STOP_WORSE, STOP_FUTILE = "stop_better", "stop_worse", "stop_futile"
 INCONCLUSIVE, CONTINUE = "inconclusive", "continue"
@@ -90,12 +66,9 @@ def mixture_boundary(nu: float, n_eff: float, g: float, alpha: float) -> float:
 
 
 @dataclass(frozen=True)
-class Look:
-    """One look: after the run ``record_id`` of ``model``; the sequence, the e-value at 0, the decision.
-
-    ``diff`` is mean_A - mean_B in the metric's direction; ``ci_low``/``ci_high`` the confidence sequence
-    (None when unbounded); ``boundary`` is c (None when infinite); ``more_runs`` per model (continue only).
-    """
+class BaseLook:
+    """What every look of either test records first: its number, the run ``record_id`` of ``model`` it came
+    after, the runs of A and B, ``diff`` = mean_A - mean_B in the metric's direction, an sd and diff's se."""
 
     look: int
     record_id: int | None
@@ -105,15 +78,26 @@ class Look:
     diff: float
     sd: float
     se: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Look(BaseLook):
+    """One look of the anytime test (``BaseLook``'s fields, sd pooled), then the sequence, the e-value at 0, the
+    decision.
+
+    ``ci_low``/``ci_high`` the confidence sequence (None when unbounded); ``boundary`` is c (None when
+    infinite); ``more_runs`` per model (continue only).
+    """
+
     boundary: float | None
     ci_low: float | None
     ci_high: float | None
     e_value: float
     decision: str
     more_runs: int | None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -123,7 +107,7 @@ class SequentialDecision:
     Args:
         decision (str): ``stop_better``, ``stop_worse``, ``stop_futile``, ``inconclusive`` or ``continue``.
         reason (str): why, in words.
-        looks (tuple[Look, ...]): in recording order, up to the first stop.
+        looks (tuple[Look, ...] | tuple[PlannedLook, ...]): in recording order, up to the first stop.
         runs (tuple[int, int]): runs of A and B used (within the plan's maximum, up to the stop).
         after_stop (int): runs recorded after the stop (not looked at).
         beyond_max (int): runs past a model's maximum (not looks).
@@ -133,14 +117,14 @@ class SequentialDecision:
 
     decision: str
     reason: str
-    looks: tuple[Look, ...]
+    looks: tuple[Look, ...] | tuple[PlannedLook, ...]
     runs: tuple[int, int]
     after_stop: int
     beyond_max: int
     more_runs: int | None
 
     @property
-    def last(self) -> Look | None:
+    def last(self) -> Look | PlannedLook | None:
         return self.looks[-1] if self.looks else None
 
     def to_dict(self, replay: bool = True) -> dict:
@@ -152,13 +136,61 @@ class SequentialDecision:
         return out
 
 
+@dataclass
+class RunTally:
+    """The runs of A and B a test has counted (``add_run`` per model) and those it passed over, in recording order.
+
+    A run is passed over after the first stop (``after``) or past its model's ``max_runs`` (``beyond``).
+
+    Args:
+        a, b (str): the names. max_runs (int): N. sign (float): +1, or -1 when lower is better.
+        test (str): the test's name, for errors. stopped (str | None): the first stop's reason, set by the test.
+    """
+
+    a: str
+    b: str
+    max_runs: int
+    sign: float
+    test: str
+    stopped: str | None = None
+    after: int = 0
+    beyond: int = 0
+    n: dict[str, int] = field(init=False)
+    mean: dict[str, float] = field(init=False)
+    ss: dict[str, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.n, self.mean, self.ss = {self.a: 0, self.b: 0}, {self.a: 0.0, self.b: 0.0}, {self.a: 0.0, self.b: 0.0}
+
+    def take(self, run: Sequence) -> bool:
+        """Count ``run`` (``(model, value[, record_id])``, value times ``sign``); False when it is passed over."""
+        model, value = run[0], self.sign * float(run[1])
+        if model not in self.n:
+            raise EvidenceError(f"{self.test}: a run of {model!r}, not of {self.a} or {self.b}")
+        if self.stopped:
+            self.after += 1
+            return False
+        if self.n[model] >= self.max_runs:
+            self.beyond += 1
+            return False
+        add_run(self.n, self.mean, self.ss, model, value)
+        return True
+
+    def decision(self, looks: tuple[Look, ...] | tuple[PlannedLook, ...], reason: str) -> SequentialDecision:
+        """The decision: the last look's (``continue`` before any), with the counts of runs used and passed over."""
+        return SequentialDecision(looks[-1].decision if looks else CONTINUE, reason, looks,
+                                  (self.n[self.a], self.n[self.b]), self.after, self.beyond,
+                                  None if self.stopped or not looks else looks[-1].more_runs)
+
+
 def _width(na: int, nb: int, sd: float, g: float, alpha: float) -> tuple[float, float]:
     c = mixture_boundary(na + nb - 2, na * nb / (na + nb), g, alpha)
     se = sd * math.sqrt(1 / na + 1 / nb)
     return c, (math.inf if math.isinf(c) else c * se)
 
 
-def _more_runs(na, nb, d, sd, min_effect, max_runs, g, alpha) -> int | None:
+def _more_runs(na: int, nb: int, d: float, sd: float, min_effect: float, max_runs: int, g: float, alpha: float
+               ) -> int | None:
     """The fewest k for which k more runs of each model (up to the maximum) would end the plan at the current
     d and s_p: half-width < max(d, D - d). None when the maximum comes first."""
     need = max(d, min_effect - d)
@@ -185,21 +217,14 @@ def decide_runs(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_eff
     if not (min_effect > 0 and 0 < alpha < 1 and prior_scale > 0 and max_runs >= 2):
         raise EvidenceError(f"sequential test: min_effect {min_effect!r} > 0, 0 < alpha {alpha!r} < 1, "
                             f"prior_scale {prior_scale!r} > 0 and max_runs {max_runs!r} >= 2 are needed")
-    sign, g = (1.0 if higher_is_better else -1.0), prior_scale**2
-    n, mean, ss = {a: 0, b: 0}, {a: 0.0, b: 0.0}, {a: 0.0, b: 0.0}
+    g = prior_scale**2
+    tally = RunTally(a, b, max_runs, 1.0 if higher_is_better else -1.0, "sequential test")
+    n, mean, ss = tally.n, tally.mean, tally.ss
     looks: list[Look] = []
-    stopped, after, beyond = None, 0, 0
     for run in runs:
-        model, value = run[0], sign * float(run[1])
-        if model not in n:
-            raise EvidenceError(f"sequential test: a run of {model!r}, not of {a} or {b}")
-        if stopped:
-            after += 1
+        if not tally.take(run):
             continue
-        if n[model] >= max_runs:
-            beyond += 1
-            continue
-        add_run(n, mean, ss, model, value)
+        model = run[0]
         na, nb = n[a], n[b]
         if na < 2 or nb < 2:
             continue
@@ -211,21 +236,21 @@ def decide_runs(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_eff
         lo, hi = (None, None) if math.isinf(half) else (d - half, d + half)
         more = None
         if lo is not None and lo > 0:
-            decision, stopped = STOP_BETTER, f"the sequence's lower end {lo:.4g} > 0: {a} better than {b}"
+            decision, tally.stopped = STOP_BETTER, f"the sequence's lower end {lo:.4g} > 0: {a} better than {b}"
         elif hi is not None and hi < 0:
-            decision, stopped = STOP_WORSE, f"the sequence's upper end {hi:.4g} < 0: {a} worse than {b}"
+            decision, tally.stopped = STOP_WORSE, f"the sequence's upper end {hi:.4g} < 0: {a} worse than {b}"
         elif hi is not None and hi < min_effect:
-            decision, stopped = STOP_FUTILE, (f"the sequence's upper end {hi:.4g} < D = {min_effect:g}: {a} is "
-                                              f"not better than {b} by D")
+            decision, tally.stopped = STOP_FUTILE, (f"the sequence's upper end {hi:.4g} < D = {min_effect:g}: "
+                                                    f"{a} is not better than {b} by D")
         elif na >= max_runs and nb >= max_runs:
-            decision, stopped = INCONCLUSIVE, f"both have the plan's {max_runs} runs: the budget is spent"
+            decision, tally.stopped = INCONCLUSIVE, f"both have the plan's {max_runs} runs: the budget is spent"
         else:
             decision = CONTINUE
             more = _more_runs(na, nb, d, sd, min_effect, max_runs, g, alpha)
         looks.append(Look(len(looks) + 1, run[2] if len(run) > 2 else None, model, na, nb, d, sd, se,
                           None if math.isinf(c) else c, lo, hi, e, decision, more))
-    if stopped:
-        reason, last = stopped, looks[-1]
+    if tally.stopped:
+        reason, last = tally.stopped, looks[-1]
     elif looks:
         last = looks[-1]
         reason = (f"the sequence [{last.ci_low:.4g}, {last.ci_high:.4g}] holds 0 and D = {min_effect:g}"
@@ -234,8 +259,7 @@ def decide_runs(runs: Iterable[Sequence], *, a: str = "A", b: str = "B", min_eff
                    f"; more than the plan's {max_runs} runs each would be needed at these estimates")
     else:
         reason = f"no look yet: runs {a} {n[a]}, {b} {n[b]} (a look needs 2 of each after the plan)"
-    return SequentialDecision(looks[-1].decision if looks else CONTINUE, reason, tuple(looks), (n[a], n[b]), after,
-                              beyond, None if stopped or not looks else looks[-1].more_runs)
+    return tally.decision(tuple(looks), reason)
 
 
 def plan_runs(plan: Plan, records: Iterable[Record]) -> list[tuple[str, float, int]]:
@@ -249,14 +273,7 @@ def plan_runs(plan: Plan, records: Iterable[Record]) -> list[tuple[str, float, i
             and r.sha256 == shas[r.model]]
 
 
-def decide_plan(plan: Plan, records: Iterable[Record]) -> SequentialDecision:
-    """``decide_runs`` over ``plan_runs(plan, records)`` with the plan's parameters (a t-mixture plan)."""
-    return decide_runs(plan_runs(plan, records), a=plan.a, b=plan.b, min_effect=plan.min_effect,
-                       max_runs=plan.max_runs, alpha=plan.alpha, prior_scale=plan.prior_scale,
-                       higher_is_better=plan.higher_is_better)
-
-
-def check_plan_weights(p: Plan, current_sha) -> None:
+def check_plan_weights(p: Plan, current_sha: Mapping[str, str | None] | None) -> None:
     """Raise when A or B of plan ``p`` now has other weights than the plan names."""
     for name, planned in ((p.a, p.a_sha256), (p.b, p.b_sha256)):
         now = (current_sha or {}).get(name, planned)
@@ -265,7 +282,7 @@ def check_plan_weights(p: Plan, current_sha) -> None:
                                 f"{str(planned)[:12]}); record a new plan for these weights")
 
 
-def plan_looks(p: Plan, records, env: EnvChoice | None) -> list:
+def plan_looks(p: Plan, records: Sequence[Record], env: EnvChoice | None) -> list[Record]:
     """The records that are plan ``p``'s looks, in one eval environment (several: refused, naming the fields)."""
     ids = {rid for _, _, rid in plan_runs(p, records)}
     looks = [r for r in records if r.id in ids]

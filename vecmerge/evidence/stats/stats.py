@@ -61,6 +61,13 @@ class Summary:
     env: str | None = None
     harness_se: float | None = None
 
+    @property
+    def sd(self) -> float:
+        """``std`` of two runs or more (ValueError for a single run, which has none: check ``single_run``)."""
+        if self.std is None:
+            raise ValueError(f"{self.model}: a single run has no standard deviation")
+        return self.std
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -143,7 +150,7 @@ def item_means(records: Iterable[Record]) -> tuple[dict[str, float], dict[str, s
     clusters: dict[str, str] = {}
     parts: dict[str, str | None] = {}
     for r in records:
-        if not r.is_item:
+        if r.item is None:  # a whole run (``is_item`` is False)
             continue
         if parts.setdefault(r.item, r.subscore) != r.subscore:
             raise EvidenceError(f"item {r.item!r}: two sub-scores ({parts[r.item]!r}, {r.subscore!r}); an item "

@@ -1,35 +1,15 @@
 """Variance components of repeated trainings: how much of a score's noise is the training, how much the evaluation.
 
-One-way random-effects model of k independent trainings of one configuration (other seeds), training i
-evaluated n_i times (N = Σ n_i evaluations):
+One-way random effects, k trainings, training i evaluated n_i times (N = Σ n_i), method of moments:
 
-    y_ij = μ + t_i + e_ij,   t_i ~ N(0, σ²_b) the training's effect,   e_ij ~ N(0, σ²_w) the evaluation's
+    y_ij = μ + t_i + e_ij,   t_i ~ N(0, σ²_b),   e_ij ~ N(0, σ²_w)
+    MSB = Σ_i n_i (ȳ_i - ȳ)² / (k - 1),   MSW = Σ_ij (y_ij - ȳ_i)² / (N - k)
+    n0 = (N - Σ_i n_i² / N) / (k - 1),   σ̂²_w = MSW,   σ̂²_b = (MSB - MSW) / n0   (reported raw and truncated at 0)
 
-Method of moments (the ANOVA table):
-
-    ȳ_i = Σ_j y_ij / n_i,   ȳ = Σ_ij y_ij / N
-    SSB = Σ_i n_i (ȳ_i - ȳ)²,   ν1 = k - 1,   MSB = SSB / ν1
-    SSW = Σ_ij (y_ij - ȳ_i)²,   ν2 = N - k,   MSW = SSW / ν2
-    n0  = (N - Σ_i n_i² / N) / (k - 1)                    (n when every training has n evaluations)
-    E[MSW] = σ²_w,   E[MSB] = σ²_w + n0 σ²_b
-    σ̂²_w = MSW,   σ̂²_b = (MSB - MSW) / n0                  (may be < 0: reported raw, and truncated at 0)
-
-Confidence intervals at 1 - α (χ²_q(ν), F_q(ν1, ν2): q quantiles):
-
-    σ²_w   exact:  [SSW / χ²_{1-α/2}(ν2),  SSW / χ²_{α/2}(ν2)]
-    σ²_b   modified large-sample (MLS) interval for θ = c (MSB - MSW), c = 1/n0 (Ting, Burdick, Graybill,
-           Jeyaratnam and Lu 1990; Burdick and Graybill, "Confidence Intervals on Variance Components", 1992):
-               G1 = 1 - ν1/χ²_{1-α/2}(ν1)    H1 = ν1/χ²_{α/2}(ν1) - 1
-               G2 = 1 - ν2/χ²_{1-α/2}(ν2)    H2 = ν2/χ²_{α/2}(ν2) - 1
-               Fu = F_{1-α/2}(ν1, ν2)         Fl = F_{α/2}(ν1, ν2)
-               G12 = ((Fu - 1)² - G1² Fu² - H2²) / Fu
-               H12 = ((1 - Fl)² - H1² Fl² - G2²) / Fl
-               L = θ̂ - c sqrt(G1² MSB² + H2² MSW² + G12 MSB MSW)
-               U = θ̂ + c sqrt(H1² MSB² + G2² MSW² + H12 MSB MSW)
-           each bound truncated at 0. L is 0 exactly when MSB/MSW = Fu (the F test's boundary), and as MSW -> 0
-           the interval becomes MSB's exact χ² interval over n0. For unequal n_i it is an approximation.
-
-Nothing separates the two noises without two trainings and a second evaluation of one of them (ν1, ν2 ≥ 1).
+Intervals at 1 - α: σ²_w's exact χ² interval; σ²_b's modified large-sample (MLS) interval (Ting et al. 1990;
+Burdick and Graybill 1992), bounds truncated at 0, approximate for unequal n_i. Nothing separates the two
+noises without two trainings and a second evaluation of one of them (ν1, ν2 ≥ 1).
+The MLS formulas and their limits: docs/design/evidence.md.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ from ...io.parse import short
 from ...linalg.rank_policy import RankPolicy
 from ...linalg.rankcut import cut
 from ...peft.adapter import Adapter
-from ...peft.format import CONFIG_NAME, param_targeted, pattern_key, peft_scale, targeted
+from ...peft.format import CONFIG_NAME, pattern_key, peft_scale, targeted
+from ...peft.params import param_targeted
 from ...workspace.taskvector import TaskVector
 from ..report import check, within
 
@@ -134,7 +135,7 @@ def _combinable(x: TaskVector, y: TaskVector) -> bool:
 
 
 def _worst(values: dict) -> tuple[str | None, float]:
-    m = max(values, key=values.get, default=None)
+    m = max(values, key=lambda k: values[k], default=None)
     return m, (values[m] if m is not None else 0.0)
 
 

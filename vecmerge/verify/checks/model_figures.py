@@ -20,6 +20,7 @@ names the field that differs (``modules.q_proj.delta_norm is 9.1, recomputes to 
 from __future__ import annotations
 
 import math
+from typing import Any, TypeGuard
 
 from ...outputs.manifest import TOLERANCES
 from ..report import check
@@ -32,11 +33,12 @@ EXTRACT_MODULE_KEYS = ("kind", "shape", "rank", "method", "power_iters", "total_
                        "sigma", "threshold")
 EXTRACT_FIGURES = ("modules", "rank", "total_energy", "dropped_energy", "kept_share", "rel_error", "worst_module",
                    "max_rel_error", "minimal", "others", "saved_modules", "seconds")
-_UNCHECKED = {"seconds": (int, float), "method": str, "power_iters": int, "rank_lower_bound": int, "minimal": bool,
-              "sigma": (int, float, type(None)), "threshold": (int, float, type(None))}
+_UNCHECKED: dict[str, Any] = {"seconds": (int, float), "method": str, "power_iters": int, "rank_lower_bound": int,
+                              "minimal": bool, "sigma": (int, float, type(None)),
+                              "threshold": (int, float, type(None))}
 
 
-def _number(x) -> bool:
+def _number(x) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 

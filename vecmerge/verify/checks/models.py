@@ -139,7 +139,7 @@ def _extract_update(out: Adapter, base: ModelFolder, tuned: ModelFolder, man: di
         if name not in tuned.tensors:
             base.read_bytes(name)
     missing += [m for m in mods if m not in errs and m not in missing]
-    worst = max(errs, key=errs.get, default=None)
+    worst = max(errs, key=lambda k: errs[k], default=None)
     detail = (f"{len(bad)}/{len(errs)} modules: ||D - W|| / ||D|| differs from the recorded cut error by more than "
               f"{tol:g}, e.g. {bad[0]}: {errs[bad[0]]:.6g}, recorded {mods[bad[0]].get('rel_error')!r}" if bad else
               f"every module's ||D - W|| / ||D|| within {tol:g} of its recorded cut error")
@@ -191,7 +191,7 @@ def verify_extract(path: Path, man: dict, tol: dict, progress=None) -> VerifyRep
     copies = [n for n in listed if n in TOKENIZER_FILES] if isinstance(listed, list) else []
     checks.append(files_check(path, man, OUTPUT_FILES + tuple(copies), pin_required=False))
     if out is not None and base is not None and tuned is not None:
-        measured = {}
+        measured: dict = {}
         checks += _extract_update(out, base, tuned, man, tol["update"], progress, measured)
         checks.append(_extract_saved(out, tuned, man))
         target_weights = {f"{m}.weight" for m in man.get("modules") or {}}
@@ -293,7 +293,7 @@ def verify_fuse(path: Path, man: dict, tol: dict, progress=None) -> VerifyReport
             b = base.read(n)
             if not torch.equal(got, b.to(got.dtype)):
                 bad.append(f"{n}: differs from the base's")
-    worst = max(ulps, key=ulps.get, default=None)
+    worst = max(ulps, key=lambda k: ulps[k], default=None)
     checks.append(check("tensors", not bad, "; ".join(bad[:3]) or f"{len(ulps)} fused within one ulp of W + D "
                         f"(float64), {len(saved)} saved, the rest equal to the base's",
                         {"worst_module": worst, "max_ulps": ulps.get(worst), "modules": len(ulps)}))

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,7 @@ from ...peft.adapter import Adapter
 from ...peft.format import CONFIG_NAME, LoraConfig
 from ...pipeline import evaluate
 from ...pipeline.build import build_output
+from ...pipeline.evaluation import Evaluation
 from ...pipeline.manifest import manifest_figures, merge_formula, resolved_for
 from ...recipe.load import manifest_root, with_absolute_inputs
 from ...recipe.recipe import Recipe
@@ -90,7 +92,8 @@ def input_check(manifest: dict, where: str = "") -> dict:
         if a.sha256 != entry.get("sha256"):
             problems.append(f"input {name}: {a.weights_path} has sha256 {a.sha256[:16]}..., the manifest pins "
                             f"{str(entry.get('sha256'))[:16]}...: it changed after the merge")
-        pin = (conf.get(name) if isinstance(conf.get(name), dict) else {}).get("config_sha256")
+        entry_conf = conf.get(name)
+        pin = entry_conf.get("config_sha256") if isinstance(entry_conf, dict) else None
         if pin and a.config_sha256 != pin:
             problems.append(f"input {name}: {p / CONFIG_NAME} changed after the merge (sha256 "
                             f"{a.config_sha256[:16]}..., pinned {pin[:16]}...)")
@@ -116,11 +119,12 @@ def _protected(ev, base_model, progress=None):
 
     if base_model is None:
         raise UsageError("the output is a protected step: pass --base-model")
-    cap = capture(ev, SimpleNamespace(base_model=Path(base_model)), progress)
+    ws: Any = SimpleNamespace(base_model=Path(base_model))  # capture reads only the workspace's base model
+    cap = capture(ev, ws, progress)
     return protect(ev, cap, energies(ev.recipe)[0])
 
 
-def recompute(manifest: dict, root: Path, progress=None, base_model=None) -> tuple[dict, dict]:
+def recompute(manifest: dict, root: Path, progress=None, base_model=None) -> tuple[Evaluation, dict]:
     """Re-evaluate the manifest's recipe from its inputs; ``|alpha - recorded| <= ALPHA_RTOL |recorded|``.
 
     Args:
@@ -211,10 +215,15 @@ def protected_rows(path: Path, manifest: dict, tol: dict, base_model: Path) -> l
 
     r = manifest["recipe"]
     files = {**(r.get("protect") or {}), **(r.get("target") or {})}
-    fn, state = protector(r, lambda backbone, modules: capture_inputs(base_model, backbone, files, modules))
+    recorded = manifest.get("protection")
+    sketch = recorded.get("inputs") if isinstance(recorded, dict) else None
+    info: dict = {}
+    fn, state = protector(r, lambda backbone, modules: capture_inputs(base_model, backbone, files, modules,
+                                                                      sketch if isinstance(sketch, dict) else None,
+                                                                      info))
     rows = []
     row = independent_check(path, manifest, tol, protector=fn,
-                            after=lambda d: rows.append(protection_check(d, r, manifest.get("protection"), state)))
+                            after=lambda d: rows.append(protection_check(d, r, recorded, {**state, "sketched": info})))
     return [row, *rows]
 
 

@@ -32,12 +32,14 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ...errors import few
 from ...peft.adapter import Adapter
-from ...peft.format import PREFIX, entry_name, unwrap
+from ...peft.format import PREFIX
+from ...peft.params import entry_name, unwrap
 from ..report import check, not_run, within
 
 PEFT_DELTA_RTOL = 1e-5
@@ -56,7 +58,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _worst(errs: dict, tol: float, name: str, what: str) -> dict:
-    m = max(errs, key=errs.get, default=None)
+    m = max(errs, key=lambda k: errs[k], default=None)
     worst = errs[m] if m is not None else 0.0
     bad = [k for k, v in errs.items() if not within(v, tol)]
     return check(name, not bad, (f"{len(bad)}/{len(errs)} modules: {what} off by up to {worst:.3e} > {tol:g} "
@@ -74,7 +76,7 @@ class Target:
     """
 
     path: str
-    layer: object
+    layer: Any
     entries: tuple
     param: str | None
 
@@ -109,6 +111,7 @@ def _lora_layers(model) -> dict:
         if not (isinstance(mod, LoraLayer) and ("default" in mod.lora_A or "default" in mod.lora_embedding_A)):
             continue
         path, param = name.removeprefix(PREFIX), getattr(mod, "parameter_name", None)
+        entries: tuple[str, ...]
         if param is None:
             entries = (path,)
         else:
@@ -151,10 +154,10 @@ def _patched_logits(peft_model, layers: dict, W: dict, deltas: dict, ids, biases
     try:
         for t, b in (biases or {}).items():
             base = layers[t].layer.get_base_layer()
-            saved[t] = base.bias
-            old = base.bias.detach().double() if base.bias is not None else torch.zeros_like(b)
+            saved[t] = bias = base.bias
+            old = bias.detach().double() if bias is not None else torch.zeros_like(b)
             base.bias = torch.nn.Parameter((old + b).to(W[t].dtype), requires_grad=False)
-        if head is not None:
+        if head is not None and shared is not None:
             head.weight = torch.nn.Parameter(shared.detach().clone(), requires_grad=False)
         for t, target in layers.items():
             w = target.weight()
@@ -221,7 +224,9 @@ def peft_checks(path: Path, out: Adapter, base_model: Path, expected: dict | Non
                         f"PEFT wraps exactly the {len(held)} written modules, with our scales",
                         {"wrapped": len(held), "written": len(out.modules)}))
     common = [t for t, target in layers.items() if all(m in out.specs for m in target.entries)]
-    W, ours, errs = {}, {}, {}
+    W: dict = {}
+    ours: dict = {}
+    errs: dict = {}
     for t in progress(common) if progress else common:
         target = layers[t]
         W[t] = target.weight().detach().clone()
@@ -264,7 +269,7 @@ def peft_checks(path: Path, out: Adapter, base_model: Path, expected: dict | Non
                                  f"({few(no_bias)}); the logits checks cover the bias")]
     B0 = {t: layers[t].layer.get_base_layer().bias.detach().double() + b for t, b in biases.items()}
     merged = model.merge_and_unload()
-    merr = {}
+    merr: dict = {}
     for t in common:
         want = layers[t].split(W[t].double() + ours[t])
         got_w = layers[t].split(layers[t].merged(merged).detach())

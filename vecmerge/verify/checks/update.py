@@ -106,7 +106,7 @@ def compare_to_recomputed(out: Adapter, ev, manifest: dict, tol: dict, progress=
         step_m = None if step_core is None else step_core.lowrank()
         if isinstance(core, InSpan):
             core.space.release()  # the lifts above formed full-size arrays: one module's at a time
-        got = {"target": target if keep_expected else None}
+        got: dict = {"target": target if keep_expected else None}
         if m not in out.specs:
             return {**got, "bad": f"{m}: recomputed but not written"}
         if out.specs[m].shape != target.shape:
@@ -122,7 +122,7 @@ def compare_to_recomputed(out: Adapter, ev, manifest: dict, tol: dict, progress=
             got["row"]["projected"] = p / tn if tn > 0 else p
         if off(m, got["row"]):
             got["hint"] = _scale_hint(W, target, tu)
-        if step_m is not None:  # <W - base, step> = <W, step> - <base, step> (the latter from the cores)
+        if step_m is not None and step_core is not None:  # <W - base, step> = <W, step> - <base, step> (cores)
             sn = step_core.norm()
             got.update(sn=sn, mv=W.inner(step_m) - base[m].inner(step_core))
         return got
@@ -205,7 +205,7 @@ def bias_check(out: Adapter, ev, tu: float) -> dict:
         n = float(torch.linalg.norm(want))
         errs[m] = d / n if n > 0 else (0.0 if d == 0 else math.inf)
     bad = [m for m, e in errs.items() if not within(e, tu)]
-    worst = max(errs, key=errs.get, default=None)
+    worst = max(errs, key=lambda k: errs[k], default=None)
     figs = {"max_rel_error": errs.get(worst), "worst_module": worst, "tolerance": tu, "modules": len(errs)}
     if bad:
         return check("bias", False, f"{len(bad)}/{len(errs)} modules: the lora_B.bias update differs from the "

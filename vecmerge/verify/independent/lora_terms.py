@@ -13,7 +13,10 @@ folder again by PEFT's rules written out once more, on its own, for ``verify.ind
 
 Only the bytes come through ``io``: the bounded JSON parser, the checked safetensors reader (its sha256 is
 compared with the manifest's pin) and the time-bounded regex matcher. Folders this reading does not cover
-(DoRA, ``target_parameters`` experts, ``lora_bias``, ``.bin`` weights) are named by ``uncovered``.
+(``target_parameters`` experts, ``.bin`` weights) are named by ``uncovered``; a ``lora_bias`` folder's
+``<module>.lora_B.bias`` is read as the bias update ``scale * lora_B.bias`` (``LoraFolder.bias``); a DoRA
+folder's ``lora_magnitude_vector`` m gives the effective update ``diag(m / n) (W + s B A) - W`` with n the row
+norms of ``W + s B A`` and W the base model's weight (Liu et al. 2024, PEFT's ``dora.py``; ``dora_update``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class LoraFolder:
     Args:
         path (Path): the folder. config (dict): ``adapter_config.json``. file (TensorFile): its weights.
         sha256 (str): the weights' sha256 as read. keys (dict[str, tuple[str, str]]): module -> (A key, B key).
+        bias_keys (dict[str, str]): module -> its ``lora_B.bias`` key (``lora_bias`` adapters).
+        magnitude_keys (dict[str, str]): module -> its ``lora_magnitude_vector`` key (DoRA adapters).
     """
 
     path: Path
@@ -47,6 +52,8 @@ class LoraFolder:
     file: TensorFile
     sha256: str
     keys: dict
+    bias_keys: dict = field(default_factory=dict)
+    magnitude_keys: dict = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)  # one file position: reads take turns
 
     @property
@@ -85,15 +92,56 @@ class LoraFolder:
         return B * self.scale(module), A
 
 
+    def bias(self, module: str) -> np.ndarray | None:
+        """``scale * lora_B.bias`` of ``module`` (out,) in float64, or None without one."""
+        key = self.bias_keys.get(module)
+        if key is None:
+            return None
+        with self.lock:
+            v = _array(self.file, key)
+        if v.shape != (self.factors(module)[0].shape[0],):
+            raise ValueError(f"{self.path}: {key} has shape {v.shape}, not lora_B's output size")
+        return v * self.scale(module)
+
+
+    def magnitude(self, module: str) -> np.ndarray:
+        """A DoRA module's magnitudes m (out,), float64."""
+        with self.lock:
+            return _array(self.file, self.magnitude_keys[module])
+
+
+def dora_update(W: np.ndarray, B: np.ndarray, A: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """DoRA's effective update ``diag(m / n) (W + B A) - W``, n the row norms of ``W + B A`` (B with its scale).
+
+    Args:
+        W (np.ndarray): (out, in) the base weight. B, A (np.ndarray): the scaled factors. m (np.ndarray): (out,).
+    """
+    V = W + B @ A
+    n = np.linalg.norm(V, axis=1)
+    if not np.all(np.isfinite(n)) or not np.all(n > 0):
+        raise ValueError("DoRA: a row of W + sBA is zero or not finite, so its direction is undefined")
+    return (m / n)[:, None] * V - W
+
+
+def base_weight(folder, name: str) -> np.ndarray:
+    """Tensor ``name`` of a base model folder (``io.model_folder.ModelFolder``) decoded by numpy as float64."""
+    info = folder.info(name)
+    return _decode(np.asarray(folder.read_bytes(name)), info.dtype, info.shape)
+
+
 def _array(f: TensorFile, name: str) -> np.ndarray:
     """Tensor ``name`` of ``f`` decoded by numpy as float64 (bf16: its 16 bits are the top of a float32)."""
     info = f.tensors[name]
-    raw = np.asarray(f.read_bytes(info, feed_hash=False))
-    if info.dtype == "BF16":
+    return _decode(np.asarray(f.read_bytes(info, feed_hash=False)), info.dtype, info.shape)
+
+
+def _decode(raw: np.ndarray, dtype: str, shape) -> np.ndarray:
+    """Raw little-endian bytes of a safetensors tensor as float64 (bf16: the top 16 bits of a float32)."""
+    if dtype == "BF16":
         x = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
     else:
-        x = raw.view({"F64": np.float64, "F32": np.float32, "F16": np.float16}[info.dtype])
-    return x.reshape(info.shape).astype(np.float64)
+        x = raw.view({"F64": np.float64, "F32": np.float32, "F16": np.float16}[dtype])
+    return x.reshape(shape).astype(np.float64)
 
 
 def uncovered(folder: Path) -> str | None:
@@ -104,8 +152,7 @@ def uncovered(folder: Path) -> str | None:
     c = load_json(folder / "adapter_config.json")
     if not isinstance(c, dict):
         return f"{folder.name}: adapter_config.json is not an object"
-    for key, what in (("use_dora", "a DoRA adapter"), ("target_parameters", "MoE expert parameters"),
-                      ("lora_bias", "lora_bias")):
+    for key, what in (("target_parameters", "MoE expert parameters"),):
         if c.get(key):
             return f"{folder.name}: {what}"
     if c.get("peft_type", "LORA") != "LORA":
@@ -120,8 +167,14 @@ def read_folder(folder: Path) -> LoraFolder:
     config = load_json(folder / "adapter_config.json")
     f = TensorFile(folder / "adapter_model.safetensors")  # held open (one file throughout), read a tensor at a time
     sha = f.sha256()
-    keys = {}
+    keys, bias_keys, magnitude_keys = {}, {}, {}
     for name in f.tensors:
+        if isinstance(config, dict) and config.get("use_dora") and ".lora_magnitude_vector" in name:
+            module = name.split(".lora_magnitude_vector")[0]
+            magnitude_keys[module[len(PREFIX):] if module.startswith(PREFIX) else module] = name
+        if name.endswith(".lora_B.bias"):
+            module = name[:-len(".lora_B.bias")]
+            bias_keys[module[len(PREFIX):] if module.startswith(PREFIX) else module] = name
         for a_suffix, (_, b_suffix) in FACTORS.items():
             if name.endswith(a_suffix):
                 module = name[:-len(a_suffix)]
@@ -130,4 +183,4 @@ def read_folder(folder: Path) -> LoraFolder:
                 if b not in f.tensors:
                     raise ValueError(f"{folder}: {name} has no {b}")
                 keys[module] = (name, b)
-    return LoraFolder(folder, config, f, sha, keys)
+    return LoraFolder(folder, config, f, sha, keys, bias_keys, magnitude_keys)

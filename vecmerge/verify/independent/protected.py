@@ -16,6 +16,7 @@ import numpy as np
 from ..report import check, close
 
 ZERO_EIG = 1e-12   # eigenvalues below this share of the largest are round-off
+SKETCH_RTOL = 1e-3  # a sketch's bound: its shrinkage follows the float32 rows (batched there, item by item here)
 FIGURE_RTOL = 1e-4  # the capture runs the model in float32, item by item (the step batched): figures agree to ~1e-6
 
 
@@ -58,6 +59,23 @@ def protector(recipe: dict, capture):
         return out
 
     return protect, state
+
+
+def _sketches(recorded: dict, mine: dict, problems: list) -> None:
+    """The sketched inputs the manifest records (``inputs.sketched``: module -> set -> rows, bound) against verify's
+    own Frequent Directions run (``mine``: set -> module -> rows, bound)."""
+    theirs = (recorded.get("inputs") or {}).get("sketched") or {}
+    want = {(m, k): v for k, mods in mine.items() for m, v in mods.items()}
+    got = {(m, k): v for m, sets in theirs.items() for k, v in (sets or {}).items()}
+    if set(want) != set(got):
+        problems.append(f"protection.inputs.sketched names {len(got)} input(s), verify's own capture sketched "
+                        f"{len(want)}")
+        return
+    for (m, k), v in want.items():
+        bound = got[(m, k)].get("bound") if isinstance(got[(m, k)], dict) else None
+        if not isinstance(bound, (int, float)) or not close(v["bound"], bound, SKETCH_RTOL, 1e-9):
+            problems.append(f"protection.inputs.sketched.{m}.{k}.bound is {bound!r}, verify's own sketch gives "
+                            f"{v['bound']!r}")
 
 
 def _selected(recipe: dict, m: str) -> bool:
@@ -109,6 +127,7 @@ def protection_check(d, recipe: dict, recorded: dict | None, state: dict) -> dic
             if entry.get("sha256") != sets[k].sha256:
                 problems.append(f"protection.{role}.{k}.sha256 is {str(entry.get('sha256'))[:16]}..., the prompt file "
                                 f"{sets[k].path} hashes to {sets[k].sha256[:16]}...")
+    _sketches(recorded, state.get("sketched") or {}, problems)
     rec_ranks = recorded.get("ranks") or {}
     off = [m for m in ranks if rec_ranks.get(m) != ranks[m]] + [m for m in rec_ranks if m not in ranks]
     if off:

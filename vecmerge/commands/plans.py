@@ -1,15 +1,18 @@
-"""The pre-registered plans: ``evidence plan`` records one with its power, ``evidence decide`` judges its looks.
+"""``vecmerge evidence plan`` records a pre-registered plan with its power; ``evidence decide`` judges its looks.
 
 ``check_plan_weights`` and ``plan_looks`` live in ``evidence.stats.sequential``, shared with the gate
 (``evidence.gate.gate_facts``): a plan holds only for the weights it names, and its looks are read in one eval
-environment.
+environment. The ledger operations (``plan``, ``decide``, ``plan_status``) return JSON-ready data; the
+commands take the workspace and the request, and print the report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from ..errors import UsageError
 from ..evidence import EvidenceError
 from ..evidence.ledger.environment import EnvChoice, environments
 from ..evidence.ledger.ledger import Ledger, Plan
@@ -19,8 +22,13 @@ from ..evidence.stats.plan_power import anytime_power, plan_power
 from ..evidence.stats.planned import TEST, Design, decide_plan
 from ..evidence.stats.sequential import SequentialDecision, check_plan_weights, plan_looks
 from ..evidence.stats.stats import runs_by_model
+from ..report import plans as report_plans
+from ..requests import EvidenceDecide, EvidencePlan
+from ..workspace.names import Workspace
+from .printing import Echo, ledger_of, say
 
-__all__ = ["plan", "decide", "plan_status", "PlanStatus", "check_plan_weights", "plan_looks"]
+__all__ = ["plan", "decide", "plan_status", "PlanStatus", "check_plan_weights", "plan_looks", "evidence_plan",
+           "evidence_decide"]
 
 
 def _existing(records, p_a: str, p_b: str, shas: Mapping[str, str | None], max_runs: int) -> tuple[int, int]:
@@ -75,7 +83,7 @@ def plan(ledger: Ledger, a: str, b: str, *, metric: str, min_effect: float, max_
     design = Design(spending, look_every, beta, existing)
     power = (plan_power(min_effect, max_runs, alpha, design, sd) if kind == TEST else
              anytime_power(min_effect, max_runs, alpha, sd, existing))
-    stored = {"sd_from": "--noise-sd" if noise_sd is not None else ("ledger" if sd else None),
+    stored: dict[str, Any] = {"sd_from": "--noise-sd" if noise_sd is not None else ("ledger" if sd else None),
               "existing": None if existing is None else list(existing), "power": power.to_dict()}
     if kind == TEST:
         stored.update(spending=spending, look_every=look_every, beta=beta)
@@ -147,3 +155,29 @@ def decide(ledger: Ledger, a: str, b: str, metric: str | None = None, *,
                             "); name one with --metric")
     status = plan_status(ledger, plans[-1], current_sha=current_sha, env=env)
     return {**status.to_dict(replay), "plans": len(plans)}
+
+
+def evidence_plan(ws: Workspace, req: EvidencePlan, *, echo: Echo = print) -> dict:
+    """``vecmerge evidence plan A --vs B --metric M --min-effect D --max-runs N [--alpha A] [--kind K] ...``: record a
+    plan, tied to A's and B's content sha256 now (names that are no adapter here: none), with its power."""
+    metric = req.metric or ws.metric
+    if metric is None:
+        raise UsageError("evidence plan: name the metric with --metric M (or set metric: in vecmerge.yaml)")
+    ledger = ledger_of(ws)
+    a, b = req.a, req.b
+    out = plan(ledger, a, b, metric=metric, min_effect=req.min_effect, max_runs=req.max_runs, alpha=req.alpha,
+               current_sha={**ws.current_shas(ledger.models()), a: ws.content_sha(a), b: ws.content_sha(b)},
+               kind=req.test, spending=req.spending, look_every=req.look_every, beta=req.beta,
+               use_existing=req.use_existing, higher_is_better=req.higher_is_better, noise_sd=req.noise_sd)
+    say(echo, out, report_plans.render_plan, req.as_json)
+    return out
+
+
+def evidence_decide(ws: Workspace, req: EvidenceDecide, *, echo: Echo = print) -> dict:
+    """``vecmerge evidence decide A --vs B [--metric M] [--replay] [--env ID|K=V]``: the latest plan's sequential
+    decision over its looks (one eval environment)."""
+    ledger = ledger_of(ws)
+    out = decide(ledger, req.a, req.b, req.metric, current_sha=ws.current_shas([req.a, req.b]), replay=req.replay,
+                 env=EnvChoice.parse(req.env))
+    say(echo, out, report_plans.render_decide, req.as_json)
+    return out

@@ -1,139 +1,32 @@
-"""The evidence commands that record and read the ledger: ``add``, ``import``, ``export``, ``show`` and ``ls``'s rows.
+"""``vecmerge evidence show`` and ``vecmerge ls``: the ledger summarized, per model, environment and workspace entry.
 
-Each returns JSON-ready data (the CLI only parses flags and prints); ``operations`` gathers them with the
-others. ``check_known`` is the refusal every reading command shares: names or a metric the ledger never saw.
+``check_known`` is the refusal every reading command shares: names or a metric the ledger never saw.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from json.encoder import encode_basestring_ascii
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
+from ..errors import VecmergeError
 from ..evidence import EvidenceError
-from ..evidence.importers.importers import export_csv_lines, import_files
 from ..evidence.judge.subscores import sub_runs
-from ..evidence.ledger.environment import EnvChoice, canonical_fields, environments
-from ..evidence.ledger.ledger import Entry, Ledger
-from ..evidence.ledger.precision import check_decimals, decimals_of
-from ..evidence.ledger.precision import note as note_decimals
+from ..evidence.ledger.environment import EnvChoice, environments
+from ..evidence.ledger.ledger import Ledger
 from ..evidence.ledger.precision import read as read_decimals
-from ..evidence.ledger.precision import write as write_decimals
-from ..evidence.ledger.suggest import close_name
 from ..evidence.stats.grades import detect_grid
 from ..evidence.stats.replicates import components, members, trainings
 from ..evidence.stats.stats import runs_by_model, summarize_records
-from ..io.parse import Written
+from ..io.parse import ParseError, load_json
+from ..outputs.transaction import PNG, OutputPolicy, write_file
+from ..peft.format import CONFIG_NAME
+from ..report import evidence as report_evidence
+from ..requests import EvidenceShow, Ls
+from ..workspace.base_model import declared_base
+from ..workspace.names import Workspace
+from .printing import Echo, ledger_of, say, show_path
 
-__all__ = ["add", "import_", "export", "export_lines", "show", "ls_rows", "check_known"]
-
-
-def add(ledger: Ledger, name: str, values: Sequence[float], *, metric: str, sha256: str | None,
-        subs: Mapping[str, float | Sequence[float]] | None = None, note: str | None = None,
-        higher_is_better: bool | None = None, env: Mapping[str, str] | None = None,
-        workspace_names: Iterable[str] = (), external: bool = False, decimals: int | None = None) -> dict:
-    """``vecmerge evidence add NAME VALUE... --metric M [--sub K=V[,V...]] [--env K=V] [--decimals N] [--note]
-    [--higher-is-better]``.
-
-    One transaction: the runs, and the metric's direction when given. A NAME that is no adapter here
-    (``sha256`` None) is an external model, unless it is within ``suggest.close_name`` of a workspace name and
-    new to the ledger: that is refused with "did you mean ...?" (``external`` records it anyway).
-
-    Args:
-        subs: sub-score -> one value per run (a list as long as ``values``; a single number for a single run).
-        env: the runs' eval environment fields (``environment.py``).
-        workspace_names: the workspace's adapter names (for the typo check).
-        decimals (int | None): the decimals the values are written with; by default read from values given as
-            text (``io.parse.Written``, as the CLI passes them), unknown for plain floats (``precision.py``).
-
-    Returns:
-        dict: ``{"model", "metric", "sha256", "values", "ids", "direction", "subs", "env", "external"}``.
-    """
-    names = set(workspace_names)
-    if sha256 is None and name not in names and not external and name not in ledger.models():
-        near = close_name(name, names)
-        if near is not None:
-            raise EvidenceError(f"{name} is not an adapter of this workspace: did you mean {near}? (to record an "
-                                f"external model of that name, add --external)")
-    values = list(values)
-    per_run: list[dict[str, float]] = [{} for _ in values]
-    for key, given in (subs or {}).items():
-        given = [given] if not isinstance(given, Sequence) else list(given)
-        if len(given) != len(values):
-            raise EvidenceError(f"{name}: --sub {key} has {len(given)} value(s) for {len(values)} run(s); give one "
-                                f"per run, in the runs' order: --sub {key}=V1,V2,...")
-        for run, v in zip(per_run, given):
-            run[key] = v
-    fields = canonical_fields(env or {}, "--env")
-    entries = [Entry(name, metric, v, sha256, s, note=note, env=fields) for v, s in zip(values, per_run)]
-    written: dict = {}
-    for key, given in [(None, values), *((k, [r[k] for r in per_run]) for k in (subs or {}))]:
-        for v in given:
-            note_decimals(written, metric, key, check_decimals(decimals) if decimals is not None else
-                 decimals_of(v.text) if isinstance(v, Written) else None)
-    ids = ledger.write(entries, None if higher_is_better is None else {metric: higher_is_better},
-                       also=lambda con, now: write_decimals(con, written))
-    return {"model": name, "metric": metric, "sha256": sha256, "values": values, "ids": ids,
-            "direction": ledger.direction(metric), "subs": {k: [r[k] for r in per_run] for k in (subs or {})},
-            "env": {"id": entries[0].environment.id, "fields": dict(fields)} if entries else None,
-            "external": sha256 is None and name not in names}
-
-
-def import_(ledger: Ledger, paths: Iterable[str], *,
-            current_sha: Mapping[str, str | None] | Callable[[str], str | None] | None = None,
-            model: str | None = None, cluster_field: str | None = None, task: str | None = None,
-            directions: Mapping[str, bool] | None = None, adapters=None, home=None,
-            env: Mapping[str, str] | None = None, decimals: int | None = None) -> dict:
-    """``vecmerge evidence import FILE... [--model NAME] [--cluster-field KEY] [--higher-is-better M] [--env K=V]``:
-    ``importers.import_files`` (``current_sha``: a mapping or a function of the model name; ``adapters`` and
-    ``home``: the workspace's, to match lm-eval's model paths)."""
-    return import_files(ledger, paths, sha_of=current_sha or {}, model=model, cluster_field=cluster_field, task=task,
-                        directions=directions, adapters=adapters, home=home, env=env, decimals=decimals)
-
-
-def export(ledger: Ledger, fmt: str = "csv", *, current_sha: Mapping[str, str | None] | None = None) -> str:
-    """``vecmerge evidence export --format csv|json``: every record (stale ones flagged) as text."""
-    return "".join(export_lines(ledger, fmt, current_sha=current_sha))
-
-
-def export_lines(ledger: Ledger, fmt: str = "csv", *,
-                 current_sha: Mapping[str, str | None] | None = None) -> Iterator[str]:
-    """``export``'s text in pieces, the ledger streamed (``Ledger.iter_records``): the columns come from one SQL
-    pass over the distinct stored cells, then each record is read, written and dropped."""
-    if fmt not in ("csv", "json"):
-        raise EvidenceError(f"--format {fmt}: use csv or json")
-    rows = (r.to_dict() for r in ledger.iter_records(current_sha))
-    if fmt == "csv":
-        yield from export_csv_lines(rows, *ledger.export_columns())
-        return
-    head = json.dumps(ledger.directions(), indent=2).replace("\n", "\n  ")
-    yield f'{{\n  "directions": {head},\n  "records": ['
-    first = True
-    for row in rows:  # json.dumps(..., indent=2) of the whole, written one record at a time
-        yield ("\n    " if first else ",\n    ") + _record_json(row)
-        first = False
-    yield ("]" if first else "\n  ]") + "\n}\n"
-
-
-def _scalar_json(value) -> str:
-    if type(value) is str:
-        return encode_basestring_ascii(value)
-    if type(value) is float and math.isfinite(value):
-        return repr(value)
-    if value is None or type(value) in (bool, int):
-        return json.dumps(value)
-    raise TypeError(type(value).__name__)
-
-
-def _record_json(row: dict) -> str:
-    """``json.dumps(row, indent=2)`` indented by 4 more spaces, for a flat row (the C encoder per value: the
-    indenting encoder is pure Python, a tenth of the speed); anything but a flat row goes through json.dumps."""
-    try:
-        body = ",\n      ".join(f"{encode_basestring_ascii(k)}: {_scalar_json(v)}" for k, v in row.items())
-    except TypeError:
-        return json.dumps(row, indent=2).replace("\n", "\n    ")
-    return "{\n      " + body + "\n    }" if row else "{}"
+__all__ = ["check_known", "show", "ls_rows", "evidence_show", "ls"]
 
 
 def check_known(ledger: Ledger, names: Iterable[str], metric: str | None) -> None:
@@ -146,6 +39,7 @@ def check_known(ledger: Ledger, names: Iterable[str], metric: str | None) -> Non
     if metric is not None and metric not in ledger.metrics():
         raise EvidenceError(f"metric {metric!r}: no records in {ledger.path}; known: "
                             f"{', '.join(ledger.metrics()) or 'none'}")
+
 
 def show(ledger: Ledger, names: Sequence[str] | None = None, metric: str | None = None, *,
          current_sha: Mapping[str, str | None] | None = None, include_stale: bool = False,
@@ -202,7 +96,7 @@ def _grids(records, env_id: str, decimals: Mapping) -> list[dict]:
     out = []
     for metric in dict.fromkeys(r.metric for r in records):
         mine = [r for r in records if r.metric == metric]
-        series = {None: [v for vs in runs_by_model(mine).values() for v in vs]}
+        series: dict[str | None, list[float]] = {None: [v for vs in runs_by_model(mine).values() for v in vs]}
         series.update({k: [v for vs in by_model.values() for v in vs]
                        for k, by_model in sorted(sub_runs(mine).items())})
         for sub, values in series.items():
@@ -239,6 +133,7 @@ def _replicate_rows(records, replicates, confidence: float, names=None) -> list[
                     out.append(c.to_dict())
     return out
 
+
 def ls_rows(entries: Mapping[str, Mapping], ledger: Ledger | None, *, metric: str | None = None) -> list[dict]:
     """``vecmerge ls``: one row per workspace entry.
 
@@ -268,3 +163,65 @@ def ls_rows(entries: Mapping[str, Mapping], ledger: Ledger | None, *, metric: st
                      "mean": sum(runs) / len(runs) if runs and envs == 1 else None,
                      "stale": len(old.get(name, [])) if metric else None, "environments": envs if metric else None})
     return rows
+
+
+def evidence_show(ws: Workspace, req: EvidenceShow, *, echo: Echo = print) -> dict:
+    """``vecmerge evidence show [NAME...] [--metric M] [--stale] [--env ID|K=V] [--by env] [--plot F.png [--force]]``:
+    summaries of current runs, per eval environment, and the variance components of each replicate group.
+
+    ``--plot``: a PNG of means with their t intervals, written atomically, never over the ledger, the workspace
+    file, an adapter folder or the base model, nor over an existing file unless ``--force`` and it is a PNG.
+    """
+    ledger = ledger_of(ws)
+    policy = None
+    if req.plot:  # refused before any work
+        policy = OutputPolicy.for_command(inputs=[ledger.path, *([ws.file] if ws.file else [])],
+                                          workspace_adapters=ws.adapters, base_model=ws.base_model, force=req.force)
+        policy.check_file(req.plot, PNG, flag="--plot")
+    out = show(ledger, list(req.names) or None, req.metric, current_sha=ws.current_shas(ledger.models()),
+               include_stale=req.include_stale, env=EnvChoice.parse(req.env), by=req.by,
+               replicates=ws.replicate_groups())
+    if req.plot and policy is not None:
+        write_file(req.plot, lambda f: report_evidence.plot_show(out, f), policy=policy, kind=PNG, flag="--plot")
+    say(echo, out, report_evidence.render_show, req.as_json)
+    if req.plot:
+        echo(f"plot: {req.plot}", err=req.as_json)
+    return out
+
+
+def _base_model_of(folder: Path, roots=()) -> str | None:
+    try:  # a stranger's file: bounded and strict
+        config = load_json(folder / CONFIG_NAME)
+    except ParseError:
+        return None
+    return declared_base(config.get("base_model_name_or_path"), roots) if isinstance(config, dict) else None
+
+
+def ls(ws: Workspace, req: Ls, *, echo: Echo = print) -> dict:
+    """``vecmerge ls``: every workspace entry with its sha256, base model, parent, runs and mean of the metric.
+
+    The metric: ``--metric``, else the workspace's ``metric:``, else the ledger's only one. An entry whose
+    files cannot be read is listed with the reason instead of a hash.
+    """
+    ledger = ledger_of(ws)
+    metric = req.metric
+    if metric is None:
+        known = ledger.metrics()
+        metric = ws.metric or (known[0] if len(known) == 1 else None)
+    parents, roots = ws.lineage()
+    entries, problems = {}, {}
+    for name, folder in ws.adapters.items():
+        try:
+            sha = ws.content_sha(name)
+        except VecmergeError as e:
+            sha, problems[name] = None, ("missing" if not folder.exists() else "unreadable", str(e))
+        entries[name] = {"path": show_path(folder), "sha256": sha, "base_model": _base_model_of(folder, (ws.home,)),
+                         "parent": parents.get(name)}
+    rows = ls_rows(entries, ledger if ledger.path.exists() else None, metric=metric)
+    for r in rows:
+        r["root"] = r["name"] in roots
+        r["problem"], r["error"] = problems.get(r["name"], (None, None))
+    out = {"workspace": str(ws.file) if ws.file else None, "ledger": show_path(ledger.path), "metric": metric,
+           "adapters": rows}
+    say(echo, out, lambda o: report_evidence.render_ls(o["adapters"], metric), req.as_json)
+    return out

@@ -1,5 +1,6 @@
-"""`evidence plan` / `decide` / `plan_status` over a real ledger: issue 33's findings as regression tests, and
-issue 36's mutant (runs of other weights under the plan's names, recorded during the plan, are not looks)."""
+"""`evidence plan` / `decide` / `plan_status` over a real ledger (and the shared toy ledger, v51 vs v28): issue 33's
+findings as regression tests, and issue 36's mutant (runs of other weights under the plan's names, recorded during
+the plan, are not looks)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,14 @@ import json
 
 import numpy as np
 import pytest
+from toy_ledger import CURRENT as TOY_CURRENT
+from toy_ledger import SHA28, toy_ledger
 
-from vecmerge.commands import operations as commands
+from vecmerge.commands import plans as commands
+from vecmerge.commands.judging import compare_models
+from vecmerge.commands.recording import add
 from vecmerge.evidence import EvidenceError
+from vecmerge.evidence.gate.gate_facts import gate_evidence
 from vecmerge.evidence.ledger.ledger import Ledger
 from vecmerge.evidence.stats.plan_power import fixed_n_power
 from vecmerge.evidence.stats.planned import decide_planned
@@ -23,9 +29,9 @@ CURRENT = {"v58": NEW, "v54": SHA54}
 @pytest.fixture
 def ledger(tmp_path) -> Ledger:
     ledger = Ledger(tmp_path / "vecmerge-evidence.db")
-    commands.add(ledger, "v54", V54, metric=M, sha256=SHA54, higher_is_better=True)
-    commands.add(ledger, "v58", [1.0202, 1.0230], metric=M, sha256=NEW)
-    commands.add(ledger, "v58", [0.95], metric=M, sha256=OLD, note="other weights under the same name")
+    add(ledger, "v54", V54, metric=M, sha256=SHA54, higher_is_better=True)
+    add(ledger, "v58", [1.0202, 1.0230], metric=M, sha256=NEW)
+    add(ledger, "v58", [0.95], metric=M, sha256=OLD, note="other weights under the same name")
     return ledger
 
 
@@ -89,9 +95,9 @@ def test_runs_of_other_weights_recorded_during_the_plan_are_not_looks(ledger):
     commands.plan(ledger, "v58", "v54", metric=M, min_effect=0.01, max_runs=4, current_sha=CURRENT)
     own = [("v58", 1.021), ("v54", 0.994), ("v58", 1.024), ("v54", 0.996), ("v58", 1.022), ("v54", 0.995)]
     for i, (model, value) in enumerate(own):
-        commands.add(ledger, model, [value], metric=M, sha256=NEW if model == "v58" else SHA54)
+        add(ledger, model, [value], metric=M, sha256=NEW if model == "v58" else SHA54)
         if i % 2 == 0:  # during the plan, before it stops: a high score of other weights under the same name
-            commands.add(ledger, "v58", [2.0], metric=M, sha256=OLD)
+            add(ledger, "v58", [2.0], metric=M, sha256=OLD)
     out = commands.decide(ledger, "v58", "v54", current_sha=CURRENT, replay=True)
     want = decide_planned(own, a="v58", b="v54", min_effect=0.01, max_runs=4)
     assert out["runs"] == list(want.runs) and [x["n_a"] for x in out["looks"]] == [x.n_a for x in want.looks]
@@ -103,9 +109,48 @@ def test_runs_of_other_weights_recorded_during_the_plan_are_not_looks(ledger):
 
 def test_plan_status_is_the_typed_state_a_report_reads(ledger):
     commands.plan(ledger, "v58", "v54", metric=M, min_effect=0.01, max_runs=3, current_sha=CURRENT, noise_sd=0.012)
-    commands.add(ledger, "v58", [1.02, 1.03], metric=M, sha256=NEW)
-    commands.add(ledger, "v54", [0.99, 0.995], metric=M, sha256=SHA54)
+    add(ledger, "v58", [1.02, 1.03], metric=M, sha256=NEW)
+    add(ledger, "v54", [0.99, 0.995], metric=M, sha256=SHA54)
     status = commands.plan_status(ledger, ledger.plans()[-1], current_sha=CURRENT)
     assert isinstance(status, commands.PlanStatus) and status.runs == (2, 2) and status.looks_used == 1
     assert status.decision.decision in ("continue", "stop_better") and 0 < status.power["power_d"] < 1
     assert status.to_dict()["looks_used"] == 1 and "looks" in status.to_dict(replay=True)
+
+
+@pytest.fixture
+def toy(tmp_path) -> Ledger:
+    """The shared toy ledger (``toy_ledger``): v51 against v28."""
+    return toy_ledger(tmp_path / "toy.db")
+
+
+def test_plan_then_decide_over_the_runs_recorded_after_it(toy):
+    out = commands.plan(toy, "v51", "v28", metric=M, min_effect=0.01, max_runs=6, current_sha=TOY_CURRENT,
+                        kind="t-mixture")
+    plan = out["plan"]
+    assert (plan["a_sha256"], plan["b_sha256"], plan["after_record"]) == (NEW, SHA28, 11)  # the fixture's 11
+    pooled = compare_models(toy, "v51", "v28", M, current_sha=TOY_CURRENT)["pooled"]["sd"]
+    assert plan["noise_sd"] == pytest.approx(pooled, rel=1e-12) and plan["prior_scale"] == pytest.approx(0.01 / pooled)
+    first = commands.decide(toy, "v51", "v28", current_sha=TOY_CURRENT)
+    assert first["decision"] == "continue" and first["runs"] == [0, 0] and "no look yet" in first["reason"]
+    for i in range(4):  # the earlier runs are not looks: only these are
+        add(toy, "v51", [1.03 + 0.001 * i], metric=M, sha256=NEW)
+        add(toy, "v28", [0.98 - 0.001 * i], metric=M, sha256=SHA28)
+    add(toy, "v51", [1.5], metric=M, sha256=OLD)  # other weights: not the plan's
+    out = commands.decide(toy, "v51", "v28", M, current_sha=TOY_CURRENT, replay=True)
+    assert out["decision"] == "stop_better" and out["runs"] == [4, 4] and len(out["looks"]) == 5
+    assert [x["decision"] for x in out["looks"]] == ["continue"] * 4 + ["stop_better"]
+    assert "looks" not in commands.decide(toy, "v51", "v28", current_sha=TOY_CURRENT)
+    json.dumps(out)
+    evidence = gate_evidence(toy, "v54", "v51", "v28", M, current_sha=TOY_CURRENT)
+    assert evidence["plan"].id == plan["id"] and evidence["plan_decision"].decision == "stop_better"
+
+
+def test_plans_are_refused_or_looked_up_clearly(toy):
+    with pytest.raises(EvidenceError, match="no plan of v51 --vs v28 in .*evidence plan v51 --vs v28"):
+        commands.decide(toy, "v51", "v28")
+    add(toy, "v51", [0.5], metric="loss", sha256=NEW)
+    with pytest.raises(EvidenceError, match="loss: no direction recorded; give it on the plan"):
+        commands.plan(toy, "v51", "v28", metric="loss", min_effect=0.01, max_runs=5)
+    commands.plan(toy, "v51", "v28", metric=M, min_effect=0.01, max_runs=5, current_sha=TOY_CURRENT)
+    with pytest.raises(EvidenceError, match="v51 now has other weights .* record a new plan"):
+        commands.decide(toy, "v51", "v28", current_sha={**TOY_CURRENT, "v51": OLD})

@@ -1,14 +1,16 @@
-"""The evidence commands that judge models on the ledger's records: ``compare``, ``calibrate`` (with ``--loo``)
-and ``rank``.
+"""``vecmerge evidence compare``, ``evidence calibrate`` (with ``--loo``) and ``rank``: models judged on the ledger.
 
 Each reads every metric in ONE eval environment (``environment.one_environment`` refuses two, naming the fields
-that differ) and returns JSON-ready data: the result's ``to_dict()`` with the environments it used.
+that differ). The ledger operations (``compare_models``, ``calibrate_metrics``, ``calibrate_loo_metrics``,
+``rank_models``) return JSON-ready data: the result's ``to_dict()`` with the environments it used; the commands
+take the workspace and the request, and print the report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ..errors import UsageError
 from ..evidence import EvidenceError
 from ..evidence.judge.calibrate import calibrate_records
 from ..evidence.judge.compare import compare_records
@@ -21,21 +23,28 @@ from ..evidence.ledger.precision import of_metric
 from ..evidence.ledger.precision import read as read_decimals
 from ..evidence.stats.replicates import members
 from ..evidence.stats.stats import runs_by_model
-from .ops_ledger import check_known
+from ..report import evidence as report_evidence
+from ..report import rank as report_rank
+from ..requests import EvidenceCalibrate, EvidenceCompare, Rank
+from ..workspace.names import Workspace
+from .printing import Echo, ledger_of, say
+from .summaries import check_known
 
-__all__ = ["compare_models", "calibrate_metrics", "calibrate_loo_metrics", "rank"]
+__all__ = ["compare_models", "calibrate_metrics", "calibrate_loo_metrics", "rank_models", "evidence_compare",
+           "evidence_calibrate", "rank"]
 
 
 def _one_metric(ledger: Ledger, names: Sequence[str], metric: str | None, current_sha) -> str:
     if metric is not None:
         return metric
-    shared = stale = None
+    shared: set[str] | None = None
+    stale: set[str] | None = None
     for n in names:
         recs = ledger.records([n], current_sha=current_sha, include_stale=True)
         mine, old = {r.metric for r in recs if not r.stale}, {r.metric for r in recs}
         shared = mine if shared is None else shared & mine
         stale = old if stale is None else stale & old
-    if len(shared) == 1:
+    if shared is not None and len(shared) == 1:
         return next(iter(shared))
     if shared:
         raise EvidenceError(f"{' and '.join(names)} share metrics {', '.join(sorted(shared))}; name one with --metric")
@@ -127,7 +136,7 @@ def calibrate_loo_metrics(ledger: Ledger, proxies: Sequence[str], target: str, *
     return {**out, "environments": chosen}
 
 
-def rank(ledger: Ledger, candidates: Sequence[str], proxies: Sequence[str], target: str | None = None, *,
+def rank_models(ledger: Ledger, candidates: Sequence[str], proxies: Sequence[str], target: str | None = None, *,
          current_sha: Mapping[str, str | None] | None = None, env: EnvChoice | None = None, **options) -> dict:
     """``vecmerge rank CANDIDATES... --proxy P [--target T] [--env ...]``: ``ranking.rank_candidates`` over the ledger.
 
@@ -157,3 +166,59 @@ def rank(ledger: Ledger, candidates: Sequence[str], proxies: Sequence[str], targ
                                             exclude=candidates, **options)
     out = rank_candidates(values, history=history, calibration=calibration, directions=ledger.directions())
     return {**out.to_dict(), "environments": chosen}
+
+
+def evidence_compare(ws: Workspace, req: EvidenceCompare, *, echo: Echo = print) -> dict:
+    """``vecmerge evidence compare A B [--metric M] [--detect D] [--target K] [--margin M]``: Welch, paired and
+    clustered tests, the verdict, and every sub-score with what the difference costs the others.
+
+    The metric defaults to the workspace's ``metric:`` when A and B both have records of it. One eval environment
+    (``--env ID`` or ``--env KEY=VALUE`` picks it when the records span several); replicate groups reported.
+    """
+    ledger = ledger_of(ws)
+    current = ws.current_shas(ledger.models())
+    metric = req.metric
+    if metric is None and ws.metric is not None:
+        shared = [{r.metric for r in ledger.records([n], current_sha=current)} for n in (req.a, req.b)]
+        metric = ws.metric if all(ws.metric in m for m in shared) else None
+    out = compare_models(ledger, req.a, req.b, metric, current_sha=current, include_stale=req.include_stale,
+                         detect=req.detect, target=req.target, margin=req.margin, env=EnvChoice.parse(req.env),
+                         replicates=ws.replicate_groups())
+    say(echo, out, report_evidence.render_compare, req.as_json)
+    return out
+
+
+def evidence_calibrate(ws: Workspace, req: EvidenceCalibrate, *, echo: Echo = print) -> dict:
+    """``vecmerge evidence calibrate --proxy P[,P2...] --target T [--loo] [--env ID|K=V ...]``: can P rank the models
+    the way T does? Each metric in one eval environment; several proxies (combined by least squares) need
+    ``--loo`` (held-out predictions, each model left out of its own fit: ``evidence.judge.loo``).
+    """
+    ledger = ledger_of(ws)
+    proxies = list(req.proxy)
+    options = {} if req.min_models is None else {"min_models": req.min_models}
+    current = ws.current_shas(ledger.models())
+    if req.loo:
+        out = calibrate_loo_metrics(ledger, proxies, req.target, current_sha=current, env=EnvChoice.parse(req.env),
+                                    **options)
+        say(echo, out, report_rank.render_calibrate_loo, req.as_json)
+        return out
+    if len(proxies) != 1:
+        raise UsageError(f"--proxy {','.join(proxies)}: several proxies are combined by a least-squares fit, which "
+                         "only a held-out calibration can judge; add --loo")
+    out = calibrate_metrics(ledger, proxies[0], req.target, current_sha=current, env=EnvChoice.parse(req.env),
+                            **options)
+    say(echo, out, report_evidence.render_calibrate, req.as_json)
+    return out
+
+
+def rank(ws: Workspace, req: Rank, *, echo: Echo = print) -> dict:
+    """``vecmerge rank CANDIDATES... --proxy P[,P2] [--target T]``: ``rank_models`` over the workspace's ledger,
+    the candidates' current hashes included; ``--env``: the eval environment each metric is read in."""
+    ledger = ledger_of(ws)
+    options = {} if req.min_models is None else {"min_models": req.min_models}
+    candidates = list(req.candidates)
+    out = rank_models(ledger, candidates, list(req.proxy), req.target,
+                      current_sha=ws.current_shas([*ledger.models(), *candidates]), env=EnvChoice.parse(req.env),
+                      **options)
+    say(echo, out, report_rank.render_rank, req.as_json)
+    return out

@@ -1,0 +1,77 @@
+"""Click commands generated from requests (``vecmerge.requests``): options, checks and ``--help`` from one table.
+
+``command(group, Request, name)`` turns each field's ``Spec`` into a click argument or option (in the
+fields' order, the global options after them), the class's docstring into the command's help, and what
+was typed into the request (``Request.from_flags``: every problem at once, one ``error:`` line, exit 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ..requests.spec import Request, Spec, spec_of
+from .app import Ctx, global_options, handled
+
+
+class _WrittenFloat(click.types.FloatParamType):
+    """A float that keeps the text it was given as (``io.parse.Written``): its decimals are the precision."""
+
+    def convert(self, value, param, ctx):
+        from ..io.parse import Written
+
+        x = super().convert(value, param, ctx)
+        return Written(value, x) if isinstance(value, str) else x
+
+
+def _type(s: Spec) -> Any:
+    """The click type of a declaration (None: click's default, text)."""
+    if s.kind == "choice":
+        return click.Choice(s.choices)
+    if s.kind == "path":
+        return click.Path(exists=s.path.get("exists", False), file_okay=s.path.get("file_okay", True),
+                          dir_okay=s.path.get("dir_okay", True))
+    if s.kind == "int" and s.range is not None:
+        return click.IntRange(*s.range)
+    return {"float": float, "int": int, "written": _WrittenFloat()}.get(s.kind)
+
+
+def param(name: str, s: Spec) -> Callable:
+    """The click decorator of one request field: an argument (no flag) or an option."""
+    typed = {"type": t} if (t := _type(s)) is not None else {}
+    if s.flag is None:
+        return click.argument(name, nargs=s.nargs, required=s.required, **typed)
+    decls = [s.flag, name]
+    if s.kind == "flag":
+        return click.option(*decls, is_flag=True, help=s.help)
+    more: dict[str, Any] = {"multiple": True} if s.multiple else {}
+    if s.metavar:
+        more["metavar"] = s.metavar
+    if s.default is not None or s.kind == "pair":
+        more["default"] = s.default
+    if s.shown:
+        more["show_default"] = True
+    return click.option(*decls, required=s.required, help=s.help, **typed, **more)
+
+
+def command(group: click.Group, request: type[Request], name: str | None = None, **settings: Any) -> Callable:
+    """Register ``fn(obj, request)`` on ``group`` as a command whose parameters and help are ``request``'s.
+
+    Args:
+        group (click.Group): where it goes. request (type[Request]): its inputs. name (str | None): the
+            command's name (default: the function's). settings: more ``click.command`` keywords.
+    """
+    def deco(fn: Callable[[Ctx, Any], Any]) -> click.Command:
+        def run(obj: Ctx, **given: Any) -> Any:
+            return fn(obj, request.from_flags(given))
+
+        run.__name__, run.__doc__ = fn.__name__, request.__doc__
+        f: Any = global_options(click.pass_obj(handled(run)))
+        for field in reversed(dataclasses.fields(request)):
+            f = param(field.name, spec_of(field))(f)
+        return group.command(name or fn.__name__, help=request.__doc__, **settings)(f)
+
+    return deco
