@@ -2,7 +2,8 @@
 
     workers   one actor per GPU of the Ray cluster; without GPUs ``workers`` CPU actors (default 1)
     once      per worker: the base model loaded from its folder, the prompt sets cut into batches, the search's
-              shared ``Factors`` (backbone, directions, protected Grams) through Ray's object store
+              shared ``Factors`` (backbone, directions, the protected inputs' decompositions, made once by the
+              driver) through Ray's object store
     per item  the driver sends a candidate's parameters (a small dict) and the sets to score; the worker builds
               its exact factors itself (``space.candidate`` then ``candidate.build``, the one-process path), checks
               the recipe hash, runs probe's hooks and returns per set, per item ``loglik``, ``exact``,
@@ -21,7 +22,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UsageError
-from .candidate import build
+from .candidate import build, linear_modules
 from .evaluate import Scorer, cached, judge, record
 from .space import candidate
 
@@ -100,6 +101,8 @@ class Pool:
             raise UsageError(f"--workers {n}: the Ray cluster has {cpus} CPU(s); give at most {cpus}")
         opts = {"num_gpus": 1, "num_cpus": 1} if n_gpu else {"num_cpus": 1}
         device, threads = ("cuda", None) if n_gpu else ("cpu", max(1, cpus // n))
+        if setup.factors.grams is not None:  # decomposed once here (engine.prepare does it), never per worker
+            setup.factors.decompose(linear_modules(setup.factors))
         factors = ray.put(setup.factors)
         sets = ray.put(setup.sets)
         # the driver's batch as its scorer cut the sets (the largest chunk), so that the batches are the same
