@@ -6,15 +6,15 @@ a backbone and a second adapter of rank ``--rank`` on q/k/v/o/gate/up/down; a ta
 ``--prompts`` items of ``--tokens`` + 1 tokens. The same ``--candidates`` grid candidates (trust and protection
 energy: each built with its projection) scored on both sets, in one process, side by side:
 
-    vecmerge   ``search.engine.prepare`` once (base loaded, protected Grams captured, backbone scored: shown
-               apart as setup), then per candidate ``candidate.build`` (exact factors) and the hooked forward
-               passes of ``evaluate.Scorer``; nothing written
+    vecmerge   ``search.engine.prepare`` once (base loaded, protected inputs captured and decomposed, backbone
+               scored: shown apart as setup), then per candidate ``candidate.build`` (exact factors) and the
+               hooked forward passes of ``evaluate.Scorer``; nothing written
     evolve     per candidate what mergekit-evolve does: the dense merged weights ``W + B A`` formed for every
                module, the model written with ``save_pretrained`` (safetensors), loaded again from disk, the same
                prompts scored by the same ``Scorer`` (no hooks); the base kept in memory between candidates (kinder
                than mergekit, which reads its inputs again for each merge)
 
-The ways alternate ``--repeat`` rounds; each keeps its best round (wall and process CPU seconds per candidate).
+The ways alternate ``--repeat`` rounds; each keeps its best wall and its best process CPU seconds per candidate.
 With two or more layer counts, each way's seconds per candidate are fitted as ``a + b * layers`` (both ways are
 affine in the layer count at a fixed vocabulary and prompts) and taken to 28 layers: an estimate, marked so. Both
 ways' log-likelihoods are compared (largest difference shown). ``--threads`` (default 1) sets torch's threads.
@@ -149,11 +149,11 @@ def measure(layers: int, a) -> dict:
         log(f"{layers} layer(s): vecmerge setup (load, capture, backbone)")
         setup_wall, setup_cpu, setup = timed(prepare, root, a)
         cands = [candidate(setup.space, p) for p in grid(setup.space, a.candidates, 0)]
-        log(f"{layers} layer(s): the protection bases of the candidates' energies (once per search, both ways)")
-        bases_wall, _, _ = timed(lambda: [build(c, setup.factors) for c in cands])
+        log(f"{layers} layer(s): each candidate built once, untimed (a warm-up for both ways)")
+        warmup_wall, _, _ = timed(lambda: [build(c, setup.factors) for c in cands])
         evolve = Evolve(setup, root, a)
         runs = {"vecmerge": lambda: ours(setup, cands), "evolve": lambda: evolve(cands)}
-        res: dict = {"layers": layers, "setup_s": setup_wall, "setup_cpu_s": setup_cpu, "bases_s": bases_wall,
+        res: dict = {"layers": layers, "setup_s": setup_wall, "setup_cpu_s": setup_cpu, "warmup_s": warmup_wall,
                      "wall": {}, "cpu": {}, "rounds": {},
                      "energies": sorted({c.params.get("energy", 0.0) for c in cands})}
         scores = {}
@@ -198,8 +198,8 @@ def render(res: dict) -> str:
             lines.append(f"| {m['layers']} | {label} | {w[way]:.3f} | {c[way]:.3f} | {60 / w[way]:.1f} | "
                          f"{3600 / c[way]:.0f} | {ratio} |")
     lines += ["", "setup once per search (vecmerge): " + "; ".join(
-        f"{m['layers']} layers {m['setup_s']:.1f} s (load, Gram capture, backbone scored) + {m['bases_s']:.1f} s "
-        "(protection bases)" for m in res["runs"])]
+        f"{m['layers']} layers {m['setup_s']:.1f} s (load, capture and decompositions, backbone scored)"
+        for m in res["runs"])]
     if "at_full" in res:
         w, c = res["at_full"]["wall"], res["at_full"]["cpu"]
         where = "this shape" if a["tiny"] else "the whole Qwen3-0.6B"
