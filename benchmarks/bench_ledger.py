@@ -16,7 +16,9 @@ and checks every stored row, as each write does: its time is shown too). Then, i
 
 The scan fetches the same columns of the same rows with ``sqlite3`` and nothing else: the floor of any read.
 Each ratio is the command's time over its scan's, measured one after the other on the same file (the OS cache
-warm for both). Progress goes to stderr; the table to stdout and ``OUT/ledger.md`` (raw figures: ``ledger.json``).
+warm for both). ``--before DIR`` (a source tree of older code, e.g. ``git archive main | tar -x -C DIR``) times
+the same reads with that code too, in a child process on the same file right after, and adds the before/after
+ratio. Progress goes to stderr; the table to stdout and ``OUT/ledger.md`` (raw figures: ``ledger.json``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import json
 import os
 import random
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -108,13 +111,36 @@ def cases_of(ledger: Ledger) -> list:
     ]
 
 
+def reads_only(path: Path, repeat: int) -> None:
+    """``--reads-only DB``: each read's best time on an existing ledger, as JSON on stdout (``--before``'s child)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        warm = Path(tmp) / "warm.db"
+        build(warm, 400, 20)
+        for _, fn, _ in cases_of(Ledger(warm)):
+            fn()
+    ledger = Ledger(path)
+    print(json.dumps({name: best(fn, repeat) for name, fn, _ in cases_of(ledger)}))
+
+
+def before_times(src: Path, path: Path, repeat: int) -> dict:
+    """The reads' times with the code of ``src`` (a child process whose PYTHONPATH starts there)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src.resolve()), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, __file__, "--reads-only", str(path), "--repeat", str(repeat)], env=env,
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=1_000_000)
     p.add_argument("--models", type=int, default=20)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--out", type=Path, default=Path("bench-out"))
+    p.add_argument("--before", type=Path, help="A source tree of older code: its reads timed too, and the ratio.")
+    p.add_argument("--reads-only", type=Path, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.reads_only:
+        return reads_only(a.reads_only, a.repeat)
     with tempfile.TemporaryDirectory() as tmp:
         warm = Path(tmp) / "warm.db"  # the first call of each read imports its modules: not a ledger's cost
         build(warm, 400, a.models)
@@ -134,9 +160,17 @@ def main(argv=None) -> None:
             rows.append({"read": name, "rows": scan(path, *where), "seconds": t, "scan_seconds": s,
                          "ratio": t / s if s else None})
             log(f"{name}: {t:.2f} s, scan {s:.2f} s")
+        if a.before is not None:
+            log(f"the same reads with the code of {a.before}")
+            old = before_times(a.before, path, a.repeat)
+            for r in rows:
+                r["before_seconds"] = old.get(r["read"])
+    was = a.before is not None
     lines = [f"ledger of {n} records ({a.models} models), best of {a.repeat}; one Ledger.add: {add_s:.2f} s", "",
-             "| read | rows | seconds | sqlite3 scan | ratio |", "|---|---:|---:|---:|---:|"]
+             "| read | rows | seconds | sqlite3 scan | ratio |" + (" before s | before / now |" if was else ""),
+             "|---|---:|---:|---:|---:|" + ("---:|---:|" if was else "")]
     lines += [f"| {r['read']} | {r['rows']} | {r['seconds']:.2f} | {r['scan_seconds']:.2f} | {r['ratio']:.1f}x |"
+              + (f" {r['before_seconds']:.2f} | {r['before_seconds'] / r['seconds']:.1f}x |" if was else "")
               for r in rows]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -22,7 +22,8 @@ def test_fuse_takes_a_workspace_name(tmp_path, monkeypatch, run_cli):
     monkeypatch.chdir(tmp_path)
     r = run_cli("fuse", "v28", "--out", "fz0")
     assert r.exit_code == 0, r.output
-    assert json.loads((tmp_path / "fz0" / "vecmerge.json").read_text())["inputs"]["adapter"]["path"] == str(
-        (tmp_path / "runs" / "v28").resolve())
+    man = json.loads((tmp_path / "fz0" / "vecmerge.json").read_text())
+    assert man["inputs"]["adapter"]["path"] == "runs/v28" and man["workspace"] == ".."  # relative to the workspace
+    assert run_cli("verify", "fz0").exit_code == 0
     r = run_cli("fuse", "v29", "--out", "fz1")
     assert r.exit_code == 2 and "'v29' is not an adapter name in" in r.output and "nor a folder" in r.output

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -390,7 +392,7 @@ def test_model_card_front_matter_names_the_base_model(tmp_path, run_cli):
     """Issue 16 item 1i: the extract's README.md opens with YAML front matter ``library_name: peft`` and no
     ``base_model`` (a local folder is not a hub id: the Hub refuses it, as project's cards do without
     --base-model-id), which parses as YAML even for a folder named with ``: `` and ``#``; the config keeps the
-    local path; the heading names the fine-tune, the text both folders."""
+    local path; the heading names the fine-tune, the text both folders (relative to the workspace)."""
     import yaml
 
     b = small()
@@ -409,7 +411,8 @@ def test_model_card_front_matter_names_the_base_model(tmp_path, run_cli):
         base.resolve())
     assert {"lora", "vecmerge"} <= set(meta["tags"])
     assert body.lstrip("\n").splitlines()[0] == "# LoRA extracted from tuned"
-    assert f"`{tuned.resolve()}` of `{base.resolve()}`" in body
+    rel = [Path(os.path.relpath(f.resolve(), Path.cwd().resolve())).as_posix() for f in (tuned, base)]
+    assert f"`{rel[0]}` of `{rel[1]}`" in body  # relative to the workspace (here the current folder)
 
 
 def test_a_non_finite_value_is_never_written(tmp_path, run_cli):

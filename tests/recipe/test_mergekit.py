@@ -99,17 +99,53 @@ out: rec
 
 
 def test_linear_is_task_arithmetic_normalized_and_the_base_model_is_skipped(three):
-    rec, notes = from_mergekit({"merge_method": "linear", "base_model": "a",
-                                "models": [{"model": "a"}, {"model": "b", "parameters": {"weight": 0.3}},
+    rec, notes = from_mergekit({"merge_method": "linear", "base_model": "Org/base",
+                                "models": [{"model": "Org/base"}, {"model": "b", "parameters": {"weight": 0.3}},
                                            {"model": "c", "parameters": {"weight": 0.7}}]}, "f.yml", three)
-    assert rec == {"method": "task_arithmetic", "normalize": True,
+    assert rec == {"method": "task_arithmetic", "normalize": True, "base_model_id": "Org/base",
                    "models": [{"model": "b", "weight": 0.3}, {"model": "c", "weight": 0.7}]}
-    assert notes == {"mergekit_method": "linear", "base_model": "a", "defaults": {"normalize": True}, "notes": []}
+    assert notes == {"mergekit_method": "linear", "base_model": "Org/base", "defaults": {"normalize": True},
+                     "notes": []}
     rec, _ = from_mergekit({"merge_method": "slerp", "base_model": "b", "parameters": {"t": 0.3},
                             "models": [{"model": "a"}, {"model": "b"}]}, "f.yml", three)
     assert rec["models"] == [{"model": "b"}, {"model": "a"}] and rec["t"] == 0.3  # from base_model (t=0) to a
     rec, _ = from_mergekit({"merge_method": "breadcrumbs", "models": ["a", "meta/llama+b"]}, "f.yml", three)
     assert rec["models"] == [{"model": "a", "density": 1.0}, {"model": "b", "density": 1.0}]  # mergekit's default
+
+
+def test_a_lora_base_model_listed_in_models_is_not_silently_dropped(three, run_cli, dense_expr, dense_updates):
+    """Issue 36, mergekit base_model also in models: the backbone (a hub id) is skipped, as mergekit skips the base
+    input (its update is the origin, its weight in linear's sum); a LoRA as base_model is no origin: kept as a model
+    where mergekit takes the base as one more input (linear, karcher; slerp's t = 0 end), refused in one line where
+    mergekit would merge the differences from it (ties and the other task-vector methods), listed or not."""
+    for listed in ("  - {model: a}\n", ""):
+        (three / "t.yml").write_text(f"merge_method: ties\nbase_model: a\nmodels:\n{listed}  - {{model: b, "
+                                     "parameters: {weight: 1}}\n  - {model: c, parameters: {weight: 1}}\n")
+        res = run_cli("merge", "--config", "t.yml", "--out", "t")
+        lines = [x for x in res.output.splitlines() if "base_model='a'" in x]
+        assert res.exit_code == 2 and len(lines) == 1, res.output
+        assert "a LoRA adapter, and mergekit's ties would merge the other models' differences from it" in lines[0]
+        assert "name the backbone (a hub id or a model folder) as base_model and list 'a' under models" in lines[0]
+        assert not (three / "t").exists()
+    # linear: mergekit averages the base as one more model, its weight in the sum (0.2 a + 0.3 b + 0.5 c) / 1.0
+    (three / "l.yml").write_text("merge_method: linear\nbase_model: a\nmodels:\n"
+                                 + "".join(f"  - {{model: {m}, parameters: {{weight: {w}}}}}\n"
+                                           for m, w in (("a", 0.4), ("b", 0.6), ("c", 1.0))))
+    res = run_cli("merge", "--config", "l.yml", "--rank", "exact", "--dtype", "fp32", "--out", "l")
+    assert res.exit_code == 0, res.output
+    got, want = dense_updates(three / "l"), dense_expr({"a": 0.2, "b": 0.3, "c": 0.5})
+    assert got.keys() == want.keys()
+    for m in want:  # fp32 storage of exact factors: relative 1e-6
+        assert (got[m] - want[m]).norm() <= 1e-6 * want[m].norm(), m
+    (three / "n.yml").write_text("merge_method: linear\nbase_model: a\nmodels: [b, c]\n")
+    res = run_cli("merge", "--config", "n.yml", "--out", "n")
+    assert res.exit_code == 2 and "base_model='a': a LoRA adapter, which mergekit's linear averages as one more " \
+        "model and needs its weight: list it under models with a weight" in res.output
+    rec, _ = from_mergekit({"merge_method": "karcher", "base_model": "a", "models": ["b", "c"]}, "f.yml", three)
+    assert rec["models"] == [{"model": "b"}, {"model": "c"}, {"model": "a"}]  # mergekit adds the base as an input
+    rec, _ = from_mergekit({"merge_method": "ties", "base_model": "Org/base", "models": ["Org/base", "b", "c"]},
+                           "f.yml", three)
+    assert [e["model"] for e in rec["models"]] == ["b", "c"] and rec["base_model_id"] == "Org/base"
 
 
 def test_every_unsupported_key_is_named_in_one_line(three):

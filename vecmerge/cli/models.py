@@ -11,7 +11,7 @@ from .generated import command
 def extract(obj: Ctx, req: rq.Extract) -> None:
     from .. import commands
 
-    commands.extract(req, echo=echo, progress=obj.bars())
+    commands.extract(req, echo=echo, progress=obj.bars(), ws=obj.ws())
 
 
 @command(main, rq.Fuse, "fuse")

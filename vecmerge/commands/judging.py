@@ -72,11 +72,10 @@ def compare_models(ledger: Ledger, a: str, b: str, metric: str | None = None, *,
     """
     check_known(ledger, [a, b], metric)
     metric = _one_metric(ledger, [a, b], metric, current_sha)
-    records = ledger.records(metric=metric, current_sha=current_sha, include_stale=include_stale)
+    records, stale = _compared_records(ledger, members([a, b], replicates), metric, current_sha, include_stale)
     chosen, records = records_of_one_environment(records, members([a, b], replicates), env,
                                                  f"{a} and {b} on {metric}")
-    stale = {n: sum(r.stale for r in ledger.records([n], metric, current_sha=current_sha, include_stale=True))
-             for n in (a, b)} if not include_stale else {}
+    stale = {n: stale.get(n, 0) for n in (a, b)} if not include_stale else {}
     gone = [n for n in (a, b) if stale.get(n) and not any(r.model == n for r in records)]
     if gone and len(gone) == len({a, b}):
         raise EvidenceError(f"every record of {' and '.join(gone)} on {metric} is stale: it measured other weights "
@@ -93,6 +92,22 @@ def compare_models(ledger: Ledger, a: str, b: str, metric: str | None = None, *,
     out["reasons"] += [f"{n}: its {stale[n]} record(s) on {metric} are stale (they measured other weights; --stale "
                        "shows them)" for n in gone]
     return out
+
+
+def _compared_records(ledger: Ledger, wanted, metric: str, current_sha, include_stale: bool) -> tuple[list, dict]:
+    """``(records, {model: stale records})`` a comparison reads, in id order: every record of the compared models
+    and their replicates (``wanted``), and the other models' whole runs only (the pooled noise: their item-level
+    records enter no statistic, and on an item-level ledger they are nearly all of it)."""
+    wanted = set(wanted)
+    mine = ledger.records(sorted(wanted), metric, current_sha=current_sha, include_stale=True)
+    stale: dict[str, int] = {}
+    for r in mine:
+        if r.stale:
+            stale[r.model] = stale.get(r.model, 0) + 1
+    others = [r for r in ledger.records(metric=metric, current_sha=current_sha, include_stale=include_stale,
+                                        level="run") if r.model not in wanted]
+    mine = [r for r in mine if include_stale or not r.stale]
+    return sorted(mine + others, key=lambda r: r.id), stale
 
 
 def calibrate_metrics(ledger: Ledger, proxy: str, target: str, *,

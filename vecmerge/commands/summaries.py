@@ -12,8 +12,10 @@ from ..errors import VecmergeError
 from ..evidence import EvidenceError
 from ..evidence.judge.subscores import sub_runs
 from ..evidence.ledger.environment import EnvChoice, environments
+from ..evidence.ledger.item_groups import ItemGroup, distinct_items, item_groups
 from ..evidence.ledger.ledger import Ledger
 from ..evidence.ledger.precision import read as read_decimals
+from ..evidence.ledger.records import Record
 from ..evidence.stats.grades import detect_grid
 from ..evidence.stats.replicates import components, members, trainings
 from ..evidence.stats.stats import runs_by_model, summarize_records
@@ -62,28 +64,43 @@ def show(ledger: Ledger, names: Sequence[str] | None = None, metric: str | None 
         raise EvidenceError(f"--by {by}: env is the one grouping")
     check_known(ledger, names or [], metric)
     choice = env or EnvChoice()
-    every = [r for r in ledger.records(names, metric, current_sha=current_sha, include_stale=True)
+    # whole runs as records; item-level records (nearly all of an item-level ledger) as counted groups
+    every = [r for r in ledger.records(names, metric, current_sha=current_sha, include_stale=True, level="run")
              if choice.matches(r.environment)]
+    groups = [g for g in item_groups(ledger, names, metric, current_sha=current_sha) if choice.matches(g.environment)]
     used = [r for r in every if include_stale or not r.stale]
-    stale: dict[tuple[str, str], list] = {}
-    for r in every:
-        if r.stale:
-            stale.setdefault((r.model, r.metric), []).append(r.sha256)
+    both: list[Record | ItemGroup] = sorted([*every, *groups], key=lambda x: x.id)  # a group sits at its first
+    # record, in record order
+    stale: dict[tuple[str, str], tuple[list, set]] = {}
+    for x in both:
+        if x.stale:
+            count, shas = stale.setdefault((x.model, x.metric), ([0], set()))
+            count[0] += x.records if isinstance(x, ItemGroup) else 1
+            shas.add(x.sha256 or "")
     items: dict[tuple[str, str], list] = {}
-    for r in used:
-        if r.is_item:
-            items.setdefault((r.model, r.metric), []).append(r.item)
-    envs = environments(used)
+    envs: dict[str, tuple] = {}  # id -> (Environment, runs, records, models, metrics), in record order
+    for x in both:
+        if x.stale and not include_stale:
+            continue
+        e = x.environment
+        _, runs, n, models, metrics = envs.setdefault(e.id, (e, [], [0], set(), set()))
+        n[0] += x.records if isinstance(x, ItemGroup) else 1
+        models.add(x.model)
+        metrics.add(x.metric)
+        if isinstance(x, ItemGroup):
+            items.setdefault((x.model, x.metric), []).append(x)
+        else:
+            runs.append(x)
     return {
         "summaries": [s.to_dict() for s in summarize_records(used, confidence=confidence)],
-        "environments": [{**e.to_dict(), "records": len(rs), "models": sorted({r.model for r in rs}),
-                          "metrics": sorted({r.metric for r in rs})} for e, rs in envs.values()],
+        "environments": [{**e.to_dict(), "records": n[0], "models": sorted(models), "metrics": sorted(metrics)}
+                         for e, _, n, models, metrics in envs.values()],
         "by": by,
-        "stale": [{"model": m, "metric": k, "records": len(v), "sha256s": sorted({s or "" for s in v})}
-                  for (m, k), v in stale.items()],
-        "item_level": [{"model": m, "metric": k, "items": len(set(v)), "records": len(v)}
-                       for (m, k), v in items.items()],
-        "grids": [g for e, rs in envs.values() for g in _grids(rs, e.id, read_decimals(ledger))],
+        "stale": [{"model": m, "metric": k, "records": n[0], "sha256s": sorted(shas)}
+                  for (m, k), (n, shas) in stale.items()],
+        "item_level": [{"model": m, "metric": k, "items": distinct_items(ledger, gs),
+                        "records": sum(g.records for g in gs)} for (m, k), gs in items.items()],
+        "grids": [g for e, rs, *_ in envs.values() for g in _grids(rs, e.id, read_decimals(ledger))],
         "replicates": _replicate_rows(_group_records(ledger, names, used, metric, current_sha, include_stale,
                                                      choice, replicates), replicates, confidence, names),
         "directions": ledger.directions(), "include_stale": include_stale,
@@ -115,7 +132,7 @@ def _group_records(ledger: Ledger, names, used, metric, current_sha, include_sta
     wanted = sorted(members(names, replicates))
     if set(wanted) <= set(names):
         return used
-    return [r for r in ledger.records(wanted, metric, current_sha=current_sha, include_stale=True)
+    return [r for r in ledger.records(wanted, metric, current_sha=current_sha, include_stale=True, level="run")
             if choice.matches(r.environment) and (include_stale or not r.stale)]
 
 

@@ -9,7 +9,9 @@ safetensors file is then streamed from the scratch file and, for ``modules_to_sa
 ``vecmerge.json`` (``kind: extract``) records both models' file hashes, the settings, every module's
 rank, method, total and dropped energy, kept share and relative error, every other differing tensor and
 what was done with it (the common part through ``outputs.manifest``); ``vecmerge verify`` re-derives the
-output from it (``verify.checks.models``).
+output from it (``verify.checks.models``). Local paths stay portable, as a merge's: ``workspace`` is the
+workspace folder relative to the output, both models' paths are relative to it; with ``base_model_id`` the
+config and the card name the base by that hub id (else the config keeps the local base folder).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ..io.model_folder import ModelFolder
 from ..io.safetensors_read import DTYPE_CODES
 from ..io.safetensors_write import SafetensorsWriter, tensor_bytes
 from ..outputs.card import CARD_NAME, model_card
-from ..outputs.manifest import MANIFEST_NAME, adapter_files, finish, stamp, write_manifest
+from ..outputs.manifest import MANIFEST_NAME, adapter_files, finish, portable, stamp, write_manifest
 from ..outputs.transaction import OutputPolicy, OutputTransaction
 from ..peft.format import CONFIG_NAME, DTYPES, PREFIX, SAFETENSORS_NAME
 from ..peft.spec import ModuleSpec
@@ -45,7 +47,8 @@ class ExtractReport(Result):
     """``vecmerge extract``'s result (``--json``: ``to_dict()``): the manifest it wrote (``vecmerge.json``), ``out``.
 
     Args:
-        tool, created, kind (str): ``stamp("extract")``. inputs (dict): both models' paths and file hashes.
+        tool, created, kind (str): ``stamp("extract")``. workspace (str): the workspace folder relative to
+            ``out``. inputs (dict): both models' paths (relative to the workspace) and file hashes.
         settings (dict): rank, targets, others, dtype, seed. figures (dict): modules, ranks, kept share,
             errors, seconds. modules (dict): per module rank, method, energies, errors, alpha, written rank.
         others (dict): the differing tensors outside the targets and what was done with them.
@@ -55,6 +58,7 @@ class ExtractReport(Result):
     tool: str
     created: str
     kind: str
+    workspace: str
     inputs: dict
     settings: dict
     figures: dict
@@ -111,21 +115,22 @@ def _write_weights(tmp: Path, ex: Extraction, fac: _Factors) -> None:
     fac.path.unlink()
 
 
-def _config(ex: Extraction, fac: _Factors) -> dict:
+def _config(ex: Extraction, fac: _Factors, base_model_id: str | None) -> dict:
     ranks = {m: r for m, (r, _) in fac.written.items()}
     alphas = {m: a for m, (_, a) in fac.written.items()}
     cfg = build_config(None, fac.specs, ranks, alphas, same_modules=False)
-    cfg["base_model_name_or_path"] = str(ex.base.path.resolve())
+    cfg["base_model_name_or_path"] = base_model_id or str(ex.base.path.resolve())
     cfg["modules_to_save"] = list(ex.saved_modules) or None
     return cfg
 
 
-def manifest_for(ex: Extraction, fac: _Factors, settings: dict, seconds: float) -> dict:
-    """The ``vecmerge.json`` of an extraction (``outputs.manifest.finish`` closes it once the files exist)."""
+def manifest_for(ex: Extraction, fac: _Factors, settings: dict, seconds: float, out: Path, home: Path) -> dict:
+    """The ``vecmerge.json`` of an extraction (``outputs.manifest.finish`` closes it once the files exist); the
+    models' paths relative to ``home``, ``workspace`` that folder relative to ``out`` (the output folder)."""
     mods = {m: {**rec, "alpha": fac.written[m][1], "written_rank": fac.written[m][0]} for m, rec in ex.modules.items()}
-    return {**stamp("extract"),
-            "inputs": {"base": {"path": str(ex.base.path.resolve()), "files": ex.base.sha256s()},
-                       "tuned": {"path": str(ex.tuned.path.resolve()), "files": ex.tuned.sha256s()}},
+    return {**stamp("extract"), "workspace": portable(home, out),
+            "inputs": {"base": {"path": portable(ex.base.path, home), "files": ex.base.sha256s()},
+                       "tuned": {"path": portable(ex.tuned.path, home), "files": ex.tuned.sha256s()}},
             "settings": settings, "figures": {**ex.figures(), "seconds": seconds}, "modules": mods,
             "others": {"policy": ex.others_policy, "tensors": [o.to_dict() for o in ex.others],
                        "saved_modules": ex.saved_modules, "saved_tensors": ex.saved_tensors}}
@@ -155,14 +160,17 @@ def card_body(manifest: dict) -> str:
 
 
 def extract(base_model, tuned, out, *, rank: str, targets=(ALL_LINEAR,), others: str | None = None,
-            dtype: str = "fp32", seed: int = 0, force: bool = False, progress=None) -> ExtractReport:
+            dtype: str = "fp32", seed: int = 0, force: bool = False, progress=None, home=None,
+            base_model_id: str | None = None) -> ExtractReport:
     """Extract a LoRA from a full fine-tune and write it to ``out`` (see ``extract`` and this module).
 
     Args:
         base_model, tuned (str | Path): model folders. out (str | Path): the adapter folder to write.
         rank (str): N | energy:E | auto. targets (Iterable[str]). others (str | None): save | drop.
         dtype (str): fp32 | bf16 | fp16 of the factors. seed (int). force (bool): replace a vecmerge --out.
-        progress (callable | None): wraps an iterable (tqdm).
+        progress (callable | None): wraps an iterable (tqdm). home (str | Path | None): the workspace folder the
+            manifest's paths start from (default: the current folder). base_model_id (str | None): the base's hub
+            id (ORG/NAME), written as the config's base model and in the card.
 
     Returns:
         ExtractReport: the manifest with ``out``.
@@ -182,19 +190,21 @@ def extract(base_model, tuned, out, *, rank: str, targets=(ALL_LINEAR,), others:
             finally:
                 fac.close()
             _write_weights(tmp, ex, fac)
-            cfg = _config(ex, fac)
+            cfg = _config(ex, fac, base_model_id)
             (tmp / CONFIG_NAME).write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
             settings = {"rank": str(ex.policy), "targets": list(targets), "others": others, "dtype": dtype,
-                        "seed": seed}
-            man = manifest_for(ex, fac, settings, time.perf_counter() - t0)
+                        "seed": seed, "base_model_id": base_model_id}
+            man = manifest_for(ex, fac, settings, time.perf_counter() - t0, Path(out).resolve(),
+                               Path(home or Path.cwd()).resolve())
             if ex.resized and ex.others_policy == "save":
                 for name in ex.tuned.other_files():
                     if name in TOKENIZER_FILES:
                         shutil.copyfile(ex.tuned.path / name, tmp / name)
             files = sorted(p.name for p in tmp.iterdir()) + [MANIFEST_NAME, CARD_NAME]
-            # a local path is not a hub id: the card's front matter names no base model (as project's without
-            # --base-model-id); the body names both folders
-            (tmp / CARD_NAME).write_text(model_card(None, f"LoRA extracted from {ex.tuned.path.name}", card_body(man)))
+            # a local path is not a hub id: without base_model_id the card's front matter names no base model
+            # (as project's); the body names both folders (relative to the workspace)
+            (tmp / CARD_NAME).write_text(model_card(base_model_id, f"LoRA extracted from {ex.tuned.path.name}",
+                                                    card_body(man)))
             man = finish(man, {**adapter_files(tmp, SAFETENSORS_NAME, CONFIG_NAME), "dtype": dtype,
                                "modules": len(fac.written), "files": files,
                                "card_sha256": sha256_file(tmp / CARD_NAME)})

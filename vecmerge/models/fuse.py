@@ -8,7 +8,8 @@ For every LoRA module m with update ``D_m = scale * B @ A`` (in the base layout)
 in row blocks of ``BLOCK_BYTES``. ``modules_to_save`` tensors replace the base's; every other tensor is
 copied byte for byte (converted only for ``--dtype``); shard names, tensor order, ``__metadata__``, the index
 and the base's other top-level files are kept. ``vecmerge.json`` (``kind: fuse``) records every hash and per
-module ``||D||`` and ``rounding_rel``. Written by ``outputs.transaction.OutputTransaction``.
+module ``||D||`` and ``rounding_rel``; its paths are relative to the workspace (``workspace``: that folder
+relative to the output). Written by ``outputs.transaction.OutputTransaction``.
 What is copied, and why a float32 sum suffices: docs/design/models.md.
 """
 
@@ -30,7 +31,7 @@ from ..io.model_folder import CONFIG, INDEX_NAME, ModelFolder
 from ..io.safetensors_read import DTYPE_CODES, ST_DTYPES, itemsize, to_tensor
 from ..io.safetensors_write import SafetensorsWriter, tensor_bytes, write_index
 from ..outputs.card import CARD_NAME, model_card
-from ..outputs.manifest import MANIFEST_NAME, finish, stamp, write_manifest
+from ..outputs.manifest import MANIFEST_NAME, finish, portable, stamp, write_manifest
 from ..outputs.transaction import OutputPolicy, OutputTransaction
 from ..peft.adapter import Adapter
 from ..peft.format import DTYPES, PREFIX
@@ -47,7 +48,8 @@ class FuseReport(Result):
     """``vecmerge fuse``'s result (``--json``: ``to_dict()``): the manifest it wrote (``vecmerge.json``), ``out``.
 
     Args:
-        tool, created, kind (str): ``stamp("fuse")``. inputs (dict): the base's and the adapter's hashes.
+        tool, created, kind (str): ``stamp("fuse")``. workspace (str): the workspace folder relative to ``out``.
+        inputs (dict): the base's and the adapter's paths (relative to the workspace) and hashes.
         settings (dict): dtype (None: stored dtypes). modules (dict): per module ``||D||`` and ``rounding_rel``.
         saved (dict): base tensors replaced by the adapter's modules_to_save. figures (dict): counts, rounding,
             seconds. vecmerge_version (str). output (dict): shards, hashes, copied files, config edits.
@@ -57,6 +59,7 @@ class FuseReport(Result):
     tool: str
     created: str
     kind: str
+    workspace: str
     inputs: dict
     settings: dict
     modules: dict
@@ -180,13 +183,14 @@ def plan(a: Adapter, base: ModelFolder) -> tuple[dict, dict]:
 
 
 def fuse(adapter, base_model, out, *, dtype: str | None = None, force: bool = False,
-         progress=None) -> FuseReport:
+         progress=None, home=None) -> FuseReport:
     """Fuse ``adapter`` into ``base_model`` and write the model to ``out`` (see the module docstring).
 
     Args:
         adapter (str | Path): a PEFT LoRA folder. base_model (str | Path): its base model folder (safetensors).
         out (str | Path): the model folder to write. dtype (str | None): fp32 | bf16 | fp16 for every floating
             tensor, or None to keep each tensor's stored dtype. force (bool). progress: wraps an iterable.
+        home (str | Path | None): the workspace folder the manifest's paths start from (default: the current one).
 
     Returns:
         FuseReport: the manifest with ``out``.
@@ -207,7 +211,8 @@ def fuse(adapter, base_model, out, *, dtype: str | None = None, force: bool = Fa
             _check_saved_format(a)
         with OutputTransaction(policy) as txn:
             tmp = txn.folder(out)
-            man = _write(tmp, a, base, mods, saved, dtype, progress)
+            man = _write(tmp, a, base, mods, saved, dtype, progress,
+                         (Path(out).resolve(), Path(home or Path.cwd()).resolve()))
             man["figures"]["seconds"] = time.perf_counter() - t0
             (tmp / CARD_NAME).write_text(model_card(None, f"{base.path.name} with {a.path.name} fused in",
                                                     card_body(man)))
@@ -235,7 +240,10 @@ def _out_code(code: str, dtype: str | None) -> str:
     return DTYPE_CODES[DTYPES[dtype]]
 
 
-def _write(tmp: Path, a: Adapter, base: ModelFolder, mods: dict, saved: dict, dtype, progress) -> dict:
+def _write(tmp: Path, a: Adapter, base: ModelFolder, mods: dict, saved: dict, dtype, progress,
+           where: tuple) -> dict:
+    """Every tensor and file of the fused model into ``tmp``; the manifest (``where``: (output, workspace))."""
+    out, home = where
     files: dict[str, str] = {}
     modules: dict[str, dict] = {}
     copied = converted = 0
@@ -285,8 +293,9 @@ def _write(tmp: Path, a: Adapter, base: ModelFolder, mods: dict, saved: dict, dt
     rel = [r["rounding_rel"] for r in modules.values()]
     d_all = sum(r["delta_norm"] ** 2 for r in modules.values())
     e_all = sum((r["rounding_rel"] * r["delta_norm"]) ** 2 for r in modules.values())
-    body = {"inputs": {"base": {"path": str(base.path.resolve()), "files": base.sha256s()},
-                       "adapter": {"path": str(a.path.resolve()), "sha256": a.sha256,
+    body = {"workspace": portable(home, out),
+            "inputs": {"base": {"path": portable(base.path, home), "files": base.sha256s()},
+                       "adapter": {"path": portable(a.path, home), "sha256": a.sha256,
                                    "config_sha256": a.config_sha256}},
             "settings": {"dtype": dtype}, "modules": modules, "saved": {n: k for n, k in saved.items()},
             "figures": {"modules": len(modules), "saved": len(saved), "copied": copied, "converted": converted,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 from pathlib import Path
 
 from ..errors import OutputError
@@ -60,6 +61,16 @@ def jsonable(x):
     if callable(getattr(x, "to_dict", None)):  # a typed result (``results.Result``) or record
         return jsonable(x.to_dict())
     return str(x)
+
+
+def portable(path: str | Path, home: Path) -> str:
+    """``path`` relative to ``home`` (POSIX separators), with ``..`` when it lies outside it: an upload-ready
+    folder holds no absolute local path (absolute only where no relative path exists, another drive)."""
+    p = Path(path).resolve()
+    try:
+        return Path(os.path.relpath(p, Path(home).resolve())).as_posix()
+    except ValueError:
+        return str(p)
 
 
 def stamp(kind: str) -> dict:

@@ -10,24 +10,13 @@ merge-specific middle. Which paths, and hub ids: docs/design/pipeline.md.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-from ..outputs.manifest import stamp
+from ..outputs.manifest import portable, stamp
 from ..workspace.base_model import canonical
 from .build import CUT_SEED, BuiltOutput
 from .evaluation import Evaluation
-
-
-def portable(path: str | Path, home: Path) -> str:
-    """``path`` relative to ``home`` (POSIX separators), with ``..`` when it lies outside it: an upload-ready
-    folder holds no absolute local path (absolute only where no relative path exists, another drive)."""
-    p = Path(path).resolve()
-    try:
-        return Path(os.path.relpath(p, Path(home).resolve())).as_posix()
-    except ValueError:
-        return str(p)
 
 
 def _portable_base(name: str | None, home: Path, hub: tuple | None = None) -> str | None:

@@ -221,6 +221,7 @@ def from_mergekit(data: object, source: str, root: Path, known: Collection[str] 
     entries: list[tuple[str, dict[str, Conditions]]] = []  # (recipe name, its weight and density settings)
     per_model: dict[str, list[Scalar | None]] = {}
     base_weight: Conditions | None = None
+    lora_base = _lora_base(mk, base_ref, raw_models, root, known, p)
     for i, e in enumerate(raw_models):
         e = {"model": e} if isinstance(e, str) else e
         if not isinstance(e, dict) or e.get("model") is None:
@@ -229,8 +230,8 @@ def from_mergekit(data: object, source: str, root: Path, known: Collection[str] 
         for k in sorted(set(map(str, e)) - set(vocab.MODEL_KEYS) - {"layer_range"}):
             p.append(f"models[{i}].{k}: not a mergekit model key{did_you_mean(k, vocab.MODEL_KEYS)}")
         own = _params(e.get("parameters"), f"models[{i}].parameters", p, allowed)
-        if base_ref is not None and str(e["model"]) == base_ref:  # its update is zero: mergekit skips it ...
-            base_weight = own.get("weight", params.get("weight"))  # ... except linear, which averages it too
+        if base_ref is not None and str(e["model"]) == base_ref and not lora_base:  # update zero: mergekit skips
+            base_weight = own.get("weight", params.get("weight"))  # ... the base, except linear, which averages it
             continue
         name = _model_ref(e["model"], f"models[{i}].model", root, known, p, inputs)
         for k, conds in own.items():
@@ -238,6 +239,10 @@ def from_mergekit(data: object, source: str, root: Path, known: Collection[str] 
                 per_model.setdefault(k, []).append(mv.constant(conds))
         if name is not None:
             entries.append((name, {k: own[k] for k in own if k in PER_MODEL}))
+    if lora_base and mk in ("karcher", "slerp") and base_ref not in _listed(raw_models):
+        name = _model_ref(base_ref, "base_model", root, known, p, inputs)  # mergekit adds the base as an input
+        if name is not None:
+            entries.append((name, {}))
     settings = [*params.values(), *(s for _, own in entries for s in own.values())]
     varying = any(mv.constant(c) is None for c in settings)
     n = layers(entries[0][0], inputs) if layers is not None and entries and (varying or ranges) else None
@@ -293,8 +298,7 @@ def from_mergekit(data: object, source: str, root: Path, known: Collection[str] 
         if k not in rec_params:
             rec_params[k] = defaults[k] = v
     if mk == "slerp" and method == "slerp" and base_ref is not None:
-        names = [str(e.get("model")) for e in raw_models if isinstance(e, dict)]
-        if base_ref in names:  # mergekit's slerp interpolates from base_model (t = 0) to the other model
+        if base_ref in _listed(raw_models) or lora_base:  # mergekit's slerp: from base_model (t = 0) to the other
             first = _model_ref(base_ref, "base_model", root, known, p, inputs)
             out_entries = [{"model": first}] + [e for e in out_entries if e["model"] != first]
     rec: dict[str, Any] = {"method": method, "models": out_entries, **rec_params}
@@ -327,6 +331,32 @@ def from_mergekit(data: object, source: str, root: Path, known: Collection[str] 
         said.append(f"gradients or filters of {', '.join(sorted(per_module))}: resolved per module as mergekit "
                     f"does (the recipe's per_module rows, {sum(map(len, per_module.values()))} in all)")
     return rec, {"mergekit_method": mk, "base_model": base_ref, "defaults": defaults, "notes": said}
+
+
+def _listed(raw_models: list[object]) -> list[str]:
+    """The model references of ``models`` (strings or ``{model: ...}`` mappings) as the file writes them."""
+    return [str(e.get("model") if isinstance(e, dict) else e) for e in raw_models]
+
+
+def _lora_base(mk: str, base_ref: str | None, raw_models: list[object], root: Path, known: Collection[str],
+               p: list[str]) -> bool:
+    """Whether ``base_model`` is a LoRA adapter (a workspace name, a folder with ``adapter_config.json``, or
+    mergekit's ``BASE+LORA``): its update is not the origin, so it is kept as a model where mergekit takes the base
+    as one more input (``slerp``, ``linear``, ``karcher``); a problem line for any other method, whose mergekit
+    result ``W_base + merge(W_i - W_base)`` merges the differences from it."""
+    if base_ref is None:
+        return False
+    folder = Path(base_ref) if Path(base_ref).is_absolute() else root / base_ref
+    if not ("+" in base_ref or base_ref in known or (folder / "adapter_config.json").is_file()):
+        return False
+    if mk == "linear" and base_ref not in _listed(raw_models):
+        p.append(f"base_model={base_ref!r}: a LoRA adapter, which mergekit's linear averages as one more model and "
+                 f"needs its weight: list it under models with a weight, or name the backbone as base_model")
+    elif mk not in ("slerp", "linear", "karcher"):
+        p.append(f"base_model={base_ref!r}: a LoRA adapter, and mergekit's {mk or 'merge'} would merge the other "
+                 "models' differences from it (W_base + merge(W_i - W_base)), which vecmerge does not compute; name "
+                 f"the backbone (a hub id or a model folder) as base_model and list {base_ref!r} under models")
+    return True
 
 
 def _linear(rec: dict, weights: list[float | None], base_weight: Conditions | None, p: list[str]) -> None:

@@ -14,6 +14,7 @@ from ..options import (
     EXTRACT_RANK_HELP,
     EXTRACT_TARGETS_HELP,
     FUSE_DTYPE_HELP,
+    is_hub_id,
 )
 from .shared import BASE_MODEL, FORCE, JSON, OUT_FOLDER, PLOT
 from .spec import Request, Spec, argument, option
@@ -35,6 +36,11 @@ class Extract(Request):
     dtype: str = option(Spec("--dtype", "dtype of the written factors.", kind="choice", choices=DTYPE_NAMES,
                              default="fp32", shown=True))
     seed: int = option(Spec("--seed", "Seed of the randomized range finder.", kind="int", default=0, shown=True))
+    base_model_id: str | None = option(Spec(
+        "--base-model-id", "Hub id of the base model (ORG/NAME), written as base_model_name_or_path and in the model "
+        "card (default: base_model_id in vecmerge.yaml when its base_model is --base-model, else the local folder).",
+        check=lambda v: None if v is None or is_hub_id(v) else f"--base-model-id {v!r}: a hub id such as "
+        "Qwen/Qwen3-0.6B (ORG/NAME)"))
     out: str = option(OUT_FOLDER)
     force: bool = option(REPLACE_OUT)
     as_json: bool = option(MANIFEST)

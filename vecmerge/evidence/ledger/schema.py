@@ -74,7 +74,12 @@ MIGRATIONS: dict[int, list[str]] = {
 
 # what reads filter on, beside CREATE_V1's (metric, model): a model's records on every metric (show NAME, compare's
 # stale counts, ls). Indexes change no row and no version: every write adds a missing one (``index``).
-INDEXES = ["CREATE INDEX IF NOT EXISTS records_model_metric ON records (model, metric)"]
+# the filters of the reads: a model's records; and whole runs only (partial indexes: an item-level ledger's runs are
+# a few rows among millions, read by compare's pooled noise and show's summaries without touching the items)
+INDEXES = ["CREATE INDEX IF NOT EXISTS records_model_metric ON records (model, metric)",
+           "CREATE INDEX IF NOT EXISTS records_runs ON records (id) WHERE item IS NULL",
+           "CREATE INDEX IF NOT EXISTS records_runs_metric ON records (metric, model) WHERE item IS NULL",
+           "CREATE INDEX IF NOT EXISTS records_runs_model ON records (model, metric) WHERE item IS NULL"]
 
 RECORD_COLUMNS = ("id, model, sha256, metric, value, subs, stderr, item, cluster, source, note, created, subscore, "
                   "env")

@@ -61,20 +61,26 @@ def _hash_check(name: str, recorded: dict, got: dict, what: str) -> dict:
                  f"{len(recorded)} files of {what} hash as recorded", {"files": len(recorded)})
 
 
+MOVED = ("; the manifest's paths are relative to the workspace the output was made in: if the output was moved "
+         "or copied, pass --workspace PATH/vecmerge.yaml of that workspace")
+
+
 def _open(folder, flag: str):
     try:
         return ModelFolder(folder, flag), None
     except VecmergeError as e:
-        return None, check(f"{flag.strip('-')} opens", False, str(e))
+        hint = MOVED if flag != "output" and not Path(folder).exists() else ""
+        return None, check(f"{flag.strip('-')} opens", False, str(e) + hint)
 
 
 # -- extract ------------------------------------------------------------------------------------
 def _extract_config(out: Adapter, man: dict) -> list[dict]:
     raw, cfg, mods = out.config.raw, out.config, man.get("modules") or {}
     problems = []
-    if cfg.base_model != man["inputs"]["base"]["path"]:
-        problems.append(f"base_model_name_or_path is {cfg.base_model!r}, the manifest's base is "
-                        f"{man['inputs']['base']['path']!r}")
+    hub = (man.get("settings") or {}).get("base_model_id")
+    want = hub or str(Path(man["inputs"]["base"]["path"]).resolve())  # the hub id, else the local folder
+    if cfg.base_model != want:
+        problems.append(f"base_model_name_or_path is {cfg.base_model!r}, the manifest's base is {want!r}")
     if cfg.use_rslora:
         problems.append("use_rslora is on, but extract writes alpha/r scales")
     missed = [m for m in out.modules if not targeted(raw, m)]
@@ -254,7 +260,8 @@ def verify_fuse(path: Path, man: dict, tol: dict, progress=None) -> VerifyReport
         a = Adapter(man["inputs"]["adapter"]["path"], modules_to_save="drop")
     except VecmergeError as e:
         a = None
-        checks.append(check("adapter opens", False, str(e)))
+        hint = MOVED if not Path(man["inputs"]["adapter"]["path"]).exists() else ""
+        checks.append(check("adapter opens", False, str(e) + hint))
     if a is not None:
         ok = a.sha256 == man["inputs"]["adapter"]["sha256"] and a.config_sha256 == man["inputs"]["adapter"][
             "config_sha256"]

@@ -275,11 +275,14 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
     path = Path(path)
     manifest = read_manifest(path)
     kind = manifest.get("kind") if isinstance(manifest, dict) else None
+    if workspace is not None and isinstance(manifest, dict) and isinstance(manifest.get("workspace"), str):
+        manifest = {**manifest, "workspace": str(Path(workspace).resolve())}  # the output moved: --workspace
     if kind in ("extract", "fuse"):  # a LoRA extracted from a fine-tune, or a model with a LoRA fused in
         from .models import verify_extract, verify_fuse
 
         tol = TOLERANCES.get((manifest.get("output") or {}).get("dtype") or "fp32", TOLERANCES["bf16"])
         try:
+            manifest = with_absolute_inputs(manifest, path)  # paths relative to the workspace (absolute before)
             return (verify_extract if kind == "extract" else verify_fuse)(path, manifest, tol, progress)
         except (KeyError, TypeError) as e:
             raise OutputError(f"{path / 'vecmerge.json'}: not a complete {kind} manifest (missing or malformed "
@@ -290,10 +293,8 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
     if bad:
         raise OutputError(f"{path / 'vecmerge.json'}: {bad[0]}; not a manifest vecmerge wrote (edited?), "
                           "re-run its recipe")
-    where = ""
-    if workspace is not None and isinstance(manifest.get("workspace"), str):  # the pointer is relative to the folder
-        where = f"--workspace {Path(workspace).resolve()}"
-        manifest = {**manifest, "workspace": str(Path(workspace).resolve())}
+    where = f"--workspace {Path(workspace).resolve()}" if workspace is not None and isinstance(manifest.get(
+        "workspace"), str) else ""
     manifest = with_absolute_inputs(manifest, path)  # input paths are stored relative to the workspace
     problem = model_folder_problem(base_model) if base_model is not None else None
     if problem:
