@@ -102,6 +102,8 @@ def local_ray():
 def test_a_local_ray_scores_the_same_candidates_as_one_process(root, local_ray, tmp_path):
     setup = _setup(root)
     params = grid(setup.space, 6, 0)
+    with pytest.raises(UsageError, match="has 2 CPU"):
+        Pool(setup, workers=3, gpus=False)
     with Pool(setup, workers=2, gpus=False) as pool:
         assert len(pool) == 2 and pool.device == "cpu"
         got = list(pool.score([(p, list(setup.sets)) for p in params]))

@@ -98,6 +98,8 @@ class Pool:
         cpus = max(1, int(res.get("CPU", 1)))
         n = n_gpu or (workers or 1)
         if not n_gpu and n > cpus:
+            self.actors = []
+            self.close()  # the Ray this started, if any
             raise UsageError(f"--workers {n}: the Ray cluster has {cpus} CPU(s); give at most {cpus}")
         opts = {"num_gpus": 1, "num_cpus": 1} if n_gpu else {"num_cpus": 1}
         device, threads = ("cuda", None) if n_gpu else ("cpu", max(1, cpus // n))
@@ -108,7 +110,8 @@ class Pool:
         # the driver's batch as its scorer cut the sets (the largest chunk), so that the batches are the same
         batch = max((len(chunk) for b in setup.scorer.batches.values() for chunk, _ in b), default=1)
         actor = ray.remote(**opts)(Worker)
-        self.actors = [actor.remote(str(setup.space.base_model), setup.space, factors, sets, batch=batch,
+        folder = str(Path(setup.space.base_model).resolve())  # a worker's working folder may be another
+        self.actors = [actor.remote(folder, setup.space, factors, sets, batch=batch,
                                     device=device, threads=threads) for _ in range(n)]
         self.device = device
 
