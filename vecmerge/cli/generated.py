@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from ..requests.spec import Request, Spec, spec_of
-from .app import Ctx, global_options, handled
+from .app import Ctx, echo, global_options, handled
 
 
 class _WrittenFloat(click.types.FloatParamType):
@@ -75,3 +75,22 @@ def command(group: click.Group, request: type[Request], name: str | None = None,
         return group.command(name or fn.__name__, help=request.__doc__, **settings)(f)
 
     return deco
+
+
+def relay(group: click.Group, request: type[Request], name: str, target: str, *, progress: bool = False,
+          **settings: Any) -> click.Command:
+    """Register a command that hands its request to ``commands.<target>(ws, request, echo=...)``.
+
+    Args:
+        group (click.Group): where it goes. request (type[Request]): its inputs. name (str): the command's name.
+        target (str): the function of ``vecmerge.commands`` that does the work. progress (bool): pass the
+            progress-bar wrapper too. settings: more ``click.command`` keywords.
+    """
+    def call(obj: Ctx, req: Any) -> None:
+        from .. import commands
+
+        more = {"progress": obj.bars()} if progress else {}
+        getattr(commands, target)(obj.ws(), req, echo=echo, **more)
+
+    call.__name__ = target
+    return command(group, request, name, **settings)(call)

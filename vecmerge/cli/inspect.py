@@ -3,19 +3,8 @@
 from __future__ import annotations
 
 from .. import requests as rq
-from .app import Ctx, echo, main
-from .generated import command
+from .app import main
+from .generated import relay
 
-
-@command(main, rq.Inspect, "inspect")
-def inspect(obj: Ctx, req: rq.Inspect) -> None:
-    from .. import commands
-
-    commands.inspect(obj.ws(), req, echo=echo, progress=obj.bars())
-
-
-@command(main, rq.Audit, "audit")
-def audit(obj: Ctx, req: rq.Audit) -> None:
-    from .. import commands
-
-    commands.audit(obj.ws(), req, echo=echo, progress=obj.bars())
+relay(main, rq.Inspect, "inspect", "inspect", progress=True)
+relay(main, rq.Audit, "audit", "audit", progress=True)

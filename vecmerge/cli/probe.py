@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 from .. import requests as rq
-from .app import Ctx, echo, main
-from .generated import command
+from .app import main
+from .generated import relay
 
-
-@command(main, rq.Probe, "probe")
-def probe(obj: Ctx, req: rq.Probe) -> None:
-    from .. import commands
-
-    commands.probe(obj.ws(), req, echo=echo, progress=obj.bars())
+relay(main, rq.Probe, "probe", "probe", progress=True)

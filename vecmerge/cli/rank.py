@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 from .. import requests as rq
-from .app import Ctx, echo, main
-from .generated import command
+from .app import main
+from .generated import relay
 
-
-@command(main, rq.Rank, "rank")
-def rank(obj: Ctx, req: rq.Rank) -> None:
-    from .. import commands
-
-    commands.rank(obj.ws(), req, echo=echo)
+relay(main, rq.Rank, "rank", "rank")

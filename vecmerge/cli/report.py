@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 from .. import requests as rq
-from .app import Ctx, echo, main
-from .generated import command
+from .app import main
+from .generated import relay
 
-
-@command(main, rq.Report, "report")
-def report(obj: Ctx, req: rq.Report) -> None:
-    from .. import commands
-
-    commands.report(obj.ws(), req, echo=echo)
+relay(main, rq.Report, "report", "report")

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 from .. import requests as rq
-from .app import Ctx, echo, main
-from .generated import command
+from .app import main
+from .generated import relay
 
-
-@command(main, rq.Search, "search")
-def search(obj: Ctx, req: rq.Search) -> None:
-    from .. import commands
-
-    commands.search(obj.ws(), req, echo=echo, progress=obj.bars())
+relay(main, rq.Search, "search", "search", progress=True)
