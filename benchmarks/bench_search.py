@@ -35,10 +35,25 @@ from pathlib import Path
 
 import torch
 
-QWEN3_06B = dict(hidden_size=1024, intermediate_size=3072, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-                 max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=1_000_000.0)
-TINY = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-            max_position_embeddings=256, tie_word_embeddings=True)
+QWEN3_06B = dict(
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_position_embeddings=4096,
+    tie_word_embeddings=True,
+    rope_theta=1_000_000.0,
+)
+TINY = dict(
+    hidden_size=64,
+    intermediate_size=96,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=256,
+    tie_word_embeddings=True,
+)
 FULL_LAYERS = 28
 T0 = time.perf_counter()
 
@@ -67,8 +82,14 @@ def make_data(root: Path, layers: int, a) -> None:
     toy_adapter(root / "t0", config=config, rank=a.rank, seed=2)
     gen = torch.Generator().manual_seed(0)
     for name in ("target", "protect"):
-        rows = [{"id": i, "prompt_ids": torch.randint(2, a.vocab, (a.tokens,), generator=gen).tolist(),
-                 "target_ids": torch.randint(2, a.vocab, (1,), generator=gen).tolist()} for i in range(a.prompts)]
+        rows = [
+            {
+                "id": i,
+                "prompt_ids": torch.randint(2, a.vocab, (a.tokens,), generator=gen).tolist(),
+                "target_ids": torch.randint(2, a.vocab, (1,), generator=gen).tolist(),
+            }
+            for i in range(a.prompts)
+        ]
         (root / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -77,10 +98,17 @@ def prepare(root: Path, a):
     from vecmerge.search import engine
     from vecmerge.workspace.names import Workspace
 
-    return engine.prepare(Workspace(root=root), base="bb", dirs=["t0 - bb"],
-                          target={"target": str(root / "target.jsonl")},
-                          protect={"protect": str(root / "protect.jsonl")}, margin=1.0, trust_max=0.05,
-                          base_model=root / "base", batch=a.batch)
+    return engine.prepare(
+        Workspace(root=root),
+        base="bb",
+        dirs=["t0 - bb"],
+        target={"target": str(root / "target.jsonl")},
+        protect={"protect": str(root / "protect.jsonl")},
+        margin=1.0,
+        trust_max=0.05,
+        base_model=root / "base",
+        batch=a.batch,
+    )
 
 
 def ours(setup, cands: list) -> list:
@@ -153,9 +181,16 @@ def measure(layers: int, a) -> dict:
         warmup_wall, _, _ = timed(lambda: [build(c, setup.factors) for c in cands])
         evolve = Evolve(setup, root, a)
         runs = {"vecmerge": lambda: ours(setup, cands), "evolve": lambda: evolve(cands)}
-        res: dict = {"layers": layers, "setup_s": setup_wall, "setup_cpu_s": setup_cpu, "warmup_s": warmup_wall,
-                     "wall": {}, "cpu": {}, "rounds": {},
-                     "energies": sorted({c.params.get("energy", 0.0) for c in cands})}
+        res: dict = {
+            "layers": layers,
+            "setup_s": setup_wall,
+            "setup_cpu_s": setup_cpu,
+            "warmup_s": warmup_wall,
+            "wall": {},
+            "cpu": {},
+            "rounds": {},
+            "energies": sorted({c.params.get("energy", 0.0) for c in cands}),
+        }
         scores = {}
         for r in range(a.repeat):
             for name, fn in runs.items():
@@ -166,8 +201,12 @@ def measure(layers: int, a) -> dict:
                 res["cpu"][name] = min(x[1] for x in res["rounds"][name])
         evolve.close()
         setup.scorer.close()
-    res["max_abs_diff"] = max(abs(x[s][i]["loglik"] - y[s][i]["loglik"])
-                              for x, y in zip(scores["vecmerge"], scores["evolve"]) for s in x for i in x[s])
+    res["max_abs_diff"] = max(
+        abs(x[s][i]["loglik"] - y[s][i]["loglik"])
+        for x, y in zip(scores["vecmerge"], scores["evolve"])
+        for s in x
+        for i in x[s]
+    )
     res["max_abs_loglik"] = max(abs(v["loglik"]) for x in scores["evolve"] for s in x for v in x[s].values())
     return res
 
@@ -183,34 +222,56 @@ def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
 def render(res: dict) -> str:
     a = res["config"]
     shape = "tiny (hidden 64)" if a["tiny"] else "Qwen3-0.6B layer shapes (hidden 1024, MLP 3072, 16 x 128 heads)"
-    lines = [f"search bench: {shape}, vocabulary {a['vocab']}, rank {a['rank']}, {a['prompts']} target + "
-             f"{a['prompts']} protected items of {a['tokens']} + 1 tokens, batch {a['batch']}, {a['candidates']} "
-             f"candidates, best of {a['repeat']} rounds, {res['threads']} torch thread(s), CPU; load average "
-             f"{res['load_before']} before, {res['load_after']} after", "",
-             "| layers | way | wall s per candidate | CPU s per candidate | per minute (wall) | per hour on one core "
-             "(CPU) | vecmerge faster (wall / CPU) |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"search bench: {shape}, vocabulary {a['vocab']}, rank {a['rank']}, {a['prompts']} target + "
+        f"{a['prompts']} protected items of {a['tokens']} + 1 tokens, batch {a['batch']}, {a['candidates']} "
+        f"candidates, best of {a['repeat']} rounds, {res['threads']} torch thread(s), CPU; load average "
+        f"{res['load_before']} before, {res['load_after']} after",
+        "",
+        "| layers | way | wall s per candidate | CPU s per candidate | per minute (wall) | per hour on one core "
+        "(CPU) | vecmerge faster (wall / CPU) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for m in res["runs"]:
         w, c = m["wall"], m["cpu"]
-        for way, label in (("vecmerge", "vecmerge (hooks, nothing written)"),
-                           ("evolve", "evolve way (merge, save, load, run)")):
-            ratio = f"**{w['evolve'] / w['vecmerge']:.2f}x / {c['evolve'] / c['vecmerge']:.2f}x**" \
-                if way == "vecmerge" else ""
-            lines.append(f"| {m['layers']} | {label} | {w[way]:.3f} | {c[way]:.3f} | {60 / w[way]:.1f} | "
-                         f"{3600 / c[way]:.0f} | {ratio} |")
-    lines += ["", "setup once per search (vecmerge): " + "; ".join(
-        f"{m['layers']} layers {m['setup_s']:.1f} s (load, capture and decompositions, backbone scored)"
-        for m in res["runs"])]
+        for way, label in (
+            ("vecmerge", "vecmerge (hooks, nothing written)"),
+            ("evolve", "evolve way (merge, save, load, run)"),
+        ):
+            ratio = (
+                f"**{w['evolve'] / w['vecmerge']:.2f}x / {c['evolve'] / c['vecmerge']:.2f}x**"
+                if way == "vecmerge"
+                else ""
+            )
+            lines.append(
+                f"| {m['layers']} | {label} | {w[way]:.3f} | {c[way]:.3f} | {60 / w[way]:.1f} | "
+                f"{3600 / c[way]:.0f} | {ratio} |"
+            )
+    lines += [
+        "",
+        "setup once per search (vecmerge): "
+        + "; ".join(
+            f"{m['layers']} layers {m['setup_s']:.1f} s (load, capture and decompositions, backbone scored)"
+            for m in res["runs"]
+        ),
+    ]
     if "at_full" in res:
         w, c = res["at_full"]["wall"], res["at_full"]["cpu"]
         where = "this shape" if a["tiny"] else "the whole Qwen3-0.6B"
-        lines += ["", f"estimate at {FULL_LAYERS} layers ({where}; each way fitted as a + b * layers on the counts "
-                      f"above, an extrapolation): CPU s per candidate vecmerge {c['vecmerge']:.2f} "
-                      f"({3600 / c['vecmerge']:.0f} per hour on one core), evolve way {c['evolve']:.2f} "
-                      f"({3600 / c['evolve']:.0f} per hour): {c['evolve'] / c['vecmerge']:.2f}x; from the wall times "
-                      f"{w['evolve'] / w['vecmerge']:.2f}x"]
+        lines += [
+            "",
+            f"estimate at {FULL_LAYERS} layers ({where}; each way fitted as a + b * layers on the counts "
+            f"above, an extrapolation): CPU s per candidate vecmerge {c['vecmerge']:.2f} "
+            f"({3600 / c['vecmerge']:.0f} per hour on one core), evolve way {c['evolve']:.2f} "
+            f"({3600 / c['evolve']:.0f} per hour): {c['evolve'] / c['vecmerge']:.2f}x; from the wall times "
+            f"{w['evolve'] / w['vecmerge']:.2f}x",
+        ]
     worst = max(m["max_abs_diff"] / max(1.0, m["max_abs_loglik"]) for m in res["runs"])
-    lines += ["", f"the ways agree: largest loglik difference {worst:.2g} relative (float32 hooks against float32 "
-                  "merged weights)"]
+    lines += [
+        "",
+        f"the ways agree: largest loglik difference {worst:.2g} relative (float32 hooks against float32 "
+        "merged weights)",
+    ]
     return "\n".join(lines)
 
 
@@ -235,8 +296,12 @@ def main(argv=None) -> int:
     hf_logging.disable_progress_bar()
     torch.set_num_threads(a.threads)
     counts = [int(x) for x in a.layers.split(",")]
-    res: dict = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
-                 "threads": torch.get_num_threads(), "load_before": load_average(), "runs": []}
+    res: dict = {
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+        "threads": torch.get_num_threads(),
+        "load_before": load_average(),
+        "runs": [],
+    }
     for layers in counts:
         res["runs"].append(measure(layers, a))
     if len(set(counts)) > 1:

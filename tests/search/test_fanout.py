@@ -41,16 +41,31 @@ def root(tmp_path_factory):
     toy_adapter(root / "t0", config=config, rank=4, seed=2, std=0.2)
     gen = torch.Generator().manual_seed(0)
     for name, first in (("target", 10), ("protect", 50)):
-        rows = [{"id": i, "prompt_ids": [first + i, *torch.randint(2, 96, (1 + i % 3,), generator=gen).tolist()],
-                 "target_ids": torch.randint(2, 96, (2,), generator=gen).tolist()} for i in range(9)]
+        rows = [
+            {
+                "id": i,
+                "prompt_ids": [first + i, *torch.randint(2, 96, (1 + i % 3,), generator=gen).tolist()],
+                "target_ids": torch.randint(2, 96, (2,), generator=gen).tolist(),
+            }
+            for i in range(9)
+        ]
         (root / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root
 
 
 def _setup(root, ledger=None):
-    return engine.prepare(Workspace(root=root), base="bb", dirs=["t0 - bb"], target={"t": str(root / "target.jsonl")},
-                          protect={"p": str(root / "protect.jsonl")}, margin=0.5, trust_max=0.5,
-                          base_model=root / "base", batch=4, record_to=ledger)
+    return engine.prepare(
+        Workspace(root=root),
+        base="bb",
+        dirs=["t0 - bb"],
+        target={"t": str(root / "target.jsonl")},
+        protect={"p": str(root / "protect.jsonl")},
+        margin=0.5,
+        trust_max=0.5,
+        base_model=root / "base",
+        batch=4,
+        record_to=ledger,
+    )
 
 
 def _in_process(setup, params):
@@ -65,11 +80,15 @@ def test_a_worker_scores_a_candidate_from_its_parameters_as_the_engine_does(root
         sha, got, step = worker.score(params, list(setup.sets))
         c = candidate(setup.space, params)
         built = build(c, setup.factors)
-        assert sha == c.sha256 and (step.alpha, step.step, step.kept_direction) == (built.alpha, built.step,
-                                                                                    built.kept_direction)
+        assert sha == c.sha256 and (step.alpha, step.step, step.kept_direction) == (
+            built.alpha,
+            built.step,
+            built.kept_direction,
+        )
         want = _in_process(setup, params)
-        assert {s: {i: v["loglik"] for i, v in x.items()} for s, x in got.items()} == \
-            {s: {i: v["loglik"] for i, v in x.items()} for s, x in want.items()}  # one process: bit for bit
+        assert {s: {i: v["loglik"] for i, v in x.items()} for s, x in got.items()} == {
+            s: {i: v["loglik"] for i, v in x.items()} for s, x in want.items()
+        }  # one process: bit for bit
 
 
 def test_a_pool_without_ray_or_with_no_workers_is_refused_in_one_line(root, monkeypatch):
@@ -146,8 +165,10 @@ def test_the_engine_with_a_pool_proposes_and_judges_as_in_one_process(root, loca
     fan, seen = _setup(root, Ledger(tmp_path / "fan.db")), []
     with Pool(fan, workers=2, gpus=False) as pool:
         got = engine.run(fan, budget=6, seed=1, sampler="grid", pool=pool, on_result=lambda r, rs: seen.append(len(rs)))
-        tpe = [engine.run(_setup(root, Ledger(tmp_path / f"tpe{i}.db")), budget=4, seed=1, sampler="tpe", pool=pool)
-               for i in range(2)]
+        tpe = [
+            engine.run(_setup(root, Ledger(tmp_path / f"tpe{i}.db")), budget=4, seed=1, sampler="tpe", pool=pool)
+            for i in range(2)
+        ]
     assert len(one.results) == 6 and seen == [1, 2, 3, 4, 5, 6]  # told and reported one by one, asked two by two
     assert got.forwards == one.forwards == 6 * 2 * 3  # the workers' forward passes counted
     assert [r.sha256 for r in got.results] == [r.sha256 for r in one.results]

@@ -45,8 +45,9 @@ class Worker:
         threads (int | None): torch's CPU threads in this worker (None: torch's default).
     """
 
-    def __init__(self, base_model, space, factors, sets: dict, *, batch: int = 8, device: str = "cpu",
-                 threads: int | None = None):
+    def __init__(
+        self, base_model, space, factors, sets: dict, *, batch: int = 8, device: str = "cpu", threads: int | None = None
+    ):
         from ..probe.runner import load_base
 
         if threads:
@@ -69,8 +70,10 @@ def _ray():
     try:
         import ray
     except ImportError:
-        raise UsageError("--workers: fanning out needs Ray: pip install 'vecmerge[ray]' (or leave --workers out "
-                         "to evaluate in one process)") from None
+        raise UsageError(
+            "--workers: fanning out needs Ray: pip install 'vecmerge[ray]' (or leave --workers out "
+            "to evaluate in one process)"
+        ) from None
     return ray
 
 
@@ -111,8 +114,10 @@ class Pool:
         batch = max((len(chunk) for b in setup.scorer.batches.values() for chunk, _ in b), default=1)
         actor = ray.remote(**opts)(Worker)
         folder = str(Path(setup.space.base_model).resolve())  # a worker's working folder may be another
-        self.actors = [actor.remote(folder, setup.space, factors, sets, batch=batch,
-                                    device=device, threads=threads) for _ in range(n)]
+        self.actors = [
+            actor.remote(folder, setup.space, factors, sets, batch=batch, device=device, threads=threads)
+            for _ in range(n)
+        ]
         self.device = device
 
     def __len__(self) -> int:
@@ -154,8 +159,9 @@ def evaluate_many(setup, pool: Pool) -> Callable[[list], list]:
     s = setup
 
     def kw(computed: bool) -> dict:
-        return dict(targets=s.targets, protect=s.protect, margins=s.margins, trust_max=s.space.trust_max,
-                    computed=computed)
+        return dict(
+            targets=s.targets, protect=s.protect, margins=s.margins, trust_max=s.space.trust_max, computed=computed
+        )
 
     def run(many: list) -> list:
         out: list = [None] * len(many)
