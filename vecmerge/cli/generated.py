@@ -39,7 +39,7 @@ class _OrInFile(click.Option):
         self.file_param = file_param
 
     def process_value(self, ctx: click.Context, value: Any) -> Any:
-        if ctx.params.get(self.file_param) is None:
+        if not isinstance(ctx.params.get(self.file_param), str):  # no file (None, or click's UNSET)
             return super().process_value(ctx, value)
         optional = copy.copy(self)
         optional.required = False
