@@ -107,6 +107,8 @@ def test_every_problem_of_a_mapping_is_one_line_naming_the_file_and_each_key():
     with pytest.raises(UsageError, match=r"^s.yaml: expected a mapping of keys \(base, dir, target, \.\.\.\), got "
                                          r"\['base'\]$"):
         Search.from_mapping(["base"], "s.yaml")
+    with pytest.raises(UsageError, match=r"^s.yaml: no dir: give dir: in the file or --dir$"):  # given empty
+        Search.from_mapping({**SEARCH_KEYS, "dir": []}, "s.yaml")
 
 
 def test_the_checks_across_fields_run_on_a_mapping_too_in_any_request():

@@ -205,9 +205,9 @@ class Request:
         typed, more = _read_flags(cls, flags or {}, only_given=True)
         values.update(typed)
         problems += more + [p for f in fields if f.name in typed and (p := _checked(f, typed[f.name]))]
-        for f in fields:
+        for f in fields:  # a required field not given, or given empty (one the file gave unread is reported)
             s = spec_of(f)
-            if s.required and f.name not in came and values.get(f.name) in (None, ()):
+            if s.required and (f.name in values or f.name not in came) and values.get(f.name) in (None, ()):
                 problems.append(f"no {key_of(f)}: give {key_of(f)}: in the file" + (f" or {s.flag}" if s.flag else ""))
         if problems:
             raise UsageError(f"{source}: " + "; ".join(problems))
