@@ -38,9 +38,11 @@ lint: install
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy vecmerge
 
-# ruff format (settings in ruff.toml's [format]) over the same folders lint checks; rewrites files in place
+# ruff format (settings in ruff.toml's [format]) on the Python files you changed (uncommitted), or on FILES=...;
+# not the whole tree at once: it would undo the aligned continuation lines and push 12 modules past 400 lines
+# (measured: +16k/-6k lines over 374 files), so the tree adopts it module by module, splitting as it goes
 fmt: install
-	$(VENV)/bin/ruff format vecmerge tests examples benchmarks tools
+	$(VENV)/bin/ruff format $(or $(FILES),$(shell git diff --name-only --diff-filter=AM HEAD -- '*.py'),--help)
 
 bench: install
 	$(PY) benchmarks/run.py

@@ -22,6 +22,7 @@ from ..probe.prompts import model_context, read_prompts
 from ..probe.runner import load_base
 from .candidate import Factors, backbone_updates, build, linear_modules
 from .evaluate import BOUND, Scorer, cached, judge, record
+from .fanout import evaluate_many
 from .front import front, top
 from .optimize import search
 from .space import ENERGIES, Space, candidate, check_space
@@ -179,12 +180,13 @@ class Outcome:
 
 
 def run(setup: Setup, *, budget: int, seed: int = 0, sampler: str = "auto", k: int = 3, progress=None,
-        on_result=None) -> Outcome:
+        on_result=None, pool=None) -> Outcome:
     """Propose, build, score (or replay) and judge up to ``budget`` candidates; the front and the top ``k``.
 
     Args:
         setup (Setup): ``prepare``'s. budget (int): candidates. seed (int). sampler (str): auto, grid or tpe.
         k (int): how many to propose. progress: an iterable wrapper (tqdm). on_result: ``optimize.search``'s.
+        pool (fanout.Pool | None): score on its Ray workers, ``len(pool)`` candidates at a time (None: here).
     """
     if k < 1:
         raise UsageError(f"--top {k}: propose at least 1 candidate")
@@ -205,8 +207,11 @@ def run(setup: Setup, *, budget: int, seed: int = 0, sampler: str = "auto", k: i
         return judge(c, built, got, s.baseline, targets=s.targets, protect=s.protect, margins=s.margins,
                      trust_max=s.space.trust_max, computed=bool(todo))
 
-    before = s.scorer.forwards
+    before, pool_before = s.scorer.forwards, pool.forwards() if pool is not None else 0
     results, used = search(s.space, evaluate, budget=budget, seed=seed, sampler=sampler, margins=s.margins,
-                           progress=progress, on_result=on_result)
+                           progress=progress, on_result=on_result,
+                           evaluate_many=evaluate_many(s, pool) if pool is not None else None,
+                           parallel=len(pool) if pool is not None else 1)
+    forwards = s.scorer.forwards - before + (pool.forwards() - pool_before if pool is not None else 0)
     return Outcome(search_id(s.space, seed, used), s.space, seed, used, budget, s.margins, results, front(results),
-                   top(results, k), s.scorer.forwards - before)
+                   top(results, k), forwards)

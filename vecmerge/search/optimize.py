@@ -59,7 +59,8 @@ def grid(space: Space, budget: int, seed: int) -> list[dict]:
 
 
 def search(space: Space, evaluate: Callable, *, budget: int, seed: int, sampler: str = "auto", margins: dict,
-           progress=None, on_result: Callable | None = None) -> tuple[list, str]:
+           progress=None, on_result: Callable | None = None, evaluate_many: Callable | None = None,
+           parallel: int = 1) -> tuple[list, str]:
     """Evaluate up to ``budget`` candidates proposed by ``sampler``; ``(results, sampler used)``.
 
     Args:
@@ -67,6 +68,8 @@ def search(space: Space, evaluate: Callable, *, budget: int, seed: int, sampler:
         budget (int): candidates. seed (int). sampler (str): auto (tpe when optuna is installed), grid or tpe.
         margins (dict[str, float]): M per protected set. progress: an optional iterable wrapper (tqdm).
         on_result (Callable[[Result, list], None] | None): called after each result with the results so far.
+        evaluate_many (Callable[[list[dict]], list[Result]] | None): scores ``parallel`` proposals at once
+            (``fanout.evaluate_many``); they are asked before any is told.
     """
     if budget < 1:
         raise UsageError(f"--budget {budget}: evaluate at least 1 candidate")
@@ -80,11 +83,14 @@ def search(space: Space, evaluate: Callable, *, budget: int, seed: int, sampler:
     bar = progress(steps) if progress else steps
     results: list = []
     propose = _Grid(space, budget, seed) if sampler == "grid" else _Tpe(space, seed, budget, margins)
+    queue: list = []
     for _ in bar:
-        params = propose.ask()
-        if params is None:
+        if not queue:
+            asked = [p for p in (propose.ask() for _ in range(min(parallel, budget - len(results)))) if p is not None]
+            queue = list(evaluate_many(asked)) if evaluate_many and asked else [evaluate(p) for p in asked]
+        if not queue:
             break
-        r = evaluate(params)
+        r = queue.pop(0)
         propose.tell(r)
         results.append(r)
         best = max((x for x in results if x.feasible), key=lambda x: x.objective, default=None)
@@ -126,7 +132,7 @@ class _Tpe:
             sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(1, min(10, budget // 3)),
                                                  constraints_func=lambda t: t.user_attrs["constraints"])
             self.study = optuna.create_study(direction="maximize", sampler=sampler)
-        self.trial: Any = None
+        self.trials: list[Any] = []
 
     @staticmethod
     @contextlib.contextmanager
@@ -137,7 +143,8 @@ class _Tpe:
 
     def ask(self) -> dict:
         with self._quiet():
-            self.trial = t = self.study.ask()
+            t = self.study.ask()
+            self.trials.append(t)
             return {d.name: t.suggest_categorical(d.name, list(d.choices)) if d.choices
                     else t.suggest_float(d.name, d.lo, d.hi) for d in self.space.dims()}
 
@@ -145,5 +152,6 @@ class _Tpe:
         value = result.objective if math.isfinite(result.objective) else -1e9
         cons = result.constraints(self.margins, self.space.trust_max) if result.target else [1e9]
         with self._quiet():
-            self.trial.set_user_attr("constraints", [c if math.isfinite(c) else 1e9 for c in cons])
-            self.study.tell(self.trial, value)
+            trial = self.trials.pop(0)
+            trial.set_user_attr("constraints", [c if math.isfinite(c) else 1e9 for c in cons])
+            self.study.tell(trial, value)

@@ -128,7 +128,7 @@ def test_a_project_allow_missing_output_whose_backbone_lacks_a_module_passes_ver
 
 
 GRADIENT_TIES = """merge_method: ties
-base_model: v28
+base_model: Qwen/Qwen3-0.6B
 models:
   - model: v54
     parameters: {density: [1, 0.7, 0.1], weight: 1.0}

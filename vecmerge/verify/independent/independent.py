@@ -44,6 +44,8 @@ ALPHA_RTOL = 1e-9         # alpha is a ratio of float64 norms
 REALIZED_RTOL = 1e-7      # the realized step from the same norms, summed in another order
 RANGE_FINDER_SLACK = 1e-2  # a randomized (range-finder) cut's error may exceed the optimal one by this share
 PROTECTED_RTOL = 1e-6     # a protected step's alpha: ||D'|| rests on U from a float32 forward (captured item by item)
+ERROR_RTOL = 1e-2         # the recorded write or cut error, recomputed ||W - I|| / ||I||: to 1% of itself ...
+ERROR_FLOOR = 3e-7        # ... or within 5 float32 ulps (a 0.0001 edit of one entry moves a module's error ~1e-6)
 
 
 def _probes(seed_text: str, n: int) -> np.ndarray:
@@ -74,6 +76,8 @@ def compare_module(m: str, d: Derivation, out, seed: str, cut: bool) -> dict:
                    optimal=_ratio(math.sqrt(float(np.sum(sigma[row["rank"]:] ** 2))), math.sqrt(sq_i)))
     else:
         row["diff"] = _ratio(float(np.linalg.norm(WX - IX)), nI)
+        gap = Stack(np.hstack([intended.B, -Bw]), np.vstack([intended.A, Aw]))  # bound 0: the stable R factors
+        row["rel_error"] = _ratio(gap.norm(), intended.norm())
     want_b = d.intended_bias(m)
     got_b = out.bias(m) if m in out.bias_keys else None
     if want_b is not None or got_b is not None:  # lora_bias: exact (a vector, never cut)
@@ -130,13 +134,20 @@ def _check(d: Derivation, out, manifest: dict, tol: dict, threads: int) -> dict:
     if off_b:
         problems.append(f"{len(off_b)}/{len(biased)} modules do not hold the intended bias update (scale * "
                         f"lora_B.bias), e.g. {off_b[0]}: relative error {biased[off_b[0]]:.3e} > {tu:g}")
+    def reproduces(r: dict, recorded) -> bool:
+        """The written error ||W - I|| / ||I|| as the manifest records it: to ERROR_RTOL of itself, or within
+        ERROR_FLOOR (a few float32 ulps: the pipeline's I and verify's differ by round-off only)."""
+        return isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and within(
+            abs(r["rel_error"] - recorded), ERROR_RTOL * max(r["rel_error"], recorded) + ERROR_FLOOR)
+
+    bad_err = [m for m, r in rows.items() if "rel_error" in r and (cut or "rel_error" in (rec.get(m) or {}))
+               and not reproduces(r, (rec.get(m) or {}).get("rel_error"))]
+    if bad_err:
+        m = bad_err[0]
+        problems.append(f"the recorded {'cut' if cut else 'write'} error differs in {len(bad_err)} module(s), e.g. "
+                        f"{m}: recomputed {rows[m]['rel_error']:.6e}, recorded "
+                        f"{(rec.get(m) or {}).get('rel_error')!r}")
     if cut:
-        bad_err = [m for m, r in rows.items() if not isinstance((rec.get(m) or {}).get("rel_error"), (int, float))
-                   or not within(abs(r["rel_error"] - rec[m]["rel_error"]), tu)]
-        if bad_err:
-            m = bad_err[0]
-            problems.append(f"the recorded cut error differs in {len(bad_err)} module(s), e.g. {m}: recomputed "
-                            f"{rows[m]['rel_error']:.6e}, recorded {(rec.get(m) or {}).get('rel_error')!r}")
         def bound(m: str, r: dict) -> float:
             exact = math.hypot(r["optimal"], tu)
             randomized = (rec.get(m) or {}).get("cut") == "randomized"
