@@ -50,6 +50,7 @@ def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=N
         echo: prints the report. progress: the progress-bar wrapper. on_result: called after each candidate (tests).
     """
     from ..search import engine
+    from ..search.space import is_plain
 
     target, protect, budget, top_k, out_dir = req.target, req.protect, req.budget, req.top_k, req.out_dir
     folder = Path(req.base_model) if req.base_model is not None else ws.base_model
@@ -72,7 +73,9 @@ def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=N
                            record_to=ledger, progress=progress_bar(progress, "capture"))
 
     def first_check(r, results):
-        if len(results) == 1 and not req.resume and r.target and not r.computed:
+        # the plain doses' line search is the same for every seed: the first sampled candidate decides
+        first = not is_plain(r.params) and all(is_plain(x.params) for x in results[:-1])
+        if first and not req.resume and r.target and not r.computed:
             raise UsageError(f"search: the ledger {ledger.path} already holds this search's first candidate "
                              f"({r.sha256[:12]}); pass --resume to continue it, or another --seed")
         if on_result is not None:

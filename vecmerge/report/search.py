@@ -31,6 +31,10 @@ def render_search(d: dict) -> str:
            f"objective: {d['objective']}",
            f"constraints: each protected set's {d['bound']} >= -margin ({margins}); step <= trust_max "
            f"{d['space']['trust_max']:g} of the backbone's norm"]
+    plain = d.get("plain_dose")
+    out.append("best plain dose (energy 0, no extras; the baseline): " + (
+        "none feasible" if plain is None else f"trust {plain['trust']:.4g}, gain {plain['gain']:+.4g} "
+                                              f"({plain['sha256'][:12]})"))
     head = ["", "recipe hash", "parameters", "target gain", "worst protected mean", "its lower bound", "step"]
     if d["front"]:
         out += ["", "front (feasible, not dominated in target gain and worst protected change)",

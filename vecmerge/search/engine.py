@@ -21,10 +21,10 @@ from ..probe.capture import capture_grams
 from ..probe.prompts import model_context, read_prompts
 from ..probe.runner import load_base
 from .candidate import Factors, backbone_updates, build, linear_modules
-from .evaluate import BOUND, Scorer, cached, judge, record
+from .evaluate import BOUND, Result, Scorer, cached, judge, record
 from .fanout import evaluate_many
 from .front import front, top
-from .optimize import search
+from .optimize import best_plain, search
 from .space import ENERGIES, Space, candidate, check_space
 
 
@@ -168,15 +168,20 @@ class Outcome:
     front: list
     top: list
     forwards: int
+    plain: Result | None = None  # the best feasible plain dose (``optimize.best_plain``), the baseline
 
     def to_dict(self) -> dict:
+        p = self.plain
+        plain = None if p is None else {"sha256": p.sha256, "trust": p.params["trust"], "gain": p.objective,
+                                        "worst_protected": p.worst}
         computed = sum(1 for r in self.results if r.computed and r.target)
         return {"id": self.id, "space": self.space.to_dict(), "inputs": self.space.fingerprint, "seed": self.seed,
                 "sampler": self.sampler, "budget": self.budget, "margins": self.margins, "bound": BOUND,
                 "objective": "the target's mean paired loglik change from the backbone (nats per item)",
                 "evaluated": len(self.results), "computed": computed, "replayed": len(self.results) - computed,
                 "forward_passes": self.forwards, "candidates": [r.to_dict() for r in self.results],
-                "front": [r.sha256 for r in self.front], "top": [r.sha256 for r in self.top]}
+                "front": [r.sha256 for r in self.front], "top": [r.sha256 for r in self.top],
+                "plain_dose": plain}
 
 
 def run(setup: Setup, *, budget: int, seed: int = 0, sampler: str = "auto", k: int = 3, progress=None,
@@ -214,4 +219,4 @@ def run(setup: Setup, *, budget: int, seed: int = 0, sampler: str = "auto", k: i
                            parallel=len(pool) if pool is not None else 1)
     forwards = s.scorer.forwards - before + (pool.forwards() - pool_before if pool is not None else 0)
     return Outcome(search_id(s.space, seed, used), s.space, seed, used, budget, s.margins, results, front(results),
-                   top(results, k), forwards)
+                   top(results, k), forwards, best_plain(results))
