@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -76,3 +77,32 @@ def test_a_search_on_random_adapters_writes_its_record_and_top_k(ws, run_cli):
     assert d["evaluated"] == 3 and d["computed"] == 3 and len(d["top"]) == 1
     assert (root / "out" / "search.json").is_file() and (root / "out" / "front.png").is_file()
     assert (root / "out" / "top1" / "adapter_model.safetensors").is_file()
+
+
+def test_ctrl_c_while_writing_leaves_no_record_and_resume_replaces_what_was_written(ws, run_cli, monkeypatch):
+    """Issue: Ctrl-C while the outputs were written left search.json without front.png or the top folders. The
+    record is written last; the same command with --resume replaces the interrupted run's outputs."""
+    from vecmerge.report import search as report_search
+
+    root, base = ws
+    real = report_search.plot_front
+
+    def interrupted(d, f):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report_search, "plot_front", interrupted)
+    res = _search(run_cli, base, "--top", "1", margin="1000", budget="3")
+    assert res.exit_code == 130 and "interrupted" in res.output, res.output
+    assert (root / "out" / "top1" / "vecmerge.json").is_file()  # the top K came first ...
+    assert not (root / "out" / "search.json").exists() and not (root / "out" / "front.png").exists()  # ... not it
+    monkeypatch.setattr(report_search, "plot_front", real)
+    again = _search(run_cli, base, "--top", "1", "--json", margin="1000", budget="3")
+    assert again.exit_code == 2 and "top1" in again.output  # without --resume, the folder is not replaced
+    again = _search(run_cli, base, "--top", "1", "--json", "--resume", margin="1000", budget="3")
+    assert again.exit_code == 0, again.output
+    d = json.loads(again.stdout)
+    assert d["computed"] == 0 and (root / "out" / "front.png").is_file()
+    record = (root / "out" / "search.json").read_bytes()
+    manifest = json.loads((root / "out" / "top1" / "vecmerge.json").read_text())
+    assert manifest["config"]["sha256"] == hashlib.sha256(record).hexdigest()
+

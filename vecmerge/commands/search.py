@@ -6,7 +6,9 @@ written as PEFT LoRAs through the pipeline, each manifest pointing at the record
     OUT_DIR/top<i>         the i-th candidate by target gain, written by ``run(recipe)`` at rank exact
 
 Nothing is written until the search has finished: Ctrl-C leaves the ledger's finished evaluations only. Each
-output is written whole or not at all.
+output is written whole or not at all, the top K and the PNG first and the record last, so that a search.json
+means a whole result; ``--resume`` replaces what an interrupted run wrote (only files and folders vecmerge wrote,
+the output policy's ``force``).
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=N
     out = Path(out_dir)
     ledger = Ledger(ws.ledger_path)
     policy = OutputPolicy.for_command(inputs=[ledger.path, *target.values(), *protect.values()],
-                                      workspace_adapters=ws.adapters, base_model=folder, force=req.force)
+                                      workspace_adapters=ws.adapters, base_model=folder,
+                                      force=req.force or req.resume)  # --resume: replace an interrupted run's
     policy.check_file(out / RECORD, SEARCH_RECORD, flag="--out-dir")
     policy.check_file(out / FRONT, PNG, flag="--out-dir")
     for i in range(top_k):
@@ -90,8 +93,8 @@ def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=N
     data = record_bytes(d)
     sha = hashlib.sha256(data).hexdigest()
     out.mkdir(parents=True, exist_ok=True)
-    write_file(out / RECORD, data, policy=policy, kind=SEARCH_RECORD, flag="--out-dir")
-    write_file(out / FRONT, lambda f: report_search.plot_front(d, f), policy=policy, kind=PNG, flag="--out-dir")
+    # the top K and the PNG first, the record LAST: a search.json means the outputs are whole (Ctrl-C before it:
+    # the same command with --resume replaces what was written)
     d["written"] = {}
     for i, r in enumerate(outcome.top):
         path = out / f"top{i + 1}"
@@ -99,8 +102,10 @@ def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=N
         source = {"format": "vecmerge search", "path": str(out / RECORD), "sha256": sha,
                   "notes": f"search {d['id']}: candidate {r.sha256}, top {i + 1} of {len(outcome.top)} by target "
                            f"gain {r.objective:+.6g}; its figures are in the record"}
-        rep = run(recipe, ws, force=req.force, source=source)
+        rep = run(recipe, ws, force=policy.force, source=source)
         d["written"][r.sha256] = str(rep.outputs[0].path)
+    write_file(out / FRONT, lambda f: report_search.plot_front(d, f), policy=policy, kind=PNG, flag="--out-dir")
+    write_file(out / RECORD, data, policy=policy, kind=SEARCH_RECORD, flag="--out-dir")
     d["record"] = {"path": str(out / RECORD), "sha256": sha, "png": str(out / FRONT)}
     echo(to_json(d) if req.as_json else printable(report_search.render_search(d), keep_newlines=True))
     return d
