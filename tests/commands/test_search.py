@@ -106,3 +106,22 @@ def test_ctrl_c_while_writing_leaves_no_record_and_resume_replaces_what_was_writ
     manifest = json.loads((root / "out" / "top1" / "vecmerge.json").read_text())
     assert manifest["config"]["sha256"] == hashlib.sha256(record).hexdigest()
 
+
+@pytest.mark.parametrize("out", ["ro", "ro/sub"])
+def test_an_unwritable_out_dir_is_refused_before_any_computation(ws, run_cli, monkeypatch, out):
+    """Issue: a read-only --out-dir was found only after the whole search (``ro/sub``: a raw PermissionError)."""
+    import os
+
+    root, base = ws
+    (root / "ro").mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: real(p, mode, **kw) and not (str(p).endswith("ro")
+                                                                            and mode & os.W_OK))  # root: a ro mount
+    res = run_cli("search", "--base", "a", "--dir", "b - a", "--target", "t=t.jsonl", "--protect", "p=p.jsonl",
+                  "--margin", "1000", "--trust-max", "0.1", "--budget", "2", "--sampler", "grid",
+                  "--base-model", base, "--out-dir", out)
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "--out-dir" in lines[0] and "not writable" in lines[0], res.output
+    assert not (root / "vecmerge-evidence.db").exists() and os.listdir(root / "ro") == []
+

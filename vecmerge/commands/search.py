@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from ..errors import UsageError
@@ -41,6 +42,19 @@ SEARCH_RECORD = FileKind("search record vecmerge wrote", lambda head: head.start
 def record_bytes(d: dict) -> bytes:
     """The search record as written (``tool`` first, so that a later run knows the file is its own)."""
     return json.dumps({"tool": "vecmerge search", **d}, indent=2, sort_keys=False).encode() + b"\n"
+
+
+def check_writable(out: Path) -> None:
+    """UsageError unless ``out`` (or its nearest existing parent, where it would be made) is a writable folder:
+    checked before any computation, so that a search is not lost to a read-only --out-dir."""
+    p = out.absolute()
+    while not os.path.lexists(p) and p != p.parent:
+        p = p.parent
+    if not p.is_dir():
+        raise UsageError(f"--out-dir {out}: {p} is not a folder; choose another --out-dir")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise UsageError(f"--out-dir {out}: {'it' if p == out.absolute() else p} is not writable; choose a folder "
+                         "you can write, e.g. one in your home")
 
 
 def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=None) -> dict:
@@ -70,6 +84,7 @@ def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=N
     policy.check_file(out / FRONT, PNG, flag="--out-dir")
     for i in range(top_k):
         policy.check_folder(out / f"top{i + 1}", flag="--out-dir", expected_entries=OUTPUT_FILES)
+    check_writable(out)
     setup = engine.prepare(ws, base=req.base, dirs=list(req.dirs), target=target, protect=protect,
                            margin=req.margin, trust_max=req.trust_max, base_model=folder, depth=req.depth,
                            types=req.types, exclude=list(req.exclude), energies=req.energies, batch=req.batch,
