@@ -125,3 +125,9 @@ def test_an_unwritable_out_dir_is_refused_before_any_computation(ws, run_cli, mo
     assert len(lines) == 1 and "--out-dir" in lines[0] and "not writable" in lines[0], res.output
     assert not (root / "vecmerge-evidence.db").exists() and os.listdir(root / "ro") == []
 
+
+def test_a_zero_direction_is_refused_before_the_capture(ws, run_cli):
+    """Issue: ``--dir 'bb - bb'`` was caught after the capture (the ledger written, the message naming a
+    candidate): now one line naming the --dir, exit 2, no ledger."""
+    root, base = ws
+    _refused(_search(run_cli, base, direction="b - b"), root, "--dir b - b", "zero")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,8 @@ from .fanout import evaluate_many
 from .front import front, top
 from .optimize import best_plain, search
 from .space import ENERGIES, Space, candidate, check_space
+
+ZERO = 1e-9  # a direction whose norm is at most this share of the backbone's is zero
 
 
 @dataclass
@@ -93,10 +96,14 @@ def prepare(ws, *, base: str, dirs: list, target: dict, protect: dict, margin, t
     folder = Path(base_model)
     backbone = ws.evaluate(base)
     vectors = [ws.evaluate(d) for d in dirs]
+    scale = math.sqrt(sum(x.norm() ** 2 for x in backbone.modules.values()))
     for d, v in zip(dirs, vectors):
         if set(v.modules) != set(backbone.modules):
             raise UsageError(f"--dir {d}: its modules differ from the backbone's ({base}); search over adapters "
                              "of the same modules")
+        if math.sqrt(sum(x.norm() ** 2 for x in v.modules.values())) <= ZERO * max(scale, 1e-30):
+            raise UsageError(f"--dir {d}: the direction is zero (its norm is 0 to {ZERO:g} of the backbone's); "
+                             "give adapters that differ, e.g. 't0 - bb'")
     sets = read_sets(target, protect, folder)
     names = sorted({n for e in [base, *dirs] for n in _names(e)})
     fp = {"inputs": {n: ws.content_sha(n) for n in names}, "prompts": {n: s.sha256 for n, s in sets.items()},
