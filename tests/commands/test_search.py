@@ -131,3 +131,17 @@ def test_a_zero_direction_is_refused_before_the_capture(ws, run_cli):
     candidate): now one line naming the --dir, exit 2, no ledger."""
     root, base = ws
     _refused(_search(run_cli, base, direction="b - b"), root, "--dir b - b", "zero")
+
+
+def test_a_set_name_reused_with_another_file_names_the_search_flag(ws, run_cli):
+    """Issue: reusing a set name with another file gave probe's message (``--prompts X ... pass --name NAME``)."""
+    root, base = ws
+    first = _search(run_cli, base, "--top", "1", margin="1000", budget="1")
+    assert first.exit_code == 0, first.output
+    _prompts(root / "q.jsonl", [{"id": i, "prompt_ids": [5, i + 20], "target_ids": [42]} for i in range(6)])
+    res = _search(run_cli, base, "--top", "1", "--out-dir", "out2", protect="p=q.jsonl", margin="1000", budget="1")
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --protect p=q.jsonl:"), res.output
+    assert "another NAME" in lines[0] and "--prompts" not in lines[0] and "--name" not in lines[0]
+    assert not (root / "out2").exists()

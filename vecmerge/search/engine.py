@@ -113,8 +113,8 @@ def prepare(ws, *, base: str, dirs: list, target: dict, protect: dict, margin, t
                   tuple(energies) if energies is not None else ENERGIES, fp)
     check_space(space)
     if record_to is not None:
-        for ps in sets.values():
-            records.check_stem(record_to, ps)
+        for n, ps in sets.items():
+            _check_name(record_to, ps, "--target" if n in target else "--protect", n, {**target, **protect}[n])
     device = torch.device(ws.device or "cpu")
     model = load_base(folder, device)
     for ps in sets.values():
@@ -135,6 +135,16 @@ def prepare(ws, *, base: str, dirs: list, target: dict, protect: dict, margin, t
         record(record_to, sets, key, sha, fresh)
         setup.baseline.update(fresh)
     return setup
+
+
+def _check_name(ledger: Ledger, ps, flag: str, name: str, file: str) -> None:
+    """UsageError when the ledger holds the set ``name`` (``probe:<name>:*``) of another prompt file."""
+    try:
+        records.check_stem(ledger, ps)
+    except UsageError:
+        raise UsageError(f"{flag} {name}={file}: the ledger {ledger.path} already holds the set {name} of another "
+                         f"prompt file (a set's name stands for one file); give this file another NAME, e.g. "
+                         f"{flag} {name}2={file}") from None
 
 
 def _names(expr: str) -> list:
