@@ -145,3 +145,59 @@ def test_a_set_name_reused_with_another_file_names_the_search_flag(ws, run_cli):
     assert len(lines) == 1 and lines[0].startswith("error: --protect p=q.jsonl:"), res.output
     assert "another NAME" in lines[0] and "--prompts" not in lines[0] and "--name" not in lines[0]
     assert not (root / "out2").exists()
+
+
+def test_workers_without_ray_is_one_line_before_any_computation(ws, run_cli, monkeypatch):
+    import builtins
+
+    root, base = ws
+    real = builtins.__import__
+
+    def no_ray(name, *a, **k):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    _refused(_search(run_cli, base, "--workers", "1"), root, "--workers", "vecmerge[ray]")
+
+
+def test_workers_score_through_a_pool_that_is_closed_after(ws, run_cli, monkeypatch):
+    """``--workers 2``: the pool is built from the search's setup with 2 workers, every computed candidate is
+    scored through it (a stand-in scoring in this process, as ``fanout.Worker`` does), and it is closed."""
+    from vecmerge.search import fanout
+    from vecmerge.search.candidate import build
+    from vecmerge.search.space import candidate
+
+    root, base = ws
+    made, closed, scored = [], [], []
+
+    class Pool:
+        def __init__(self, setup, *, workers=None, gpus=True):
+            self.setup = setup
+            made.append(workers)
+
+        def __len__(self):
+            return 2
+
+        def score(self, jobs):
+            for params, names in jobs:
+                c = candidate(self.setup.space, params)
+                b = build(c, self.setup.factors)
+                scored.append(c.sha256)
+                yield c.sha256, self.setup.scorer.scores(b.updates, names), fanout.Step(b.alpha, b.step,
+                                                                                       b.kept_direction)
+
+        def forwards(self):
+            return 0
+
+        def close(self):
+            closed.append(True)
+
+    monkeypatch.setattr(fanout, "ray_module", lambda: None)
+    monkeypatch.setattr(fanout, "Pool", Pool)
+    res = _search(run_cli, base, "--workers", "2", "--top", "1", "--json", margin="1000", budget="3")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert made == [2] and closed == [True]
+    assert scored == [c["sha256"] for c in d["candidates"] if c["computed"]] and d["computed"] == len(scored) > 0

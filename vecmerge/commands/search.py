@@ -65,7 +65,7 @@ def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=N
             first candidate the ledger already holds is refused (module docstring of ``search/engine.py``).
         echo: prints the report. progress: the progress-bar wrapper. on_result: called after each candidate (tests).
     """
-    from ..search import engine
+    from ..search import engine, fanout
     from ..search.space import is_plain
 
     target, protect, budget, top_k, out_dir = req.target, req.protect, req.budget, req.top_k, req.out_dir
@@ -85,6 +85,8 @@ def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=N
     for i in range(top_k):
         policy.check_folder(out / f"top{i + 1}", flag="--out-dir", expected_entries=OUTPUT_FILES)
     check_writable(out)
+    if req.workers:
+        fanout.ray_module()  # a missing Ray is one line before any computation
     setup = engine.prepare(ws, base=req.base, dirs=list(req.dirs), target=target, protect=protect,
                            margin=req.margin, trust_max=req.trust_max, base_model=folder, depth=req.depth,
                            types=req.types, exclude=list(req.exclude), energies=req.energies, batch=req.batch,
@@ -99,10 +101,15 @@ def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=N
         if on_result is not None:
             on_result(r, results)
 
+    pool = None
     try:
+        if req.workers:
+            pool = fanout.Pool(setup, workers=req.workers)
         outcome = engine.run(setup, budget=budget, seed=req.seed, sampler=req.sampler, k=top_k,
-                             progress=progress_bar(progress, "search"), on_result=first_check)
+                             progress=progress_bar(progress, "search"), on_result=first_check, pool=pool)
     finally:
+        if pool is not None:
+            pool.close()
         setup.scorer.close()
     d = outcome.to_dict()
     data = record_bytes(d)
