@@ -2,7 +2,7 @@
 written as PEFT LoRAs through the pipeline, each manifest pointing at the record (its path and sha256).
 
     OUT_DIR/search.json    the search record: id, space, seed, sampler, every candidate's recipe and figures
-    OUT_DIR/front.png      target gain against the worst protected change
+    OUT_DIR/front.png      target gain against the lower bound of the protected set nearest its margin
     OUT_DIR/top<i>         the i-th candidate by target gain, written by ``run(recipe)`` at rank exact
 
 Nothing is written until the search has finished: Ctrl-C leaves the ledger's finished evaluations only. Each
