@@ -201,3 +201,42 @@ def test_workers_score_through_a_pool_that_is_closed_after(ws, run_cli, monkeypa
     d = json.loads(res.stdout)
     assert made == [2] and closed == [True]
     assert scored == [c["sha256"] for c in d["candidates"] if c["computed"]] and d["computed"] == len(scored) > 0
+
+
+RECIPE = ("base: a\ndir: [b - a]\ntarget: {t: t.jsonl}\nprotect: {p: p.jsonl}\nmargin: 1000\ntrust_max: 0.1\n"
+          "budget: 3\nsampler: grid\ntop: 1\nbase_model: {base}\nout_dir: out\n")
+
+
+def test_a_recipe_run_equals_the_flag_run_and_records_the_file(ws, run_cli):
+    """The same inputs by flags and by --recipe: the same search id and candidates (computed afresh both times)."""
+    import hashlib
+
+    root, base = ws
+    flags = _search(run_cli, base, "--top", "1", "--json", margin="1000", budget="3")
+    assert flags.exit_code == 0, flags.output
+    (root / "vecmerge-evidence.db").unlink()  # the recipe run computes every candidate again
+    (root / "s.yaml").write_text(RECIPE.replace("{base}", str(base)))
+    res = run_cli("search", "--recipe", "s.yaml", "--out-dir", "out2", "--json")
+    assert res.exit_code == 0, res.output
+    a, b = json.loads(flags.stdout), json.loads(res.stdout)
+    assert b["computed"] == 3 and a["id"] == b["id"] and a["space"] == b["space"]
+    assert a["candidates"] == b["candidates"] and a["top"] == b["top"]
+    record = json.loads((root / "out2" / "search.json").read_text())
+    assert record["recipe_file"] == {"path": "s.yaml", "sha256": hashlib.sha256((root / "s.yaml").read_bytes())
+                                     .hexdigest(), "keys": [k.split(":")[0] for k in RECIPE.splitlines()],
+                                     "overridden": ["out_dir"]}
+    assert "recipe_file" not in json.loads((root / "out" / "search.json").read_text())
+
+
+def test_a_recipe_with_bad_keys_is_one_line_and_nothing_is_written(ws, run_cli):
+    root, base = ws
+    (root / "s.yaml").write_text(RECIPE.replace("{base}", str(base)).replace("trust_max", "trust")
+                                 .replace("budget: 3", "budget: three").replace("base: a\n", ""))
+    res = run_cli("search", "--recipe", "s.yaml")
+    _refused(res, root, "s.yaml: ", "unknown key 'trust' (did you mean 'trust_max'?)",
+             "budget: expected an integer, got 'three'", "no base: give base: in the file or --base")
+    res = run_cli("search", "--recipe", "s.yaml", "--base", "a", "--trust-max", "0.1", "--budget", "3")
+    _refused(res, root, "unknown key 'trust'", "budget: expected an integer")  # the file is checked whole
+    _refused(run_cli("search", "--recipe", "nosuch.yaml"), root, "nosuch.yaml: no such file")
+    res = run_cli("search", "--margin", "1")  # without --recipe, click's own check as before
+    assert res.exit_code == 2 and "Missing option '--base'" in res.output

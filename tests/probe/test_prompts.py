@@ -134,14 +134,19 @@ def tokenizer_folder(tmp_path_factory):
 def test_text_is_encoded_with_the_folders_tokenizer(tmp_path, tokenizer_folder):
     assert find_tokenizer(tokenizer_folder) == tokenizer_folder and find_tokenizer(tmp_path) is None
     f = jsonl(tmp_path / "t.jsonl", {"id": 1, "prompt": "the cat sat ", "target": "on a mat"},
-              {"id": 2, "prompt": "a dog", "target_ids": [3]}, {"id": 3, "prompt_ids": [6], "target": "zebra"})
+              {"id": 2, "prompt": "a dog", "target_ids": [3]}, {"id": 3, "prompt_ids": [6], "target": "mat"})
     ps = read_prompts(f, tokenizer_folder)
     ids = {w: i for i, w in enumerate(WORDS)}
     assert ps.tokenized
     assert ps.items[0].prompt_ids == (ids["the"], ids["cat"], ids["sat"])
     assert ps.items[0].target_ids == (ids["on"], ids["a"], ids["mat"])
     assert ps.items[1].prompt_ids == (ids["a"], ids["dog"]) and ps.items[1].target_ids == (3,)
-    assert ps.items[2].target_ids == (ids["[UNK]"],)
+    assert ps.items[2].target_ids == (ids["mat"],)
+    f = jsonl(tmp_path / "u.jsonl", {"id": 1, "prompt": "the zebra", "target": " sat"},  # an unknown prompt word: ok
+              {"id": 2, "prompt_ids": [6], "target": "zebra"})  # an unknown target word: its loglik would be [UNK]'s
+    with pytest.raises(ParseError, match=r"line 2: the target holds the tokenizer's unknown token \(\[UNK\]\), so its "
+                                         r"log-likelihood would score that token"):
+        read_prompts(f, tokenizer_folder)
     f = jsonl(tmp_path / "m.jsonl", {"id": 1, "prompt": "the cat", "target": "sat"})  # "catsat": one word
     with pytest.raises(ParseError, match=r"line 1: the prompt's end and the target's start merge into one token "
                                          r"when encoded together .*start the target with a space"):

@@ -7,6 +7,7 @@ was typed into the request (``Request.from_flags``: every problem at once, one `
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,8 @@ import click
 
 from ..requests.spec import Request, Spec, spec_of
 from .app import Ctx, echo, global_options, handled
+
+_TYPED, _ENV = click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT
 
 
 class _WrittenFloat(click.types.FloatParamType):
@@ -27,10 +30,28 @@ class _WrittenFloat(click.types.FloatParamType):
         return Written(value, x) if isinstance(value, str) else x
 
 
+class _OrInFile(click.Option):
+    """A required option that a recipe file (``--recipe``, processed first: eager) may give instead: shown
+    ``[required]``, missing only when no file is given (the request checks the file's keys)."""
+
+    def __init__(self, *decls: Any, file_param: str, **attrs: Any):
+        super().__init__(*decls, **attrs)
+        self.file_param = file_param
+
+    def process_value(self, ctx: click.Context, value: Any) -> Any:
+        if not isinstance(ctx.params.get(self.file_param), str):  # no file (None, or click's UNSET)
+            return super().process_value(ctx, value)
+        optional = copy.copy(self)
+        optional.required = False
+        return click.Option.process_value(optional, ctx, value)
+
+
 def _type(s: Spec) -> Any:
     """The click type of a declaration (None: click's default, text)."""
     if s.kind == "choice":
         return click.Choice(s.choices)
+    if s.kind == "recipe":
+        return click.Path(dir_okay=False)
     if s.kind == "path":
         return click.Path(exists=s.path.get("exists", False), file_okay=s.path.get("file_okay", True),
                           dir_okay=s.path.get("dir_okay", True))
@@ -39,8 +60,9 @@ def _type(s: Spec) -> Any:
     return {"float": float, "int": int, "written": _WrittenFloat()}.get(s.kind)
 
 
-def param(name: str, s: Spec) -> Callable:
-    """The click decorator of one request field: an argument (no flag) or an option."""
+def param(name: str, s: Spec, file_param: str | None = None) -> Callable:
+    """The click decorator of one request field: an argument (no flag) or an option (``file_param``: the
+    request's recipe-file field, which may give a required option instead)."""
     typed = {"type": t} if (t := _type(s)) is not None else {}
     if s.flag is None:
         return click.argument(name, nargs=s.nargs, required=s.required, **typed)
@@ -54,6 +76,10 @@ def param(name: str, s: Spec) -> Callable:
         more["default"] = s.default
     if s.shown:
         more["show_default"] = True
+    if s.kind == "recipe":
+        more["is_eager"] = True
+    elif s.required and file_param is not None:
+        more.update(cls=_OrInFile, file_param=file_param)
     return click.option(*decls, required=s.required, help=s.help, **typed, **more)
 
 
@@ -66,12 +92,15 @@ def command(group: click.Group, request: type[Request], name: str | None = None,
     """
     def deco(fn: Callable[[Ctx, Any], Any]) -> click.Command:
         def run(obj: Ctx, **given: Any) -> Any:
-            return fn(obj, request.from_flags(given))
+            ctx = click.get_current_context()
+            typed = [n for n in given if ctx.get_parameter_source(n) in (_TYPED, _ENV)]
+            return fn(obj, request.from_flags(given, typed))
 
         run.__name__, run.__doc__ = fn.__name__, request.__doc__
         f: Any = global_options(click.pass_obj(handled(run)))
+        file = next((x.name for x in dataclasses.fields(request) if spec_of(x).kind == "recipe"), None)
         for field in reversed(dataclasses.fields(request)):
-            f = param(field.name, spec_of(field))(f)
+            f = param(field.name, spec_of(field), file)(f)
         return group.command(name or fn.__name__, help=request.__doc__, **settings)(f)
 
     return deco

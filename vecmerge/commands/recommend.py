@@ -148,6 +148,9 @@ def advise(cmp: dict, plan: dict | None) -> tuple[str, list[str]]:
     unknown = [r for r in subs.values() if r["status"] == "unknown"]
     if code == "b_better":
         reasons.append(f"{b} is better beyond eval noise: {c} - {b} = {_test_words(cmp)}")
+    elif code == "a_better" and worse:  # the trade first: better on the total, at a sub-score's cost
+        reasons.append(f"{c} is better than {b} on the total beyond eval noise ({_test_words(cmp)}), but it costs "
+                       f"{len(worse)} sub-score(s): submit it only if that trade is acceptable")
     for r in worse:
         reasons.append(f"it costs a sub-score, worse beyond noise: {_sub_words(r, c, b)}")
     if code == "b_better" or worse:
@@ -191,6 +194,17 @@ def _diff(cmp: dict) -> float:
     return cmp["a_summary"]["mean"] - cmp["b_summary"]["mean"]
 
 
+def _held_back(row: dict) -> str:
+    """Why a candidate better on the total is not submitted, in a few words (a sub-score's cost or unknown, a plan)."""
+    subs = ((row["comparison"].get("subscores") or {}).get("subscores") or {}).values()
+    if row["advice"] == DO_NOT_SUBMIT:
+        return "it costs a sub-score beyond noise (submit it only if that trade is acceptable)"
+    unknown = sum(1 for r in subs if r["status"] == "unknown")
+    if unknown:
+        return f"{unknown} sub-score(s) not yet shown not worse (record their runs, or a margin, first)"
+    return "its plan has not said stop_better yet"
+
+
 def recommend(rows: Sequence[dict], backbone: str, higher_is_better: bool,
               compare: Callable[[str, str], dict] | None = None) -> dict:
     """The report's answer over every candidate's advice.
@@ -221,12 +235,22 @@ def recommend(rows: Sequence[dict], backbone: str, higher_is_better: bool,
                 "noise, and no sub-score worse", "reasons": reasons, "lead": lead}
     open_ = [r for r in ranked if r["advice"] == NOT_YET]
     reasons = [f"{r['name']}: {r['reasons'][0]}" for r in ranked if r["advice"] == DO_NOT_SUBMIT]
+    better = [r for r in ranked if r["comparison"]["verdict_code"] == "a_better"]
+    if better:  # shown better on the total, held back: say so first, never "no candidate is shown better"
+        held = better[0]
+        headline = (f"submit none yet: {held['name']} is better than {backbone} on the total beyond eval noise, but "
+                    + _held_back(held))
+    else:
+        headline = None
     if not open_:
-        return {"submit": None, "headline": f"submit none: every candidate is worse than {backbone} or costs a "
-                "sub-score", "reasons": reasons, "lead": None}
+        return {"submit": None, "headline": headline or f"submit none: every candidate is worse than {backbone} or "
+                "costs a sub-score", "reasons": reasons, "lead": None}
     best = open_[0]
     reasons = [f"{best['name']} has the largest observed difference not ruled out: {x}" if i == 0 else
                f"{best['name']}: {x}" for i, x in enumerate(best["reasons"])] + reasons
     reasons += [f"{r['name']}: {r['reasons'][0]}" for r in open_[1:]]
-    return {"submit": None, "headline": f"submit none yet: no candidate is shown better than {backbone} beyond "
-            f"eval noise; {best['name']} is the one to run again", "reasons": reasons, "lead": None}
+    runs = best["comparison"].get("repeats_needed")
+    again = (f"the closest, {best['name']}, would need about {runs} runs each to decide" if runs
+             else f"{best['name']} is the one to run again")
+    return {"submit": None, "headline": headline or f"submit none yet: no candidate is shown better than {backbone} "
+            f"beyond eval noise; {again}", "reasons": reasons, "lead": None}

@@ -2,6 +2,7 @@
 written as PEFT LoRAs through the pipeline, each manifest pointing at the record (its path and sha256).
 
     OUT_DIR/search.json    the search record: id, space, seed, sampler, every candidate's recipe and figures
+                           (and ``recipe_file``: the --recipe file's path and sha256, when one was given)
     OUT_DIR/front.png      target gain against the lower bound of the protected set nearest its margin
     OUT_DIR/top<i>         the i-th candidate by target gain, written by ``run(recipe)`` at rank exact
 
@@ -77,7 +78,8 @@ def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=N
         raise UsageError(f"--base-model {folder}: {problem}")
     out = Path(out_dir)
     ledger = Ledger(ws.ledger_path)
-    policy = OutputPolicy.for_command(inputs=[ledger.path, *target.values(), *protect.values()],
+    given = [req.recipe.path] if req.recipe is not None else []  # the recipe file, never an output
+    policy = OutputPolicy.for_command(inputs=[ledger.path, *given, *target.values(), *protect.values()],
                                       workspace_adapters=ws.adapters, base_model=folder,
                                       force=req.force or req.resume)  # --resume: replace an interrupted run's
     policy.check_file(out / RECORD, SEARCH_RECORD, flag="--out-dir")
@@ -112,6 +114,8 @@ def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=N
             pool.close()
         setup.scorer.close()
     d = outcome.to_dict()
+    if req.recipe is not None:  # --recipe FILE: its path, sha256, keys and those flags replaced
+        d["recipe_file"] = req.recipe.to_dict()
     data = record_bytes(d)
     sha = hashlib.sha256(data).hexdigest()
     out.mkdir(parents=True, exist_ok=True)

@@ -218,6 +218,11 @@ def _item(number: int, raw, tokenizer, problems: list) -> Item | None:
     for side, ids in (("prompt", prompt), ("target", target)):
         if not ids:
             problems.append(f"line {number}: the {side} encodes to no tokens; give a longer {side}")
+    unk = getattr(tokenizer, "unk_token_id", None) if isinstance(parts["target"], str) else None
+    if unk is not None and unk in target:
+        problems.append(f"line {number}: the target holds the tokenizer's unknown token ({tokenizer.unk_token}), so "
+                        "its log-likelihood would score that token, not the target's words; use words the tokenizer "
+                        "knows, or give target_ids")
     if prompt and target and len(prompt) + len(target) > MAX_TOKENS:
         problems.append(f"line {number}: {len(prompt) + len(target)} tokens, more than {MAX_TOKENS}; shorten it")
     if len(problems) > start:

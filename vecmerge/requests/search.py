@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .shared import BASE_MODEL, FORCE, JSON
-from .spec import Problem, Request, Spec, at_least, option
+from .shared import BASE_MODEL, FORCE, JSON, RECIPE
+from .spec import Problem, RecipeFile, Request, Spec, at_least, option
 
 
 def named_files(flag: str):
@@ -47,7 +47,7 @@ def energy_list(text: str) -> list[float]:
 
 
 def _files(flag: str, help: str, **more) -> Spec:
-    return Spec(flag, help, multiple=True, metavar="NAME=PROMPTS", parse=named_files(flag), **more)
+    return Spec(flag, help, multiple=True, metavar="NAME=PROMPTS", parse=named_files(flag), files=True, **more)
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,9 @@ class Search(Request):
     written; every evaluation goes into the ledger under the candidate's recipe hash.
     """
 
+    recipe: RecipeFile | None = option(RECIPE, help="A YAML file of the options below, keyed by their words "
+                                       "(trust_max: 0.5, dir: [EXPR], target: {NAME: FILE}), its paths from its "
+                                       "folder; a flag typed beside it replaces that key (docs/SEARCH.md).")
     base: str = option(Spec("--base", "The backbone expression (the adapter you step from).", required=True))
     dirs: tuple[str, ...] = option(Spec("--dir", "A direction expression (repeatable), e.g. 't0 - bb'.",
                                         multiple=True, required=True))

@@ -114,7 +114,9 @@ class Workspace:
             raise WorkspaceError(f"{path}: 'adapters' must map names to folders, e.g. 'v54: runs/v54'")
         bad = [short(k, 40) for k in adapters if not isinstance(k, str) or not re.fullmatch(NAME_RE, k)]
         if bad:
-            raise WorkspaceError(f"{path}: adapter name(s) [{few(bad)}] must match {NAME_RE} (no '-' or spaces)")
+            raise WorkspaceError(f"{path}: adapter name(s) [{few(bad)}] must match {NAME_RE}: ASCII letters, digits, "
+                                 "'_' and '.' only, not starting with a digit (expressions such as 'v51 - v28' read "
+                                 "them); rename them, e.g. v51")
         self.file = path
         base = path.parent
         problems: list[str] = []
