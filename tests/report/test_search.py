@@ -51,3 +51,10 @@ def test_the_plot_and_the_table_use_what_decides_the_set_nearest_its_own_margin(
     buf = io.BytesIO()
     plot_front(rec, buf)
     assert buf.getvalue().startswith(b"\x89PNG")
+
+
+def test_the_text_names_the_best_plain_dose_the_baseline():
+    rec = {**_record(), "plain_dose": {"sha256": "c" * 64, "trust": 0.0301, "gain": 0.292, "worst_protected": -0.01}}
+    assert "best plain dose (energy 0, no extras; the baseline): trust 0.0301, gain +0.292 (cccccccccccc)" in \
+        render_search(rec)
+    assert "best plain dose (energy 0, no extras; the baseline): none feasible" in render_search(_record())
