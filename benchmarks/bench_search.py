@@ -95,8 +95,10 @@ def make_data(root: Path, layers: int, a) -> None:
 
 def prepare(root: Path, a):
     """``engine.prepare`` on the data (nothing recorded): the base loaded, the Grams captured, the backbone scored."""
+    from vecmerge import Workspace
+
+    # building block: the search's setup, timed apart from its candidates
     from vecmerge.search import engine
-    from vecmerge.workspace.names import Workspace
 
     return engine.prepare(
         Workspace(root=root),
@@ -113,6 +115,7 @@ def prepare(root: Path, a):
 
 def ours(setup, cands: list) -> list:
     """vecmerge's way: per candidate its exact factors built and its hooks run on both sets."""
+    # building block: a candidate's exact factors for the hooks
     from vecmerge.search.candidate import build
 
     return [setup.scorer.scores(build(c, setup.factors).updates) for c in cands]
@@ -122,6 +125,7 @@ class Evolve:
     """The mergekit-evolve way (module docstring): the base held once, each candidate merged, written, loaded, run."""
 
     def __init__(self, setup, root: Path, a):
+        # building block: the base loaded as probe loads it
         from vecmerge.probe.runner import load_base
 
         self.setup, self.batch, self.dir = setup, a.batch, Path(tempfile.mkdtemp(prefix="evolve-", dir=root))
@@ -131,6 +135,7 @@ class Evolve:
     def __call__(self, cands: list) -> list:
         from transformers import AutoModelForCausalLM
 
+        # building blocks: quiet loading, a candidate's dense update, the same scoring
         from vecmerge.probe.quiet import quiet_libraries
         from vecmerge.search.candidate import dense
         from vecmerge.search.evaluate import Scorer
@@ -166,6 +171,7 @@ def timed(fn, *args):
 
 def measure(layers: int, a) -> dict:
     """One layer count: setup, then the ways alternating ``a.repeat`` rounds; per candidate seconds (best round)."""
+    # building blocks: the candidates both ways score and their recipes
     from vecmerge.search.candidate import build
     from vecmerge.search.optimize import grid
     from vecmerge.search.space import candidate

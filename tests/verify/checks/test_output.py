@@ -46,6 +46,20 @@ def by_name(result: dict) -> dict:
     return {c["name"]: c for c in result["checks"]}
 
 
+@pytest.fixture(autouse=True)
+def pipeline_update_check(request, monkeypatch):
+    """These tests pin the pipeline's ``update``/``step``/``bias`` rows, which verify runs for a recipe its own
+    path does not cover (and with --base-model on a lossless output): force them on covered recipes too. The
+    default (the own path's row replacing them) is tested by the tests that take the ``own_path`` fixture."""
+    if "own_path" not in request.fixturenames:
+        monkeypatch.setattr("vecmerge.verify.checks.output.own_path_compared", lambda rows: False)
+
+
+@pytest.fixture
+def own_path():
+    """Marks a test of verify's default path: the pipeline's update check is skipped where the own path compared."""
+
+
 # -- a clean output ---------------------------------------------------------------------------------
 def test_clean_output_passes_and_json_shape(toy, run_cli):
     project(run_cli)
@@ -66,6 +80,47 @@ def test_clean_output_passes_and_json_shape(toy, run_cli):
     assert checks["update"]["figures"]["max_rel_error"] < 2e-7                  # ~0.6 u of fp32, tol 1e-5
     assert checks["step"]["figures"]["survival"] == pytest.approx(1.0, abs=1e-6)
     assert checks["output sha256"]["figures"]["sha256"] == man["output"]["sha256"]
+
+
+def test_a_covered_recipe_is_checked_by_verifys_own_path_alone(toy, run_cli, own_path, dense_expr, dense_updates):
+    """Default path: no pipeline update/step row; the independent row carries the survival, which equals the
+    dense float64 one, sum_m <W_m - base_m, alpha dir_m> / ||alpha dir||^2 (rel 1e-9)."""
+    project(run_cli)
+    res = verify_output("out")
+    assert res["passed"], [c for c in res["checks"] if not c["passed"]]
+    checks = by_name(res)
+    assert list(checks) == ["inputs", "recompute", "output opens", "output sha256", "finite", "files", "config",
+                            "key set", "ranks and scales", "figures", "independent", "manifest"]
+    base, d = dense_expr({"v54": 1.0}), dense_expr({"v51": 1.0, "v28": -1.0})
+    fro = lambda x: math.sqrt(sum(float((t**2).sum()) for t in x.values()))  # noqa: E731
+    alpha = 0.0113 * fro(base) / fro(d)
+    written = dense_updates(Path("out"))
+    surv = sum(float(((written[m] - base[m]) * alpha * d[m]).sum()) for m in base) / (alpha**2 * fro(d) ** 2)
+    assert checks["independent"]["figures"]["survival"] == pytest.approx(surv, rel=1e-9)
+    assert "verify's own float64 path" in checks["independent"]["detail"]
+
+
+@pytest.mark.parametrize("factor", [1 + 1e-4, 1 + 3e-5])
+def test_a_changed_tensor_of_a_covered_recipe_fails_the_own_paths_row(toy, run_cli, own_path, factor):
+    """The row that replaces the pipeline's update check catches what it caught: 3x and 10x fp32's 1e-5."""
+    project(run_cli)
+    rewrite_tensor(Path("out"), B_KEY, lambda t: t * factor)
+    res = by_name(verify_output("out"))
+    assert "update" not in res and "step" not in res
+    assert res["independent"]["passed"] is False and MODULE in res["independent"]["detail"]
+    assert not res["output sha256"]["passed"]
+
+
+def test_verify_hashes_each_file_once(toy, run_cli, own_path, monkeypatch):
+    """The inputs check and the output check hash every file; verify's own path reuses those digests."""
+    from vecmerge.io.safetensors_read import TensorFile
+
+    project(run_cli)
+    seen: list = []
+    real = TensorFile.sha256
+    monkeypatch.setattr(TensorFile, "sha256", lambda self: seen.append(self.path) or real(self))
+    assert verify_output("out")["passed"]
+    assert seen == []
 
 
 def test_verify_figures_against_an_independent_dense_computation(toy, run_cli, dense_expr, dense_updates):

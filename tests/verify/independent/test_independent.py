@@ -65,11 +65,15 @@ def test_clean_outputs_pass_the_independent_check(toy, run_cli, args):
     assert row["figures"]["max_diff"] < limit and row["figures"]["modules"] == 14
 
 
-def test_a_scale_of_1_0003_on_one_factor_of_a_cut_output_fails_the_independent_and_the_update_check(toy, run_cli):
+def test_a_scale_of_1_0003_on_one_factor_of_a_cut_output_fails_the_independent_and_the_update_check(toy, run_cli,
+                                                                                                   monkeypatch):
     """The hole of issue 23: a rank cut's error moves only to second order, so the recorded-error comparison of
-    the re-run pipeline passed it; W = Q Q^T I does not hold any more, and both checks now test it (issue 36)."""
+    the re-run pipeline passed it; W = Q Q^T I does not hold any more, and both checks now test it (issue 36).
+    By default the own path's row alone runs (it replaces update's): it fails alone."""
     run_ok(run_cli, "refactor", "0.5*v51 + 0.5*v28", "--rank", "4", "--out", "out")
     rehashed(Path("out"), f"{CUT_MODULE}.lora_B", lambda t: t * 1.0003)
+    assert [c["name"] for c in verify_output("out")["checks"] if not c["passed"]] == ["independent"]
+    monkeypatch.setattr("vecmerge.verify.checks.output.own_path_compared", lambda rows: False)  # pipeline's too
     res = by_name(verify_output("out"))
     assert [n for n, c in res.items() if not c["passed"]] == ["update", "independent"]
     assert CUT_MODULE in res["independent"]["detail"] and CUT_MODULE in res["update"]["detail"]
@@ -129,6 +133,7 @@ def test_a_pipeline_bug_that_drops_the_dose_is_caught_though_the_pipelines_own_r
 
     monkeypatch.setattr(build, "intended_core", one_x)
     monkeypatch.setattr(update, "intended_core", one_x)
+    monkeypatch.setattr("vecmerge.verify.checks.output.own_path_compared", lambda rows: False)  # run both paths
     run_ok(run_cli, "project", "--base", "v54", "--dir", "v51-v28", "--trust", "0.0113", "--dose", "0.5,2",
            "--out", "out")
     for out, dose in (("out-x0.5", 0.5), ("out-x2", 2.0)):

@@ -32,6 +32,7 @@ from ...peft.adapter import Adapter
 from ...peft.format import CONFIG_NAME, pattern_key, peft_scale, targeted
 from ...peft.params import param_targeted
 from ...workspace.taskvector import TaskVector
+from ..digests import digest
 from ..report import check, within
 
 IDENTITY_RTOL = 1e-9
@@ -55,7 +56,7 @@ def open_output(path: Path, manifest: dict) -> tuple[Adapter | None, list[dict]]
     except VecmergeError as e:
         return None, [check("output opens", False, str(e))]
     checks = [check("output opens", True, f"{out.weights_path.name}: {len(out.modules)} LoRA modules")]
-    got, got_cfg = out.sha256, out.config_sha256
+    got, got_cfg = digest(out.weights_path, lambda: out.sha256), out.config_sha256  # once per verify call
     problems = []
     if got != want.get("sha256"):
         problems.append(f"{out.weights_path} has sha256 {got[:16]}..., the manifest says "

@@ -15,7 +15,9 @@ from the inputs in factored float64 (``pipeline.intended``, through the recipe's
   any edit) and reproduces its recorded per-module error within that tolerance;
 - step: ``survival = sum_m <W_m - base_m, step_m> / ||step||^2`` within ``TOLERANCES[dtype]["survival"]``
   of 1 (of the recorded value for a rank-cut output); it fails when no module could be compared
-  (both in ``update.compare_to_recomputed``);
+  (both in ``update.compare_to_recomputed``); update, step and bias run only where verify's own path did not
+  compare every module (``own_path_compared``: a recipe it does not cover, a derivation that failed) or for the
+  PEFT checks of ``--base-model`` on a lossless output: elsewhere the ``independent`` row is the update's check;
 - files, figures, manifest (``verify_manifest``): the folder holds only what vecmerge writes and the
   model card as pinned; every figure and field of the manifest recomputes (``FIGURES_RTOL``), so an
   edited ``figures.dtype_effect``, ``modules[m].survival`` or ``resolved.realized`` fails by name.
@@ -36,6 +38,7 @@ through ``pipeline.evaluate`` and the very method object the output's recipe nam
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,7 @@ from ...recipe.load import manifest_root, with_absolute_inputs
 from ...recipe.recipe import Recipe
 from ...workspace.base_model import folder_is, model_folder_problem
 from ...workspace.names import Workspace
+from ..digests import digest, one_call
 from ..independent.independent import independent_check
 from ..independent.references import Uncovered
 from ..report import VerifyReport, check, close, not_run, result
@@ -89,15 +93,16 @@ def input_check(manifest: dict, where: str = "") -> dict:
         except VecmergeError as e:
             problems.append(f"input {name} is missing or unreadable: {e}")
             continue
-        if a.sha256 != entry.get("sha256"):
-            problems.append(f"input {name}: {a.weights_path} has sha256 {a.sha256[:16]}..., the manifest pins "
+        sha = digest(a.weights_path, partial(getattr, a, "sha256"))  # kept for verify's own path (once per call)
+        if sha != entry.get("sha256"):
+            problems.append(f"input {name}: {a.weights_path} has sha256 {sha[:16]}..., the manifest pins "
                             f"{str(entry.get('sha256'))[:16]}...: it changed after the merge")
         entry_conf = conf.get(name)
         pin = entry_conf.get("config_sha256") if isinstance(entry_conf, dict) else None
         if pin and a.config_sha256 != pin:
             problems.append(f"input {name}: {p / CONFIG_NAME} changed after the merge (sha256 "
                             f"{a.config_sha256[:16]}..., pinned {pin[:16]}...)")
-        figs[name] = a.sha256
+        figs[name] = sha
     if not pinned:
         problems.append("the manifest pins no inputs")
     missing = any("is missing or unreadable" in p for p in problems)
@@ -254,6 +259,12 @@ def base_model_check(base_model: Path, out: Adapter | None, manifest: dict, allo
                  "if this folder really holds the same weights", {"declared": declared})
 
 
+def own_path_compared(rows: list[dict]) -> bool:
+    """Whether verify's own path compared every module (an ``independent`` row with its figures, passed or
+    failed): the pipeline's ``update``/``step``/``bias`` re-evaluation then adds nothing it would catch."""
+    return any(r["name"] == "independent" and r["passed"] is not None and "modules" in r["figures"] for r in rows)
+
+
 def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: bool = False,
                   base_model_aliases: dict | None = None, workspace: Path | None = None) -> VerifyReport:
     """Re-derive the output at ``path`` from its manifest and run every check (see the module docstring).
@@ -272,7 +283,13 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
         ``{target, passed, checks: [{name, passed, detail, figures}], dtype, tolerances}``; raises
         OutputError (exit 2) when there is no manifest.
     """
-    path = Path(path)
+    with one_call():  # each file hashed once in this call (inputs and output: by their checks, not again)
+        return _verify_output(Path(path), base_model, progress, allow_base_mismatch, base_model_aliases, workspace)
+
+
+def _verify_output(path: Path, base_model, progress, allow_base_mismatch: bool, base_model_aliases: dict | None,
+                   workspace: Path | None) -> VerifyReport:
+    """``verify_output``'s checks, inside one digest cache."""
     manifest = read_manifest(path)
     kind = manifest.get("kind") if isinstance(manifest, dict) else None
     if workspace is not None and isinstance(manifest, dict) and isinstance(manifest.get("workspace"), str):
@@ -314,6 +331,7 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
         checks.append(not_run("recompute", "an input is missing or changed (see inputs)"))
     out, opened = open_output(path, manifest)
     checks += opened
+    indep, uncovered = independent_rows(path, manifest, tol, checks[0]["passed"], out is not None, base_model)
     checks.append(files_check(path, manifest))
     expected = None
     if out is None:
@@ -329,7 +347,9 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
         if ev is not None:
             keep = base_model is not None and ev.recipe.rank_policy.lossless
             try:
-                more, expected = compare_to_recomputed(out, ev, manifest, tol, progress, keep_expected=keep)
+                more: list[dict] = []  # where verify's own path compared: its row checks update, step, bias
+                if keep or not own_path_compared(indep):
+                    more, expected = compare_to_recomputed(out, ev, manifest, tol, progress, keep_expected=keep)
                 more.append(figures_check(manifest, rebuilt_figures(ev)))
             except VecmergeError as e:  # the recomputation leaves float64's range (an edited trust, alpha...)
                 more = [check("update", False, f"the recipe does not recompute: {e}"),
@@ -339,7 +359,6 @@ def verify_output(path, base_model=None, progress=None, *, allow_base_mismatch: 
             checks.append(not_run("update", "nothing to compare with: the recipe was not re-evaluated"))
     if ev is None or out is None:
         checks.append(not_run("figures", "nothing to recompute them from (see above)"))
-    indep, uncovered = independent_rows(path, manifest, tol, checks[0]["passed"], out is not None, base_model)
     checks += indep
     if ev is not None:
         resolved = resolved_for(ev, ev.recipe.multiple, manifest.get("modules"))

@@ -31,6 +31,7 @@ import numpy as np
 from ...io.parse import load_json
 from ...io.patterns import PatternSet
 from ...io.safetensors_read import TensorFile
+from ..digests import digest
 
 PREFIX = "base_model.model."
 FACTORS = {".lora_A.weight": ("A", ".lora_B.weight"), ".lora_embedding_A": ("A", ".lora_embedding_B")}
@@ -166,7 +167,7 @@ def read_folder(folder: Path) -> LoraFolder:
     folder = Path(folder)
     config = load_json(folder / "adapter_config.json")
     f = TensorFile(folder / "adapter_model.safetensors")  # held open (one file throughout), read a tensor at a time
-    sha = f.sha256()
+    sha = digest(f.path, f.sha256)  # hashed once per verify call (the inputs check has hashed the same file)
     keys, bias_keys, magnitude_keys = {}, {}, {}
     for name in f.tensors:
         if isinstance(config, dict) and config.get("use_dora") and ".lora_magnitude_vector" in name:
