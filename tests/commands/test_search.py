@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -76,6 +77,130 @@ def test_a_search_on_random_adapters_writes_its_record_and_top_k(ws, run_cli):
     assert d["evaluated"] == 3 and d["computed"] == 3 and len(d["top"]) == 1
     assert (root / "out" / "search.json").is_file() and (root / "out" / "front.png").is_file()
     assert (root / "out" / "top1" / "adapter_model.safetensors").is_file()
+
+
+def test_ctrl_c_while_writing_leaves_no_record_and_resume_replaces_what_was_written(ws, run_cli, monkeypatch):
+    """Issue: Ctrl-C while the outputs were written left search.json without front.png or the top folders. The
+    record is written last; the same command with --resume replaces the interrupted run's outputs."""
+    from vecmerge.report import search as report_search
+
+    root, base = ws
+    real = report_search.plot_front
+
+    def interrupted(d, f):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report_search, "plot_front", interrupted)
+    res = _search(run_cli, base, "--top", "1", margin="1000", budget="3")
+    assert res.exit_code == 130 and "interrupted" in res.output, res.output
+    assert (root / "out" / "top1" / "vecmerge.json").is_file()  # the top K came first ...
+    assert not (root / "out" / "search.json").exists() and not (root / "out" / "front.png").exists()  # ... not it
+    monkeypatch.setattr(report_search, "plot_front", real)
+    again = _search(run_cli, base, "--top", "1", "--json", margin="1000", budget="3")
+    assert again.exit_code == 2 and "top1" in again.output  # without --resume, the folder is not replaced
+    again = _search(run_cli, base, "--top", "1", "--json", "--resume", margin="1000", budget="3")
+    assert again.exit_code == 0, again.output
+    d = json.loads(again.stdout)
+    assert d["computed"] == 0 and (root / "out" / "front.png").is_file()
+    record = (root / "out" / "search.json").read_bytes()
+    manifest = json.loads((root / "out" / "top1" / "vecmerge.json").read_text())
+    assert manifest["config"]["sha256"] == hashlib.sha256(record).hexdigest()
+
+
+@pytest.mark.parametrize("out", ["ro", "ro/sub"])
+def test_an_unwritable_out_dir_is_refused_before_any_computation(ws, run_cli, monkeypatch, out):
+    """Issue: a read-only --out-dir was found only after the whole search (``ro/sub``: a raw PermissionError)."""
+    import os
+
+    root, base = ws
+    (root / "ro").mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: real(p, mode, **kw) and not (str(p).endswith("ro")
+                                                                            and mode & os.W_OK))  # root: a ro mount
+    res = run_cli("search", "--base", "a", "--dir", "b - a", "--target", "t=t.jsonl", "--protect", "p=p.jsonl",
+                  "--margin", "1000", "--trust-max", "0.1", "--budget", "2", "--sampler", "grid",
+                  "--base-model", base, "--out-dir", out)
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "--out-dir" in lines[0] and "not writable" in lines[0], res.output
+    assert not (root / "vecmerge-evidence.db").exists() and os.listdir(root / "ro") == []
+
+
+def test_a_zero_direction_is_refused_before_the_capture(ws, run_cli):
+    """Issue: ``--dir 'bb - bb'`` was caught after the capture (the ledger written, the message naming a
+    candidate): now one line naming the --dir, exit 2, no ledger."""
+    root, base = ws
+    _refused(_search(run_cli, base, direction="b - b"), root, "--dir b - b", "zero")
+
+
+def test_a_set_name_reused_with_another_file_names_the_search_flag(ws, run_cli):
+    """Issue: reusing a set name with another file gave probe's message (``--prompts X ... pass --name NAME``)."""
+    root, base = ws
+    first = _search(run_cli, base, "--top", "1", margin="1000", budget="1")
+    assert first.exit_code == 0, first.output
+    _prompts(root / "q.jsonl", [{"id": i, "prompt_ids": [5, i + 20], "target_ids": [42]} for i in range(6)])
+    res = _search(run_cli, base, "--top", "1", "--out-dir", "out2", protect="p=q.jsonl", margin="1000", budget="1")
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --protect p=q.jsonl:"), res.output
+    assert "another NAME" in lines[0] and "--prompts" not in lines[0] and "--name" not in lines[0]
+    assert not (root / "out2").exists()
+
+
+def test_workers_without_ray_is_one_line_before_any_computation(ws, run_cli, monkeypatch):
+    import builtins
+
+    root, base = ws
+    real = builtins.__import__
+
+    def no_ray(name, *a, **k):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    _refused(_search(run_cli, base, "--workers", "1"), root, "--workers", "vecmerge[ray]")
+
+
+def test_workers_score_through_a_pool_that_is_closed_after(ws, run_cli, monkeypatch):
+    """``--workers 2``: the pool is built from the search's setup with 2 workers, every computed candidate is
+    scored through it (a stand-in scoring in this process, as ``fanout.Worker`` does), and it is closed."""
+    from vecmerge.search import fanout
+    from vecmerge.search.candidate import build
+    from vecmerge.search.space import candidate
+
+    root, base = ws
+    made, closed, scored = [], [], []
+
+    class Pool:
+        def __init__(self, setup, *, workers=None, gpus=True):
+            self.setup = setup
+            made.append(workers)
+
+        def __len__(self):
+            return 2
+
+        def score(self, jobs):
+            for params, names in jobs:
+                c = candidate(self.setup.space, params)
+                b = build(c, self.setup.factors)
+                scored.append(c.sha256)
+                yield c.sha256, self.setup.scorer.scores(b.updates, names), fanout.Step(b.alpha, b.step,
+                                                                                       b.kept_direction)
+
+        def forwards(self):
+            return 0
+
+        def close(self):
+            closed.append(True)
+
+    monkeypatch.setattr(fanout, "ray_module", lambda: None)
+    monkeypatch.setattr(fanout, "Pool", Pool)
+    res = _search(run_cli, base, "--workers", "2", "--top", "1", "--json", margin="1000", budget="3")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert made == [2] and closed == [True]
+    assert scored == [c["sha256"] for c in d["candidates"] if c["computed"]] and d["computed"] == len(scored) > 0
 
 
 RECIPE = ("base: a\ndir: [b - a]\ntarget: {t: t.jsonl}\nprotect: {p: p.jsonl}\nmargin: 1000\ntrust_max: 0.1\n"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 
-from vecmerge.report.search import plot_front, render_search
+import pytest
+
+from vecmerge.report.search import front_x, plot_front, render_search
 
 
 def _cand(sha, gain, worst, lower, feasible, **params):
@@ -34,3 +36,25 @@ def test_the_png_is_written():
     buf = io.BytesIO()
     plot_front(_record(), buf)
     assert buf.getvalue().startswith(b"\x89PNG")
+
+
+def test_the_plot_and_the_table_use_what_decides_the_set_nearest_its_own_margin():
+    """Issue: the plot's x was the mean while feasibility uses the lower bound; with per-set margins the "worst
+    protected" set must be the one closest to its own margin, not the lowest mean."""
+    c = {**_cand("c", 2.0, -0.3, -0.4, True), "protect": {"p": {"mean": -0.3, "lower": -0.4},
+                                                         "q": {"mean": -0.01, "lower": -0.04}}}
+    assert front_x(c, {"p": 0.05}) == -0.4  # one margin: the lower bound itself (not the mean -0.3)
+    assert front_x(c, {"p": 1.0, "q": 0.05}) == pytest.approx(0.01)  # q is nearest: -0.04 + 0.05 (p: 0.6 left)
+    rec = {**_record(), "margins": {"p": 1.0, "q": 0.05}, "candidates": [c], "front": [c["sha256"]], "top": []}
+    row = next(line for line in render_search(rec).splitlines() if line.lstrip().startswith("1 "))
+    assert "(q)" in row and "-0.04 (>= -0.05)" in row, row
+    buf = io.BytesIO()
+    plot_front(rec, buf)
+    assert buf.getvalue().startswith(b"\x89PNG")
+
+
+def test_the_text_names_the_best_plain_dose_the_baseline():
+    rec = {**_record(), "plain_dose": {"sha256": "c" * 64, "trust": 0.0301, "gain": 0.292, "worst_protected": -0.01}}
+    assert "best plain dose (energy 0, no extras; the baseline): trust 0.0301, gain +0.292 (cccccccccccc)" in \
+        render_search(rec)
+    assert "best plain dose (energy 0, no extras; the baseline): none feasible" in render_search(_record())

@@ -67,7 +67,8 @@ SEARCH_FLAGS = {"base": "a", "dirs": ("b - a", "c - a"), "target": ("t=t.jsonl",
                 "protect": ("p=p.jsonl", "q=q.jsonl"), "margin": ("p=0.1", "q=0.25"), "trust_max": 0.5,
                 "budget": 7, "seed": 3, "sampler": "grid",
                 "top_k": 2, "depth": True, "types": False, "exclude": ("mlp",), "energies": "0,0.9",
-                "base_model": "base", "batch": 4, "out_dir": "out", "resume": True, "force": False, "as_json": False}
+                "base_model": "base", "batch": 4, "workers": 0, "out_dir": "out", "resume": True, "force": False,
+                "as_json": False}
 SEARCH_KEYS = {"base": "a", "dir": ["b - a", "c - a"], "target": {"t": "t.jsonl"}, "protect": {"p": "p.jsonl",
                "q": "q.jsonl"}, "margin": {"p": 0.1, "q": 0.25}, "trust_max": 0.5, "budget": 7, "seed": 3,
                "sampler": "grid", "top": 2, "depth": True, "exclude_choice": ["mlp"], "energies": [0, 0.9],
@@ -99,7 +100,7 @@ def test_every_problem_of_a_mapping_is_one_line_naming_the_file_and_each_key():
         "'grid'?); top 0: write at least 1 candidate; depth: expected true or false, got 'yes'; unknown key 'trust' "
         "(did you mean 'trust_max'?); force: give --force on the command line, not in a file; dirs: given twice "
         "(also as dir), keep one; unknown key 3 (the keys: base, dir, target, protect, margin, trust_max, budget, "
-        "seed and 10 more); no base: give base: in the file or --base")
+        "seed and 11 more); no base: give base: in the file or --base")
     assert e.value.exit_code == 2
     with pytest.raises(UsageError, match=r"^s.yaml: margin 'x': give a number .*; energies 'a,b': give numbers "
                                          r"separated by commas, e\.g\. 0,0\.9,0\.99$"):

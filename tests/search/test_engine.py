@@ -118,9 +118,15 @@ def test_the_best_feasible_candidate_beats_every_plain_dose_that_keeps_the_prote
     written = _dense_updates(top1)
     ch = _changes(model, written, before)
     best = next(c for c in d["candidates"] if c["sha256"] == d["top"][0])
-    # measured: the best plain dose +3.23 (trust 0.075); the search's best +4.28 (E 0.9, trust 0.364)
+    # measured: the best plain dose +3.23 (trust 0.075, on the mean); the search's own plain dose +3.11 (trust
+    # 0.0717, 8 line-search evaluations, on the lower bound); the search's best +4.05 (E 0.9, trust 0.287)
     assert best["feasible"] and best["objective"] > 1.2 * best_plain, (best["objective"], best_plain)
     assert float(ch[0].mean()) == pytest.approx(best["objective"], rel=1e-3, abs=1e-3)
+    # the search's own baseline, the best plain dose its line search found, is recorded and never beats its best
+    plain = d["plain_dose"]
+    assert plain is not None and best["objective"] >= plain["gain"] > 0, (best["objective"], plain)
+    assert plain["gain"] <= best_plain + 1e-6  # it judges on the lower bound, the scan on the mean
+    assert next(c for c in d["candidates"] if c["sha256"] == plain["sha256"])["params"]["energy"] == 0.0
     for t, name in ((1, "p1"), (2, "p2")):
         assert float(ch[t].mean()) >= -MARGIN
         assert float(ch[t].mean()) == pytest.approx(best["protect"][name]["mean"], abs=1e-3)
@@ -170,4 +176,6 @@ def test_written_candidates_record_the_search_and_verify(searched, run_cli, monk
         assert res.exit_code == 0, res.output
         report = json.loads(res.stdout)
         rows = {c["name"]: c["passed"] for c in report["checks"]}
-        assert report["passed"] and rows["peft load"] is True and rows["protection"] is True, rows
+        protected = next(c for c in d["candidates"] if c["sha256"] == d["top"][i])["params"]["energy"] > 0
+        assert report["passed"] and rows["peft load"] is True and rows.get("protection") is (True if protected
+                                                                                              else None), rows

@@ -44,6 +44,14 @@ def test_judge_holds_each_protected_set_to_its_margin_on_the_lower_bound_and_the
     assert tight.constraints({"p": 0.025}, 0.1)[0] > 0 >= ok.constraints({"p": 0.04}, 0.1)[0]
     far = judge(c, SimpleNamespace(alpha=1.0, step=0.2, kept_direction=1.0), after, before, margins={"p": 0.04}, **kw)
     assert not far.feasible and "trust_max" in far.violations[0]
+    # per-set margins: the worst set is the one nearest its own margin (q: lower -0.0295 + 0.03), not the lowest
+    # mean (p2: -0.2, margin 1); the slack is that distance
+    two = {**after, "q": after["p"], "p2": _scores([-0.1, -0.2, -0.3])}
+    r = judge(c, built, two, {**before, "q": before["p"], "p2": before["p"]}, margins={"q": 0.03, "p2": 1.0},
+              **{**kw, "protect": ["q", "p2"]})
+    lower = -0.02 - 1.645 * statistics.stdev([-0.01, -0.02, -0.03]) / math.sqrt(3)
+    assert r.feasible and r.worst_set == "q" and r.worst == pytest.approx(-0.02)
+    assert r.slack == pytest.approx(lower + 0.03, abs=1e-12) and r.to_dict()["worst_lower"] == pytest.approx(lower)
     none = judge(SimpleNamespace(**{**vars(c), "problem": "every module is excluded"}), None, {}, {},
                  margins={"p": 0.04}, **kw)
     assert not none.feasible and none.violations == ["every module is excluded"]

@@ -1,4 +1,4 @@
-"""The front (feasible, not dominated in gain and worst protected change) and the top K."""
+"""The front (feasible, not dominated in gain and the protected sets' slack to their margins) and the top K."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from types import SimpleNamespace
 from vecmerge.search.front import front, top
 
 
-def _r(sha, gain, worst, feasible=True):
-    return SimpleNamespace(sha256=sha, objective=gain, worst=worst, feasible=feasible)
+def _r(sha, gain, slack, feasible=True):
+    """``slack``: min over the protected sets of lower + M (what the front weighs against the gain)."""
+    return SimpleNamespace(sha256=sha, objective=gain, slack=slack, feasible=feasible)
 
 
 def test_the_front_keeps_the_undominated_feasible_results():

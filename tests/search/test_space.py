@@ -8,7 +8,15 @@ import pytest
 
 from vecmerge.errors import UsageError
 from vecmerge.recipe.recipe import Recipe
-from vecmerge.search.space import Space, candidate, check_space, layer_and_group, module_multiplier
+from vecmerge.search.space import (
+    Space,
+    candidate,
+    check_space,
+    is_plain,
+    layer_and_group,
+    module_multiplier,
+    plain_params,
+)
 
 MODULES = tuple(f"model.layers.{i}.{part}" for i in range(3)
                 for part in ("self_attn.q_proj", "self_attn.v_proj", "mlp.up_proj", "mlp.down_proj"))
@@ -24,7 +32,16 @@ def test_the_dims_follow_the_options():
     assert [d.name for d in _space().dims()] == ["trust", "energy"]
     s = _space(dirs=("a", "b"), depth=True, types=True, exclude=("q_proj",), protect=())
     assert [d.name for d in s.dims()] == ["trust", "w0", "w1", "slope", "mix", "x0"]
-    assert s.dims()[0].lo == pytest.approx(0.005) and s.dims()[0].hi == 0.1
+    assert s.dims()[0].lo == pytest.approx(0.0001) and s.dims()[0].hi == 0.1  # [T/1000, T]
+
+
+def test_a_plain_dose_has_every_weight_1_and_no_extra():
+    s = _space(dirs=("a", "b"), depth=True, types=True, exclude=("q_proj",))
+    p = plain_params(s, 0.0123456789)
+    assert p == {"trust": 0.0123457, "w0": 1.0, "w1": 1.0, "energy": 0.0, "slope": 0.0, "mix": 0.5, "x0": 0}
+    assert is_plain(p) and not is_plain({**p, "energy": 0.9}) and not is_plain({**p, "w1": 0.5})
+    c = candidate(s, p)
+    assert "protect" not in c.recipe and "multipliers" not in c.recipe and "exclude" not in c.recipe
 
 
 def test_layer_and_group_and_the_multiplier_formula():

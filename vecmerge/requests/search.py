@@ -95,6 +95,10 @@ class Search(Request):
     base_model: str | None = option(BASE_MODEL, help="The base model folder (default: the workspace's).")
     batch: int = option(Spec("--batch", "Items per forward pass.", kind="int", default=8, shown=True,
                              check=at_least("--batch", 1, "at least 1 item per forward pass")))
+    workers: int = option(Spec("--workers", "Score candidates on N Ray workers (one per GPU of the cluster; "
+                                            "without GPUs N CPU workers); 0: in this process. pip install "
+                                            "'vecmerge[ray]'.", kind="int", default=0, shown=True,
+                                check=at_least("--workers", 0, "give 0 (this process) or more workers")))
     out_dir: str = option(Spec("--out-dir", "Where search.json, front.png and top1..topK go.", kind="path",
                                path={"file_okay": False}, required=True))
     resume: bool = option(Spec("--resume", "Continue a search the ledger holds (its evaluations are replayed).",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,11 +22,13 @@ from ..probe.capture import capture_grams
 from ..probe.prompts import model_context, read_prompts
 from ..probe.runner import load_base
 from .candidate import Factors, backbone_updates, build, linear_modules
-from .evaluate import BOUND, Scorer, cached, judge, record
+from .evaluate import BOUND, Result, Scorer, cached, judge, record
 from .fanout import evaluate_many
 from .front import front, top
-from .optimize import search
+from .optimize import best_plain, search
 from .space import ENERGIES, Space, candidate, check_space
+
+ZERO = 1e-9  # a direction whose norm is at most this share of the backbone's is zero
 
 
 @dataclass
@@ -93,10 +96,14 @@ def prepare(ws, *, base: str, dirs: list, target: dict, protect: dict, margin, t
     folder = Path(base_model)
     backbone = ws.evaluate(base)
     vectors = [ws.evaluate(d) for d in dirs]
+    scale = math.sqrt(sum(x.norm() ** 2 for x in backbone.modules.values()))
     for d, v in zip(dirs, vectors):
         if set(v.modules) != set(backbone.modules):
             raise UsageError(f"--dir {d}: its modules differ from the backbone's ({base}); search over adapters "
                              "of the same modules")
+        if math.sqrt(sum(x.norm() ** 2 for x in v.modules.values())) <= ZERO * max(scale, 1e-30):
+            raise UsageError(f"--dir {d}: the direction is zero (its norm is 0 to {ZERO:g} of the backbone's); "
+                             "give adapters that differ, e.g. 't0 - bb'")
     sets = read_sets(target, protect, folder)
     names = sorted({n for e in [base, *dirs] for n in _names(e)})
     fp = {"inputs": {n: ws.content_sha(n) for n in names}, "prompts": {n: s.sha256 for n, s in sets.items()},
@@ -106,8 +113,8 @@ def prepare(ws, *, base: str, dirs: list, target: dict, protect: dict, margin, t
                   tuple(energies) if energies is not None else ENERGIES, fp)
     check_space(space)
     if record_to is not None:
-        for ps in sets.values():
-            records.check_stem(record_to, ps)
+        for n, ps in sets.items():
+            _check_name(record_to, ps, "--target" if n in target else "--protect", n, {**target, **protect}[n])
     device = torch.device(ws.device or "cpu")
     model = load_base(folder, device)
     for ps in sets.values():
@@ -128,6 +135,16 @@ def prepare(ws, *, base: str, dirs: list, target: dict, protect: dict, margin, t
         record(record_to, sets, key, sha, fresh)
         setup.baseline.update(fresh)
     return setup
+
+
+def _check_name(ledger: Ledger, ps, flag: str, name: str, file: str) -> None:
+    """UsageError when the ledger holds the set ``name`` (``probe:<name>:*``) of another prompt file."""
+    try:
+        records.check_stem(ledger, ps)
+    except UsageError:
+        raise UsageError(f"{flag} {name}={file}: the ledger {ledger.path} already holds the set {name} of another "
+                         f"prompt file (a set's name stands for one file); give this file another NAME, e.g. "
+                         f"{flag} {name}2={file}") from None
 
 
 def _names(expr: str) -> list:
@@ -168,15 +185,20 @@ class Outcome:
     front: list
     top: list
     forwards: int
+    plain: Result | None = None  # the best feasible plain dose (``optimize.best_plain``), the baseline
 
     def to_dict(self) -> dict:
+        p = self.plain
+        plain = None if p is None else {"sha256": p.sha256, "trust": p.params["trust"], "gain": p.objective,
+                                        "worst_protected": p.worst}
         computed = sum(1 for r in self.results if r.computed and r.target)
         return {"id": self.id, "space": self.space.to_dict(), "inputs": self.space.fingerprint, "seed": self.seed,
                 "sampler": self.sampler, "budget": self.budget, "margins": self.margins, "bound": BOUND,
                 "objective": "the target's mean paired loglik change from the backbone (nats per item)",
                 "evaluated": len(self.results), "computed": computed, "replayed": len(self.results) - computed,
                 "forward_passes": self.forwards, "candidates": [r.to_dict() for r in self.results],
-                "front": [r.sha256 for r in self.front], "top": [r.sha256 for r in self.top]}
+                "front": [r.sha256 for r in self.front], "top": [r.sha256 for r in self.top],
+                "plain_dose": plain}
 
 
 def run(setup: Setup, *, budget: int, seed: int = 0, sampler: str = "auto", k: int = 3, progress=None,
@@ -214,4 +236,4 @@ def run(setup: Setup, *, budget: int, seed: int = 0, sampler: str = "auto", k: i
                            parallel=len(pool) if pool is not None else 1)
     forwards = s.scorer.forwards - before + (pool.forwards() - pool_before if pool is not None else 0)
     return Outcome(search_id(s.space, seed, used), s.space, seed, used, budget, s.margins, results, front(results),
-                   top(results, k), forwards)
+                   top(results, k), forwards, best_plain(results))

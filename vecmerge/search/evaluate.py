@@ -135,15 +135,28 @@ class Result:
     feasible: bool
     violations: list = field(default_factory=list)
     computed: bool = True
+    margins: dict = field(default_factory=dict)
 
     @property
     def objective(self) -> float:
         return next(iter(self.target.values())).mean if self.target else -math.inf
 
     @property
+    def worst_set(self) -> str | None:
+        """The protected set closest to (or past) its own margin: the lowest ``lower + M`` (None without sets)."""
+        return min(self.protect, key=lambda k: (self.protect[k].lower + self.margins.get(k, 0.0), k), default=None)
+
+    @property
+    def slack(self) -> float:
+        """What decides feasibility: ``min_k (lower_k + M_k)``, >= 0 when every set holds (0 without sets)."""
+        k = self.worst_set
+        return 0.0 if k is None else self.protect[k].lower + self.margins.get(k, 0.0)
+
+    @property
     def worst(self) -> float:
-        """The worst protected mean change (0 without protected sets)."""
-        return min((f.mean for f in self.protect.values()), default=0.0)
+        """The mean change of ``worst_set`` (0 without protected sets)."""
+        k = self.worst_set
+        return 0.0 if k is None else self.protect[k].mean
 
     def constraints(self, margins: dict, trust_max: float) -> list[float]:
         """Optuna's form: one value per constraint, ``<= 0`` when it holds (``-M - lower`` per set, the step)."""
@@ -152,7 +165,9 @@ class Result:
 
     def to_dict(self) -> dict:
         return {"sha256": self.sha256, "params": self.params, "recipe": self.recipe, "objective": self.objective,
-                "worst_protected": self.worst, "target": {k: v.to_dict() for k, v in self.target.items()},
+                "worst_protected": self.worst, "worst_set": self.worst_set,
+                "worst_lower": self.protect[self.worst_set].lower if self.worst_set else None, "slack": self.slack,
+                "target": {k: v.to_dict() for k, v in self.target.items()},
                 "protect": {k: v.to_dict() for k, v in self.protect.items()}, "alpha": self.alpha,
                 "step": self.step, "kept_direction": self.kept_direction, "feasible": self.feasible,
                 "violations": self.violations, "computed": self.computed}
@@ -169,11 +184,11 @@ def judge(c, built, after: dict, before: dict, *, targets, protect, margins: dic
     """
     if built is None:
         return Result(c.sha256, c.params, c.recipe, {}, {}, None, None, None, False, [c.problem or "no step"],
-                      computed)
+                      computed, dict(margins))
     t = {k: paired(after[k], before[k]) for k in targets}
     p = {k: paired(after[k], before[k]) for k in protect}
     bad = [f"{k}: lower bound {f.lower:.4g} < -{margins[k]:g}" for k, f in p.items() if f.lower < -margins[k]]
     if built.step > trust_max * (1 + 1e-9):
         bad.append(f"step {built.step:.4g} > trust_max {trust_max:g}")
     return Result(c.sha256, c.params, c.recipe, t, p, built.alpha, built.step, built.kept_direction, not bad, bad,
-                  computed)
+                  computed, dict(margins))

@@ -66,7 +66,8 @@ class Worker:
         return self.scorer.forwards
 
 
-def _ray():
+def ray_module():
+    """The ``ray`` module, or a one-line UsageError naming --workers and the extra to install."""
     try:
         import ray
     except ImportError:
@@ -92,7 +93,7 @@ class Pool:
     def __init__(self, setup, *, workers: int | None = None, gpus: bool = True):
         if workers is not None and workers < 1:
             raise UsageError(f"--workers {workers}: give at least 1 worker")
-        ray = self.ray = _ray()
+        ray = self.ray = ray_module()
         self.started = not ray.is_initialized()
         if self.started:
             ray.init(include_dashboard=False, log_to_driver=False)

@@ -8,10 +8,10 @@ A candidate's step is ``t * ||backbone|| / ||D'|| * D'`` (the recipe's ``trust: 
     depth(l) = 1 + slope * (2 l / (L - 1) - 1)    (LiNeS: a dose growing, slope > 0, or shrinking with the layer)
     type(m)  = min(1, 2 (1 - mix)) attention, min(1, 2 mix) MLP   (mix 0.5: both 1)
 
-Parameters: ``trust`` in [trust_max / 20, trust_max]; ``w<i>`` in [0, 1] per direction (with two or more);
-``slope`` in [-1, 1] (``depth``); ``mix`` in [0, 1] (``types``); ``x<j>`` in {0, 1} per exclusion pattern;
-``energy`` among ``energies`` (0: no protection) with protected sets. Values are rounded to 6 significant digits,
-so that a parameter set has one recipe and one hash.
+Parameters: ``trust`` in [trust_max / 1000, trust_max] (sampled on a log scale); ``w<i>`` in [0, 1] per direction
+(with two or more); ``slope`` in [-1, 1] (``depth``); ``mix`` in [0, 1] (``types``); ``x<j>`` in {0, 1} per
+exclusion pattern; ``energy`` among ``energies`` (0: no protection) with protected sets. Values are rounded to 6
+significant digits, so that a parameter set has one recipe and one hash.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ..errors import UsageError
 
 DIGITS = 6
 ENERGIES = (0.0, 0.5, 0.9, 0.99)  # 0: the plain step, no protection
+TRUST_RANGE = 1000.0  # trust in [trust_max / TRUST_RANGE, trust_max]
 _LAYER = re.compile(r"^\d+$")
 _ATTENTION = re.compile(r"attn|attention", re.IGNORECASE)
 
@@ -72,7 +73,7 @@ class Space:
 
     def dims(self) -> list[Dim]:
         """The parameters, in a fixed order (the samplers' and the grid's)."""
-        out = [Dim("trust", rounded(self.trust_max / 20), self.trust_max)]
+        out = [Dim("trust", rounded(self.trust_max / TRUST_RANGE), self.trust_max)]
         if len(self.dirs) > 1:
             out += [Dim(f"w{i}") for i in range(len(self.dirs))]
         if self.protect:
@@ -109,6 +110,20 @@ class Candidate:
     def key(self) -> str:
         """The ledger's model name of this candidate's evaluations."""
         return f"search-{self.sha256[:16]}"
+
+
+def plain_params(space: Space, trust: float) -> dict:
+    """The plain dose at ``trust``: every weight 1, no protection (energy 0), no depth or type factor, nothing
+    excluded."""
+    extra = {"energy": 0.0, "slope": 0.0, "mix": 0.5}
+    return {d.name: rounded(trust) if d.name == "trust" else extra.get(d.name, 0 if d.choices else 1.0)
+            for d in space.dims()}
+
+
+def is_plain(params: dict) -> bool:
+    """Whether ``params`` is a plain dose (``plain_params`` at some trust)."""
+    extra = {"energy": 0.0, "slope": 0.0, "mix": 0.5}
+    return all(v == extra.get(k, 0 if k.startswith("x") else 1.0) for k, v in params.items() if k != "trust")
 
 
 def layer_and_group(module: str) -> tuple[int | None, str | None]:
