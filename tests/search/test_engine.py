@@ -179,3 +179,22 @@ def test_written_candidates_record_the_search_and_verify(searched, run_cli, monk
         protected = next(c for c in d["candidates"] if c["sha256"] == d["top"][i])["params"]["energy"] > 0
         assert report["passed"] and rows["peft load"] is True and rows.get("protection") is (True if protected
                                                                                               else None), rows
+
+
+@pytest.mark.slow
+def test_the_written_candidates_are_probed_so_report_and_plan_take_them(searched, run_cli, monkeypatch):
+    """A stranger's ``vecmerge report s1/top1 --vs bb`` found no records: the written top K (and the backbone) are
+    probed on every set and recorded under their own sha256, so report and evidence plan read them directly."""
+    root, _, d = searched
+    monkeypatch.chdir(root)
+    assert d["probed"][0] == "bb" and d["probed"][1:] == [f"out/top{i + 1}" for i in range(len(d["top"]))]
+    res = run_cli("report", "out/top1", "--vs", "bb", "--metric", "probe:t0:loglik", "--out", "r.md")
+    assert res.exit_code == 0, res.output
+    md = (root / "r.md").read_text()
+    assert "| out/top1 |" in md and "bb (backbone)" in md
+    best = next(c for c in d["candidates"] if c["sha256"] == d["top"][0])
+    row = next(line for line in md.splitlines() if line.startswith("| out/top1 |")).split("|")
+    assert float(row[5]) == pytest.approx(best["objective"], rel=1e-4)  # the mean change the search found
+    plan = run_cli("evidence", "plan", "out/top1", "--vs", "bb", "--metric", "probe:t0:loglik", "--min-effect", "0.1",
+                   "--max-runs", "10")
+    assert plan.exit_code == 0, plan.output

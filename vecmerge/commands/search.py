@@ -130,8 +130,31 @@ def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=N
                            f"gain {r.objective:+.6g}; its figures are in the record"}
         rep = run(recipe, ws, force=policy.force, source=source)
         d["written"][r.sha256] = str(rep.outputs[0].path)
+    d["probed"] = probe_written(ws, setup, folder, list(d["written"].values()), req, progress)
     write_file(out / FRONT, lambda f: report_search.plot_front(d, f), policy=policy, kind=PNG, flag="--out-dir")
     write_file(out / RECORD, data, policy=policy, kind=SEARCH_RECORD, flag="--out-dir")
     d["record"] = {"path": str(out / RECORD), "sha256": sha, "png": str(out / FRONT)}
     echo(to_json(d) if req.as_json else printable(report_search.render_search(d), keep_newlines=True))
     return d
+
+
+def probe_written(ws: Workspace, setup, base_model: Path, paths: list, req: Search, progress=None) -> list[str]:
+    """Probe the written candidates (and the backbone, when it is one adapter) on every set, recorded in the ledger
+    under their own content sha256, so ``vecmerge report TOP --vs BASE --metric probe:SET:loglik`` and ``evidence
+    plan`` take them from there. Returns the names recorded (folders relative to the workspace).
+
+    Args:
+        ws (Workspace). setup: ``engine.prepare``'s (its ``sets``, ``ledger``). base_model (Path): the base folder.
+        paths (list[str]): the written folders. req (Search): its ``base`` and ``batch``. progress: the bar wrapper.
+    """
+    from ..probe.runner import ProbeModel, run_probe
+
+    root = Path(ws.root).resolve()
+    names = [os.path.relpath(Path(p).resolve(), root) for p in paths]
+    if req.base in ws.adapters or ws.content_sha(req.base) is not None:  # one adapter, not an expression
+        names = [req.base, *names]
+    models = [ProbeModel(n, ws.adapter(n), ws.content_sha(n)) for n in names]
+    for prompts in setup.sets.values():
+        run_probe(base_model, models, prompts, ledger=setup.ledger, batch=req.batch, pairs=False,
+                  device=ws.device or "cpu", progress=progress_bar(progress, f"probe {prompts.stem}"))
+    return names
