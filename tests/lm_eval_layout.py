@@ -29,6 +29,15 @@ def scores(seed: int, p: float) -> dict[str, list[int]]:
     return {t: [int(x) for x in rng.random(DOCS) < p] for t in TASKS}
 
 
+def flipped_pair(seed: int = 5) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """v54's per-document scores, and v60's: v54's with a seeded set of documents flipped (mostly 1 -> 0)."""
+    v54 = scores(seed, 0.8)
+    rng = np.random.default_rng(seed + 1)
+    v60 = {t: [(1 - x) if (x == 1 and rng.random() < 0.35) or (x == 0 and rng.random() < 0.15) else x
+               for x in xs] for t, xs in v54.items()}
+    return v54, v60
+
+
 def _mean_se(xs) -> tuple[float, float]:
     n = len(xs)
     m = sum(xs) / n

@@ -278,29 +278,18 @@ def test_a_better_total_with_sub_scores_not_yet_shown_not_worse_is_not_submitted
     assert reasons[-1] == "A recorded no s: what it costs that sub-score is unknown"
 
 
-def _v54_v60(seed: int = 5):
-    """v54's per-document 0/1 scores and v60's (v54's with seeded flips), as tests/evidence/importers make them."""
-    from lm_eval_layout import scores
-
-    v54 = scores(seed, 0.8)
-    rng = np.random.default_rng(seed + 1)
-    v60 = {t: [(1 - x) if (x == 1 and rng.random() < 0.35) or (x == 0 and rng.random() < 0.15) else x
-               for x in xs] for t, xs in v54.items()}
-    return v54, v60
-
-
 def test_report_shows_one_mcnemar_on_paired_0_1_items_the_exact_one_and_says_it_decided(tmp_path, monkeypatch,
                                                                                          run_cli):
     """Issue 33 follow-up: the paired test's McNemar (chi-square from 25 discordant items) and the registry's exact
     McNemar were both reported; the report shows the exact one, names it as the test that decided, and its p, interval
     and verdict equal scipy's exact binomial test on the discordant items (a single run each: no Welch)."""
-    from lm_eval_layout import TASKS, write_run
+    from lm_eval_layout import TASKS, flipped_pair, write_run
 
     from vecmerge.commands.report import gather
     from vecmerge.workspace.names import Workspace
 
     monkeypatch.chdir(tmp_path)
-    v54, v60 = _v54_v60()
+    v54, v60 = flipped_pair()
     write_run(tmp_path / "out", "v54", "2026-12-01T10-00-00.000001", v54)
     write_run(tmp_path / "out", "v60", "2026-12-01T10-00-00.000001", v60)
     ok(run_cli("evidence", "import", *sorted(str(f) for f in (tmp_path / "out").rglob("*.json*"))))

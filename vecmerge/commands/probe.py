@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import UsageError, shown
+from ..errors import shown
 from ..evidence.ledger.ledger import Ledger
 from ..io.safe_text import printable
 from ..outputs.transaction import PNG, OutputPolicy, write_file
 from ..report import probe as report_probe
 from ..report.format import to_json
 from ..requests import Probe
-from ..workspace.base_model import model_folder_problem
+from ..workspace.base_model import checked_model_folder
 from ..workspace.names import Workspace
 from .printing import Echo
 from .progress import progress_bar
@@ -27,12 +27,7 @@ def probe(ws: Workspace, req: Probe, *, echo: Echo = print, progress=None) -> di
     from ..probe.prompts import read_prompts
     from ..probe.runner import ProbeModel, run_probe
 
-    base = Path(req.base_model) if req.base_model is not None else ws.base_model
-    if base is None:
-        raise UsageError("probe: give --base-model DIR (or base_model: in vecmerge.yaml)")
-    problem = model_folder_problem(base)
-    if problem:
-        raise UsageError(f"--base-model {base}: {problem}")
+    base = checked_model_folder(req.base_model, ws.base_model, "probe")
     ledger = Ledger(ws.ledger_path)
     policy = None
     if req.plot:  # refused before any work

@@ -30,7 +30,7 @@ from ..recipe.recipe import Recipe
 from ..report import search as report_search
 from ..report.format import to_json
 from ..requests.search import Search
-from ..workspace.base_model import model_folder_problem
+from ..workspace.base_model import checked_model_folder
 from ..workspace.names import Workspace
 from .progress import progress_bar
 
@@ -70,12 +70,7 @@ def search(ws: Workspace, req: Search, *, echo=print, progress=None, on_result=N
     from ..search.space import is_plain
 
     target, protect, budget, top_k, out_dir = req.target, req.protect, req.budget, req.top_k, req.out_dir
-    folder = Path(req.base_model) if req.base_model is not None else ws.base_model
-    if folder is None:
-        raise UsageError("search: give --base-model DIR (or base_model: in vecmerge.yaml)")
-    problem = model_folder_problem(folder)
-    if problem:
-        raise UsageError(f"--base-model {folder}: {problem}")
+    folder = checked_model_folder(req.base_model, ws.base_model, "search")
     out = Path(out_dir)
     ledger = Ledger(ws.ledger_path)
     given = [req.recipe.path] if req.recipe is not None else []  # the recipe file, never an output

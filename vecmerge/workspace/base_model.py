@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import AlignmentError, VecmergeError, few
+from ..errors import AlignmentError, UsageError, VecmergeError, few
 from ..io.files import check_folder
 from ..io.model_folder import ModelFolder
 
@@ -97,6 +97,22 @@ def mismatch_text(declared: dict, roots=()) -> str:
             shown.setdefault(key, str(name))
     return "the inputs declare different base models: " + "; ".join(
         f"{few(labels)} {'names' if len(labels) == 1 else 'name'} {shown[k]}" for k, labels in groups.items())
+
+
+def checked_model_folder(given, default, command: str) -> Path:
+    """``--base-model`` if given, else the workspace's ``base_model``, checked to be a local transformers model.
+
+    Args:
+        given (str | Path | None): the flag's value. default (Path | None): the workspace's base model.
+        command (str): the command named when neither is given. Raises UsageError naming the fix.
+    """
+    folder = Path(given) if given is not None else default
+    if folder is None:
+        raise UsageError(f"{command}: give --base-model DIR (or base_model: in vecmerge.yaml)")
+    problem = model_folder_problem(folder)
+    if problem:
+        raise UsageError(f"--base-model {folder}: {problem}")
+    return Path(folder)
 
 
 def model_folder_problem(folder) -> str | None:

@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from lm_eval_layout import DOCS, TASKS, scores, write_run
+from lm_eval_layout import DOCS, TASKS, flipped_pair, scores, write_run
 from scipy import stats
 
 from vecmerge.evidence.importers.importers import import_files
@@ -21,18 +21,9 @@ from vecmerge.evidence.ledger.ledger import Ledger
 STAMP_1, STAMP_2 = "2026-12-01T10-00-00.000001", "2026-12-02T09-30-00.000002"
 
 
-def _v54_v60(seed: int = 5):
-    """v54's per-document scores, and v60's: v54's with a seeded set of documents flipped (mostly 1 -> 0)."""
-    v54 = scores(seed, 0.8)
-    rng = np.random.default_rng(seed + 1)
-    v60 = {t: [(1 - x) if (x == 1 and rng.random() < 0.35) or (x == 0 and rng.random() < 0.15) else x
-               for x in xs] for t, xs in v54.items()}
-    return v54, v60
-
-
 @pytest.fixture
 def tree(tmp_path):
-    v54, v60 = _v54_v60()
+    v54, v60 = flipped_pair()
     out = tmp_path / "out"
     write_run(out, "v54", STAMP_1, v54)
     write_run(out, "v54", STAMP_2, scores(11, 0.8), seed=1)  # a second run of v54 in the same folder
